@@ -1,0 +1,2 @@
+#pragma once
+#include <postgresql/libpq-fe.h>

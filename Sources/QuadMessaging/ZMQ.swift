@@ -1,0 +1,244 @@
+import CZeroMQ
+
+/// An error from libzmq, with its errno and `zmq_strerror` text.
+public struct ZMQError: Error, Sendable, CustomStringConvertible {
+    public let errno: Int32
+    public let message: String
+    public let operation: String
+
+    init(_ operation: String) {
+        let e = zmq_errno()
+        self.errno = e
+        self.operation = operation
+        self.message = String(cString: zmq_strerror(e))
+    }
+
+    public var description: String { "\(operation): \(message) (errno \(errno))" }
+    /// True when the call would have blocked (EAGAIN): a timeout, not a failure.
+    public var wouldBlock: Bool { errno == EAGAIN }
+    /// True when a signal interrupted the call.
+    public var interrupted: Bool { errno == EINTR }
+    /// True when the context was terminated.
+    public var terminated: Bool { errno == ETERM }
+}
+
+/// A ZeroMQ context. Thread-safe by libzmq's contract, hence Sendable.
+public final class ZMQContext: @unchecked Sendable {
+    // libzmq documents a context as safe to share across threads.
+    let handle: UnsafeMutableRawPointer
+
+    public init() {
+        handle = zmq_ctx_new()!
+    }
+
+    deinit { zmq_ctx_term(handle) }
+
+    public func socket(_ type: SocketType) throws(ZMQError) -> Socket {
+        try Socket(context: self, type: type)
+    }
+}
+
+public enum SocketType: Sendable {
+    case req, rep, dealer, router, pub, sub, xpub, xsub, push, pull, pair
+
+    var raw: Int32 {
+        switch self {
+        case .req: ZMQ_REQ
+        case .rep: ZMQ_REP
+        case .dealer: ZMQ_DEALER
+        case .router: ZMQ_ROUTER
+        case .pub: ZMQ_PUB
+        case .sub: ZMQ_SUB
+        case .xpub: ZMQ_XPUB
+        case .xsub: ZMQ_XSUB
+        case .push: ZMQ_PUSH
+        case .pull: ZMQ_PULL
+        case .pair: ZMQ_PAIR
+        }
+    }
+}
+
+/// One ZeroMQ socket. A socket belongs to one thread; this class is not
+/// Sendable, so the compiler keeps it where it was made.
+public final class Socket {
+    let handle: UnsafeMutableRawPointer
+    let context: ZMQContext
+    public let type: SocketType
+
+    init(context: ZMQContext, type: SocketType) throws(ZMQError) {
+        guard let h = zmq_socket(context.handle, type.raw) else { throw ZMQError("zmq_socket") }
+        self.handle = h
+        self.context = context
+        self.type = type
+        try setOption(ZMQ_LINGER, Int32(0))
+    }
+
+    deinit { zmq_close(handle) }
+
+    public func bind(_ endpoint: String) throws(ZMQError) {
+        if zmq_bind(handle, endpoint) != 0 { throw ZMQError("zmq_bind \(endpoint)") }
+    }
+
+    public func connect(_ endpoint: String) throws(ZMQError) {
+        if zmq_connect(handle, endpoint) != 0 { throw ZMQError("zmq_connect \(endpoint)") }
+    }
+
+    public func disconnect(_ endpoint: String) throws(ZMQError) {
+        if zmq_disconnect(handle, endpoint) != 0 { throw ZMQError("zmq_disconnect \(endpoint)") }
+    }
+
+    /// The endpoint actually bound, e.g. after binding `tcp://127.0.0.1:*`.
+    public var lastEndpoint: String {
+        var buf = [CChar](repeating: 0, count: 256)
+        var size = buf.count
+        zmq_getsockopt(handle, ZMQ_LAST_ENDPOINT, &buf, &size)
+        return String(cString: buf)
+    }
+
+    // MARK: Options
+
+    func setOption(_ option: Int32, _ value: Int32) throws(ZMQError) {
+        var v = value
+        if zmq_setsockopt(handle, option, &v, MemoryLayout<Int32>.size) != 0 { throw ZMQError("zmq_setsockopt \(option)") }
+    }
+
+    func setOption(_ option: Int32, _ value: Int64) throws(ZMQError) {
+        var v = value
+        if zmq_setsockopt(handle, option, &v, MemoryLayout<Int64>.size) != 0 { throw ZMQError("zmq_setsockopt \(option)") }
+    }
+
+    func setOption(_ option: Int32, bytes: [UInt8]) throws(ZMQError) {
+        let rc = bytes.withUnsafeBytes { zmq_setsockopt(handle, option, $0.baseAddress, $0.count) }
+        if rc != 0 { throw ZMQError("zmq_setsockopt \(option)") }
+    }
+
+    /// Milliseconds to keep unsent messages after close (default here: 0).
+    public func setLinger(_ ms: Int32) throws(ZMQError) { try setOption(ZMQ_LINGER, ms) }
+    public func setSendHWM(_ n: Int32) throws(ZMQError) { try setOption(ZMQ_SNDHWM, n) }
+    public func setReceiveHWM(_ n: Int32) throws(ZMQError) { try setOption(ZMQ_RCVHWM, n) }
+    /// The largest inbound frame accepted; a peer sending more is disconnected.
+    public func setMaxMessageSize(_ bytes: Int64) throws(ZMQError) { try setOption(ZMQ_MAXMSGSIZE, bytes) }
+    public func setRoutingID(_ id: [UInt8]) throws(ZMQError) { try setOption(ZMQ_ROUTING_ID, bytes: id) }
+    public func setReceiveTimeout(_ ms: Int32) throws(ZMQError) { try setOption(ZMQ_RCVTIMEO, ms) }
+    public func setSendTimeout(_ ms: Int32) throws(ZMQError) { try setOption(ZMQ_SNDTIMEO, ms) }
+    /// ROUTER: fail a send to an unknown peer (EHOSTUNREACH) instead of dropping it.
+    public func setRouterMandatory(_ on: Bool) throws(ZMQError) { try setOption(ZMQ_ROUTER_MANDATORY, Int32(on ? 1 : 0)) }
+    public func setImmediate(_ on: Bool) throws(ZMQError) { try setOption(ZMQ_IMMEDIATE, Int32(on ? 1 : 0)) }
+    public func subscribe(_ prefix: String) throws(ZMQError) { try setOption(ZMQ_SUBSCRIBE, bytes: Array(prefix.utf8)) }
+    public func unsubscribe(_ prefix: String) throws(ZMQError) { try setOption(ZMQ_UNSUBSCRIBE, bytes: Array(prefix.utf8)) }
+    /// CURVE server role with this secret key (32 raw bytes).
+    public func setCurveServer(secretKey: [UInt8]) throws(ZMQError) {
+        try setOption(ZMQ_CURVE_SERVER, Int32(1))
+        try setOption(ZMQ_CURVE_SECRETKEY, bytes: secretKey)
+    }
+    /// CURVE client role: the server's public key and this client's key pair.
+    public func setCurveClient(serverKey: [UInt8], publicKey: [UInt8], secretKey: [UInt8]) throws(ZMQError) {
+        try setOption(ZMQ_CURVE_SERVERKEY, bytes: serverKey)
+        try setOption(ZMQ_CURVE_PUBLICKEY, bytes: publicKey)
+        try setOption(ZMQ_CURVE_SECRETKEY, bytes: secretKey)
+    }
+
+    // MARK: Frames
+
+    /// Sends a multipart message. Each frame is copied into a `zmq_msg_t` of
+    /// its exact size; frames may hold any bytes.
+    public func send(_ frames: [[UInt8]], dontWait: Bool = false) throws(ZMQError) {
+        for (n, frame) in frames.enumerated() {
+            var flags: Int32 = n < frames.count - 1 ? ZMQ_SNDMORE : 0
+            if dontWait { flags |= ZMQ_DONTWAIT }
+            var msg = zmq_msg_t()
+            zmq_msg_init_size(&msg, frame.count)
+            if !frame.isEmpty {
+                frame.withUnsafeBytes { src in
+                    zmq_msg_data(&msg).copyMemory(from: src.baseAddress!, byteCount: src.count)
+                }
+            }
+            while zmq_msg_send(&msg, handle, flags) < 0 {
+                let e = ZMQError("zmq_msg_send")
+                if e.interrupted { continue }
+                zmq_msg_close(&msg)
+                throw e
+            }
+        }
+    }
+
+    /// Receives one multipart message; nil when `dontWait` and none is ready,
+    /// or when the receive timeout passes.
+    public func receive(dontWait: Bool = false) throws(ZMQError) -> [[UInt8]]? {
+        var frames: [[UInt8]] = []
+        while true {
+            var msg = zmq_msg_t()
+            zmq_msg_init(&msg)
+            defer { zmq_msg_close(&msg) }
+            var rc: Int32
+            repeat {
+                rc = zmq_msg_recv(&msg, handle, dontWait && frames.isEmpty ? ZMQ_DONTWAIT : 0)
+            } while rc < 0 && zmq_errno() == EINTR
+            if rc < 0 {
+                let e = ZMQError("zmq_msg_recv")
+                if e.wouldBlock && frames.isEmpty { return nil }
+                throw e
+            }
+            let size = zmq_msg_size(&msg)
+            if size == 0 {
+                frames.append([])
+            } else {
+                let data = zmq_msg_data(&msg)!
+                frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))
+            }
+            if zmq_msg_more(&msg) == 0 { return frames }
+        }
+    }
+}
+
+/// Waits on several sockets at once (`zmq_poll`).
+public struct Poller {
+    var sockets: [Socket] = []
+
+    public init() {}
+
+    /// Adds a socket to watch for input; returns its index.
+    @discardableResult
+    public mutating func add(_ socket: Socket) -> Int {
+        sockets.append(socket)
+        return sockets.count - 1
+    }
+
+    /// Polls up to `timeoutMs` (-1 waits forever) and returns which sockets
+    /// have input, by index. An interrupting signal returns an empty set.
+    public func poll(timeoutMs: Int) throws(ZMQError) -> [Bool] {
+        var items = sockets.map { zmq_pollitem_t(socket: $0.handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0) }
+        let rc = zmq_poll(&items, Int32(items.count), timeoutMs)
+        if rc < 0 {
+            let e = ZMQError("zmq_poll")
+            if e.interrupted { return Array(repeating: false, count: items.count) }
+            throw e
+        }
+        return items.map { ($0.revents & Int16(ZMQ_POLLIN)) != 0 }
+    }
+}
+
+public enum ZMQVersion {
+    public static var string: String {
+        var major: Int32 = 0, minor: Int32 = 0, patch: Int32 = 0
+        zmq_version(&major, &minor, &patch)
+        return "\(major).\(minor).\(patch)"
+    }
+}
+
+/// CURVE key pairs in Z85 text and raw bytes.
+public enum Curve {
+    public static func keyPair() throws(ZMQError) -> (publicKey: String, secretKey: String) {
+        var pub = [CChar](repeating: 0, count: 41)
+        var sec = [CChar](repeating: 0, count: 41)
+        if zmq_curve_keypair(&pub, &sec) != 0 { throw ZMQError("zmq_curve_keypair") }
+        return (String(cString: pub), String(cString: sec))
+    }
+
+    public static func decode(_ z85: String) -> [UInt8]? {
+        guard z85.utf8.count == 40 else { return nil }
+        var out = [UInt8](repeating: 0, count: 32)
+        guard zmq_z85_decode(&out, z85) != nil else { return nil }
+        return out
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import QuadStore
+import QuadWire
+
+/// A request as a handler sees it.
+public struct Request: Sendable {
+    public let envelope: Envelope
+
+    public init(_ envelope: Envelope) { self.envelope = envelope }
+
+    public var body: JSON { envelope.body }
+    public var id: String { envelope.id }
+    /// The user the broker verified; never taken from a phone.
+    public var user: String? { envelope.user }
+    public var role: String? { envelope.role }
+
+    /// The verified user, or 401.
+    public func requireUser() throws(QuadError) -> String {
+        guard let user, !user.isEmpty else { throw .unauthorized("\(envelope.type) needs a signed-in user") }
+        return user
+    }
+
+    /// 403 unless the caller is an admin.
+    public func requireAdmin() throws(QuadError) {
+        guard role == "admin" else { throw .forbidden("\(envelope.type) is for admins only") }
+    }
+}
+
+/// A service's request handlers, by type. Queries run as they are;
+/// mutations run in one transaction with their idempotency record, so a
+/// repeated id returns the stored reply instead of a second effect.
+/// Every service also answers `<service>.sys.health`, `<service>.sys.metrics`
+/// and, when it has a store, `<service>.events.since`.
+public final class Handlers {
+    public typealias Handler = (Request) throws -> JSON
+
+    public let service: String
+    public let instance: String
+    public let db: Database?
+    public let metrics = Metrics()
+    var queries: [String: Handler] = [:]
+    var mutations: [String: Handler] = [:]
+    /// Called after each mutation commits, e.g. to relay the outbox at once.
+    var afterMutation: () -> Void = {}
+    /// Largest page `events.since` returns.
+    public static let maxEventsPage = 1000
+
+    public init(service: String, instance: String, db: Database?) {
+        self.service = service
+        self.instance = instance
+        self.db = db
+        query("\(service).sys.health") { [unowned self] _ in
+            ["service": .string(self.service), "instance": .string(self.instance), "status": "ok", "pid": .int(Int64(getpid()))]
+        }
+        query("\(service).sys.metrics") { [unowned self] _ in
+            var m = self.metrics.json
+            if case .object(var f) = m {
+                f["instance"] = .string(self.instance)
+                m = .object(f)
+            }
+            return m
+        }
+        if let db {
+            query("\(service).events.since") { req in
+                let after = req.body["after"]?.int ?? 0
+                let limit = req.body["limit"]?.int ?? 500
+                guard after >= 0 else { throw QuadError.badRequest("body.after must be >= 0") }
+                guard (1...Int64(Handlers.maxEventsPage)).contains(limit) else {
+                    throw QuadError.badRequest("body.limit must be between 1 and \(Handlers.maxEventsPage) (max_events_page)")
+                }
+                let events = try Outbox.since(db, after: after, limit: Int(limit))
+                return [
+                    "events": .array(events.map { $0.envelope(src: self.service).json }),
+                    "last": .int(try Outbox.lastSeq(db)),
+                ]
+            }
+        }
+    }
+
+    /// Registers a read-only handler.
+    public func query(_ type: String, _ handler: @escaping Handler) { queries[type] = handler }
+
+    /// Registers a handler that changes state: it runs inside a transaction
+    /// with the idempotency record of the request id.
+    public func mutation(_ type: String, _ handler: @escaping Handler) { mutations[type] = handler }
+
+    public var types: [String] { (Array(queries.keys) + Array(mutations.keys)).sorted() }
+
+    /// Handles one request envelope and returns the reply or error envelope.
+    public func handle(_ envelope: Envelope) -> Envelope {
+        let started = Clock.monotonicMicros()
+        let reply = dispatch(envelope)
+        let error = reply.quadError
+        metrics.record(micros: Clock.monotonicMicros() - started, errorCode: error?.code)
+        var line: [String: Any] = [
+            "src": instance, "type": envelope.type, "id": envelope.id, "status": error?.status ?? 200,
+            "us": Clock.monotonicMicros() - started,
+        ]
+        if let user = envelope.user { line["user"] = user }
+        if let error { line["error"] = error.code }
+        Log.line(line)
+        return reply
+    }
+
+    func dispatch(_ envelope: Envelope) -> Envelope {
+        let src = instance
+        guard envelope.kind == .request else {
+            return envelope.error(.badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), src: src)
+        }
+        let request = Request(envelope)
+        if let handler = queries[envelope.type] {
+            do {
+                return envelope.reply(try handler(request), src: src)
+            } catch {
+                return envelope.error(Handlers.quadError(error), src: src)
+            }
+        }
+        guard let handler = mutations[envelope.type] else {
+            return envelope.error(.notFound("unknown request type '\(envelope.type)' for service '\(service)'"), src: src)
+        }
+        guard let db else {
+            do { return envelope.reply(try handler(request), src: src) } catch { return envelope.error(Handlers.quadError(error), src: src) }
+        }
+        do {
+            let reply = try db.transaction {
+                if let stored = try Idempotency.storedReply(db, id: envelope.id) { return stored }
+                let reply = envelope.reply(try handler(request), src: src)
+                try Idempotency.store(db, id: envelope.id, type: envelope.type, reply: reply)
+                return reply
+            }
+            afterMutation()
+            return reply
+        } catch {
+            let quadError = Handlers.quadError(error)
+            let reply = envelope.error(quadError, src: src)
+            // A refusal (4xx) is the request's answer too: a retry of the
+            // same id gets the same refusal. Failures (5xx) are not kept, so
+            // a retry runs again.
+            if quadError.status < 500 {
+                let stored = try? db.transaction { () throws -> Envelope? in
+                    if let earlier = try Idempotency.storedReply(db, id: envelope.id) { return earlier }
+                    try Idempotency.store(db, id: envelope.id, type: envelope.type, reply: reply)
+                    return nil
+                }
+                if let earlier = stored { return earlier }
+            }
+            return reply
+        }
+    }
+
+    static func quadError(_ error: Error) -> QuadError {
+        switch error {
+        case let e as QuadError: return e
+        case let e as StoreError: return e.quadError
+        default: return .internal("\(error)")
+        }
+    }
+}

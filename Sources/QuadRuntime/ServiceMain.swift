@@ -1,0 +1,70 @@
+import Foundation
+import QuadStore
+import QuadWire
+
+/// What a service's domain library gives the runtime: its name, its schema,
+/// and how to register its handlers and timers on a worker.
+public protocol ServiceDomain {
+    /// The first segment of every request type it answers.
+    static var name: String { get }
+    static var summary: String { get }
+    /// The service's own migrations (the runtime adds idempotency and outbox).
+    static var migrations: [Migration] { get }
+    /// Extra command-line options, as (name, help, default).
+    static var options: [(String, String, String?)] { get }
+    /// Registers handlers and timers. Runs once per worker, after migrations.
+    static func install(on worker: Worker, db: Database, options: [String: String]) throws
+}
+
+extension ServiceDomain {
+    public static var options: [(String, String, String?)] { [] }
+}
+
+/// The whole `main` of a service executable: flags and environment, the
+/// store, migrations, the worker loop. Exit codes: 0 after a clean
+/// shutdown, 1 on failure, 64 on a usage error.
+public enum ServiceMain {
+    public static func run<D: ServiceDomain>(_ domain: D.Type, arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Never {
+        let env = ProcessInfo.processInfo.environment
+        let defaults = Endpoints.fromEnvironment()
+        let home = env["QUAD_HOME"].map { $0 + "/db" } ?? "."
+        var flags = Flags(program: "quad-\(D.name)", summary: "quad-\(D.name): \(D.summary)\nOne worker of the \(D.name) service; start more to scale it.")
+        flags.option("db", "SQLite file or postgres:// URL of the service's store", default: env["QUAD_\(D.name.uppercased())_DB"] ?? "\(home)/\(D.name).db")
+        flags.option("instance", "name of this worker in logs and sys.services", default: "\(D.name)/\(getpid())")
+        flags.option("backend", "broker endpoint for workers", default: defaults.backend)
+        flags.option("events-in", "broker endpoint where events are published", default: defaults.eventsIn)
+        flags.option("events-out", "broker endpoint where events are subscribed", default: defaults.eventsOut)
+        flags.option("frontend", "broker endpoint for requests to other services", default: defaults.frontend)
+        flags.option("heartbeat-ms", "heartbeat interval with the broker", default: String(WorkerProtocol.heartbeatMs))
+        flags.option("max-message-bytes", "largest envelope accepted", default: String(Envelope.defaultMaxBytes))
+        for (name, help, d) in D.options { flags.option(name, help, default: d) }
+        flags.parse(arguments)
+
+        let endpoints = Endpoints(frontend: flags["frontend"]!, backend: flags["backend"]!, eventsIn: flags["events-in"]!, eventsOut: flags["events-out"]!)
+        let location = flags["db"]!
+        let instance = flags["instance"]!
+        let heartbeat = flags.int("heartbeat-ms")
+        let maxBytes = flags.int("max-message-bytes")
+        guard heartbeat >= 10 else { Flags.usageError("--heartbeat-ms must be at least 10", usage: flags.usage) }
+        guard maxBytes >= 1024 else { Flags.usageError("--max-message-bytes must be at least 1024", usage: flags.usage) }
+        do {
+            if !location.contains("://") {
+                let dir = (location as NSString).deletingLastPathComponent
+                if !dir.isEmpty { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
+            }
+            let db = try openDatabase(location)
+            try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
+            try Migrations.apply(db, D.migrations, scope: D.name)
+            let handlers = Handlers(service: D.name, instance: instance, db: db)
+            let worker = try Worker(handlers: handlers, endpoints: endpoints, heartbeatMs: Int64(heartbeat))
+            worker.maxMessageBytes = maxBytes
+            try D.install(on: worker, db: db, options: flags.values)
+            Log.info(instance, "store \(location.contains("://") ? "postgres" : location)")
+            exit(worker.run())
+        } catch {
+            Log.error(instance, "cannot start: \(error)")
+            FileHandle.standardError.write(Data("quad-\(D.name): cannot start: \(error)\n".utf8))
+            exit(1)
+        }
+    }
+}

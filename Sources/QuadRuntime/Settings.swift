@@ -1,0 +1,159 @@
+import Foundation
+
+/// Where the stack's sockets are. Every executable reads these from flags,
+/// then from the environment (`deploy/stack env` prints them), then defaults.
+public struct Endpoints: Sendable {
+    /// Clients' requests (broker ROUTER).
+    public var frontend: String
+    /// Workers (broker ROUTER).
+    public var backend: String
+    /// Publishers connect here (broker XSUB).
+    public var eventsIn: String
+    /// Subscribers connect here (broker XPUB).
+    public var eventsOut: String
+
+    public init(frontend: String, backend: String, eventsIn: String, eventsOut: String) {
+        self.frontend = frontend
+        self.backend = backend
+        self.eventsIn = eventsIn
+        self.eventsOut = eventsOut
+    }
+
+    public static let defaults = Endpoints(
+        frontend: "tcp://127.0.0.1:7700", backend: "tcp://127.0.0.1:7701",
+        eventsIn: "tcp://127.0.0.1:7702", eventsOut: "tcp://127.0.0.1:7703")
+
+    /// Defaults overridden by QUAD_FRONTEND, QUAD_BACKEND, QUAD_EVENTS_IN, QUAD_EVENTS_OUT.
+    public static func fromEnvironment() -> Endpoints {
+        let env = ProcessInfo.processInfo.environment
+        var e = defaults
+        if let v = env["QUAD_FRONTEND"], !v.isEmpty { e.frontend = v }
+        if let v = env["QUAD_BACKEND"], !v.isEmpty { e.backend = v }
+        if let v = env["QUAD_EVENTS_IN"], !v.isEmpty { e.eventsIn = v }
+        if let v = env["QUAD_EVENTS_OUT"], !v.isEmpty { e.eventsOut = v }
+        return e
+    }
+}
+
+/// A small command-line parser: `--name value`, `--name=value` and boolean
+/// `--flag`. Unknown flags are usage errors (exit 64).
+public struct Flags {
+    public struct Spec {
+        let name: String
+        let help: String
+        let takesValue: Bool
+        let defaultText: String?
+    }
+
+    public let program: String
+    public let summary: String
+    var specs: [Spec] = []
+    public private(set) var values: [String: String] = [:]
+    public private(set) var positional: [String] = []
+
+    public init(program: String, summary: String) {
+        self.program = program
+        self.summary = summary
+        specs.append(Spec(name: "help", help: "show this help and exit", takesValue: false, defaultText: nil))
+    }
+
+    public mutating func option(_ name: String, _ help: String, default d: String? = nil) {
+        specs.append(Spec(name: name, help: help, takesValue: true, defaultText: d))
+    }
+
+    public mutating func flag(_ name: String, _ help: String) {
+        specs.append(Spec(name: name, help: help, takesValue: false, defaultText: nil))
+    }
+
+    public var usage: String {
+        var s = "\(summary)\n\nUsage: \(program) [options]\n\nOptions:\n"
+        for spec in specs {
+            let left = spec.takesValue ? "--\(spec.name) VALUE" : "--\(spec.name)"
+            s += "  " + left.padding(toLength: max(24, left.count + 2), withPad: " ", startingAt: 0) + spec.help
+            if let d = spec.defaultText { s += " (default: \(d))" }
+            s += "\n"
+        }
+        return s
+    }
+
+    /// Parses `arguments` (without the program name); prints the usage and
+    /// exits 0 on `--help`, 64 on a usage error.
+    public mutating func parse(_ arguments: [String] = Array(CommandLine.arguments.dropFirst()), allowPositional: Bool = false) {
+        var k = 0
+        while k < arguments.count {
+            let arg = arguments[k]
+            k += 1
+            guard arg.hasPrefix("--") else {
+                if allowPositional { positional.append(arg); continue }
+                Flags.usageError("unexpected argument '\(arg)'", usage: usage)
+            }
+            var name = String(arg.dropFirst(2))
+            var value: String?
+            if let eq = name.firstIndex(of: "=") {
+                value = String(name[name.index(after: eq)...])
+                name = String(name[..<eq])
+            }
+            guard let spec = specs.first(where: { $0.name == name }) else { Flags.usageError("unknown option --\(name)", usage: usage) }
+            if name == "help" { print(usage, terminator: ""); exit(0) }
+            if spec.takesValue {
+                if value == nil {
+                    guard k < arguments.count else { Flags.usageError("option --\(name) needs a value", usage: usage) }
+                    value = arguments[k]
+                    k += 1
+                }
+                values[name] = value
+            } else {
+                values[name] = "true"
+            }
+        }
+        for spec in specs where spec.takesValue && values[spec.name] == nil {
+            if let d = spec.defaultText { values[spec.name] = d }
+        }
+    }
+
+    public subscript(_ name: String) -> String? { values[name] }
+    public func bool(_ name: String) -> Bool { values[name] == "true" }
+
+    public func int(_ name: String) -> Int {
+        guard let text = values[name] else { return 0 }
+        guard let n = Int(text) else { Flags.usageError("option --\(name) must be an integer, got '\(text)'", usage: usage) }
+        return n
+    }
+
+    public static func usageError(_ message: String, usage: String) -> Never {
+        FileHandle.standardError.write(Data("error: \(message)\n\n\(usage)".utf8))
+        exit(64)
+    }
+}
+
+/// SIGTERM and SIGINT set a flag that the poll loops check: stop taking
+/// work, finish what is in hand, leave cleanly.
+public enum Shutdown {
+    nonisolated(unsafe) static var requested: sig_atomic_t = 0
+
+    public static func install() {
+        signal(SIGTERM) { _ in Shutdown.requested = 1 }
+        signal(SIGINT) { _ in Shutdown.requested = 1 }
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    public static var isRequested: Bool { requested != 0 }
+}
+
+/// One JSON line per event on stderr.
+public enum Log {
+    public static func line(_ fields: [String: Any]) {
+        var f = fields
+        f["ts"] = Int64(Date().timeIntervalSince1970 * 1000)
+        guard let data = try? JSONSerialization.data(withJSONObject: f, options: [.sortedKeys, .withoutEscapingSlashes]) else { return }
+        FileHandle.standardError.write(data + Data("\n".utf8))
+    }
+
+    public static func info(_ source: String, _ message: String) {
+        line(["src": source, "level": "info", "msg": message])
+    }
+
+    public static func error(_ source: String, _ message: String) {
+        line(["src": source, "level": "error", "msg": message])
+    }
+}

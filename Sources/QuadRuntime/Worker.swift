@@ -1,0 +1,149 @@
+import Foundation
+import QuadMessaging
+import QuadStore
+import QuadWire
+
+/// One worker of a service: a single poll loop that registers with the
+/// broker, answers requests one at a time with its ``Handlers``, exchanges
+/// heartbeats, relays the outbox to the event bus, runs the service's
+/// timers, and on SIGTERM leaves cleanly: DISCONNECT, answer what the broker
+/// already sent, relay what is left, exit 0.
+public final class Worker {
+    public let handlers: Handlers
+    let endpoints: Endpoints
+    let context: ZMQContext
+    let timers = Timers(now: Clock.monotonicMillis)
+    var socket: Socket
+    var publisher: Socket?
+    var brokerExpiry: Int64 = 0
+    var heartbeatMs: Int64
+    public var maxMessageBytes = Envelope.defaultMaxBytes
+    var reconnects = 0
+
+    public init(handlers: Handlers, endpoints: Endpoints, context: ZMQContext = ZMQContext(),
+                heartbeatMs: Int64 = WorkerProtocol.heartbeatMs) throws {
+        self.handlers = handlers
+        self.endpoints = endpoints
+        self.context = context
+        self.heartbeatMs = heartbeatMs
+        self.socket = try context.socket(.dealer)
+        if handlers.db != nil {
+            let pub = try context.socket(.pub)
+            try pub.setLinger(2000)
+            try pub.connect(endpoints.eventsIn)
+            publisher = pub
+            handlers.afterMutation = { [unowned self] in self.relayOutbox() }
+        }
+    }
+
+    /// Runs `action` every `ms` on the worker's loop (expiry sweeps,
+    /// simulators). Errors are logged, never fatal.
+    public func every(_ ms: Int64, _ action: @escaping () throws -> Void) {
+        timers.every(ms) { [handlers] in
+            do { try action() } catch { Log.error(handlers.instance, "timer: \(error)") }
+            self.relayOutbox()
+        }
+    }
+
+    func connect() throws {
+        socket = try context.socket(.dealer)
+        try socket.setMaxMessageSize(Int64(maxMessageBytes) + 65536)
+        try socket.connect(endpoints.backend)
+        let info: JSON = ["instance": .string(handlers.instance), "pid": .int(Int64(getpid()))]
+        try socket.send([WorkerProtocol.header, WorkerProtocol.ready, Array(handlers.service.utf8), info.encoded()])
+        brokerExpiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
+    }
+
+    func relayOutbox() {
+        guard let db = handlers.db, let publisher else { return }
+        do {
+            try Outbox.relay(db) { event in
+                try publisher.send([Array(event.type.utf8), event.envelope(src: handlers.service).encoded()])
+            }
+        } catch {
+            Log.error(handlers.instance, "outbox relay: \(error)")
+        }
+    }
+
+    /// Runs until SIGTERM or SIGINT; returns the exit code.
+    public func run() -> Int32 {
+        Shutdown.install()
+        do { try connect() } catch {
+            Log.error(handlers.instance, "cannot connect to broker at \(endpoints.backend): \(error)")
+            return 1
+        }
+        Log.info(handlers.instance, "serving \(handlers.service) via \(endpoints.backend)")
+        timers.every(heartbeatMs) { [unowned self] in
+            try? self.socket.send([WorkerProtocol.header, WorkerProtocol.heartbeat])
+            if Clock.monotonicMillis() > self.brokerExpiry {
+                self.reconnects += 1
+                Log.info(self.handlers.instance, "broker silent for \(self.heartbeatMs * WorkerProtocol.liveness) ms: reconnecting")
+                try? self.connect()
+            }
+        }
+        timers.every(100) { [unowned self] in self.relayOutbox() }
+
+        while !Shutdown.isRequested {
+            var poller = Poller()
+            poller.add(socket)
+            let ready: [Bool]
+            do { ready = try poller.poll(timeoutMs: Int(timers.timeout(cap: 200))) } catch {
+                Log.error(handlers.instance, "poll: \(error)")
+                return 1
+            }
+            if ready[0] { receive() }
+            timers.runDue()
+        }
+        leave()
+        return 0
+    }
+
+    /// Handles what is waiting on the broker socket; returns false after BYE.
+    @discardableResult
+    func receive() -> Bool {
+        while let frames = try? socket.receive(dontWait: true) {
+            brokerExpiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
+            guard frames.count >= 2, frames[0] == WorkerProtocol.header else { continue }
+            switch frames[1] {
+            case WorkerProtocol.request where frames.count == 4:
+                serve(client: frames[2], bytes: frames[3])
+            case WorkerProtocol.disconnect:
+                // The broker forgot us (it restarted, or we were silent).
+                try? connect()
+            case WorkerProtocol.bye:
+                return false
+            default:
+                break
+            }
+        }
+        return true
+    }
+
+    func serve(client: [UInt8], bytes: [UInt8]) {
+        let reply: Envelope
+        do {
+            let request = try Envelope.decode(bytes, maxBytes: maxMessageBytes)
+            reply = handlers.handle(request)
+        } catch {
+            reply = .error(error, corr: Envelope.salvageID(bytes), src: handlers.instance)
+        }
+        try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, reply.encoded()])
+    }
+
+    /// Graceful exit: tell the broker, answer the requests it sent before it
+    /// saw that, publish what is left in the outbox.
+    func leave() {
+        Log.info(handlers.instance, "shutting down: disconnecting from broker")
+        try? socket.send([WorkerProtocol.header, WorkerProtocol.disconnect])
+        let until = Clock.monotonicMillis() + 3000
+        var open = true
+        while open && Clock.monotonicMillis() < until {
+            var poller = Poller()
+            poller.add(socket)
+            if let ready = try? poller.poll(timeoutMs: 100), ready[0] { open = receive() }
+        }
+        relayOutbox()
+        handlers.db?.close()
+        Log.info(handlers.instance, open ? "broker did not confirm; exiting" : "drained; exiting")
+    }
+}

@@ -1,0 +1,122 @@
+import QuadWire
+
+/// A value bound to or read from SQL.
+public enum SQLValue: Sendable, Equatable {
+    case null
+    case int(Int64)
+    case double(Double)
+    case text(String)
+    case blob([UInt8])
+
+    public var int: Int64? {
+        switch self {
+        case .int(let i): return i
+        case .double(let d): return Int64(d)
+        case .text(let t): return Int64(t)
+        default: return nil
+        }
+    }
+    public var double: Double? {
+        switch self {
+        case .int(let i): return Double(i)
+        case .double(let d): return d
+        case .text(let t): return Double(t)
+        default: return nil
+        }
+    }
+    public var string: String? {
+        switch self {
+        case .text(let t): return t
+        case .int(let i): return String(i)
+        case .double(let d): return String(d)
+        default: return nil
+        }
+    }
+    public var isNull: Bool { self == .null }
+
+    public static func of(_ s: String?) -> SQLValue { s.map { .text($0) } ?? .null }
+    public static func of(_ i: Int64?) -> SQLValue { i.map { .int($0) } ?? .null }
+    public static func of(_ i: Int?) -> SQLValue { i.map { .int(Int64($0)) } ?? .null }
+    public static func of(_ d: Double?) -> SQLValue { d.map { .double($0) } ?? .null }
+    public static func of(_ b: Bool) -> SQLValue { .int(b ? 1 : 0) }
+}
+
+extension SQLValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral, ExpressibleByNilLiteral {
+    public init(stringLiteral value: String) { self = .text(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(nilLiteral: ()) { self = .null }
+}
+
+/// One result row, read by column name.
+public struct Row: Sendable {
+    public let columns: [String]
+    public let values: [SQLValue]
+
+    public init(columns: [String], values: [SQLValue]) {
+        self.columns = columns
+        self.values = values
+    }
+
+    public subscript(_ name: String) -> SQLValue {
+        guard let k = columns.firstIndex(of: name) else { return .null }
+        return values[k]
+    }
+    public func int(_ name: String) -> Int64 { self[name].int ?? 0 }
+    public func double(_ name: String) -> Double { self[name].double ?? 0 }
+    public func string(_ name: String) -> String { self[name].string ?? "" }
+    public func optionalString(_ name: String) -> String? { self[name].string }
+}
+
+/// A failure in a store, with the database's own message.
+public struct StoreError: Error, Sendable, CustomStringConvertible {
+    public enum Kind: Sendable { case constraint, busy, other, connection }
+    public let kind: Kind
+    public let message: String
+    public init(_ kind: Kind, _ message: String) { self.kind = kind; self.message = message }
+    public var description: String { message }
+    public var quadError: QuadError {
+        switch kind {
+        case .busy, .connection: return .unavailable("store: \(message)")
+        default: return .internal("store: \(message)")
+        }
+    }
+}
+
+public enum Dialect: Sendable { case sqlite, postgres }
+
+/// What every service needs of its store: statements with `$1..$n`
+/// parameters, queries, scripts and transactions. SQLite and PostgreSQL both
+/// implement it, so a service's code is the same on either.
+public protocol Database: AnyObject {
+    var dialect: Dialect { get }
+    /// Runs one statement; returns the number of rows it changed.
+    @discardableResult
+    func execute(_ sql: String, _ params: [SQLValue]) throws -> Int
+    func query(_ sql: String, _ params: [SQLValue]) throws -> [Row]
+    /// Runs several statements with no parameters.
+    func executeScript(_ sql: String) throws
+    /// Runs `body` in a transaction: committed when it returns, rolled back
+    /// when it throws. `immediate` takes the write lock at the start (SQLite
+    /// BEGIN IMMEDIATE), so concurrent workers serialize instead of failing.
+    func transaction<T>(immediate: Bool, _ body: () throws -> T) throws -> T
+    func close()
+}
+
+extension Database {
+    @discardableResult
+    public func execute(_ sql: String, _ params: SQLValue...) throws -> Int { try execute(sql, params) }
+    public func query(_ sql: String, _ params: SQLValue...) throws -> [Row] { try query(sql, params) }
+    public func queryOne(_ sql: String, _ params: [SQLValue]) throws -> Row? { try query(sql, params).first }
+    public func queryOne(_ sql: String, _ params: SQLValue...) throws -> Row? { try query(sql, params).first }
+    public func transaction<T>(_ body: () throws -> T) throws -> T { try transaction(immediate: true, body) }
+}
+
+/// Opens a store from a location: a `postgres://` or `postgresql://` URL, or
+/// a SQLite file path.
+public func openDatabase(_ location: String) throws -> Database {
+    if location.hasPrefix("postgres://") || location.hasPrefix("postgresql://") {
+        return try PostgresDatabase(url: location)
+    }
+    return try SQLiteDatabase(path: location)
+}

@@ -1,0 +1,167 @@
+import CSQLite
+import Foundation
+
+/// A SQLite connection in WAL mode with a busy timeout, prepared statements
+/// cached by SQL text, and typed binding.
+public final class SQLiteDatabase: Database {
+    public let dialect = Dialect.sqlite
+    let db: OpaquePointer
+    var statements: [String: OpaquePointer] = [:]
+    var depth = 0
+    public let path: String
+
+    public init(path: String, busyTimeoutMs: Int32 = 5000) throws {
+        var handle: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &handle, flags, nil)
+        guard rc == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            if let handle { sqlite3_close(handle) }
+            throw StoreError(.connection, "sqlite open \(path): \(message)")
+        }
+        self.db = handle
+        self.path = path
+        sqlite3_busy_timeout(db, busyTimeoutMs)
+        try executeScript("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+    }
+
+    deinit { close() }
+
+    var closed = false
+    public func close() {
+        if closed { return }
+        closed = true
+        for (_, s) in statements { sqlite3_finalize(s) }
+        statements = [:]
+        sqlite3_close_v2(db)
+    }
+
+    func error(_ what: String, _ rc: Int32) -> StoreError {
+        let message = "\(what): \(String(cString: sqlite3_errmsg(db)))"
+        switch rc & 0xFF {
+        case SQLITE_CONSTRAINT: return StoreError(.constraint, message)
+        case SQLITE_BUSY, SQLITE_LOCKED: return StoreError(.busy, message)
+        default: return StoreError(.other, message)
+        }
+    }
+
+    /// SQL is written with `$1..$n`; SQLite's numbered form is `?1..?n`.
+    static func translate(_ sql: String) -> String {
+        var out = ""
+        out.reserveCapacity(sql.utf8.count)
+        var inQuote = false
+        for c in sql {
+            if c == "'" { inQuote.toggle() }
+            out.append(!inQuote && c == "$" ? "?" : c)
+        }
+        return out
+    }
+
+    func prepare(_ sql: String) throws -> OpaquePointer {
+        if let s = statements[sql] {
+            sqlite3_reset(s)
+            sqlite3_clear_bindings(s)
+            return s
+        }
+        var stmt: OpaquePointer?
+        let rc = sqlite3_prepare_v2(db, SQLiteDatabase.translate(sql), -1, &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else { throw error("prepare", rc) }
+        statements[sql] = stmt
+        return stmt
+    }
+
+    func bind(_ stmt: OpaquePointer, _ params: [SQLValue]) throws {
+        for (n, p) in params.enumerated() {
+            let k = Int32(n + 1)
+            let rc: Int32
+            switch p {
+            case .null: rc = sqlite3_bind_null(stmt, k)
+            case .int(let i): rc = sqlite3_bind_int64(stmt, k, i)
+            case .double(let d): rc = sqlite3_bind_double(stmt, k, d)
+            case .text(let t): rc = sqlite3_bind_text(stmt, k, t, -1, quad_sqlite_transient())
+            case .blob(let b): rc = b.withUnsafeBytes { sqlite3_bind_blob(stmt, k, $0.baseAddress, Int32($0.count), quad_sqlite_transient()) }
+            }
+            if rc != SQLITE_OK { throw error("bind $\(k)", rc) }
+        }
+    }
+
+    @discardableResult
+    public func execute(_ sql: String, _ params: [SQLValue]) throws -> Int {
+        let stmt = try prepare(sql)
+        defer { sqlite3_reset(stmt) }
+        try bind(stmt, params)
+        var rc = sqlite3_step(stmt)
+        while rc == SQLITE_ROW { rc = sqlite3_step(stmt) }
+        guard rc == SQLITE_DONE else { throw error("step", rc) }
+        return Int(sqlite3_changes(db))
+    }
+
+    public func query(_ sql: String, _ params: [SQLValue]) throws -> [Row] {
+        let stmt = try prepare(sql)
+        defer { sqlite3_reset(stmt) }
+        try bind(stmt, params)
+        let count = sqlite3_column_count(stmt)
+        let columns = (0..<count).map { String(cString: sqlite3_column_name(stmt, $0)) }
+        var rows: [Row] = []
+        while true {
+            let rc = sqlite3_step(stmt)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw error("step", rc) }
+            var values: [SQLValue] = []
+            values.reserveCapacity(Int(count))
+            for c in 0..<count {
+                switch sqlite3_column_type(stmt, c) {
+                case SQLITE_INTEGER: values.append(.int(sqlite3_column_int64(stmt, c)))
+                case SQLITE_FLOAT: values.append(.double(sqlite3_column_double(stmt, c)))
+                case SQLITE_TEXT: values.append(.text(String(cString: sqlite3_column_text(stmt, c))))
+                case SQLITE_BLOB:
+                    let n = Int(sqlite3_column_bytes(stmt, c))
+                    if n == 0 { values.append(.blob([])) } else {
+                        values.append(.blob(Array(UnsafeRawBufferPointer(start: sqlite3_column_blob(stmt, c), count: n))))
+                    }
+                default: values.append(.null)
+                }
+            }
+            rows.append(Row(columns: columns, values: values))
+        }
+        return rows
+    }
+
+    public func executeScript(_ sql: String) throws {
+        var message: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(db, sql, nil, nil, &message)
+        if rc != SQLITE_OK {
+            let text = message.map { String(cString: $0) } ?? "error \(rc)"
+            sqlite3_free(message)
+            throw StoreError(rc == SQLITE_BUSY ? .busy : .other, "exec: \(text)")
+        }
+    }
+
+    public func transaction<T>(immediate: Bool, _ body: () throws -> T) throws -> T {
+        if depth > 0 {
+            // Nested: a savepoint inside the open transaction.
+            depth += 1
+            defer { depth -= 1 }
+            try executeScript("SAVEPOINT sp\(depth)")
+            do {
+                let result = try body()
+                try executeScript("RELEASE sp\(depth)")
+                return result
+            } catch {
+                try? executeScript("ROLLBACK TO sp\(depth); RELEASE sp\(depth)")
+                throw error
+            }
+        }
+        try executeScript(immediate ? "BEGIN IMMEDIATE" : "BEGIN")
+        depth = 1
+        defer { depth = 0 }
+        do {
+            let result = try body()
+            try executeScript("COMMIT")
+            return result
+        } catch {
+            try? executeScript("ROLLBACK")
+            throw error
+        }
+    }
+}

@@ -1,0 +1,191 @@
+/// Quad's one message: a UTF-8 JSON object behind the ZeroMQ routing frames.
+/// See `protos/envelope.schema.json` for the contract.
+public struct Envelope: Sendable, Equatable {
+    public enum Kind: String, Sendable, CaseIterable {
+        case request, reply, error, event
+    }
+
+    /// The protocol version this code speaks.
+    public static let version: Int64 = 1
+    /// Default limit on one envelope's encoded size: 1 MiB.
+    public static let defaultMaxBytes = 1 << 20
+    /// Limits on header strings.
+    public static let maxTypeLength = 128
+    public static let maxIDLength = 64
+    public static let maxSourceLength = 128
+    public static let maxTokenLength = 4096
+
+    public var v: Int64 = Envelope.version
+    public var id: String
+    public var type: String
+    public var kind: Kind
+    public var corr: String?
+    public var ts: Int64
+    public var src: String?
+    public var deadline: Int64?
+    public var token: String?
+    public var user: String?
+    public var role: String?
+    public var seq: Int64?
+    public var body: JSON
+
+    public init(id: String = MessageID.make(), type: String, kind: Kind, corr: String? = nil, ts: Int64 = Int64(Clock.nowMillis()),
+                src: String? = nil, deadline: Int64? = nil, token: String? = nil, user: String? = nil, role: String? = nil,
+                seq: Int64? = nil, body: JSON = .object([:])) {
+        self.id = id
+        self.type = type
+        self.kind = kind
+        self.corr = corr
+        self.ts = ts
+        self.src = src
+        self.deadline = deadline
+        self.token = token
+        self.user = user
+        self.role = role
+        self.seq = seq
+        self.body = body
+    }
+
+    /// A request.
+    public static func request(_ type: String, body: JSON = .object([:]), id: String = MessageID.make(), src: String? = nil,
+                               deadline: Int64? = 5000, token: String? = nil) -> Envelope {
+        Envelope(id: id, type: type, kind: .request, src: src, deadline: deadline, token: token, body: body)
+    }
+
+    /// The reply to this request.
+    public func reply(_ body: JSON, src: String? = nil) -> Envelope {
+        Envelope(type: type, kind: .reply, corr: id, src: src, body: body)
+    }
+
+    /// The error reply to this request.
+    public func error(_ error: QuadError, src: String? = nil) -> Envelope {
+        Envelope(type: type, kind: .error, corr: id, src: src, body: error.body)
+    }
+
+    /// An error reply to a message that could not be read: `corr` is the id
+    /// when one could be found in it.
+    public static func error(_ error: QuadError, corr: String?, type: String = "error", src: String? = nil) -> Envelope {
+        Envelope(type: type, kind: .error, corr: corr, src: src, body: error.body)
+    }
+
+    /// The error carried by an error envelope.
+    public var quadError: QuadError? {
+        kind == .error ? QuadError(body: body) ?? .internal("malformed error body") : nil
+    }
+
+    /// The first segment of `type`: the service that answers it.
+    public var service: Substring {
+        type.split(separator: ".", maxSplits: 1).first ?? Substring(type)
+    }
+
+    // MARK: Encoding
+
+    public var json: JSON {
+        var f: [String: JSON] = [
+            "v": .int(v), "id": .string(id), "type": .string(type), "kind": .string(kind.rawValue),
+            "ts": .int(ts), "body": body,
+        ]
+        if let corr { f["corr"] = .string(corr) }
+        if let src { f["src"] = .string(src) }
+        if let deadline { f["deadline"] = .int(deadline) }
+        if let token { f["token"] = .string(token) }
+        if let user { f["user"] = .string(user) }
+        if let role { f["role"] = .string(role) }
+        if let seq { f["seq"] = .int(seq) }
+        return .object(f)
+    }
+
+    public func encoded() -> [UInt8] { json.encoded() }
+
+    // MARK: Decoding
+
+    /// Decodes and validates one envelope. Every failure is a ``QuadError``
+    /// whose message names the problem: size, UTF-8, JSON, a missing or
+    /// wrong-typed field, an unknown version or kind.
+    public static func decode(_ bytes: [UInt8], maxBytes: Int = Envelope.defaultMaxBytes) throws(QuadError) -> Envelope {
+        if bytes.count > maxBytes {
+            throw .tooLarge("message is \(bytes.count) bytes, over the limit max_message_bytes=\(maxBytes)",
+                            details: ["limit": "max_message_bytes", "max": .int(Int64(maxBytes)), "actual": .int(Int64(bytes.count))])
+        }
+        if bytes.isEmpty { throw .badRequest("empty message: expected a JSON envelope") }
+        guard String(validating: bytes, as: UTF8.self) != nil else {
+            throw .badRequest("not UTF-8: the envelope must be UTF-8 JSON text")
+        }
+        let value = try JSON.parse(bytes)
+        return try decode(value)
+    }
+
+    public static func decode(_ value: JSON) throws(QuadError) -> Envelope {
+        guard case .object(let f) = value else { throw .badRequest("envelope must be a JSON object, got \(value.typeName)") }
+
+        func string(_ key: String, max: Int, required: Bool) throws(QuadError) -> String? {
+            guard let raw = f[key], raw != .null else {
+                if required { throw .badRequest("envelope field '\(key)' is required") }
+                return nil
+            }
+            guard let s = raw.string else { throw .badRequest("envelope field '\(key)' must be a string, got \(raw.typeName)") }
+            if s.utf8.count > max { throw .badRequest("envelope field '\(key)' is longer than \(max) bytes") }
+            if required && s.isEmpty { throw .badRequest("envelope field '\(key)' must not be empty") }
+            return s
+        }
+        func integer(_ key: String, required: Bool) throws(QuadError) -> Int64? {
+            guard let raw = f[key], raw != .null else {
+                if required { throw .badRequest("envelope field '\(key)' is required") }
+                return nil
+            }
+            guard let n = raw.int else { throw .badRequest("envelope field '\(key)' must be an integer, got \(raw.typeName)") }
+            return n
+        }
+
+        let v = try integer("v", required: true)!
+        guard v == Envelope.version else { throw .badRequest("unknown protocol version v=\(v): this server speaks v=\(Envelope.version)") }
+        let id = try string("id", max: maxIDLength, required: true)!
+        let type = try string("type", max: maxTypeLength, required: true)!
+        guard isValidType(type) else {
+            throw .badRequest("envelope field 'type' must be dot-separated segments of [a-z0-9_-], got '\(type)'")
+        }
+        let kindText = try string("kind", max: 16, required: true)!
+        guard let kind = Kind(rawValue: kindText) else {
+            throw .badRequest("unknown kind '\(kindText)': expected one of request, reply, error, event")
+        }
+        let deadline = try integer("deadline", required: false)
+        if let deadline, deadline <= 0 || deadline > 3_600_000 {
+            throw .badRequest("envelope field 'deadline' must be between 1 and 3600000 ms, got \(deadline)")
+        }
+        let body = f["body"] ?? .object([:])
+        return Envelope(
+            id: id, type: type, kind: kind,
+            corr: try string("corr", max: maxIDLength, required: false),
+            ts: try integer("ts", required: false) ?? 0,
+            src: try string("src", max: maxSourceLength, required: false),
+            deadline: deadline,
+            token: try string("token", max: maxTokenLength, required: false),
+            user: try string("user", max: maxSourceLength, required: false),
+            role: try string("role", max: 32, required: false),
+            seq: try integer("seq", required: false),
+            body: body)
+    }
+
+    public static func isValidType(_ type: String) -> Bool {
+        var previousDot = true
+        for c in type.utf8 {
+            switch c {
+            case UInt8(ascii: "."):
+                if previousDot { return false }
+                previousDot = true
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "-"):
+                previousDot = false
+            default: return false
+            }
+        }
+        return !previousDot
+    }
+
+    /// Best effort to find the `id` of a message that failed to decode, so the
+    /// error reply can still be correlated by the sender.
+    public static func salvageID(_ bytes: [UInt8]) -> String? {
+        guard bytes.count <= defaultMaxBytes * 16, let value = try? JSON.parse(bytes), let id = value["id"]?.string,
+              id.utf8.count <= maxIDLength else { return nil }
+        return id
+    }
+}

@@ -1,0 +1,4 @@
+import QuadCatalog
+import QuadRuntime
+
+ServiceMain.run(Catalog.self)

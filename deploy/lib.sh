@@ -1,0 +1,77 @@
+# Shared bash helpers for deploy/stack, deploy/test and the end-to-end tests.
+# Source it; it defines functions and QUAD_ROOT, and changes no shell option.
+
+QUAD_ROOT=${QUAD_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+
+quad_say()  { printf '%s\n' "$*"; }
+quad_warn() { printf '%s: warning: %s\n' "${QUAD_PROG:-quad}" "$*" >&2; }
+quad_die()  { printf '%s: error: %s\n' "${QUAD_PROG:-quad}" "$*" >&2; exit 1; }
+
+# An absolute path for $1, relative paths taken from the current directory.
+quad_abspath() {
+    case $1 in
+        /*) printf '%s\n' "$1" ;;
+        *) printf '%s/%s\n' "$PWD" "${1#./}" ;;
+    esac
+}
+
+# Succeeds when nothing accepts TCP connections on 127.0.0.1:$1.
+quad_port_free() {
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Succeeds when something accepts TCP connections on 127.0.0.1:$1.
+quad_port_open() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Prints the first port >= $1, in steps of ${2:-1}, such that the ${3:-1}
+# ports from it are all free. Fails after 200 tries.
+quad_free_port() {
+    local port=$1 step=${2:-1} width=${3:-1} tries k ok
+    for ((tries = 0; tries < 200; tries++)); do
+        ok=1
+        for ((k = 0; k < width; k++)); do
+            quad_port_free $((port + k)) || { ok=0; break; }
+        done
+        if ((ok)); then printf '%s\n' "$port"; return 0; fi
+        port=$((port + step))
+    done
+    return 1
+}
+
+# Succeeds when process $1 exists and is not a zombie.
+quad_alive() {
+    local pid=$1 stat
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat:0:1} != Z ]]
+}
+
+# Prints the basename of the program that process $1 runs (its argv[0]),
+# which survives the binary being replaced by a rebuild.
+quad_program_of() {
+    local argv0
+    argv0=$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n 1) || return 1
+    [[ -n $argv0 ]] || return 1
+    printf '%s\n' "${argv0##*/}"
+}
+
+# "3h02m", "4m05s", "12s" for a number of seconds.
+quad_duration() {
+    local s=$1
+    if ((s >= 86400)); then printf '%dd%02dh\n' $((s / 86400)) $((s % 86400 / 3600))
+    elif ((s >= 3600)); then printf '%dh%02dm\n' $((s / 3600)) $((s % 3600 / 60))
+    elif ((s >= 60)); then printf '%dm%02ds\n' $((s / 60)) $((s % 60))
+    else printf '%ds\n' "$s"
+    fi
+}
+
+# The bin folder of the newest PostgreSQL server installed by Debian.
+quad_pg_bindir() {
+    local d
+    d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    [[ -n $d && -x $d/initdb ]] || return 1
+    printf '%s\n' "$d"
+}
