@@ -8,6 +8,7 @@ let package = Package(
         .executable(name: "quad-broker", targets: ["quad-broker"]),
         .executable(name: "quad-catalog", targets: ["quad-catalog"]),
         .executable(name: "quadctl", targets: ["quadctl"]),
+        .executable(name: "quad-tally", targets: ["quad-tally"]),
     ],
     targets: [
         // C libraries, each a modulemap plus a shim header. Only the wrapper
@@ -35,12 +36,16 @@ let package = Package(
         .executableTarget(name: "quad-broker", dependencies: ["QuadBroker", "QuadRuntime"]),
         .executableTarget(name: "quad-catalog", dependencies: ["QuadCatalog", "QuadRuntime"]),
         .executableTarget(name: "quadctl", dependencies: ["QuadRuntime", "QuadWire"]),
+        // A counter service the runtime's tests run as real processes.
+        .executableTarget(name: "quad-tally", dependencies: ["QuadRuntime", "QuadStore", "QuadWire"]),
+        // Starts the executables as real processes for tests.
+        .target(name: "QuadTestSupport", dependencies: ["QuadRuntime", "QuadWire"]),
 
         .testTarget(name: "QuadWireTests", dependencies: ["QuadWire"]),
         .testTarget(name: "QuadMessagingTests", dependencies: ["QuadMessaging"]),
         .testTarget(name: "QuadStoreTests", dependencies: ["QuadStore", "QuadWire"]),
-        .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging"]),
-        .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadRuntime", "QuadStore", "QuadWire"]),
+        .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

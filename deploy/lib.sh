@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared bash helpers for deploy/stack, deploy/test and the end-to-end tests.
 # Source it; it defines functions and QUAD_ROOT, and changes no shell option.
 
@@ -40,13 +41,17 @@ quad_free_port() {
     return 1
 }
 
-# Succeeds when process $1 exists and is not a zombie.
+# Succeeds when process $1 exists and is not a zombie. A main thread that
+# has exited shows as a zombie while the other threads still wind down (and
+# may still hold sockets): that process counts as alive until they are gone.
 quad_alive() {
-    local pid=$1 stat
+    local pid=$1 stat tasks
     [[ $pid =~ ^[0-9]+$ ]] || return 1
     stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
     stat=${stat##*) }
-    [[ ${stat:0:1} != Z ]]
+    [[ ${stat:0:1} != Z ]] && return 0
+    tasks=(/proc/"$pid"/task/*)
+    ((${#tasks[@]} > 1))
 }
 
 # Prints the basename of the program that process $1 runs (its argv[0]),

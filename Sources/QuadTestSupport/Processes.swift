@@ -1,0 +1,112 @@
+import Foundation
+import QuadRuntime
+import QuadWire
+
+/// Starts Quad's executables as real processes for tests, on `ipc://`
+/// endpoints in a fresh temporary folder, so tests never collide on ports.
+public final class TestStack: @unchecked Sendable {
+    // Used from one test at a time; the lock guards the process table
+    // against the deinit running elsewhere.
+    public let dir: String
+    public let endpoints: Endpoints
+    let lock = NSLock()
+    var processes: [String: Process] = [:]
+
+    public init(name: String = "stack") throws {
+        dir = NSTemporaryDirectory() + "quad-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir + "/logs", withIntermediateDirectories: true)
+        endpoints = Endpoints(frontend: "ipc://\(dir)/frontend", backend: "ipc://\(dir)/backend",
+                              eventsIn: "ipc://\(dir)/events-in", eventsOut: "ipc://\(dir)/events-out")
+    }
+
+    deinit { stopAll() }
+
+    /// The folder holding the built executables (beside the test bundle).
+    public static var binDir: String {
+        if let dir = ProcessInfo.processInfo.environment["QUAD_BIN_DIR"] { return dir }
+        var url = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        for _ in 0..<4 {
+            if FileManager.default.isExecutableFile(atPath: url.path + "/quad-broker") { return url.path }
+            url = url.deletingLastPathComponent()
+        }
+        return URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path
+    }
+
+    @discardableResult
+    public func start(_ name: String, executable: String, arguments: [String]) throws -> Process {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: TestStack.binDir + "/" + executable)
+        p.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env["QUAD_HOME"] = dir
+        p.environment = env
+        let log = dir + "/logs/\(name.replacingOccurrences(of: "/", with: ".")).log"
+        FileManager.default.createFile(atPath: log, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        p.standardError = handle
+        p.standardOutput = handle
+        try p.run()
+        lock.withLock { processes[name] = p }
+        return p
+    }
+
+    @discardableResult
+    public func startBroker(heartbeatMs: Int = 200) throws -> Process {
+        try start("broker", executable: "quad-broker", arguments: [
+            "--frontend", endpoints.frontend, "--backend", endpoints.backend,
+            "--events-in", endpoints.eventsIn, "--events-out", endpoints.eventsOut, "--heartbeat-ms", String(heartbeatMs),
+        ])
+    }
+
+    /// Starts one worker of a service; `instance` like "tally/1".
+    @discardableResult
+    public func startWorker(_ executable: String, instance: String, db: String? = nil, heartbeatMs: Int = 200, extra: [String] = []) throws -> Process {
+        let service = String(instance.split(separator: "/")[0])
+        return try start(instance, executable: executable, arguments: [
+            "--instance", instance, "--db", db ?? "\(dir)/\(service).db",
+            "--backend", endpoints.backend, "--events-in", endpoints.eventsIn, "--events-out", endpoints.eventsOut,
+            "--frontend", endpoints.frontend, "--heartbeat-ms", String(heartbeatMs),
+        ] + extra)
+    }
+
+    public func process(_ name: String) -> Process? { lock.withLock { processes[name] } }
+
+    public func kill(_ name: String, signal: Int32 = SIGKILL) {
+        guard let p = process(name) else { return }
+        Foundation.kill(p.processIdentifier, signal)
+        if signal == SIGKILL || signal == SIGTERM { p.waitUntilExit() }
+    }
+
+    public func stopAll() {
+        let all = lock.withLock { () -> [Process] in
+            let list = Array(processes.values)
+            processes = [:]
+            return list
+        }
+        for p in all where p.isRunning { p.terminate() }
+        for p in all { p.waitUntilExit() }
+    }
+
+    public func client(source: String = "test") throws -> Client {
+        try Client(endpoint: endpoints.frontend, source: source)
+    }
+
+    /// Waits until `service` has `count` live workers in `sys.services`.
+    public func waitForWorkers(_ service: String, count: Int, timeoutMs: Int64 = 10_000) throws -> Bool {
+        let c = try client()
+        let until = Clock.monotonicMillis() + timeoutMs
+        while Clock.monotonicMillis() < until {
+            if let reply = try? c.request("sys.services", timeoutMs: 500, attempts: 1),
+               let list = reply["services"]?.array {
+                let workers = list.first { $0["name"]?.string == service }?["workers"]?.array?.count ?? 0
+                if workers == count { return true }
+            }
+            usleep(50_000)
+        }
+        return false
+    }
+
+    public func log(_ name: String) -> String {
+        (try? String(contentsOfFile: dir + "/logs/\(name.replacingOccurrences(of: "/", with: ".")).log", encoding: .utf8)) ?? ""
+    }
+}

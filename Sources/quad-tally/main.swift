@@ -1,0 +1,46 @@
+import Foundation
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// quad-tally: a small counter service that the runtime's tests run as real
+/// processes. `tally.add` is a mutation with an event, `tally.get` a query,
+/// `tally.slow` holds its worker busy for a while.
+enum Tally: ServiceDomain {
+    static let name = "tally"
+    static let summary = "a counter service used to test the broker and the runtime"
+    static let migrations = [
+        Migration(1, "CREATE TABLE tallies (key TEXT PRIMARY KEY, total BIGINT NOT NULL, adds BIGINT NOT NULL)"),
+        Migration(2, "CREATE TABLE applied (seq INTEGER PRIMARY KEY, request TEXT NOT NULL, key TEXT NOT NULL, n BIGINT NOT NULL)"),
+    ]
+
+    static func install(on worker: Worker, db: Database, options: [String: String]) throws {
+        let h = worker.handlers
+        h.mutation("tally.add") { req in
+            guard let key = req.body["key"]?.string, !key.isEmpty, key.count <= 64 else { throw QuadError.badRequest("body.key must be a string of 1 to 64 characters") }
+            guard let n = req.body["n"]?.int, (1...1_000_000).contains(n) else { throw QuadError.badRequest("body.n must be an integer from 1 to 1000000") }
+            let row = try db.queryOne("""
+                INSERT INTO tallies (key, total, adds) VALUES ($1, $2, 1)
+                ON CONFLICT (key) DO UPDATE SET total = tallies.total + $2, adds = tallies.adds + 1
+                RETURNING total, adds
+                """, .text(key), .int(n))!
+            try db.execute("INSERT INTO applied (seq, request, key, n) VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM applied), $1, $2, $3)", .text(req.id), .text(key), .int(n))
+            try Outbox.append(db, type: "tally.added", body: ["key": .string(key), "n": .int(n), "total": .int(row.int("total"))])
+            return ["key": .string(key), "total": .int(row.int("total")), "adds": .int(row.int("adds")), "by": .string(h.instance)]
+        }
+        h.query("tally.get") { req in
+            guard let key = req.body["key"]?.string else { throw QuadError.badRequest("body.key is required") }
+            let row = try db.queryOne("SELECT total, adds FROM tallies WHERE key = $1", .text(key))
+            let applied = try db.query("SELECT request FROM applied WHERE key = $1 ORDER BY seq", .text(key)).map { JSON.string($0.string("request")) }
+            return ["key": .string(key), "total": .int(row?.int("total") ?? 0), "adds": .int(row?.int("adds") ?? 0), "applied": .array(applied)]
+        }
+        h.query("tally.slow") { req in
+            let ms = min(max(req.body["ms"]?.int ?? 100, 0), 10_000)
+            usleep(UInt32(ms * 1000))
+            return ["slept_ms": .int(ms), "by": .string(h.instance)]
+        }
+        h.query("tally.whoami") { _ in ["by": .string(h.instance)] }
+    }
+}
+
+ServiceMain.run(Tally.self)

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# End to end, as a user: start the stack with deploy/stack, call the catalog
+# with quadctl, scale it up and down, read the status table, stop it, and
+# check that no process of the stack is left.
+# Runs on its own QUAD_HOME and ports, so a stack already running is not
+# touched. QUAD_BUILD_DIR and QUAD_BIN_DIR are passed on to deploy/stack.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+STACK=$ROOT/deploy/stack
+QUAD_PROG=test_stack
+# shellcheck source=deploy/lib.sh
+source "$ROOT/deploy/lib.sh"
+
+step=start
+fail() {
+    printf 'test_stack: FAIL (%s): %s\n' "$step" "$*" >&2
+    exit 1
+}
+ok() { printf 'test_stack: ok   %s\n' "$*"; }
+
+QUAD_HOME=$(mktemp -d /tmp/quad-e2e.XXXXXX)
+QUAD_PORT_BASE=$(quad_free_port 17700 10 4) || fail "no four free ports from 17700"
+export QUAD_HOME QUAD_PORT_BASE
+unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT
+
+# Every process that has this QUAD_HOME in its environment belongs to the
+# stack under test (deploy/stack passes it to all it starts).
+stack_processes() {
+    local environ pid
+    for environ in /proc/[0-9]*/environ; do
+        pid=${environ#/proc/}
+        pid=${pid%/environ}
+        [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
+        quad_alive "$pid" || continue
+        if tr '\0' '\n' <"$environ" 2>/dev/null | grep -qxF "QUAD_HOME=$QUAD_HOME"; then
+            case $(quad_program_of "$pid" 2>/dev/null) in
+                quad-*) printf '%s %s\n' "$pid" "$(quad_program_of "$pid")" ;;
+            esac
+        fi
+    done
+    return 0
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT
+    if ((rc != 0)); then
+        printf '\n--- deploy/stack status at the failure\n' >&2
+        "$STACK" status >&2 || true
+        local log
+        for log in "$QUAD_HOME"/logs/*.log; do
+            [[ -f $log ]] || continue
+            printf -- '--- last lines of %s\n' "$log" >&2
+            tail -n 20 "$log" >&2
+        done
+    fi
+    "$STACK" down >/dev/null 2>&1 || true
+    local left
+    left=$(stack_processes)
+    if [[ -n $left ]]; then
+        printf 'test_stack: processes left after down, killing them:\n%s\n' "$left" >&2
+        awk '{print $1}' <<<"$left" | xargs -r kill -KILL 2>/dev/null || true
+        rc=1
+    fi
+    rm -rf "$QUAD_HOME"
+    exit "$rc"
+}
+trap cleanup EXIT
+
+# Workers of $1 registered with the broker, from quadctl services.
+workers_of() {
+    local json
+    json=$(quadctl services) || fail "quadctl services failed (exit $?)"
+    python3 -c '
+import json, sys
+services = {s["name"]: s for s in json.loads(sys.argv[1])["services"]}
+print(len(services.get(sys.argv[2], {}).get("workers", [])))
+' "$json" "$1" || fail "quadctl services printed something that is not the expected JSON: $json"
+}
+
+step="deploy/stack up"
+"$STACK" up || fail "deploy/stack up exited $?"
+eval "$("$STACK" env)"
+command -v quadctl >/dev/null || fail "quadctl is not on PATH after eval \"\$(deploy/stack env)\""
+[[ $QUAD_FRONTEND == "tcp://127.0.0.1:$QUAD_PORT_BASE" ]] ||
+    fail "deploy/stack env gave QUAD_FRONTEND=$QUAD_FRONTEND, expected port $QUAD_PORT_BASE"
+[[ -f $QUAD_HOME/run/broker.pid && -f $QUAD_HOME/run/catalog.1.pid ]] ||
+    fail "expected pid files broker.pid and catalog.1.pid in $QUAD_HOME/run, found: $(ls "$QUAD_HOME/run")"
+[[ -f $QUAD_HOME/logs/catalog.1.log && -f $QUAD_HOME/db/catalog.db ]] ||
+    fail "expected logs/catalog.1.log and db/catalog.db under $QUAD_HOME"
+ok "deploy/stack up on ports $QUAD_PORT_BASE..$((QUAD_PORT_BASE + 3))"
+
+step="second up"
+out=$("$STACK" up) || fail "a second deploy/stack up exited $?"
+grep -qi "already running" <<<"$out" || fail "a second up did not say the stack is running: $out"
+ok "a second up says the stack is already running"
+
+step="catalog.products.list"
+reply=$(quadctl call catalog.products.list '{"limit":5}') || fail "quadctl call catalog.products.list exited $?: $reply"
+count=$(python3 -c 'import json, sys; print(len(json.loads(sys.argv[1])["products"]))' "$reply") ||
+    fail "the reply has no products list: $reply"
+[[ $count == 5 ]] || fail "expected 5 products, got $count: $reply"
+ok "quadctl call catalog.products.list '{\"limit\":5}' returns 5 products"
+
+step="health"
+health=$(quadctl call catalog.sys.health) || fail "catalog.sys.health exited $?: $health"
+python3 -c 'import json, sys; assert json.loads(sys.argv[1])["status"] == "ok"' "$health" ||
+    fail "catalog.sys.health is not ok: $health"
+ok "catalog.sys.health is ok"
+
+step="scale catalog 2"
+"$STACK" scale catalog 2 || fail "deploy/stack scale catalog 2 exited $?"
+n=$(workers_of catalog) || exit 1
+[[ $n == 2 ]] || fail "after scale catalog 2, quadctl services shows $n catalog worker(s): $(quadctl services)"
+[[ -f $QUAD_HOME/run/catalog.2.pid ]] || fail "no pid file catalog.2.pid after scale catalog 2"
+# Both workers answer: enough calls reach each of them.
+for _ in $(seq 6); do quadctl call catalog.products.list '{"limit":1}' >/dev/null || fail "a call failed with 2 workers"; done
+ok "deploy/stack scale catalog 2: quadctl services shows 2 catalog workers"
+
+step="status"
+status=$("$STACK" status) || fail "deploy/stack status exited $?"
+printf '%s\n' "$status"
+grep -q '^SERVICE ' <<<"$status" || fail "status has no header row"
+grep -q '^broker ' <<<"$status" || fail "status has no broker row"
+grep -q 'catalog/1 ' <<<"$status" && grep -q 'catalog/2 ' <<<"$status" ||
+    fail "status does not list catalog/1 and catalog/2"
+ok "deploy/stack status prints a table with the broker and both catalog workers"
+
+step="scale catalog 1"
+pid2=$(<"$QUAD_HOME/run/catalog.2.pid")
+"$STACK" scale catalog 1 || fail "deploy/stack scale catalog 1 exited $?"
+n=$(workers_of catalog) || exit 1
+[[ $n == 1 ]] || fail "after scale catalog 1, quadctl services shows $n catalog worker(s): $(quadctl services)"
+quad_alive "$pid2" && fail "catalog/2 (pid $pid2) still runs after scale catalog 1"
+[[ ! -f $QUAD_HOME/run/catalog.2.pid ]] || fail "catalog.2.pid is still there after scale catalog 1"
+quadctl call catalog.products.list '{"limit":5}' >/dev/null || fail "the catalog does not answer after scaling down"
+ok "deploy/stack scale catalog 1: one worker left, catalog/2 stopped, the catalog still answers"
+
+step="down"
+pids=$(cat "$QUAD_HOME"/run/*.pid)
+"$STACK" down || fail "deploy/stack down exited $?"
+for pid in $pids; do quad_alive "$pid" && fail "pid $pid still runs after down"; done
+left=$(stack_processes)
+[[ -z $left ]] || fail "processes of the stack remain after down: $left"
+[[ -z $(ls "$QUAD_HOME"/run/*.pid 2>/dev/null) ]] || fail "pid files remain after down: $(ls "$QUAD_HOME/run")"
+for port in $(seq "$QUAD_PORT_BASE" $((QUAD_PORT_BASE + 3))); do
+    quad_port_free "$port" || fail "port $port is still open after down"
+done
+rc=0
+"$STACK" status >/dev/null || rc=$?
+[[ $rc == 3 ]] || fail "status after down exited $rc, expected 3 (not running)"
+ok "deploy/stack down: no process, pid file or port of the stack remains"
+
+step="finished"
+printf 'test_stack: all checks passed\n'
