@@ -58,7 +58,7 @@ quad_alive() {
 # which survives the binary being replaced by a rebuild.
 quad_program_of() {
     local argv0
-    argv0=$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n 1) || return 1
+    argv0=$({ tr '\0' '\n' <"/proc/$1/cmdline"; } 2>/dev/null | head -n 1) || return 1
     [[ -n $argv0 ]] || return 1
     printf '%s\n' "${argv0##*/}"
 }

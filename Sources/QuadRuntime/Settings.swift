@@ -132,6 +132,13 @@ public enum Shutdown {
     nonisolated(unsafe) static var requested: sig_atomic_t = 0
 
     public static func install() {
+        // A parent may have started us with these signals blocked (test
+        // runners do); a blocked SIGTERM would never reach the handler.
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGTERM)
+        sigaddset(&set, SIGINT)
+        sigprocmask(SIG_UNBLOCK, &set, nil)
         signal(SIGTERM) { _ in Shutdown.requested = 1 }
         signal(SIGINT) { _ in Shutdown.requested = 1 }
         signal(SIGPIPE, SIG_IGN)

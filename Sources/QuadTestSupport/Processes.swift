@@ -83,8 +83,13 @@ public final class TestStack: @unchecked Sendable {
             processes = [:]
             return list
         }
-        for p in all where p.isRunning { p.terminate() }
-        for p in all { p.waitUntilExit() }
+        // Workers first, while the broker can still confirm their leaving.
+        let broker = all.filter { $0.executableURL?.lastPathComponent == "quad-broker" }
+        let workers = all.filter { $0.executableURL?.lastPathComponent != "quad-broker" }
+        for group in [workers, broker] {
+            for p in group where p.isRunning { p.terminate() }
+            for p in group { p.waitUntilExit() }
+        }
     }
 
     public func client(source: String = "test") throws -> Client {

@@ -13,7 +13,9 @@ the offline part: pytest -k "not live".
 
 Environment: QUAD_FRONTEND (use a running broker), QUAD_PROTOS_PORT_BASE
 (default 18700), QUAD_STACK_TIMEOUT (seconds for deploy/stack up, default 300),
-QUAD_REPLY_TIMEOUT (seconds to wait for one reply, default 3).
+QUAD_REPLY_TIMEOUT (seconds to wait for one reply, default 3). deploy/stack
+sees the rest of the environment, so QUAD_BUILD_DIR or QUAD_BIN_DIR choose
+which build it runs (and where it builds when sources changed).
 """
 
 import json
@@ -138,6 +140,18 @@ def test_schema_is_valid_2020_12(rel):
     assert schema.get("$schema") == "https://json-schema.org/draft/2020-12/schema", rel
     assert schema.get("$id") == ID_BASE + rel, f"{rel}: $id must be {ID_BASE + rel}"
     Draft202012Validator.check_schema(schema)
+
+
+@pytest.mark.parametrize("rel", sorted(SCHEMAS))
+def test_schema_annotations(rel):
+    """x-quad-auth on a request schema: who may call it (user: signed in,
+    admin: role admin); absent means anyone."""
+    schema = SCHEMAS[rel]
+    if "x-quad-auth" in schema:
+        assert rel.endswith(".request.json"), f"{rel}: x-quad-auth belongs on request schemas"
+        assert schema["x-quad-auth"] in ("user", "admin"), f"{rel}: x-quad-auth is user or admin"
+    unknown = [k for k in schema if k.startswith("x-") and k != "x-quad-auth"]
+    assert not unknown, f"{rel}: unknown annotations {unknown}"
 
 
 @pytest.mark.parametrize("rel", sorted(SCHEMAS))
@@ -396,14 +410,28 @@ def _check_reply(request, answer, reply_schema):
     assert not errors, f"{where}: reply body against {reply_schema}:\n" + "\n".join(errors)
 
 
+def _check_refused(request, answer, codes):
+    where = f"{request['type']} {json.dumps(request['body'])[:200]}"
+    assert answer["kind"] == "error", f"{where}: expected an error {codes}, got a reply: {json.dumps(answer.get('body'))[:300]}"
+    assert answer.get("corr") == request["id"], f"{where}: corr {answer.get('corr')!r} is not the request id"
+    assert answer["type"] == request["type"], f"{where}: error type {answer['type']!r}"
+    assert answer["body"]["code"] in codes, f"{where}: expected {codes}, got {answer['body']}"
+
+
 @pytest.mark.parametrize("example", REQUEST_PATHS, ids=_ids(REQUEST_PATHS, EXAMPLES))
 def test_live_request(frontend, services, example):
     service, op = request_type(example)
     body = json.loads(example.read_text())
-    reply_schema = schema_path_for(example).replace(".request.json", ".reply.json")
+    request_schema = schema_path_for(example)
+    reply_schema = request_schema.replace(".request.json", ".reply.json")
+    auth = SCHEMAS[request_schema].get("x-quad-auth")
     for name in [service] if service else services:
         request, answer = call(frontend, f"{name}.{op}", body)
-        _check_reply(request, answer, reply_schema)
+        if auth:
+            # Sent without a token: refused before anything happens.
+            _check_refused(request, answer, ("unauthorized", "forbidden"))
+        else:
+            _check_reply(request, answer, reply_schema)
 
 
 def test_live_catalog_is_listed(frontend):
@@ -423,9 +451,9 @@ def test_live_product_get_unknown_is_not_found(frontend):
 def test_live_invalid_body_is_bad_request(frontend, example):
     service, op = request_type(example, root=INVALID)
     request, answer = call(frontend, f"{service or 'catalog'}.{op}", json.loads(example.read_text()))
-    assert answer["kind"] == "error", f"{request['type']} {json.dumps(request['body'])[:200]} was answered with a reply"
-    assert answer.get("corr") == request["id"]
-    assert (answer["body"]["code"], answer["body"]["status"]) == ("bad_request", 400), answer["body"]
+    auth = SCHEMAS[schema_path_for(example, root=INVALID)].get("x-quad-auth")
+    _check_refused(request, answer, ("unauthorized", "forbidden") if auth else ("bad_request",))
+    assert answer["body"]["status"] == {"bad_request": 400, "unauthorized": 401, "forbidden": 403}[answer["body"]["code"]]
 
 
 def _with_fresh_id(raw):

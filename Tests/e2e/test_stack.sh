@@ -27,16 +27,13 @@ unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT
 # Every process that has this QUAD_HOME in its environment belongs to the
 # stack under test (deploy/stack passes it to all it starts).
 stack_processes() {
-    local environ pid
-    for environ in /proc/[0-9]*/environ; do
-        pid=${environ#/proc/}
-        pid=${pid%/environ}
-        [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
-        quad_alive "$pid" || continue
-        if tr '\0' '\n' <"$environ" 2>/dev/null | grep -qxF "QUAD_HOME=$QUAD_HOME"; then
-            case $(quad_program_of "$pid" 2>/dev/null) in
-                quad-*) printf '%s %s\n' "$pid" "$(quad_program_of "$pid")" ;;
-            esac
+    local dir pid program
+    for dir in /proc/[0-9]*; do
+        pid=${dir#/proc/}
+        program=$(quad_program_of "$pid") || continue
+        [[ $program == quad-* ]] && quad_alive "$pid" || continue
+        if { tr '\0' '\n' <"$dir/environ"; } 2>/dev/null | grep -qxF "QUAD_HOME=$QUAD_HOME"; then
+            printf '%s %s\n' "$pid" "$program"
         fi
     done
     return 0
