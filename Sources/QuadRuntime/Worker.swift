@@ -19,6 +19,7 @@ public final class Worker {
     var heartbeatMs: Int64
     public var maxMessageBytes = Envelope.defaultMaxBytes
     var reconnects = 0
+    var feeds: [(EventFeed, Socket)] = []
 
     public init(handlers: Handlers, endpoints: Endpoints, context: ZMQContext = ZMQContext(),
                 heartbeatMs: Int64 = WorkerProtocol.heartbeatMs) throws {
@@ -58,7 +59,7 @@ public final class Worker {
         guard let db = handlers.db, let publisher else { return }
         do {
             try Outbox.relay(db) { event in
-                try publisher.send([Array(event.type.utf8), event.envelope(src: handlers.service).encoded()])
+                try publisher.send([Array((EventFeed.topic(handlers.service) + event.type).utf8), event.envelope(src: handlers.service).encoded()])
             }
         } catch {
             Log.error(handlers.instance, "outbox relay: \(error)")
@@ -86,12 +87,14 @@ public final class Worker {
         while !Shutdown.isRequested {
             var poller = Poller()
             poller.add(socket)
+            for (_, sub) in feeds { poller.add(sub) }
             let ready: [Bool]
             do { ready = try poller.poll(timeoutMs: Int(timers.timeout(cap: 200))) } catch {
                 Log.error(handlers.instance, "poll: \(error)")
                 return 1
             }
             if ready[0] { receive() }
+            for (k, (feed, sub)) in feeds.enumerated() where ready[k + 1] { receiveEvents(feed, sub) }
             timers.runDue()
         }
         leave()

@@ -33,12 +33,13 @@ public final class TestStack: @unchecked Sendable {
     }
 
     @discardableResult
-    public func start(_ name: String, executable: String, arguments: [String]) throws -> Process {
+    public func start(_ name: String, executable: String, arguments: [String], environment: [String: String] = [:]) throws -> Process {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: TestStack.binDir + "/" + executable)
         p.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env["QUAD_HOME"] = dir
+        env.merge(environment) { _, new in new }
         p.environment = env
         let log = dir + "/logs/\(name.replacingOccurrences(of: "/", with: ".")).log"
         FileManager.default.createFile(atPath: log, contents: nil)
@@ -60,13 +61,14 @@ public final class TestStack: @unchecked Sendable {
 
     /// Starts one worker of a service; `instance` like "tally/1".
     @discardableResult
-    public func startWorker(_ executable: String, instance: String, db: String? = nil, heartbeatMs: Int = 200, extra: [String] = []) throws -> Process {
+    public func startWorker(_ executable: String, instance: String, db: String? = nil, heartbeatMs: Int = 200, extra: [String] = [],
+                            environment: [String: String] = [:]) throws -> Process {
         let service = String(instance.split(separator: "/")[0])
         return try start(instance, executable: executable, arguments: [
             "--instance", instance, "--db", db ?? "\(dir)/\(service).db",
             "--backend", endpoints.backend, "--events-in", endpoints.eventsIn, "--events-out", endpoints.eventsOut,
             "--frontend", endpoints.frontend, "--heartbeat-ms", String(heartbeatMs),
-        ] + extra)
+        ] + extra, environment: environment)
     }
 
     public func process(_ name: String) -> Process? { lock.withLock { processes[name] } }

@@ -11,7 +11,8 @@ var flags = Flags(program: "quadctl", summary: """
       call TYPE [JSON]     send a request; prints the reply body as JSON (exit 0),
                            the error body (exit 1), or says no answer came (exit 2)
       services             list services with their live workers and queue depth
-      watch [TOPIC]        print events as they pass (all topics by default)
+      watch [TOPIC]        print events as they pass: all by default, or those whose
+                           service ("catalog/") or type ("catalog.stock") starts with TOPIC
     """)
 flags.option("frontend", "broker endpoint for requests", default: defaults.frontend)
 flags.option("events-out", "broker endpoint for events", default: defaults.eventsOut)
@@ -69,7 +70,8 @@ case "watch":
         let context = ZMQContext()
         let sub = try context.socket(.sub)
         try sub.connect(flags["events-out"]!)
-        try sub.subscribe(topic)
+        // Topics are "service/type"; TOPIC may be either a service or a type prefix.
+        try sub.subscribe("")
         Shutdown.install()
         var seen = 0
         var poller = Poller()
@@ -78,7 +80,10 @@ case "watch":
         while !Shutdown.isRequested {
             guard try poller.poll(timeoutMs: 200)[0] else { continue }
             while let frames = try sub.receive(dontWait: true) {
-                guard let last = frames.last else { continue }
+                guard let last = frames.last, let first = frames.first else { continue }
+                let frameTopic = String(decoding: first, as: UTF8.self)
+                let type = frameTopic.split(separator: "/", maxSplits: 1).last.map(String.init) ?? frameTopic
+                guard topic.isEmpty || frameTopic.hasPrefix(topic) || type.hasPrefix(topic) else { continue }
                 FileHandle.standardOutput.write(Data(last + [0x0A]))
                 seen += 1
                 if limit > 0 && seen >= limit { exit(0) }

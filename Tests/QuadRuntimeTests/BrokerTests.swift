@@ -104,7 +104,7 @@ struct BrokerTests {
         let context = ZMQContext()
         let sub = try context.socket(.sub)
         try sub.connect(stack.endpoints.eventsOut)
-        try sub.subscribe("tally.")
+        try sub.subscribe("tally/")
         usleep(300_000)  // let the subscription reach the publishers
         let client = try stack.client()
         for n in 1...50 { _ = try client.request("tally.add", ["key": "ev", "n": .int(Int64(n))]) }
@@ -181,5 +181,42 @@ struct BrokerTests {
         #expect(health["status"]?.string == "ok")
         let metrics = try stack.client().request("tally.sys.metrics")
         #expect(metrics["latency_us"]?["p99"]?.int != nil)
+    }
+}
+
+@Suite("Event feeds", .serialized)
+struct EventFeedTests {
+    @Test func aFollowerAppliesEveryEventOnceAcrossItsOwnCrash() throws {
+        let stack = try TestStack(name: "feed")
+        try stack.startBroker()
+        try stack.startWorker("quad-tally", instance: "tally/1")
+        let follower = ["QUAD_TALLY_NAME": "mirror"]
+        try stack.startWorker("quad-tally", instance: "mirror/1", extra: ["--mirror", "tally"], environment: follower)
+        #expect(try stack.waitForWorkers("tally", count: 1))
+        #expect(try stack.waitForWorkers("mirror", count: 1))
+        let client = try stack.client()
+        func mirrored() throws -> (Int64, Int64) {
+            let r = try client.request("mirror.mirror", ["key": "k"])
+            return (r["total"]?.int ?? -1, r["events"]?.int ?? -1)
+        }
+        func waitFor(_ want: (Int64, Int64)) throws -> (Int64, Int64) {
+            let until = Clock.monotonicMillis() + 8000
+            var got = try mirrored()
+            while got != want && Clock.monotonicMillis() < until { usleep(100_000); got = try mirrored() }
+            return got
+        }
+        for n in 1...20 { _ = try client.request("tally.add", ["key": "k", "n": .int(Int64(n))]) }
+        #expect(try waitFor((210, 20)) == (210, 20))
+        // The follower dies; events published meanwhile are missed by pub/sub.
+        stack.kill("mirror/1")
+        for _ in 1...15 { _ = try client.request("tally.add", ["key": "k", "n": 2]) }
+        try stack.startWorker("quad-tally", instance: "mirror/2", extra: ["--mirror", "tally"], environment: follower)
+        #expect(try stack.waitForWorkers("mirror", count: 1))
+        #expect(try waitFor((240, 35)) == (240, 35), "catch-up after restart applies each missed event once")
+        // A second follower worker on the same store applies nothing twice.
+        try stack.startWorker("quad-tally", instance: "mirror/3", extra: ["--mirror", "tally"], environment: follower)
+        #expect(try stack.waitForWorkers("mirror", count: 2))
+        for _ in 1...10 { _ = try client.request("tally.add", ["key": "k", "n": 1]) }
+        #expect(try waitFor((250, 45)) == (250, 45))
     }
 }

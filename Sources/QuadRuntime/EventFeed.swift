@@ -1,0 +1,131 @@
+import QuadMessaging
+import QuadStore
+import QuadWire
+
+/// Events of other services, applied at most once each and in `seq` order
+/// per source. Pub/sub is the fast path; `<source>.events.since` is what
+/// makes it reliable: the feed catches up at start, on a gap, and on a
+/// timer (which also finds events lost at the tail of a partition).
+/// The last applied seq per source is stored with the change it caused, in
+/// one transaction, so a crash or a second worker never applies one twice.
+public final class EventFeed {
+    public typealias Apply = (Envelope) throws -> Void
+
+    let db: Database
+    let sources: [String]
+    let wants: (Envelope) -> Bool
+    let apply: Apply
+    let client: Client
+    let source: String
+    public private(set) var applied: Int64 = 0
+    public private(set) var catchUps: Int64 = 0
+    /// Page size of a catch-up request.
+    static let page: Int64 = 500
+
+    public static let migrations = [
+        Migration(1, "CREATE TABLE event_cursors (source TEXT PRIMARY KEY, seq BIGINT NOT NULL)"),
+    ]
+
+    init(db: Database, sources: [String], wants: @escaping (Envelope) -> Bool, client: Client, source: String, apply: @escaping Apply) throws {
+        self.db = db
+        self.sources = sources
+        self.wants = wants
+        self.apply = apply
+        self.client = client
+        self.source = source
+        try Migrations.apply(db, EventFeed.migrations, scope: "quad.feed")
+    }
+
+    /// The pub/sub topic prefix of every event of `service`.
+    public static func topic(_ service: String) -> String { service + "/" }
+
+    func cursor(_ source: String) throws -> Int64 {
+        try db.queryOne("SELECT seq FROM event_cursors WHERE source = $1", .text(source))?.int("seq") ?? 0
+    }
+
+    /// Applies one event if it is the next of its source; on a gap, catches up first.
+    func receive(_ event: Envelope) {
+        guard let src = event.src, let seq = event.seq, sources.contains(src) else { return }
+        do {
+            let next = try db.transaction { () throws -> Bool in
+                let last = try cursor(src)
+                if seq <= last { return true }  // seen already
+                if seq > last + 1 { return false }  // a gap: catch up
+                try record(event, src: src, seq: seq)
+                return true
+            }
+            if !next { catchUp(src) }
+        } catch {
+            Log.error(source, "event \(event.type) seq \(seq) from \(src) not applied: \(error)")
+        }
+    }
+
+    func record(_ event: Envelope, src: String, seq: Int64) throws {
+        if wants(event) {
+            try apply(event)
+            applied += 1
+        }
+        try db.execute("""
+            INSERT INTO event_cursors (source, seq) VALUES ($1, $2)
+            ON CONFLICT (source) DO UPDATE SET seq = excluded.seq
+            """, .text(src), .int(seq))
+    }
+
+    /// Asks `src` for everything after our cursor, page by page.
+    @discardableResult
+    public func catchUp(_ src: String, timeoutMs: Int64 = 800) -> Bool {
+        catchUps += 1
+        do {
+            while true {
+                let after = try cursor(src)
+                let reply = try client.request("\(src).events.since", ["after": .int(after), "limit": .int(EventFeed.page)],
+                                               timeoutMs: timeoutMs, attempts: 1)
+                let events = try (reply["events"]?.array ?? []).map { try Envelope.decode($0) }
+                try db.transaction {
+                    var last = try cursor(src)
+                    for e in events {
+                        guard let seq = e.seq, seq > last else { continue }
+                        try record(e, src: src, seq: seq)
+                        last = seq
+                    }
+                }
+                if Int64(events.count) < EventFeed.page { return true }
+            }
+        } catch {
+            Log.info(source, "catch-up from \(src) deferred: \(error)")
+            return false
+        }
+    }
+
+    func catchUpAll() {
+        for s in sources { catchUp(s) }
+    }
+}
+
+extension Worker {
+    /// Subscribes this worker to the events of `sources` (service names).
+    /// `apply` runs inside the transaction that advances the cursor; it
+    /// sees only events for which `wants` is true.
+    public func subscribe(to sources: [String], catchUpEveryMs: Int64 = 5000,
+                          wants: @escaping (Envelope) -> Bool = { _ in true }, apply: @escaping EventFeed.Apply) throws {
+        guard let db = handlers.db else { throw QuadError.internal("a feed needs a store") }
+        let client = try Client(context: context, endpoint: endpoints.frontend, source: handlers.instance)
+        let feed = try EventFeed(db: db, sources: sources, wants: wants, client: client, source: handlers.instance, apply: apply)
+        let sub = try context.socket(.sub)
+        try sub.connect(endpoints.eventsOut)
+        for s in sources { try sub.subscribe(EventFeed.topic(s)) }
+        feeds.append((feed, sub))
+        timers.after(0) { feed.catchUpAll() }
+        timers.every(catchUpEveryMs) { feed.catchUpAll() }
+    }
+
+    func receiveEvents(_ feed: EventFeed, _ socket: Socket) {
+        var n = 0
+        while n < 500, let frames = try? socket.receive(dontWait: true) {
+            n += 1
+            guard frames.count == 2, let e = try? Envelope.decode(frames[1], maxBytes: .max), e.kind == .event else { continue }
+            feed.receive(e)
+        }
+        relayOutbox()
+    }
+}
