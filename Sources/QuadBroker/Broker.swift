@@ -64,6 +64,7 @@ public final class Broker {
     let backend: Socket
     let eventsIn: Socket
     let eventsOut: Socket
+    let internalFrontend: Socket
     var workers: [[UInt8]: Worker] = [:]
     var services: [String: Service] = [:]
     let timers = Timers(now: Clock.monotonicMillis)
@@ -88,12 +89,15 @@ public final class Broker {
         try eventsIn.bind(settings.endpoints.eventsIn)
         eventsOut = try context.socket(.xpub)
         try eventsOut.bind(settings.endpoints.eventsOut)
+        internalFrontend = try context.socket(.router)
+        try internalFrontend.setMaxMessageSize(socketLimit)
+        try internalFrontend.bind(settings.endpoints.internal)
     }
 
     /// The endpoints actually bound (useful after binding port `*`).
     public var boundEndpoints: Endpoints {
         Endpoints(frontend: frontend.lastEndpoint, backend: backend.lastEndpoint,
-                  eventsIn: eventsIn.lastEndpoint, eventsOut: eventsOut.lastEndpoint)
+                  eventsIn: eventsIn.lastEndpoint, eventsOut: eventsOut.lastEndpoint, internal: internalFrontend.lastEndpoint)
     }
 
     /// Runs until SIGTERM/SIGINT (or `shouldStop` returns true); returns the exit code.
@@ -101,12 +105,13 @@ public final class Broker {
         Shutdown.install()
         timers.every(settings.heartbeatMs) { [unowned self] in self.heartbeat() }
         timers.every(50) { [unowned self] in self.expireQueued() }
-        Log.info(name, "frontend \(settings.endpoints.frontend), backend \(settings.endpoints.backend), events in \(settings.endpoints.eventsIn) out \(settings.endpoints.eventsOut)")
+        Log.info(name, "frontend \(settings.endpoints.frontend), backend \(settings.endpoints.backend), events in \(settings.endpoints.eventsIn) out \(settings.endpoints.eventsOut), internal \(settings.endpoints.internal)")
         var poller = Poller()
         poller.add(frontend)
         poller.add(backend)
         poller.add(eventsIn)
         poller.add(eventsOut)
+        poller.add(internalFrontend)
         while !Shutdown.isRequested && !shouldStop() {
             let ready: [Bool]
             do { ready = try poller.poll(timeoutMs: Int(timers.timeout(cap: 100))) } catch {
@@ -114,7 +119,8 @@ public final class Broker {
                 return 1
             }
             if ready[1] { drainBackend() }
-            if ready[0] { drainFrontend() }
+            if ready[0] { drainFrontend(frontend, origin: Broker.public) }
+            if ready[4] { drainFrontend(internalFrontend, origin: Broker.internal) }
             if ready[2] { relay(from: eventsIn, to: eventsOut, events: true) }
             if ready[3] { relay(from: eventsOut, to: eventsIn, events: false) }
             timers.runDue()
@@ -137,12 +143,18 @@ public final class Broker {
 
     // MARK: Clients
 
-    func drainFrontend() {
+    /// A client's route is its frontend (one byte) then its routing id, so a
+    /// worker's reply finds its way back through the right socket.
+    static let `public`: UInt8 = 0
+    static let `internal`: UInt8 = 1
+
+    func drainFrontend(_ socket: Socket, origin: UInt8) {
         var n = 0
-        while n < 1000, let frames = try? frontend.receive(dontWait: true) {
+        while n < 1000, let frames = try? socket.receive(dontWait: true) {
             n += 1
             requestsIn += 1
-            guard let client = frames.first else { continue }
+            guard let identity = frames.first else { continue }
+            let client = [origin] + identity
             guard frames.count == 2 else {
                 replyError(client, .badRequest("expected one envelope frame, got \(frames.count - 1) frames"), corr: nil)
                 continue
@@ -151,8 +163,15 @@ public final class Broker {
         }
     }
 
+    /// Sends `bytes` to the client at `route`.
+    func deliver(_ route: [UInt8], _ bytes: [UInt8]) {
+        guard let origin = route.first else { return }
+        let socket = origin == Broker.internal ? internalFrontend : frontend
+        try? socket.send([Array(route.dropFirst()), bytes], dontWait: true)
+    }
+
     func replyError(_ client: [UInt8], _ error: QuadError, corr: String?, type: String = "error") {
-        try? frontend.send([client, Envelope.error(error, corr: corr, type: type, src: name).encoded()], dontWait: true)
+        deliver(client, Envelope.error(error, corr: corr, type: type, src: name).encoded())
     }
 
     func accept(client: [UInt8], bytes: [UInt8]) {
@@ -166,16 +185,16 @@ public final class Broker {
             return
         }
         var bytes = bytes
-        // `user` and `role` are the broker's to set, never a client's.
-        if envelope.user != nil || envelope.role != nil {
+        // `user` and `role` are the broker's to set, never a client's; only
+        // services on the internal frontend may pass them on.
+        if client.first == Broker.public && (envelope.user != nil || envelope.role != nil) {
             envelope.user = nil
             envelope.role = nil
             bytes = envelope.encoded()
         }
         let service = String(envelope.service)
         if service == "sys" {
-            let reply = system(envelope)
-            try? frontend.send([client, reply.encoded()], dontWait: true)
+            deliver(client, system(envelope).encoded())
             return
         }
         let s = self.service(service)
@@ -249,11 +268,11 @@ public final class Broker {
             case WorkerProtocol.reply where frames.count == 5:
                 guard let w = workers[identity] else {
                     // A reply from a worker we dropped: still deliver it.
-                    try? frontend.send([frames[3], frames[4]], dontWait: true)
+                    deliver(frames[3], frames[4])
                     try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
                     continue
                 }
-                try? frontend.send([frames[3], frames[4]], dontWait: true)
+                deliver(frames[3], frames[4])
                 w.current = nil
                 w.served += 1
                 let s = service(w.service)

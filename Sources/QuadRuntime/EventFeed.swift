@@ -109,7 +109,7 @@ extension Worker {
     public func subscribe(to sources: [String], catchUpEveryMs: Int64 = 5000,
                           wants: @escaping (Envelope) -> Bool = { _ in true }, apply: @escaping EventFeed.Apply) throws {
         guard let db = handlers.db else { throw QuadError.internal("a feed needs a store") }
-        let client = try Client(context: context, endpoint: endpoints.frontend, source: handlers.instance)
+        let client = try Client(context: context, endpoint: endpoints.internal, source: handlers.instance)
         let feed = try EventFeed(db: db, sources: sources, wants: wants, client: client, source: handlers.instance, apply: apply)
         let sub = try context.socket(.sub)
         try sub.connect(endpoints.eventsOut)

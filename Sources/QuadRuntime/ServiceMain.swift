@@ -34,13 +34,14 @@ public enum ServiceMain {
         flags.option("backend", "broker endpoint for workers", default: defaults.backend)
         flags.option("events-in", "broker endpoint where events are published", default: defaults.eventsIn)
         flags.option("events-out", "broker endpoint where events are subscribed", default: defaults.eventsOut)
-        flags.option("frontend", "broker endpoint for requests to other services", default: defaults.frontend)
+        flags.option("frontend", "broker endpoint for clients (unused by workers; accepted for symmetry)", default: defaults.frontend)
+        flags.option("internal", "broker endpoint for requests to other services", default: defaults.internal)
         flags.option("heartbeat-ms", "heartbeat interval with the broker", default: String(WorkerProtocol.heartbeatMs))
         flags.option("max-message-bytes", "largest envelope accepted", default: String(Envelope.defaultMaxBytes))
         for (name, help, d) in D.options { flags.option(name, help, default: d) }
         flags.parse(arguments)
 
-        let endpoints = Endpoints(frontend: flags["frontend"]!, backend: flags["backend"]!, eventsIn: flags["events-in"]!, eventsOut: flags["events-out"]!)
+        let endpoints = Endpoints(frontend: flags["frontend"]!, backend: flags["backend"]!, eventsIn: flags["events-in"]!, eventsOut: flags["events-out"]!, internal: flags["internal"]!)
         let location = flags["db"]!
         let instance = flags["instance"]!
         let heartbeat = flags.int("heartbeat-ms")

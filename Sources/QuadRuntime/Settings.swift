@@ -11,19 +11,23 @@ public struct Endpoints: Sendable {
     public var eventsIn: String
     /// Subscribers connect here (broker XPUB).
     public var eventsOut: String
+    /// Requests from other services (broker ROUTER): `user` and `role`
+    /// set by the caller are kept. Never exposed to phones.
+    public var `internal`: String
 
-    public init(frontend: String, backend: String, eventsIn: String, eventsOut: String) {
+    public init(frontend: String, backend: String, eventsIn: String, eventsOut: String, internal: String) {
         self.frontend = frontend
         self.backend = backend
         self.eventsIn = eventsIn
         self.eventsOut = eventsOut
+        self.internal = `internal`
     }
 
     public static let defaults = Endpoints(
         frontend: "tcp://127.0.0.1:7700", backend: "tcp://127.0.0.1:7701",
-        eventsIn: "tcp://127.0.0.1:7702", eventsOut: "tcp://127.0.0.1:7703")
+        eventsIn: "tcp://127.0.0.1:7702", eventsOut: "tcp://127.0.0.1:7703", internal: "tcp://127.0.0.1:7704")
 
-    /// Defaults overridden by QUAD_FRONTEND, QUAD_BACKEND, QUAD_EVENTS_IN, QUAD_EVENTS_OUT.
+    /// Defaults overridden by QUAD_FRONTEND, QUAD_BACKEND, QUAD_EVENTS_IN, QUAD_EVENTS_OUT, QUAD_INTERNAL.
     public static func fromEnvironment() -> Endpoints {
         let env = ProcessInfo.processInfo.environment
         var e = defaults
@@ -31,6 +35,7 @@ public struct Endpoints: Sendable {
         if let v = env["QUAD_BACKEND"], !v.isEmpty { e.backend = v }
         if let v = env["QUAD_EVENTS_IN"], !v.isEmpty { e.eventsIn = v }
         if let v = env["QUAD_EVENTS_OUT"], !v.isEmpty { e.eventsOut = v }
+        if let v = env["QUAD_INTERNAL"], !v.isEmpty { e.internal = v }
         return e
     }
 }

@@ -10,7 +10,7 @@ import QuadWire
 /// already sent, relay what is left, exit 0.
 public final class Worker {
     public let handlers: Handlers
-    let endpoints: Endpoints
+    public let endpoints: Endpoints
     let context: ZMQContext
     let timers = Timers(now: Clock.monotonicMillis)
     var socket: Socket
@@ -20,6 +20,13 @@ public final class Worker {
     public var maxMessageBytes = Envelope.defaultMaxBytes
     var reconnects = 0
     var feeds: [(EventFeed, Socket)] = []
+
+    /// A client for calling other services through the broker's internal
+    /// frontend, made on first use.
+    public lazy var services: Client = {
+        // Creating a DEALER only fails when the context is gone.
+        try! Client(context: context, endpoint: endpoints.internal, source: handlers.instance)
+    }()
 
     public init(handlers: Handlers, endpoints: Endpoints, context: ZMQContext = ZMQContext(),
                 heartbeatMs: Int64 = WorkerProtocol.heartbeatMs) throws {

@@ -23,6 +23,10 @@ public enum Migrations {
     /// Applies the migrations not yet applied; returns how many ran.
     @discardableResult
     public static func apply(_ db: Database, _ migrations: [Migration], scope: String = "app") throws -> Int {
+        try SQLiteDatabase.retryingBusy(forMs: 10_000) { try applyAll(db, migrations, scope: scope) }
+    }
+
+    static func applyAll(_ db: Database, _ migrations: [Migration], scope: String) throws -> Int {
         try db.executeScript("CREATE TABLE IF NOT EXISTS schema_migrations (scope TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (scope, version))")
         var ran = 0
         for m in migrations.sorted(by: { $0.version < $1.version }) {

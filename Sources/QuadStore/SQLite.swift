@@ -22,10 +22,25 @@ public final class SQLiteDatabase: Database {
         self.db = handle
         self.path = path
         sqlite3_busy_timeout(db, busyTimeoutMs)
-        try executeScript("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+        // Switching a new file to WAL while another process does the same
+        // can return BUSY without calling the busy handler: retry a while.
+        try SQLiteDatabase.retryingBusy(forMs: Int(busyTimeoutMs)) {
+            try executeScript("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+        }
     }
 
     deinit { close() }
+
+    /// Runs `body` again while it fails with SQLITE_BUSY, up to `forMs`.
+    public static func retryingBusy<T>(forMs: Int, _ body: () throws -> T) throws -> T {
+        let start = DispatchTime.now().uptimeNanoseconds
+        while true {
+            do { return try body() } catch let e as StoreError where e.kind == .busy {
+                if Int((DispatchTime.now().uptimeNanoseconds - start) / 1_000_000) > forMs { throw e }
+                usleep(UInt32.random(in: 5_000...25_000))
+            }
+        }
+    }
 
     var closed = false
     public func close() {
@@ -133,7 +148,7 @@ public final class SQLiteDatabase: Database {
         if rc != SQLITE_OK {
             let text = message.map { String(cString: $0) } ?? "error \(rc)"
             sqlite3_free(message)
-            throw StoreError(rc == SQLITE_BUSY ? .busy : .other, "exec: \(text)")
+            throw StoreError(rc & 0xFF == SQLITE_BUSY || rc & 0xFF == SQLITE_LOCKED ? .busy : .other, "exec: \(text)")
         }
     }
 

@@ -16,7 +16,7 @@ public final class TestStack: @unchecked Sendable {
         dir = NSTemporaryDirectory() + "quad-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: dir + "/logs", withIntermediateDirectories: true)
         endpoints = Endpoints(frontend: "ipc://\(dir)/frontend", backend: "ipc://\(dir)/backend",
-                              eventsIn: "ipc://\(dir)/events-in", eventsOut: "ipc://\(dir)/events-out")
+                              eventsIn: "ipc://\(dir)/events-in", eventsOut: "ipc://\(dir)/events-out", internal: "ipc://\(dir)/internal")
     }
 
     deinit { stopAll() }
@@ -55,7 +55,8 @@ public final class TestStack: @unchecked Sendable {
     public func startBroker(heartbeatMs: Int = 200) throws -> Process {
         try start("broker", executable: "quad-broker", arguments: [
             "--frontend", endpoints.frontend, "--backend", endpoints.backend,
-            "--events-in", endpoints.eventsIn, "--events-out", endpoints.eventsOut, "--heartbeat-ms", String(heartbeatMs),
+            "--events-in", endpoints.eventsIn, "--events-out", endpoints.eventsOut, "--internal", endpoints.internal,
+            "--heartbeat-ms", String(heartbeatMs),
         ])
     }
 
@@ -67,7 +68,7 @@ public final class TestStack: @unchecked Sendable {
         return try start(instance, executable: executable, arguments: [
             "--instance", instance, "--db", db ?? "\(dir)/\(service).db",
             "--backend", endpoints.backend, "--events-in", endpoints.eventsIn, "--events-out", endpoints.eventsOut,
-            "--frontend", endpoints.frontend, "--heartbeat-ms", String(heartbeatMs),
+            "--frontend", endpoints.frontend, "--internal", endpoints.internal, "--heartbeat-ms", String(heartbeatMs),
         ] + extra, environment: environment)
     }
 
@@ -96,6 +97,11 @@ public final class TestStack: @unchecked Sendable {
 
     public func client(source: String = "test") throws -> Client {
         try Client(endpoint: endpoints.frontend, source: source)
+    }
+
+    /// A client on the internal frontend, as a service calling a service.
+    public func internalClient(source: String = "test-service") throws -> Client {
+        try Client(endpoint: endpoints.internal, source: source)
     }
 
     /// Waits until `service` has `count` live workers in `sys.services`.

@@ -9,6 +9,7 @@ flags.option("frontend", "endpoint for clients (ROUTER)", default: defaults.fron
 flags.option("backend", "endpoint for workers (ROUTER)", default: defaults.backend)
 flags.option("events-in", "endpoint publishers connect to (XSUB)", default: defaults.eventsIn)
 flags.option("events-out", "endpoint subscribers connect to (XPUB)", default: defaults.eventsOut)
+flags.option("internal", "endpoint for requests from other services (ROUTER; keeps user and role)", default: defaults.internal)
 flags.option("heartbeat-ms", "heartbeat interval; a worker silent for 3 is dropped", default: String(WorkerProtocol.heartbeatMs))
 flags.option("max-message-bytes", "largest envelope accepted (max_message_bytes)", default: String(Envelope.defaultMaxBytes))
 flags.option("max-queue", "most requests queued per service (max_queue)", default: "10000")
@@ -16,7 +17,8 @@ flags.option("default-deadline-ms", "deadline of a request that carries none", d
 flags.parse()
 
 var settings = BrokerSettings(endpoints: Endpoints(frontend: flags["frontend"]!, backend: flags["backend"]!,
-                                                   eventsIn: flags["events-in"]!, eventsOut: flags["events-out"]!))
+                                                   eventsIn: flags["events-in"]!, eventsOut: flags["events-out"]!,
+                                                   internal: flags["internal"]!))
 settings.heartbeatMs = Int64(flags.int("heartbeat-ms"))
 settings.maxMessageBytes = flags.int("max-message-bytes")
 settings.maxQueue = flags.int("max-queue")

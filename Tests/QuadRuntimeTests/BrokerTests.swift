@@ -220,3 +220,28 @@ struct EventFeedTests {
         #expect(try waitFor((250, 45)) == (250, 45))
     }
 }
+
+@Suite("Trust boundary", .serialized)
+struct TrustTests {
+    @Test func onlyTheInternalFrontendMayCarryUserAndRole() throws {
+        let stack = try TestStack(name: "trust")
+        try stack.startBroker()
+        try stack.startWorker("quad-tally", instance: "tally/1")
+        #expect(try stack.waitForWorkers("tally", count: 1))
+        var forged = Envelope.request("tally.sys.health")
+        forged.user = "someone-else"
+        forged.role = "admin"
+        // From outside, the broker drops what a client claims.
+        let outside = try stack.client().call(forged)
+        #expect(outside.kind == .reply)
+        // The worker logs the user it was given; only the internal call has one.
+        var internalCall = Envelope.request("tally.sys.health")
+        internalCall.user = "u-1"
+        internalCall.role = "service"
+        #expect(try stack.internalClient().call(internalCall).kind == .reply)
+        usleep(200_000)
+        let log = stack.log("tally/1")
+        #expect(!log.contains("someone-else"))
+        #expect(log.contains("\"user\":\"u-1\""))
+    }
+}
