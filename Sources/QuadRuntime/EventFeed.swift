@@ -8,6 +8,8 @@ import QuadWire
 /// timer (which also finds events lost at the tail of a partition).
 /// The last applied seq per source is stored with the change it caused, in
 /// one transaction, so a crash or a second worker never applies one twice.
+/// Catch-up requests are asynchronous: the worker's loop keeps serving
+/// while a source is slow or gone.
 public final class EventFeed {
     public typealias Apply = (Envelope) throws -> Void
 
@@ -15,24 +17,26 @@ public final class EventFeed {
     let sources: [String]
     let wants: (Envelope) -> Bool
     let apply: Apply
-    let client: Client
-    let source: String
+    let requests: Socket
+    let name: String
+    /// The catch-up request in flight per source: its id and when it expires.
+    var inFlight: [String: (id: String, expires: Int64)] = [:]
     public private(set) var applied: Int64 = 0
-    public private(set) var catchUps: Int64 = 0
-    /// Page size of a catch-up request.
+    /// Page size of a catch-up request, and how long to wait for one.
     static let page: Int64 = 500
+    static let catchUpTimeoutMs: Int64 = 3000
 
     public static let migrations = [
         Migration(1, "CREATE TABLE event_cursors (source TEXT PRIMARY KEY, seq BIGINT NOT NULL)"),
     ]
 
-    init(db: Database, sources: [String], wants: @escaping (Envelope) -> Bool, client: Client, source: String, apply: @escaping Apply) throws {
+    init(db: Database, sources: [String], wants: @escaping (Envelope) -> Bool, requests: Socket, name: String, apply: @escaping Apply) throws {
         self.db = db
         self.sources = sources
         self.wants = wants
         self.apply = apply
-        self.client = client
-        self.source = source
+        self.requests = requests
+        self.name = name
         try Migrations.apply(db, EventFeed.migrations, scope: "quad.feed")
     }
 
@@ -43,20 +47,20 @@ public final class EventFeed {
         try db.queryOne("SELECT seq FROM event_cursors WHERE source = $1", .text(source))?.int("seq") ?? 0
     }
 
-    /// Applies one event if it is the next of its source; on a gap, catches up first.
+    /// Applies one event if it is the next of its source; on a gap, catches up.
     func receive(_ event: Envelope) {
         guard let src = event.src, let seq = event.seq, sources.contains(src) else { return }
         do {
-            let next = try db.transaction { () throws -> Bool in
+            let inOrder = try db.transaction { () throws -> Bool in
                 let last = try cursor(src)
                 if seq <= last { return true }  // seen already
-                if seq > last + 1 { return false }  // a gap: catch up
+                if seq > last + 1 { return false }  // a gap
                 try record(event, src: src, seq: seq)
                 return true
             }
-            if !next { catchUp(src) }
+            if !inOrder { catchUp(src) }
         } catch {
-            Log.error(source, "event \(event.type) seq \(seq) from \(src) not applied: \(error)")
+            Log.error(name, "event \(event.type) seq \(seq) from \(src) not applied: \(error)")
         }
     }
 
@@ -71,16 +75,36 @@ public final class EventFeed {
             """, .text(src), .int(seq))
     }
 
-    /// Asks `src` for everything after our cursor, page by page.
-    @discardableResult
-    public func catchUp(_ src: String, timeoutMs: Int64 = 800) -> Bool {
-        catchUps += 1
+    /// Asks `src` for what follows our cursor, unless a request is pending.
+    func catchUp(_ src: String) {
+        let now = Clock.monotonicMillis()
+        if let pending = inFlight[src], pending.expires > now { return }
         do {
-            while true {
-                let after = try cursor(src)
-                let reply = try client.request("\(src).events.since", ["after": .int(after), "limit": .int(EventFeed.page)],
-                                               timeoutMs: timeoutMs, attempts: 1)
-                let events = try (reply["events"]?.array ?? []).map { try Envelope.decode($0) }
+            let request = Envelope.request("\(src).events.since", body: ["after": .int(try cursor(src)), "limit": .int(EventFeed.page)],
+                                           src: name, deadline: EventFeed.catchUpTimeoutMs)
+            try requests.send([request.encoded()], dontWait: true)
+            inFlight[src] = (request.id, now + EventFeed.catchUpTimeoutMs)
+        } catch {
+            Log.error(name, "catch-up from \(src) not sent: \(error)")
+        }
+    }
+
+    func catchUpAll() {
+        for s in sources { catchUp(s) }
+    }
+
+    /// Handles catch-up replies waiting on the request socket.
+    func receiveReplies() {
+        while let frames = try? requests.receive(dontWait: true) {
+            guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max),
+                  let src = inFlight.first(where: { $0.value.id == reply.corr })?.key else { continue }
+            inFlight[src] = nil
+            if let error = reply.quadError {
+                Log.info(name, "catch-up from \(src) deferred: \(error.message)")
+                continue
+            }
+            do {
+                let events = try (reply.body["events"]?.array ?? []).map { try Envelope.decode($0) }
                 try db.transaction {
                     var last = try cursor(src)
                     for e in events {
@@ -89,16 +113,11 @@ public final class EventFeed {
                         last = seq
                     }
                 }
-                if Int64(events.count) < EventFeed.page { return true }
+                if Int64(events.count) == EventFeed.page { catchUp(src) }
+            } catch {
+                Log.error(name, "catch-up from \(src) not applied: \(error)")
             }
-        } catch {
-            Log.info(source, "catch-up from \(src) deferred: \(error)")
-            return false
         }
-    }
-
-    func catchUpAll() {
-        for s in sources { catchUp(s) }
     }
 }
 
@@ -109,8 +128,9 @@ extension Worker {
     public func subscribe(to sources: [String], catchUpEveryMs: Int64 = 5000,
                           wants: @escaping (Envelope) -> Bool = { _ in true }, apply: @escaping EventFeed.Apply) throws {
         guard let db = handlers.db else { throw QuadError.internal("a feed needs a store") }
-        let client = try Client(context: context, endpoint: endpoints.internal, source: handlers.instance)
-        let feed = try EventFeed(db: db, sources: sources, wants: wants, client: client, source: handlers.instance, apply: apply)
+        let requests = try context.socket(.dealer)
+        try requests.connect(endpoints.internal)
+        let feed = try EventFeed(db: db, sources: sources, wants: wants, requests: requests, name: handlers.instance, apply: apply)
         let sub = try context.socket(.sub)
         try sub.connect(endpoints.eventsOut)
         for s in sources { try sub.subscribe(EventFeed.topic(s)) }
@@ -126,6 +146,7 @@ extension Worker {
             guard frames.count == 2, let e = try? Envelope.decode(frames[1], maxBytes: .max), e.kind == .event else { continue }
             feed.receive(e)
         }
+        feed.receiveReplies()
         relayOutbox()
     }
 }

@@ -94,14 +94,17 @@ public final class Worker {
         while !Shutdown.isRequested {
             var poller = Poller()
             poller.add(socket)
-            for (_, sub) in feeds { poller.add(sub) }
+            for (feed, sub) in feeds {
+                poller.add(sub)
+                poller.add(feed.requests)
+            }
             let ready: [Bool]
             do { ready = try poller.poll(timeoutMs: Int(timers.timeout(cap: 200))) } catch {
                 Log.error(handlers.instance, "poll: \(error)")
                 return 1
             }
             if ready[0] { receive() }
-            for (k, (feed, sub)) in feeds.enumerated() where ready[k + 1] { receiveEvents(feed, sub) }
+            for (k, (feed, sub)) in feeds.enumerated() where ready[2 * k + 1] || ready[2 * k + 2] { receiveEvents(feed, sub) }
             timers.runDue()
         }
         leave()
