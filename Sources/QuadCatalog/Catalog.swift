@@ -16,7 +16,13 @@ public enum Catalog: ServiceDomain {
     /// Longest text query (`max_query_length`).
     public static let maxQueryLength = 200
 
-    public static let migrations: [Migration] = [
+    public static let options: [(String, String, String?)] = [
+        ("hold-ttl-seconds", "how long a stock hold lasts unless confirmed or released", "120"),
+    ]
+
+    public static var migrations: [Migration] { productMigrations + stockMigrations + forYouMigrations }
+
+    static let productMigrations: [Migration] = [
         Migration(1, """
             CREATE TABLE products (
                 id TEXT PRIMARY KEY,
@@ -37,14 +43,30 @@ public enum Catalog: ServiceDomain {
     ]
 
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
+        guard let ttl = Int64(options["hold-ttl-seconds"] ?? "120"), ttl >= 1 else {
+            throw QuadError.badRequest("--hold-ttl-seconds must be a positive integer")
+        }
         try seedIfEmpty(db)
-        register(worker.handlers, db: db)
+        register(worker.handlers, db: db, holdTTLms: ttl * 1000)
+        // Holds expire on time even while nobody calls.
+        worker.every(500) { try db.transaction { try expireDue(db) } }
+        try worker.subscribe(to: ["accounts", "favorites", "orders"], wants: { forYouEvents.contains($0.type) }) { event in
+            try applyForYou(db, event)
+        }
     }
 
     /// Registers the catalog's handlers; split from ``install`` so tests can
     /// drive the handlers without a broker.
-    public static func register(_ h: Handlers, db: Database) {
+    public static func register(_ h: Handlers, db: Database, holdTTLms: Int64 = 120_000) {
+        registerStock(h, db: db, holdTTLms: holdTTLms)
         h.query("catalog.products.list") { req in try list(db, req.body) }
+        h.query("catalog.search") { req in try list(db, req.body) }
+        h.query("catalog.foryou") { req in
+            let user = try req.requireUser()
+            let limit = req.body["limit"]?.int ?? 20
+            guard (1...maxPageSize).contains(limit) else { throw QuadError.badRequest("body.limit must be between 1 and \(maxPageSize) (max_page_size)") }
+            return try forYou(db, user: user, limit: limit)
+        }
         h.query("catalog.product.get") { req in
             let id = try requiredString(req.body, "id", max: 64)
             guard let row = try db.queryOne("SELECT * FROM products WHERE id = $1", .text(id)) else {
@@ -75,7 +97,7 @@ public enum Catalog: ServiceDomain {
                 throw QuadError.conflict("stock of '\(id)' cannot go below 0")
             }
             let stock = row.int("stock")
-            try Outbox.append(db, type: "catalog.stock.changed", body: ["product": .string(id), "stock": .int(stock), "delta": .int(delta)])
+            try stockChanged(db, product: id, stock: stock, delta: delta, reason: "adjust", order: nil)
             return ["id": .string(id), "stock": .int(stock)]
         }
     }
@@ -104,6 +126,13 @@ public enum Catalog: ServiceDomain {
         if let v = body["limit"], v.int == nil { throw QuadError.badRequest("body.limit must be an integer, got \(v.typeName)") }
         guard offset >= 0 else { throw QuadError.badRequest("body.offset must be >= 0") }
         guard (1...maxPageSize).contains(limit) else { throw QuadError.badRequest("body.limit must be between 1 and \(maxPageSize) (max_page_size)") }
+        let minPrice = try number(body, "min_price")
+        let maxPrice = try number(body, "max_price")
+        let inStock = try flag(body, "in_stock")
+        let sort = try optionalString(body, "sort", max: 32) ?? "name"
+        guard let order = sortOrders[sort] else {
+            throw QuadError.badRequest("body.sort must be one of \(sortOrders.keys.sorted().joined(separator: ", ")), got '\(sort)'")
+        }
         if let category, !categories.contains(category) {
             throw QuadError.badRequest("unknown category '\(category)': expected one of \(categories.joined(separator: ", "))")
         }
@@ -117,12 +146,33 @@ public enum Catalog: ServiceDomain {
                 conditions.append("search LIKE $\(params.count) ESCAPE '\\'")
             }
         }
+        if let minPrice { params.append(.double(minPrice)); conditions.append("price_value >= $\(params.count)") }
+        if let maxPrice { params.append(.double(maxPrice)); conditions.append("price_value <= $\(params.count)") }
+        if inStock { conditions.append("stock > 0") }
         let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
         let total = try db.queryOne("SELECT COUNT(*) AS n FROM products \(filter)", params)?.int("n") ?? 0
         params.append(.int(limit))
         params.append(.int(offset))
-        let rows = try db.query("SELECT * FROM products \(filter) ORDER BY name, id LIMIT $\(params.count - 1) OFFSET $\(params.count)", params)
+        let rows = try db.query("SELECT * FROM products \(filter) ORDER BY \(order) LIMIT $\(params.count - 1) OFFSET $\(params.count)", params)
         return ["products": .array(rows.map(product)), "total": .int(total), "offset": .int(offset), "limit": .int(limit)]
+    }
+
+    /// Sort orders of a listing, by name in the request.
+    static let sortOrders = [
+        "name": "name, id", "price": "price_value, id", "-price": "price_value DESC, id",
+        "stock": "stock DESC, id", "newest": "id DESC",
+    ]
+
+    static func number(_ body: JSON, _ key: String) throws(QuadError) -> Double? {
+        guard let v = body[key], !v.isNull else { return nil }
+        guard let d = v.double, d >= 0, d <= 1e9 else { throw .badRequest("body.\(key) must be a number from 0 to 1000000000") }
+        return d
+    }
+
+    static func flag(_ body: JSON, _ key: String) throws(QuadError) -> Bool {
+        guard let v = body[key], !v.isNull else { return false }
+        guard let b = v.bool else { throw .badRequest("body.\(key) must be true or false, got \(v.typeName)") }
+        return b
     }
 
     static func escapeLike(_ s: String) -> String {

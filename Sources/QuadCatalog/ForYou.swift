@@ -1,0 +1,94 @@
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// "For You": products for the calling user, ranked by how much they care
+/// for each category, from the categories of their profile, their favorites
+/// and their purchases. All three come from other services' events, kept in
+/// local tables, so a request never calls another service.
+extension Catalog {
+    static let forYouMigrations: [Migration] = [
+        Migration(3, """
+            CREATE TABLE user_categories (user_id TEXT NOT NULL, category TEXT NOT NULL, PRIMARY KEY (user_id, category));
+            CREATE TABLE user_favorites (user_id TEXT NOT NULL, product TEXT NOT NULL, PRIMARY KEY (user_id, product));
+            CREATE TABLE user_purchases (user_id TEXT NOT NULL, order_id TEXT NOT NULL, product TEXT NOT NULL, quantity BIGINT NOT NULL,
+                                         PRIMARY KEY (order_id, product));
+            CREATE INDEX user_purchases_user ON user_purchases (user_id);
+            """),
+    ]
+
+    /// Weights of each signal in a category's score.
+    static let profileWeight: Int64 = 3
+    static let favoriteWeight: Int64 = 2
+    static let purchaseWeight: Int64 = 2
+
+    /// Applies an event of accounts, favorites or orders to the projections.
+    static func applyForYou(_ db: Database, _ e: Envelope) throws {
+        let b = e.body
+        switch e.type {
+        case "accounts.user.registered", "accounts.user.updated":
+            guard let user = b["user"]?.string, let categories = b["categories"]?.array else { return }
+            try db.execute("DELETE FROM user_categories WHERE user_id = $1", .text(user))
+            for c in categories.compactMap(\.string) where Catalog.categories.contains(c) {
+                try db.execute("INSERT INTO user_categories (user_id, category) VALUES ($1, $2) ON CONFLICT DO NOTHING", .text(user), .text(c))
+            }
+        case "favorites.added":
+            guard let user = b["user"]?.string, let product = b["product"]?.string else { return }
+            try db.execute("INSERT INTO user_favorites (user_id, product) VALUES ($1, $2) ON CONFLICT DO NOTHING", .text(user), .text(product))
+        case "favorites.removed":
+            guard let user = b["user"]?.string, let product = b["product"]?.string else { return }
+            try db.execute("DELETE FROM user_favorites WHERE user_id = $1 AND product = $2", .text(user), .text(product))
+        case "orders.confirmed":
+            guard let user = b["user"]?.string, let order = b["order"]?.string else { return }
+            for item in b["items"]?.array ?? [] {
+                guard let product = item["product"]?.string else { continue }
+                try db.execute("INSERT INTO user_purchases (user_id, order_id, product, quantity) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                               .text(user), .text(order), .text(product), .int(item["quantity"]?.int ?? 1))
+            }
+        case "orders.cancelled":
+            guard let order = b["order"]?.string else { return }
+            try db.execute("DELETE FROM user_purchases WHERE order_id = $1", .text(order))
+        default:
+            return
+        }
+    }
+
+    static let forYouEvents: Set<String> = [
+        "accounts.user.registered", "accounts.user.updated", "favorites.added", "favorites.removed", "orders.confirmed", "orders.cancelled",
+    ]
+
+    /// The calling user's category scores and the products they rank.
+    static func forYou(_ db: Database, user: String, limit: Int64) throws -> JSON {
+        var scores: [String: Int64] = [:]
+        for r in try db.query("SELECT category FROM user_categories WHERE user_id = $1", .text(user)) {
+            scores[r.string("category"), default: 0] += profileWeight
+        }
+        for r in try db.query("SELECT p.category AS category, COUNT(*) AS n FROM user_favorites f JOIN products p ON p.id = f.product WHERE f.user_id = $1 GROUP BY p.category", .text(user)) {
+            scores[r.string("category"), default: 0] += favoriteWeight * r.int("n")
+        }
+        for r in try db.query("SELECT p.category AS category, COUNT(*) AS n FROM user_purchases u JOIN products p ON p.id = u.product WHERE u.user_id = $1 GROUP BY p.category", .text(user)) {
+            scores[r.string("category"), default: 0] += purchaseWeight * r.int("n")
+        }
+        let ranked = scores.filter { $0.value > 0 }.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }
+        var products: [JSON] = []
+        if !ranked.isEmpty {
+            // Products in the user's categories, best category first; what
+            // they already favor or bought is left out; in stock only.
+            let cases = ranked.enumerated().map { "WHEN '\($0.element.key)' THEN \($0.offset)" }.joined(separator: " ")
+            let names = ranked.map { "'\($0.key)'" }.joined(separator: ", ")
+            let rows = try db.query("""
+                SELECT * FROM products
+                WHERE category IN (\(names)) AND stock > 0
+                  AND id NOT IN (SELECT product FROM user_favorites WHERE user_id = $1)
+                  AND id NOT IN (SELECT product FROM user_purchases WHERE user_id = $1)
+                ORDER BY CASE category \(cases) END, name, id
+                LIMIT $2
+                """, .text(user), .int(limit))
+            products = rows.map(product)
+        }
+        return [
+            "products": .array(products),
+            "categories": .array(ranked.map { ["name": .string($0.key), "score": .int($0.value)] }),
+        ]
+    }
+}

@@ -1,0 +1,154 @@
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// Stock holds for orders. A hold takes all its items or none, with the
+/// capacity checked inside the store (`UPDATE ... WHERE stock >= q`), so a
+/// unit is never sold twice. Each call is idempotent by order id; a hold
+/// neither confirmed nor released expires and returns its stock.
+extension Catalog {
+    static let stockMigrations: [Migration] = [
+        Migration(2, """
+            CREATE TABLE holds (
+                order_id TEXT PRIMARY KEY,
+                status TEXT NOT NULL,
+                created_ms BIGINT NOT NULL,
+                expires_ms BIGINT NOT NULL
+            );
+            CREATE INDEX holds_expiring ON holds (status, expires_ms);
+            CREATE TABLE hold_items (
+                order_id TEXT NOT NULL,
+                product TEXT NOT NULL,
+                quantity BIGINT NOT NULL,
+                price DOUBLE PRECISION NOT NULL,
+                category TEXT NOT NULL,
+                PRIMARY KEY (order_id, product)
+            );
+            """),
+    ]
+
+    /// Most lines in one hold (`max_hold_items`) and units per line (`max_hold_quantity`).
+    public static let maxHoldItems = 50
+    public static let maxHoldQuantity: Int64 = 100
+
+    static func requireService(_ req: Request) throws(QuadError) {
+        guard req.role == "service" || req.role == "admin" else {
+            throw .forbidden("\(req.envelope.type) is for Quad's services only")
+        }
+    }
+
+    static func registerStock(_ h: Handlers, db: Database, holdTTLms: Int64) {
+        h.mutation("catalog.stock.hold") { req in
+            try requireService(req)
+            let order = try requiredString(req.body, "order", max: 64)
+            if let existing = try holdState(db, order) { return existing }
+            guard let list = req.body["items"]?.array, !list.isEmpty, list.count <= maxHoldItems else {
+                throw QuadError.badRequest("body.items must be a list of 1 to \(maxHoldItems) items (max_hold_items)")
+            }
+            var wanted: [(String, Int64)] = []
+            for (k, item) in list.enumerated() {
+                guard let product = item["product"]?.string, !product.isEmpty, product.count <= 64 else {
+                    throw QuadError.badRequest("body.items[\(k)].product must be a product id")
+                }
+                guard let q = item["quantity"]?.int, (1...maxHoldQuantity).contains(q) else {
+                    throw QuadError.badRequest("body.items[\(k)].quantity must be an integer from 1 to \(maxHoldQuantity) (max_hold_quantity)")
+                }
+                if let n = wanted.firstIndex(where: { $0.0 == product }) { wanted[n].1 += q } else { wanted.append((product, q)) }
+            }
+            var short: [JSON] = []
+            for (product, q) in wanted {
+                let taken = try db.queryOne("UPDATE products SET stock = stock - $1 WHERE id = $2 AND stock >= $1 RETURNING stock", .int(q), .text(product))
+                if taken == nil {
+                    guard let row = try db.queryOne("SELECT stock FROM products WHERE id = $1", .text(product)) else {
+                        throw QuadError.notFound("no product with id '\(product)'")
+                    }
+                    short.append(["product": .string(product), "requested": .int(q), "available": .int(row.int("stock"))])
+                }
+            }
+            if !short.isEmpty {
+                // Throwing rolls back every unit taken above: all or none.
+                let names = short.map { "\($0["product"]!.string!) (requested \($0["requested"]!.int!), available \($0["available"]!.int!))" }
+                throw QuadError.conflict("not enough stock: \(names.joined(separator: ", "))", details: ["short": .array(short)])
+            }
+            let now = Int64(Clock.nowMillis())
+            try db.execute("INSERT INTO holds (order_id, status, created_ms, expires_ms) VALUES ($1, 'held', $2, $3)",
+                           .text(order), .int(now), .int(now + holdTTLms))
+            for (product, q) in wanted {
+                let row = try db.queryOne("SELECT price_value, category, stock FROM products WHERE id = $1", .text(product))!
+                try db.execute("INSERT INTO hold_items (order_id, product, quantity, price, category) VALUES ($1, $2, $3, $4, $5)",
+                               .text(order), .text(product), .int(q), .double(row.double("price_value")), .text(row.string("category")))
+                try stockChanged(db, product: product, stock: row.int("stock"), delta: -q, reason: "hold", order: order)
+            }
+            return try holdState(db, order)!
+        }
+
+        h.mutation("catalog.stock.confirm") { req in
+            try requireService(req)
+            let order = try requiredString(req.body, "order", max: 64)
+            let now = Int64(Clock.nowMillis())
+            if try db.execute("UPDATE holds SET status = 'confirmed' WHERE order_id = $1 AND status = 'held' AND expires_ms > $2", .text(order), .int(now)) == 0 {
+                try expireDue(db, order: order)
+                guard let state = try holdState(db, order) else { throw QuadError.notFound("no stock hold for order '\(order)'") }
+                let status = state["status"]?.string ?? ""
+                if status != "confirmed" { throw QuadError.conflict("the stock hold for order '\(order)' has \(status == "expired" ? "expired" : "been released")") }
+                return state
+            }
+            return try holdState(db, order)!
+        }
+
+        h.mutation("catalog.stock.release") { req in
+            try requireService(req)
+            let order = try requiredString(req.body, "order", max: 64)
+            guard try holdState(db, order) != nil else { throw QuadError.notFound("no stock hold for order '\(order)'") }
+            try returnStock(db, order: order, from: ["held", "confirmed"], to: "released")
+            return try holdState(db, order)!
+        }
+
+        h.query("catalog.stock.get") { req in
+            try requireService(req)
+            let order = try requiredString(req.body, "order", max: 64)
+            guard let state = try holdState(db, order) else { throw QuadError.notFound("no stock hold for order '\(order)'") }
+            return state
+        }
+    }
+
+    static func holdState(_ db: Database, _ order: String) throws -> JSON? {
+        guard let hold = try db.queryOne("SELECT status, expires_ms FROM holds WHERE order_id = $1", .text(order)) else { return nil }
+        let items = try db.query("SELECT product, quantity, price, category FROM hold_items WHERE order_id = $1 ORDER BY product", .text(order))
+        return [
+            "order": .string(order), "status": .string(hold.string("status")), "expires_at": .int(hold.int("expires_ms")),
+            "items": .array(items.map {
+                ["product": .string($0.string("product")), "quantity": .int($0.int("quantity")),
+                 "price": .double($0.double("price")), "category": .string($0.string("category"))]
+            }),
+        ]
+    }
+
+    /// Moves a hold from one of `from` to `to` and gives its units back, in
+    /// the caller's transaction. The conditional UPDATE makes a second call a no-op.
+    static func returnStock(_ db: Database, order: String, from: [String], to: String) throws {
+        let placeholders = from.indices.map { "$\($0 + 3)" }.joined(separator: ", ")
+        let changed = try db.execute("UPDATE holds SET status = $1 WHERE order_id = $2 AND status IN (\(placeholders))",
+                                     [.text(to), .text(order)] + from.map { .text($0) })
+        guard changed == 1 else { return }
+        for item in try db.query("SELECT product, quantity FROM hold_items WHERE order_id = $1", .text(order)) {
+            let q = item.int("quantity")
+            let row = try db.queryOne("UPDATE products SET stock = stock + $1 WHERE id = $2 RETURNING stock", .int(q), .text(item.string("product")))
+            try stockChanged(db, product: item.string("product"), stock: row?.int("stock") ?? 0, delta: q, reason: to, order: order)
+        }
+    }
+
+    /// Expires the hold of `order` if it is past its deadline (or every such hold).
+    static func expireDue(_ db: Database, order: String? = nil) throws {
+        let now = Int64(Clock.nowMillis())
+        let due = try db.query("SELECT order_id FROM holds WHERE status = 'held' AND expires_ms <= $1 AND ($2 = '' OR order_id = $2) LIMIT 200",
+                               .int(now), .text(order ?? ""))
+        for row in due { try returnStock(db, order: row.string("order_id"), from: ["held"], to: "expired") }
+    }
+
+    static func stockChanged(_ db: Database, product: String, stock: Int64, delta: Int64, reason: String, order: String?) throws {
+        var body: [String: JSON] = ["product": .string(product), "stock": .int(stock), "delta": .int(delta), "reason": .string(reason)]
+        if let order { body["order"] = .string(order) }
+        try Outbox.append(db, type: "catalog.stock.changed", body: .object(body))
+    }
+}
