@@ -1,4 +1,5 @@
 import Foundation
+import QuadWire
 
 /// Where the stack's sockets are. Every executable reads these from flags,
 /// then from the environment (`deploy/stack env` prints them), then defaults.
@@ -152,13 +153,26 @@ public enum Shutdown {
     public static var isRequested: Bool { requested != 0 }
 }
 
-/// One JSON line per event on stderr.
+/// One JSON line per event on stderr, written with Quad's own JSON writer
+/// (Foundation's JSONSerialization costs about 250 µs a line here).
 public enum Log {
     public static func line(_ fields: [String: Any]) {
-        var f = fields
-        f["ts"] = Int64(Date().timeIntervalSince1970 * 1000)
-        guard let data = try? JSONSerialization.data(withJSONObject: f, options: [.sortedKeys, .withoutEscapingSlashes]) else { return }
-        FileHandle.standardError.write(data + Data("\n".utf8))
+        var f: [String: JSON] = ["ts": .int(Int64(Clock.nowMillis()))]
+        for (key, value) in fields {
+            switch value {
+            case let v as String: f[key] = .string(v)
+            case let v as Int: f[key] = .int(Int64(v))
+            case let v as Int64: f[key] = .int(v)
+            case let v as Int32: f[key] = .int(Int64(v))
+            case let v as Double: f[key] = .double(v)
+            case let v as Bool: f[key] = .bool(v)
+            case let v as JSON: f[key] = v
+            default: f[key] = .string("\(value)")
+            }
+        }
+        var bytes = JSON.object(f).encoded()
+        bytes.append(0x0A)
+        bytes.withUnsafeBytes { _ = write(2, $0.baseAddress, $0.count) }
     }
 
     public static func info(_ source: String, _ message: String) {
