@@ -62,7 +62,8 @@ public final class Worker {
         brokerExpiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
     }
 
-    func relayOutbox() {
+    /// Publishes what the outbox holds now; runs after each mutation and on a timer.
+    public func relayOutbox() {
         guard let db = handlers.db, let publisher else { return }
         do {
             try Outbox.relay(db) { event in

@@ -1,0 +1,68 @@
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// The favorites' own copy of the catalog: what a list shows beside each
+/// product (name, price, category, image, stock), kept from catalog's
+/// `catalog.product.changed` and `catalog.stock.changed` events, so a list
+/// never calls the catalog.
+enum CatalogCopy {
+    static let migration = """
+        CREATE TABLE catalog_products (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            price_value DOUBLE PRECISION NOT NULL,
+            currency TEXT NOT NULL,
+            category TEXT NOT NULL,
+            image_url TEXT NOT NULL,
+            stock BIGINT NOT NULL
+        );
+        """
+
+    static let events: Set<String> = ["catalog.product.changed", "catalog.stock.changed"]
+
+    /// Applies one catalog event, inside the feed's transaction.
+    static func apply(_ db: Database, _ event: Envelope) throws {
+        let b = event.body
+        switch event.type {
+        case "catalog.product.changed":
+            guard let id = b["id"]?.string, let name = b["name"]?.string, let price = b["price"]?["value"]?.double else { return }
+            try db.execute("""
+                INSERT INTO catalog_products (id, name, price_value, currency, category, image_url, stock)
+                VALUES ($1, $2, $3, $4, $5, $6, $7)
+                ON CONFLICT (id) DO UPDATE SET name = excluded.name, price_value = excluded.price_value, currency = excluded.currency,
+                    category = excluded.category, image_url = excluded.image_url, stock = excluded.stock
+                """, .text(id), .text(name), .double(price), .text(b["price"]?["currency"]?.string ?? "USD"),
+                .text(b["category"]?.string ?? "Others"), .text(b["imageUrl"]?.string ?? ""), .int(b["stock"]?.int ?? 0))
+        case "catalog.stock.changed":
+            guard let id = b["product"]?.string, let stock = b["stock"]?.int else { return }
+            try db.execute("UPDATE catalog_products SET stock = $1 WHERE id = $2", .int(stock), .text(id))
+        default:
+            return
+        }
+    }
+
+    /// Whether `product` may be referred to. The copy can lag the catalog by
+    /// the time an event takes to arrive, and is empty until the first
+    /// catch-up: an empty copy accepts every id rather than refuse real
+    /// products at start; a loaded copy refuses ids it does not hold.
+    static func admits(_ db: Database, _ product: String) throws -> Bool {
+        if try db.queryOne("SELECT 1 AS x FROM catalog_products WHERE id = $1", .text(product)) != nil { return true }
+        return try db.queryOne("SELECT 1 AS x FROM catalog_products LIMIT 1") == nil
+    }
+
+    /// What a list shows of a product, or null when the copy does not hold it.
+    static func summary(_ db: Database, _ product: String) throws -> JSON {
+        guard let r = try db.queryOne("SELECT * FROM catalog_products WHERE id = $1", .text(product)) else { return .null }
+        return summary(r)
+    }
+
+    static func summary(_ r: Row) -> JSON {
+        [
+            "name": .string(r.string("name")),
+            "price": ["value": .double(r.double("price_value")), "currency": .string(r.string("currency"))],
+            "category": .string(r.string("category")), "imageUrl": .string(r.string("image_url")),
+            "stock": .int(r.int("stock")),
+        ]
+    }
+}

@@ -1,0 +1,42 @@
+import QuadRuntime
+import QuadWire
+
+/// A request body read field by field. Every refusal names the field and
+/// its limit; a field the request does not define is refused too, and
+/// `user` with 403: these requests act on the signed-in user only.
+struct Fields {
+    let values: [String: JSON]
+
+    init(_ req: Request, allowed: Set<String>) throws(QuadError) {
+        let type = req.envelope.type
+        guard case .object(let f) = req.body else { throw .badRequest("body must be an object, got \(req.body.typeName)") }
+        for key in f.keys.sorted() where !allowed.contains(key) {
+            if key == "user" { throw .forbidden("\(type) acts on the signed-in user only: body.user cannot name a user") }
+            throw .badRequest("body.\(key) is not a field of \(type)" + (allowed.isEmpty ? "" : ": expected \(allowed.sorted().joined(separator: ", "))"))
+        }
+        values = f
+    }
+
+    func string(_ key: String, max: Int = 64) throws(QuadError) -> String {
+        guard let value = values[key], !value.isNull else { throw .badRequest("body.\(key) is required") }
+        guard let s = value.string else { throw .badRequest("body.\(key) must be a string, got \(value.typeName)") }
+        guard !s.isEmpty, s.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
+        return s
+    }
+
+    func optionalString(_ key: String, max: Int = 64) throws(QuadError) -> String? {
+        guard let value = values[key], !value.isNull else { return nil }
+        guard let s = value.string else { throw .badRequest("body.\(key) must be a string, got \(value.typeName)") }
+        guard !s.isEmpty, s.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
+        return s
+    }
+
+    func int(_ key: String, default d: Int64, in range: ClosedRange<Int64>, limit: String? = nil) throws(QuadError) -> Int64 {
+        guard let value = values[key], !value.isNull else { return d }
+        guard let n = value.int else { throw .badRequest("body.\(key) must be an integer, got \(value.typeName)") }
+        guard range.contains(n) else {
+            throw .badRequest("body.\(key) must be between \(range.lowerBound) and \(range.upperBound)" + (limit.map { " (\($0))" } ?? ""))
+        }
+        return n
+    }
+}

@@ -1,0 +1,149 @@
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// Each user's cart (ShopEase's cart with quantities): lines of product and
+/// quantity, shown with unit prices, line totals, the fee and the total
+/// from the local copy of the catalog. Every change answers with the cart
+/// as it is now, so a phone redraws from the reply.
+enum Cart {
+    static let migration = """
+        CREATE TABLE cart_lines (
+            user_id TEXT NOT NULL,
+            product TEXT NOT NULL,
+            quantity BIGINT NOT NULL CHECK (quantity > 0),
+            added_ms BIGINT NOT NULL,
+            PRIMARY KEY (user_id, product)
+        );
+        """
+
+    /// Most lines in a cart (`max_cart_lines`): what the catalog holds in one order.
+    static let maxLines: Int64 = 50
+    /// Most units of one product in a cart or an order (`max_quantity`).
+    static let maxQuantity: Int64 = 99
+
+    static func register(_ h: Handlers, db: Database, fees: FeeSchedule) {
+        h.mutation("orders.cart.add") { req in
+            let user = try req.requireUser()
+            let f = try Fields(req, allowed: ["product", "quantity"])
+            let product = try f.string("product")
+            let quantity = try f.int("quantity", default: 1, in: 1...maxQuantity, limit: "max_quantity")
+            guard try CatalogCopy.admits(db, product) else { throw QuadError.notFound("no product with id '\(product)' in the catalog") }
+            let added = try db.execute("""
+                UPDATE cart_lines SET quantity = quantity + $3 WHERE user_id = $1 AND product = $2 AND quantity + $3 <= $4
+                """, .text(user), .text(product), .int(quantity), .int(maxQuantity))
+            if added == 0 {
+                if let line = try db.queryOne("SELECT quantity FROM cart_lines WHERE user_id = $1 AND product = $2", .text(user), .text(product)) {
+                    throw QuadError.conflict("the cart would hold \(line.int("quantity") + quantity) of '\(product)', over \(maxQuantity) (max_quantity)")
+                }
+                try insertLine(db, user: user, product: product, quantity: quantity)
+            }
+            return try view(db, user: user, fees: fees)
+        }
+
+        h.mutation("orders.cart.set") { req in
+            let user = try req.requireUser()
+            let f = try Fields(req, allowed: ["product", "quantity"])
+            let product = try f.string("product")
+            guard f.has("quantity") else { throw QuadError.badRequest("body.quantity is required (0 removes the line)") }
+            let quantity = try f.int("quantity", default: 0, in: 0...maxQuantity, limit: "max_quantity")
+            if quantity == 0 {
+                try db.execute("DELETE FROM cart_lines WHERE user_id = $1 AND product = $2", .text(user), .text(product))
+            } else if try db.execute("UPDATE cart_lines SET quantity = $3 WHERE user_id = $1 AND product = $2",
+                                     .text(user), .text(product), .int(quantity)) == 0 {
+                guard try CatalogCopy.admits(db, product) else { throw QuadError.notFound("no product with id '\(product)' in the catalog") }
+                try insertLine(db, user: user, product: product, quantity: quantity)
+            }
+            return try view(db, user: user, fees: fees)
+        }
+
+        h.mutation("orders.cart.remove") { req in
+            let user = try req.requireUser()
+            let product = try Fields(req, allowed: ["product"]).string("product")
+            try db.execute("DELETE FROM cart_lines WHERE user_id = $1 AND product = $2", .text(user), .text(product))
+            return try view(db, user: user, fees: fees)
+        }
+
+        h.mutation("orders.cart.clear") { req in
+            let user = try req.requireUser()
+            _ = try Fields(req, allowed: [])
+            try db.execute("DELETE FROM cart_lines WHERE user_id = $1", .text(user))
+            return try view(db, user: user, fees: fees)
+        }
+
+        h.query("orders.cart.view") { req in
+            let user = try req.requireUser()
+            _ = try Fields(req, allowed: [])
+            return try view(db, user: user, fees: fees)
+        }
+    }
+
+    static func insertLine(_ db: Database, user: String, product: String, quantity: Int64) throws {
+        let lines = try db.queryOne("SELECT COUNT(*) AS n FROM cart_lines WHERE user_id = $1", .text(user))?.int("n") ?? 0
+        guard lines < maxLines else {
+            throw QuadError.conflict("the cart already holds \(maxLines) products (max_cart_lines): place or remove some first")
+        }
+        try db.execute("INSERT INTO cart_lines (user_id, product, quantity, added_ms) VALUES ($1, $2, $3, $4)",
+                       .text(user), .text(product), .int(quantity), .int(Int64(Clock.nowMillis())))
+    }
+
+    /// The lines of `user`'s cart, oldest first, as an order from the cart takes them.
+    static func lines(_ db: Database, user: String) throws -> [OrderItem] {
+        try db.query("SELECT product, quantity FROM cart_lines WHERE user_id = $1 ORDER BY added_ms, product", .text(user)).map {
+            OrderItem(product: $0.string("product"), quantity: $0.int("quantity"))
+        }
+    }
+
+    /// Takes the units an order bought out of the cart, after it is confirmed;
+    /// what the user added since stays.
+    static func takeOut(_ db: Database, user: String, items: [OrderItem]) throws {
+        for item in items {
+            try db.execute("DELETE FROM cart_lines WHERE user_id = $1 AND product = $2 AND quantity <= $3", .text(user), .text(item.product), .int(item.quantity))
+            try db.execute("UPDATE cart_lines SET quantity = quantity - $3 WHERE user_id = $1 AND product = $2", .text(user), .text(item.product), .int(item.quantity))
+        }
+    }
+
+    /// The cart as the phone shows it. A line whose product the local copy
+    /// does not hold yet has no price and counts in no total.
+    static func view(_ db: Database, user: String, fees: FeeSchedule) throws -> JSON {
+        let rows = try db.query("""
+            SELECT c.product AS product, c.quantity AS quantity, p.id AS id, p.name AS name, p.price_value AS price_value,
+                   p.currency AS currency, p.category AS category, p.image_url AS image_url, p.stock AS stock
+            FROM cart_lines c LEFT JOIN catalog_products p ON p.id = c.product
+            WHERE c.user_id = $1 ORDER BY c.added_ms, c.product
+            """, .text(user))
+        var subtotal: Int64 = 0
+        var fee: Int64 = 0
+        var units: Int64 = 0
+        var currency: String?
+        let lines: [JSON] = rows.map { r in
+            let quantity = r.int("quantity")
+            units += quantity
+            var line: [String: JSON] = ["product": .string(r.string("product")), "quantity": .int(quantity)]
+            guard !r["id"].isNull else {
+                line["available"] = false
+                return .object(line)
+            }
+            let category = r.string("category")
+            let lineCents = Cents.of(r.double("price_value")) * quantity
+            let lineFee = fees.fee(cents: lineCents, category: category)
+            subtotal += lineCents
+            fee += lineFee
+            currency = currency ?? r.string("currency")
+            line["name"] = .string(r.string("name"))
+            line["category"] = .string(category)
+            line["imageUrl"] = .string(r.string("image_url"))
+            line["stock"] = .int(r.int("stock"))
+            line["available"] = .bool(r.int("stock") >= quantity)
+            line["unit_price"] = .double(r.double("price_value"))
+            line["line_total"] = Cents.json(lineCents)
+            line["fee_rate"] = .double(fees.rate(category))
+            line["fee"] = Cents.json(lineFee)
+            return .object(line)
+        }
+        return [
+            "lines": .array(lines), "units": .int(units), "currency": .string(currency ?? "USD"),
+            "subtotal": Cents.json(subtotal), "fee": Cents.json(fee), "total": Cents.json(subtotal + fee),
+        ]
+    }
+}

@@ -1,0 +1,4 @@
+import QuadFavorites
+import QuadRuntime
+
+ServiceMain.run(Favorites.self)

@@ -1,0 +1,4 @@
+import QuadOrders
+import QuadRuntime
+
+ServiceMain.run(Orders.self)

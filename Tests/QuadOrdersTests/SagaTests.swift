@@ -1,0 +1,193 @@
+import Foundation
+import QuadRuntime
+import QuadStore
+import QuadWire
+import Testing
+@testable import QuadOrders
+
+/// The catalog's side of the saga as a test double: stock, holds by order
+/// id with the contract's idempotency, and calls that can be made to go
+/// unanswered, as when the catalog is partitioned away.
+final class FakeCatalog {
+    var stock: [String: Int64] = [:]
+    var prices: [String: (Double, String)] = [:]
+    var holds: [String: (status: String, items: [(String, Int64)])] = [:]
+    /// Request types that get no answer (the caller times out).
+    var silent: Set<String> = []
+    var calls: [String] = []
+
+    func call(_ e: Envelope) throws -> Envelope {
+        calls.append(e.type)
+        if silent.contains(e.type) { throw QuadError.timeout("no answer to \(e.type) within 2 attempts of 50 ms") }
+        #expect(e.role == "service")
+        let order = e.body["order"]?.string ?? ""
+        switch e.type {
+        case "catalog.stock.hold":
+            if holds[order] == nil {
+                let items = (e.body["items"]?.array ?? []).map { ($0["product"]!.string!, $0["quantity"]!.int!) }
+                for (p, _) in items where stock[p] == nil { return e.error(.notFound("no product with id '\(p)'")) }
+                let short = items.filter { stock[$0.0]! < $0.1 }
+                if let (p, q) = short.first {
+                    return e.error(.conflict("not enough stock: \(p) (requested \(q), available \(stock[p]!))",
+                                             details: ["short": [["product": .string(p), "requested": .int(q), "available": .int(stock[p]!)]]]))
+                }
+                for (p, q) in items { stock[p]! -= q }
+                holds[order] = ("held", items)
+            }
+            return e.reply(state(order))
+        case "catalog.stock.confirm":
+            guard let hold = holds[order] else { return e.error(.notFound("no stock hold for order '\(order)'")) }
+            guard hold.status != "released" else { return e.error(.conflict("the stock hold for order '\(order)' has been released")) }
+            holds[order]!.status = "confirmed"
+            return e.reply(state(order))
+        case "catalog.stock.release":
+            guard let hold = holds[order] else { return e.error(.notFound("no stock hold for order '\(order)'")) }
+            if hold.status != "released" {
+                for (p, q) in hold.items { stock[p]! += q }
+                holds[order]!.status = "released"
+            }
+            return e.reply(state(order))
+        default:
+            return e.error(.notFound("unknown request type '\(e.type)'"))
+        }
+    }
+
+    func state(_ order: String) -> JSON {
+        let hold = holds[order]!
+        return ["order": .string(order), "status": .string(hold.status), "expires_at": 0, "items": .array(hold.items.map { p, q in
+            ["product": .string(p), "quantity": .int(q), "price": .double(prices[p]?.0 ?? 1), "category": .string(prices[p]?.1 ?? "Others")]
+        })]
+    }
+}
+
+/// Orders' handlers on a fresh SQLite file, with the fake catalog behind the saga.
+func ordersService(_ catalog: FakeCatalog, leaseMs: Int64 = 60_000) throws -> (Handlers, OrderSaga, Database) {
+    let dir = NSTemporaryDirectory() + "quad-orders-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+    let db = try SQLiteDatabase(path: dir + "/orders.db")
+    try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
+    try Migrations.apply(db, Orders.migrations, scope: "orders")
+    var settings = OrderSaga.Settings(fees: try FeeSchedule(parsing: FeeSchedule.defaultText))
+    settings.leaseMs = leaseMs
+    settings.retryMs = 0
+    settings.callTimeoutMs = 50
+    let saga = OrderSaga(db: db, settings: settings, source: "orders/test") { e, _, _ in try catalog.call(e) }
+    let h = Handlers(service: "orders", instance: "orders/test", db: db)
+    Orders.register(h, db: db, saga: saga)
+    return (h, saga, db)
+}
+
+extension Handlers {
+    /// Calls `type` as `user`; returns the reply or error envelope.
+    func send(_ type: String, _ body: JSON = [:], user: String?, id: String = MessageID.make()) -> Envelope {
+        var e = Envelope.request(type, body: body, id: id)
+        e.user = user
+        return handle(e)
+    }
+}
+
+func event(_ type: String, _ body: JSON, seq: Int64 = 1) -> Envelope {
+    Envelope(type: type, kind: .event, src: String(type.split(separator: ".")[0]), seq: seq, body: body)
+}
+
+@Suite("Orders: saga and rules, with a test double of the catalog")
+struct SagaTests {
+    @Test func feesAreAPercentByCategoryRoundedToTheCent() throws {
+        let fees = try FeeSchedule(parsing: FeeSchedule.defaultText)
+        #expect(fees.rate("Tech") == 8 && fees.rate("Study") == 5 && fees.rate("Unheard-of") == 10)
+        #expect(fees.fee(cents: 69_900, category: "Tech") == 5_592)
+        #expect(fees.fee(cents: 1_250, category: "Personal") == 88)  // 87.5 rounds up
+        #expect(try FeeSchedule(parsing: "Tech=7.5").fee(cents: 1_000, category: "Study") == 100)  // no Others: 10 %
+        for bad in ["", "Tech", "Tech=x", "Tech=101", "=5"] {
+            #expect(throws: QuadError.self) { try FeeSchedule(parsing: bad) }
+        }
+    }
+
+    @Test func aRentalNeedsAReturnDateAfterToday() throws {
+        let today = PlacePlan.dayFormatter().date(from: "2025-03-10")!
+        func plan(_ body: JSON) throws -> PlacePlan {
+            var e = Envelope.request("orders.place", body: body)
+            e.user = "u"
+            return try PlacePlan(Request(e), today: today)
+        }
+        let rent = try plan(["source": "buy_now", "product": "p-0001", "mode": "rent", "return_date": "2025-03-11", "screen": "favorites"])
+        #expect(rent.returnDate == "2025-03-11" && rent.screen == "favorites" && rent.quantity == 1)
+        #expect(try plan(["source": "cart"]).screen == "cart")
+        let refusals: [(JSON, String)] = [
+            (["source": "buy_now", "product": "p-0001", "mode": "rent"], "body.return_date is required to rent"),
+            (["source": "buy_now", "product": "p-0001", "mode": "rent", "return_date": "2025-03-10"], "must be after today: 2025-03-11 or later"),
+            (["source": "buy_now", "product": "p-0001", "mode": "rent", "return_date": "2025-02-30"], "must be an ISO date"),
+            (["source": "buy_now", "product": "p-0001", "mode": "rent", "return_date": "2026-03-11"], "max_rent_days"),
+            (["source": "buy_now", "product": "p-0001", "return_date": "2025-03-12"], "only for mode 'rent'"),
+            (["source": "cart", "product": "p-0001"], "are for source 'buy_now'"),
+            (["source": "buy_now"], "body.product is required"),
+            (["source": "buy_now", "product": "p-0001", "quantity": 100], "max_quantity"),
+            (["source": "buy_now", "product": "p-0001", "screen": "checkout"], "body.screen must be one of home, favorites, search, cart"),
+            (["product": "p-0001"], "body.source is required"),
+            (["source": "cart", "coupon": "FREE"], "body.coupon is not a field of orders.place"),
+        ]
+        for (body, message) in refusals {
+            let error = try #require(throws: QuadError.self) { try plan(body) }
+            #expect(error.status == 400 && error.message.contains(message), "\(body): \(error.message)")
+        }
+    }
+
+    @Test func anOrderRecordsTheBuyersSemesterFromAccountsEvents() throws {
+        let catalog = FakeCatalog()
+        catalog.stock = ["p-1": 5]
+        catalog.prices = ["p-1": (10, "Study")]
+        let (h, _, db) = try ordersService(catalog)
+        try Buyers.apply(db, event("accounts.user.registered", ["user": "ana", "name": "Ana", "semester": "5", "categories": ["Study"]]))
+        let first = h.send("orders.place", ["source": "buy_now", "product": "p-1"], user: "ana")
+        #expect(first.body["semester"] == "5")
+        #expect(first.body["fee"] == 0.5 && first.body["total"] == 10.5)
+        try Buyers.apply(db, event("accounts.user.updated", ["user": "ana", "categories": ["Tech"]]))
+        #expect(try Buyers.semester(db, "ana") == "5", "an update without semester keeps it")
+        try Buyers.apply(db, event("accounts.user.updated", ["user": "ana", "semester": 6]))
+        #expect(h.send("orders.place", ["source": "buy_now", "product": "p-1"], user: "ana").body["semester"] == 6)
+        #expect(h.send("orders.place", ["source": "buy_now", "product": "p-1"], user: "bo").body["semester"] == .null)
+    }
+
+    @Test func anUnansweredConfirmLeavesTheOrderOpenAndTheRecoveryFinishesIt() throws {
+        let catalog = FakeCatalog()
+        catalog.stock = ["p-1": 1]
+        let (h, saga, db) = try ordersService(catalog, leaseMs: 100)
+        catalog.silent = ["catalog.stock.confirm"]
+        let place = Envelope.request("orders.place", body: ["source": "buy_now", "product": "p-1"])
+        var asAna = place
+        asAna.user = "ana"
+        let first = h.handle(asAna)
+        #expect(first.quadError?.status == 503)
+        #expect(first.quadError?.message.contains("is pending") == true)
+        #expect(try OrderRecord.load(db, place.id)?.status == "held")
+        // The catalog is back; the lease runs out; the recovery confirms.
+        catalog.silent = []
+        usleep(150_000)
+        try saga.recover()
+        #expect(try OrderRecord.load(db, place.id)?.status == "confirmed")
+        #expect(catalog.holds[place.id]?.status == "confirmed" && catalog.stock["p-1"] == 0)
+        // A retry of the request gets the outcome.
+        let retry = h.handle(asAna)
+        #expect(retry.kind == .reply && retry.body["status"] == "confirmed")
+        // Events: placed, then confirmed, once each.
+        let types = try Outbox.since(db, after: 0, limit: 100).map(\.type)
+        #expect(types == ["orders.placed", "orders.confirmed"])
+    }
+
+    @Test func anOrderTheCatalogNeverAnsweredIsReleasedAndRejectedAfterTheDeadline() throws {
+        let catalog = FakeCatalog()
+        catalog.stock = ["p-1": 3]
+        let (h, saga, db) = try ordersService(catalog, leaseMs: 0)
+        catalog.silent = ["catalog.stock.hold"]
+        let placed = h.send("orders.place", ["source": "buy_now", "product": "p-1"], user: "ana")
+        #expect(placed.quadError?.status == 503)
+        catalog.silent = []
+        // Past the deadline the recovery releases instead of resuming.
+        try db.execute("UPDATE orders SET created_ms = created_ms - 3600000")
+        try saga.recover()
+        let order = try #require(try OrderRecord.load(db, placed.corr ?? ""))
+        #expect(order.status == "rejected" && order.reason?.contains("could not be placed within 60 s") == true)
+        #expect(catalog.calls.suffix(1) == ["catalog.stock.release"] && catalog.stock["p-1"] == 3)
+        #expect(try Outbox.since(db, after: 0, limit: 10).map(\.type) == ["orders.rejected"])
+    }
+}
