@@ -1,4 +1,5 @@
 import Foundation
+import QuadAuth
 import QuadMessaging
 import QuadRuntime
 import QuadWire
@@ -13,6 +14,9 @@ public struct BrokerSettings: Sendable {
     public var defaultDeadlineMs: Int64 = 5000
     /// Most requests queued for one service (`max_queue`); more get 503.
     public var maxQueue = 10_000
+    /// accounts' Ed25519 public key file, which session tokens are checked
+    /// against. It may appear after the broker starts (accounts creates it).
+    public var accountsKeyPath = KeyFiles.defaultPublicKeyPath()
 
     public init(endpoints: Endpoints) { self.endpoints = endpoints }
 }
@@ -21,7 +25,8 @@ public struct BrokerSettings: Sendable {
 /// named by the first segment of `type`, least recently used first; queues
 /// them while none is idle; answers 503 when a deadline passes with none;
 /// relays events from publishers to subscribers (XSUB/XPUB). One thread, one
-/// poll loop.
+/// poll loop. On the public frontend it checks each request's session token
+/// against accounts' public key and sets `user` and `role` from it.
 public final class Broker {
     struct Pending {
         let client: [UInt8]
@@ -72,6 +77,7 @@ public final class Broker {
     var eventsRelayed: Int64 = 0
     var requestsIn: Int64 = 0
     let name = "broker"
+    let tokens: TokenVerifier
 
     public init(settings: BrokerSettings, context: ZMQContext = ZMQContext()) throws {
         self.settings = settings
@@ -92,6 +98,7 @@ public final class Broker {
         internalFrontend = try context.socket(.router)
         try internalFrontend.setMaxMessageSize(socketLimit)
         try internalFrontend.bind(settings.endpoints.internal)
+        tokens = TokenVerifier(keyPath: settings.accountsKeyPath, log: { [name] in Log.info(name, $0) })
     }
 
     /// The endpoints actually bound (useful after binding port `*`).
@@ -105,6 +112,8 @@ public final class Broker {
         Shutdown.install()
         timers.every(settings.heartbeatMs) { [unowned self] in self.heartbeat() }
         timers.every(50) { [unowned self] in self.expireQueued() }
+        tokens.loadKey()
+        timers.every(1000) { [unowned self] in if !self.tokens.hasKey { self.tokens.loadKey() } }
         Log.info(name, "frontend \(settings.endpoints.frontend), backend \(settings.endpoints.backend), events in \(settings.endpoints.eventsIn) out \(settings.endpoints.eventsOut), internal \(settings.endpoints.internal)")
         var poller = Poller()
         poller.add(frontend)
@@ -185,11 +194,23 @@ public final class Broker {
             return
         }
         var bytes = bytes
-        // `user` and `role` are the broker's to set, never a client's; only
-        // services on the internal frontend may pass them on.
-        if client.first == Broker.public && (envelope.user != nil || envelope.role != nil) {
+        // `user` and `role` are the broker's to set, never a client's: from
+        // the public frontend they come only from a verified token (which
+        // stops here). Services on the internal frontend pass theirs on.
+        if client.first == Broker.public && (envelope.user != nil || envelope.role != nil || envelope.token != nil) {
             envelope.user = nil
             envelope.role = nil
+            if let token = envelope.token, !token.isEmpty {
+                do {
+                    let claims = try tokens.check(token)
+                    envelope.user = claims.user
+                    envelope.role = claims.role
+                } catch {
+                    replyError(client, error, corr: envelope.id, type: envelope.type)
+                    return
+                }
+            }
+            envelope.token = nil
             bytes = envelope.encoded()
         }
         let service = String(envelope.service)

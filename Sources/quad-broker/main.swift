@@ -1,4 +1,5 @@
 import Foundation
+import QuadAuth
 import QuadBroker
 import QuadRuntime
 import QuadWire
@@ -14,6 +15,8 @@ flags.option("heartbeat-ms", "heartbeat interval; a worker silent for 3 is dropp
 flags.option("max-message-bytes", "largest envelope accepted (max_message_bytes)", default: String(Envelope.defaultMaxBytes))
 flags.option("max-queue", "most requests queued per service (max_queue)", default: "10000")
 flags.option("default-deadline-ms", "deadline of a request that carries none", default: "5000")
+flags.option("accounts-key", "accounts' Ed25519 public key file that session tokens are checked against (env QUAD_ACCOUNTS_KEY); may appear after start",
+             default: KeyFiles.defaultPublicKeyPath())
 flags.parse()
 
 var settings = BrokerSettings(endpoints: Endpoints(frontend: flags["frontend"]!, backend: flags["backend"]!,
@@ -23,6 +26,7 @@ settings.heartbeatMs = Int64(flags.int("heartbeat-ms"))
 settings.maxMessageBytes = flags.int("max-message-bytes")
 settings.maxQueue = flags.int("max-queue")
 settings.defaultDeadlineMs = Int64(flags.int("default-deadline-ms"))
+settings.accountsKeyPath = flags["accounts-key"]!
 guard settings.heartbeatMs >= 10 else { Flags.usageError("--heartbeat-ms must be at least 10", usage: flags.usage) }
 guard settings.maxMessageBytes >= 1024 else { Flags.usageError("--max-message-bytes must be at least 1024", usage: flags.usage) }
 guard settings.maxQueue >= 1 else { Flags.usageError("--max-queue must be at least 1", usage: flags.usage) }

@@ -1,4 +1,5 @@
 import Foundation
+import QuadAuth
 import QuadMessaging
 import QuadRuntime
 import QuadWire
@@ -13,6 +14,13 @@ var flags = Flags(program: "quadctl", summary: """
       services             list services with their live workers and queue depth
       watch [TOPIC]        print events as they pass: all by default, or those whose
                            service ("catalog/") or type ("catalog.stock") starts with TOPIC
+      register EMAIL NAME SEMESTER [CATEGORY...]
+                           create a student account (SEMESTER 1 to 12; categories of
+                           Study, Tech, Creative, Lab, Personal, Others)
+      login EMAIL          log in; prints `export QUAD_TOKEN=...` for eval "$(quadctl login EMAIL)"
+
+    Passwords come from --password, else QUAD_PASSWORD, else a prompt on the terminal.
+    With --as EMAIL, any command logs in first and sends its requests with that token.
     """)
 flags.option("frontend", "broker endpoint for requests", default: defaults.frontend)
 flags.option("events-out", "broker endpoint for events", default: defaults.eventsOut)
@@ -20,6 +28,8 @@ flags.option("timeout", "milliseconds to wait for each attempt", default: "3000"
 flags.option("attempts", "attempts, all under the same envelope id", default: "2")
 flags.option("id", "envelope id (idempotency key) to send; a fresh UUIDv7 by default")
 flags.option("token", "session token to send", default: ProcessInfo.processInfo.environment["QUAD_TOKEN"])
+flags.option("as", "log in as this email first and send the request with its token (overrides --token)")
+flags.option("password", "password for --as, login and register (default: QUAD_PASSWORD, else asked)")
 flags.option("count", "with watch: stop after this many events (0: never)", default: "0")
 flags.flag("envelope", "with call: print the whole reply envelope, not only the body")
 flags.parse(allowPositional: true)
@@ -29,18 +39,42 @@ func fail(_ message: String, code: Int32) -> Never {
     exit(code)
 }
 
-@MainActor func client() -> Client {
+/// A client of the frontend; with `signedIn`, carrying the session token of
+/// --as (after logging in) or of --token / QUAD_TOKEN.
+@MainActor func client(signedIn: Bool = true) -> Client {
     do {
         let c = try Client(endpoint: flags["frontend"]!, source: "quadctl/\(NSUserName())")
-        c.token = flags["token"]
+        guard signedIn else { return c }
+        if let email = flags["as"] {
+            c.token = login(email)["token"]?.string
+        } else if let token = flags["token"], !token.isEmpty {
+            if let claims = try? Token.unverifiedClaims(token), claims.expiresAt <= Int64(Clock.nowMillis()) {
+                FileHandle.standardError.write(Data("quadctl: warning: the session token expired at \(iso(claims.expiresAt)); log in again: eval \"$(quadctl login EMAIL)\"\n".utf8))
+            }
+            c.token = token
+        }
         return c
     } catch { fail("cannot connect to \(flags["frontend"]!): \(error)", code: 2) }
 }
 
-@MainActor func call(_ type: String, _ body: JSON) -> Never {
-    let request = Envelope.request(type, body: body, id: flags["id"] ?? MessageID.make())
+func iso(_ ms: Int64) -> String {
+    ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+}
+
+/// The password: --password, QUAD_PASSWORD, or asked on the terminal.
+@MainActor func password(for email: String) -> String {
+    if let p = flags["password"] { return p }
+    if let p = ProcessInfo.processInfo.environment["QUAD_PASSWORD"], !p.isEmpty { return p }
+    guard isatty(STDIN_FILENO) == 1, let typed = getpass("Password for \(email): ") else {
+        fail("a password is needed for \(email): give --password or set QUAD_PASSWORD", code: 64)
+    }
+    return String(cString: typed)
+}
+
+/// Sends `request` and exits: the reply body (0), the error body (1), or no answer (2).
+@MainActor func send(_ request: Envelope, with c: Client) -> Never {
     do {
-        let reply = try client().call(request, timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
+        let reply = try c.call(request, timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
         print(flags.bool("envelope") ? reply.json.text : reply.body.text)
         exit(reply.kind == .error ? 1 : 0)
     } catch {
@@ -48,6 +82,22 @@ func fail(_ message: String, code: Int32) -> Never {
         print(error.body.text)
         exit(1)
     }
+}
+
+/// Logs in with accounts.login (sent without any token) and returns the
+/// reply body; exits 1 with the reason when refused.
+@MainActor func login(_ email: String) -> JSON {
+    let body: JSON = ["email": .string(email), "password": .string(password(for: email))]
+    do {
+        return try client(signedIn: false).request("accounts.login", body, timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
+    } catch {
+        if error.code == "timeout" { fail("no answer from \(flags["frontend"]!): \(error.message)", code: 2) }
+        fail("cannot log in as \(email): \(error.message)", code: 1)
+    }
+}
+
+@MainActor func call(_ type: String, _ body: JSON) -> Never {
+    send(Envelope.request(type, body: body, id: flags["id"] ?? MessageID.make()), with: client())
 }
 
 let args = flags.positional
@@ -63,6 +113,24 @@ case "call":
     call(args[1], body)
 case "services":
     call("sys.services", .object([:]))
+case "login":
+    guard args.count == 2 else { Flags.usageError("login takes one EMAIL, e.g. quadctl login ana@uni.edu", usage: flags.usage) }
+    let session = login(args[1])
+    let token = session["token"]?.string ?? ""
+    print("export QUAD_TOKEN=\(token)")
+    let expires = session["expires_at"]?.int.map(iso) ?? "?"
+    FileHandle.standardError.write(Data("quadctl: logged in as \(args[1]) (user \(session["user"]?.string ?? "?"), role \(session["role"]?.string ?? "?")) until \(expires)\n".utf8))
+    exit(0)
+case "register":
+    guard args.count >= 4 else {
+        Flags.usageError("register takes EMAIL NAME SEMESTER [CATEGORY...], e.g. quadctl register ana@uni.edu \"Ana Ruiz\" 3 Tech Study", usage: flags.usage)
+    }
+    guard let semester = Int64(args[3]) else { fail("SEMESTER must be an integer from 1 to 12, got '\(args[3])'", code: 64) }
+    let body: JSON = [
+        "email": .string(args[1]), "password": .string(password(for: args[1])), "name": .string(args[2]),
+        "semester": .int(semester), "categories": .array(args.dropFirst(4).map { .string($0) }),
+    ]
+    send(Envelope.request("accounts.register", body: body, id: flags["id"] ?? MessageID.make()), with: client(signedIn: false))
 case "watch":
     let topic = args.count > 1 ? args[1] : ""
     let limit = flags.int("count")

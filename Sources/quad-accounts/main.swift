@@ -1,0 +1,4 @@
+import QuadAccounts
+import QuadRuntime
+
+ServiceMain.run(Accounts.self)

@@ -1,0 +1,197 @@
+import Foundation
+import QuadAuth
+import QuadRuntime
+import QuadStore
+import QuadWire
+import Testing
+@testable import QuadAccounts
+
+/// accounts' handlers on a fresh store: a SQLite file, or the test
+/// PostgreSQL server (QUAD_TEST_PG) in a schema of its own.
+func accounts(postgres: Bool = false, ttlMs: Int64 = 86_400_000) throws -> (Handlers, Database, SigningKey) {
+    let db: Database
+    if postgres {
+        let url = try #require(ProcessInfo.processInfo.environment["QUAD_TEST_PG"])
+        let schema = "a\(UInt32.random(in: 0...UInt32.max))"
+        try PostgresDatabase(url: url).executeScript("CREATE SCHEMA \(schema)")
+        db = try PostgresDatabase(url: url + "?options=-csearch_path%3D\(schema)")
+    } else {
+        let dir = NSTemporaryDirectory() + "quad-accounts-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        db = try SQLiteDatabase(path: dir + "/accounts.db")
+    }
+    try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
+    try Migrations.apply(db, Accounts.migrations, scope: "accounts")
+    let key = SigningKey.generate()
+    let h = Handlers(service: "accounts", instance: "accounts/test", db: db)
+    Accounts.register(h, db: db, settings: try .init(signingKey: key, tokenTTLMillis: ttlMs, hashing: .minimum))
+    return (h, db, key)
+}
+
+extension Handlers {
+    /// Calls `type` as the broker would deliver it; returns the body or throws the error.
+    func call(_ type: String, _ body: JSON = [:], user: String? = nil, role: String? = nil, id: String = MessageID.make()) throws -> JSON {
+        var e = Envelope.request(type, body: body, id: id)
+        e.user = user
+        e.role = role
+        let reply = handle(e)
+        if let error = reply.quadError { throw error }
+        return reply.body
+    }
+}
+
+func ana(_ overrides: [String: JSON] = [:]) -> JSON {
+    var body: [String: JSON] = [
+        "email": "ana@uni.edu", "password": "correct horse", "name": "Ana Ruiz", "semester": 3, "categories": ["Tech", "Study"],
+    ]
+    for (k, v) in overrides { body[k] = v }
+    return .object(body)
+}
+
+func refusal(_ body: () throws -> Any) -> QuadError? {
+    do { _ = try body(); return nil } catch let e as QuadError { return e } catch { return .internal("\(error)") }
+}
+
+var stores: [Bool] { ProcessInfo.processInfo.environment["QUAD_TEST_PG"] == nil ? [false] : [false, true] }
+
+@Suite("accounts handlers")
+struct AccountsHandlerTests {
+    @Test(arguments: stores)
+    func registerThenLogInThenReadAndChangeTheProfile(postgres: Bool) throws {
+        let (h, db, key) = try accounts(postgres: postgres)
+        let made = try h.call("accounts.register", ana(["email": "Ana@UNI.edu"]))
+        let user = try #require(made["user"]?.string)
+        #expect(user.count == 36 && Array(user)[14] == "7", "a UUIDv7")
+        #expect(made["email"]?.string == "ana@uni.edu")
+        #expect(made["role"]?.string == "student")
+        #expect(made["semester"]?.int == 3)
+        #expect(made["categories"] == ["Tech", "Study"])
+        #expect(made["password"] == nil && made["password_hash"] == nil)
+        let stored = try #require(try db.queryOne("SELECT password_hash FROM users WHERE id = $1", .text(user)))
+        #expect(stored.string("password_hash").hasPrefix("$argon2id$"))
+
+        let before = Int64(Clock.nowMillis())
+        let session = try h.call("accounts.login", ["email": "ANA@uni.edu", "password": "correct horse"])
+        #expect(session["user"]?.string == user && session["role"]?.string == "student")
+        let expires = try #require(session["expires_at"]?.int)
+        #expect(expires >= before + 86_400_000 && expires <= Int64(Clock.nowMillis()) + 86_400_000)
+        let claims = try key.verifyingKey.verify(try #require(session["token"]?.string))
+        #expect(claims.user == user && claims.role == "student" && claims.expiresAt == expires)
+
+        #expect(try h.call("accounts.profile.get", user: user) == made)
+        let changed = try h.call("accounts.profile.update", ["semester": 4, "categories": ["Lab"], "name": "  Ana R.  "], user: user)
+        #expect(changed["semester"]?.int == 4 && changed["categories"] == ["Lab"] && changed["name"]?.string == "Ana R.")
+        #expect(try h.call("accounts.profile.get", user: user)["semester"]?.int == 4)
+
+        // Events name the user, never the email or the password.
+        let events = try #require(try h.call("accounts.events.since", ["after": 0])["events"]?.array)
+        #expect(events.map { $0["type"]?.string } == ["accounts.user.registered", "accounts.user.updated"])
+        #expect(events[0]["body"] == ["user": .string(user), "name": "Ana Ruiz", "semester": 3, "categories": ["Tech", "Study"]])
+        #expect(events[1]["body"] == ["user": .string(user), "name": "Ana R.", "semester": 4, "categories": ["Lab"]])
+        for e in events { #expect(!e.text.contains("ana@uni.edu") && !e.text.contains("correct horse") && !e.text.contains("argon2")) }
+    }
+
+    @Test(arguments: stores)
+    func aSecondAccountWithTheSameEmailIs409WhateverTheCase(postgres: Bool) throws {
+        let (h, _, _) = try accounts(postgres: postgres)
+        _ = try h.call("accounts.register", ana())
+        let e = refusal { try h.call("accounts.register", ana(["email": "ANA@uni.EDU", "name": "Other"])) }
+        #expect(e?.status == 409 && e?.message == "an account with email 'ana@uni.edu' already exists")
+    }
+
+    @Test func theSameRegisterIDTwiceMakesOneAccountAndTheSameReply() throws {
+        let (h, db, _) = try accounts()
+        let id = MessageID.make()
+        let first = try h.call("accounts.register", ana(), id: id)
+        #expect(try h.call("accounts.register", ana(), id: id) == first)
+        #expect(try db.queryOne("SELECT COUNT(*) AS n FROM users")?.int("n") == 1)
+    }
+
+    @Test func aWrongPasswordAndAnUnknownEmailGetTheSame401() throws {
+        let (h, _, _) = try accounts()
+        _ = try h.call("accounts.register", ana())
+        let wrong = refusal { try h.call("accounts.login", ["email": "ana@uni.edu", "password": "wrong horse"]) }
+        let unknown = refusal { try h.call("accounts.login", ["email": "bob@uni.edu", "password": "correct horse"]) }
+        #expect(wrong?.status == 401 && wrong?.message == "wrong email or password")
+        #expect(unknown?.status == 401 && unknown?.message == wrong?.message)
+    }
+
+    static let badRegistrations: [(String, JSON, String)] = [
+        ("no email", ["password": "correct horse", "name": "A", "semester": 1], "body.email is required"),
+        ("email not a string", ["email": 5, "password": "correct horse", "name": "A", "semester": 1], "body.email must be a string, got number"),
+        ("no @", ana(["email": "ana.uni.edu"]), "body.email must be one address like name@campus.edu"),
+        ("two @", ana(["email": "a@b@uni.edu"]), "body.email must be one address"),
+        ("no domain dot", ana(["email": "ana@localhost"]), "body.email: the domain must be like campus.edu"),
+        ("space", ana(["email": "an a@uni.edu"]), "body.email: the part before '@' has a character"),
+        ("double dot", ana(["email": "an..a@uni.edu"]), "body.email: the part before '@' has a character"),
+        ("too long", ana(["email": .string(String(repeating: "a", count: 60) + "@" + String(repeating: "b", count: 190) + ".edu")]),
+         "body.email is longer than 254 characters (max_email_length)"),
+        ("short password", ana(["password": "1234567"]), "body.password must be at least 8 characters (min_password_length)"),
+        ("long password", ana(["password": .string(String(repeating: "p", count: 129))]), "body.password must be at most 128 characters (max_password_length)"),
+        ("blank name", ana(["name": "   "]), "body.name must not be empty"),
+        ("long name", ana(["name": .string(String(repeating: "n", count: 101))]), "body.name is longer than 100 characters (max_name_length)"),
+        ("no semester", ["email": "a@uni.edu", "password": "correct horse", "name": "A"], "body.semester is required"),
+        ("semester 0", ana(["semester": 0]), "body.semester must be an integer from 1 to 12"),
+        ("semester 13", ana(["semester": 13]), "body.semester must be an integer from 1 to 12"),
+        ("semester text", ana(["semester": "2026-1"]), "body.semester must be an integer from 1 to 12"),
+        ("unknown category", ana(["categories": ["Tech", "Cars"]]), "body.categories: unknown category \"Cars\""),
+        ("repeated category", ana(["categories": ["Tech", "Tech"]]), "body.categories lists 'Tech' twice"),
+        ("categories not a list", ana(["categories": "Tech"]), "body.categories must be an array"),
+        ("a role", ana(["role": "admin"]), "body.role cannot be changed with accounts.register"),
+        ("unknown field", ana(["nickname": "x"]), "body.nickname is not a field of accounts.register"),
+    ]
+
+    @Test(arguments: badRegistrations)
+    func aBadRegistrationIs400NamingTheFieldAndLimit(why: String, body: JSON, message: String) throws {
+        let (h, db, _) = try accounts()
+        let e = refusal { try h.call("accounts.register", body) }
+        #expect(e?.status == 400, "\(why)")
+        #expect(e?.message.hasPrefix(message) == true, "\(why): \(e?.message ?? "accepted")")
+        #expect(try db.queryOne("SELECT COUNT(*) AS n FROM users")?.int("n") == 0)
+    }
+
+    @Test func theProfileIsOnlyEverOnesOwn() throws {
+        let (h, _, _) = try accounts()
+        let a = try #require(try h.call("accounts.register", ana())["user"]?.string)
+        let b = try #require(try h.call("accounts.register", ana(["email": "bob@uni.edu", "name": "Bob"]))["user"]?.string)
+        #expect(refusal { try h.call("accounts.profile.get") }?.status == 401)
+        #expect(refusal { try h.call("accounts.profile.update", ["semester": 5]) }?.status == 401)
+        #expect(refusal { try h.call("accounts.profile.get", ["user": .string(a)], user: b) }?.status == 403)
+        #expect(refusal { try h.call("accounts.profile.update", ["user": .string(a), "semester": 5], user: b) }?.status == 403)
+        #expect(try h.call("accounts.profile.get", ["user": .string(b)], user: b)["name"]?.string == "Bob")
+        #expect(try h.call("accounts.profile.get", user: a)["semester"]?.int == 3, "a's profile unchanged")
+    }
+
+    @Test func changingThePasswordNeedsTheCurrentOne() throws {
+        let (h, _, _) = try accounts()
+        let a = try #require(try h.call("accounts.register", ana())["user"]?.string)
+        #expect(refusal { try h.call("accounts.profile.update", ["password": "new password!"], user: a) }?.message
+                == "body.current_password is required to change body.password")
+        #expect(refusal { try h.call("accounts.profile.update", ["password": "new password!", "current_password": "nope nope"], user: a) }?.status == 403)
+        #expect(refusal { try h.call("accounts.profile.update", ["password": "short", "current_password": "correct horse"], user: a) }?.status == 400)
+        #expect(refusal { try h.call("accounts.profile.update", ["email": "x@uni.edu"], user: a) }?.message == "body.email cannot be changed with accounts.profile.update")
+        #expect(refusal { try h.call("accounts.profile.update", [:], user: a) }?.status == 400)
+        _ = try h.call("accounts.profile.update", ["password": "new password!", "current_password": "correct horse"], user: a)
+        #expect(refusal { try h.call("accounts.login", ["email": "ana@uni.edu", "password": "correct horse"]) }?.status == 401)
+        #expect(try h.call("accounts.login", ["email": "ana@uni.edu", "password": "new password!"])["user"]?.string == a)
+        // A password change alone publishes nothing.
+        #expect(try h.call("accounts.events.since", ["after": 0])["events"]?.array?.count == 1)
+    }
+
+    @Test func theAdminOptionCreatesThenPromotesAndSetsThePassword() throws {
+        let (h, db, key) = try accounts()
+        #expect(try Accounts.ensureAdmin(db, email: "admin@quad.campus", password: "quad-admin-pass", hashing: .minimum))
+        #expect(try !Accounts.ensureAdmin(db, email: "admin@quad.campus", password: "quad-admin-pass", hashing: .minimum))
+        let session = try h.call("accounts.login", ["email": "admin@quad.campus", "password": "quad-admin-pass"])
+        #expect(session["role"]?.string == "admin")
+        #expect(try key.verifyingKey.verify(session["token"]!.string!).role == "admin")
+        let profile = try h.call("accounts.profile.get", user: session["user"]!.string!)
+        #expect(profile["semester"] == .null && profile["role"]?.string == "admin")
+        // An existing student is promoted and takes the given password.
+        let a = try #require(try h.call("accounts.register", ana())["user"]?.string)
+        #expect(try !Accounts.ensureAdmin(db, email: "ana@uni.edu", password: "admin password", hashing: .minimum))
+        let promoted = try h.call("accounts.login", ["email": "ana@uni.edu", "password": "admin password"])
+        #expect(promoted["user"]?.string == a && promoted["role"]?.string == "admin")
+        #expect(try db.queryOne("SELECT COUNT(*) AS n FROM users")?.int("n") == 2)
+    }
+}
