@@ -7,8 +7,16 @@ let package = Package(
     products: [
         .executable(name: "quad-broker", targets: ["quad-broker"]),
         .executable(name: "quad-catalog", targets: ["quad-catalog"]),
+        .executable(name: "quad-favorites", targets: ["quad-favorites"]),
+        .executable(name: "quad-orders", targets: ["quad-orders"]),
+        .executable(name: "quad-accounts", targets: ["quad-accounts"]),
+        .executable(name: "quad-reservations", targets: ["quad-reservations"]),
+        .executable(name: "quad-telemetry", targets: ["quad-telemetry"]),
+        .executable(name: "quad-analytics", targets: ["quad-analytics"]),
+        .executable(name: "quad-edge", targets: ["quad-edge"]),
         .executable(name: "quadctl", targets: ["quadctl"]),
         .executable(name: "quad-tally", targets: ["quad-tally"]),
+        .executable(name: "quad-bench", targets: ["quad-bench"]),
     ],
     targets: [
         // C libraries, each a modulemap plus a shim header. Only the wrapper
@@ -17,6 +25,7 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
         // The wire: envelope, error, JSON values, ids.
         .target(name: "QuadWire"),
@@ -27,15 +36,37 @@ let package = Package(
         .target(name: "QuadStore", dependencies: ["CSQLite", "CPostgres", "QuadWire"]),
         // The service runtime (worker loop, outbox relay) and the client.
         .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadMessaging", "QuadStore"]),
+        // Session tokens (Ed25519), key files and password hashes: the only
+        // module that imports CSodium.
+        .target(name: "QuadAuth", dependencies: ["CSodium", "QuadWire"]),
         // The broker: Majordomo-style routing plus the event proxy.
-        .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadRuntime"]),
+        .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadRuntime", "QuadAuth"]),
         // Service domains.
         .target(name: "QuadCatalog", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadFavorites", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadOrders", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadAccounts", dependencies: ["QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadReservations", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadTelemetry", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        // The edge agent: emulated phones, one SQLite file each, on one poll loop.
+        .target(name: "QuadEdge", dependencies: ["QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime"]),
+        // The business questions are SQL files, copied as resources.
+        .target(name: "QuadAnalytics", dependencies: ["CMicroHTTPD", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
+                resources: [.copy("questions")]),
 
         // Thin executables.
         .executableTarget(name: "quad-broker", dependencies: ["QuadBroker", "QuadRuntime"]),
         .executableTarget(name: "quad-catalog", dependencies: ["QuadCatalog", "QuadRuntime"]),
-        .executableTarget(name: "quadctl", dependencies: ["QuadRuntime", "QuadWire"]),
+        .executableTarget(name: "quad-favorites", dependencies: ["QuadFavorites", "QuadRuntime"]),
+        .executableTarget(name: "quad-orders", dependencies: ["QuadOrders", "QuadRuntime"]),
+        .executableTarget(name: "quad-accounts", dependencies: ["QuadAccounts", "QuadRuntime"]),
+        .executableTarget(name: "quad-reservations", dependencies: ["QuadReservations", "QuadRuntime"]),
+        .executableTarget(name: "quad-telemetry", dependencies: ["QuadTelemetry", "QuadRuntime"]),
+        .executableTarget(name: "quad-analytics", dependencies: ["QuadAnalytics", "QuadRuntime"]),
+        .executableTarget(name: "quad-edge", dependencies: ["QuadEdge", "QuadRuntime"]),
+        .executableTarget(name: "quadctl", dependencies: ["QuadRuntime", "QuadWire", "QuadAuth"]),
+        // Quad's side of the benchmarks (deploy/bench).
+        .executableTarget(name: "quad-bench", dependencies: ["QuadRuntime", "QuadMessaging", "QuadWire"]),
         // A counter service the runtime's tests run as real processes.
         .executableTarget(name: "quad-tally", dependencies: ["QuadRuntime", "QuadStore", "QuadWire"]),
         // Starts the executables as real processes for tests.
@@ -45,7 +76,14 @@ let package = Package(
         .testTarget(name: "QuadMessagingTests", dependencies: ["QuadMessaging"]),
         .testTarget(name: "QuadStoreTests", dependencies: ["QuadStore", "QuadWire"]),
         .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadAccountsTests", dependencies: ["QuadAccounts", "QuadAuth", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadFavoritesTests", dependencies: ["QuadFavorites", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadOrdersTests", dependencies: ["QuadOrders", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadReservationsTests", dependencies: ["QuadReservations", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadTelemetryTests", dependencies: ["QuadTelemetry", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadAnalyticsTests", dependencies: ["QuadAnalytics", "QuadTelemetry", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -20,23 +20,36 @@ fail() {
 ok() { printf 'test_stack: ok   %s\n' "$*"; }
 
 QUAD_HOME=$(mktemp -d /tmp/quad-e2e.XXXXXX)
-QUAD_PORT_BASE=$(quad_free_port 17700 10 4) || fail "no four free ports from 17700"
+QUAD_PORT_BASE=$(quad_free_port 17700 10 5) || fail "no five free ports from 17700"
 export QUAD_HOME QUAD_PORT_BASE
-unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT
+unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL
 
-# Every process that has this QUAD_HOME in its environment belongs to the
-# stack under test (deploy/stack passes it to all it starts).
+# Every process of another session (the stack starts each in a session of
+# its own) that has this QUAD_HOME in its environment belongs to the stack
+# under test: deploy/stack passes QUAD_HOME to all it starts.
 stack_processes() {
-    local dir pid program
-    for dir in /proc/[0-9]*; do
-        pid=${dir#/proc/}
-        program=$(quad_program_of "$pid") || continue
-        [[ $program == quad-* ]] && quad_alive "$pid" || continue
-        if { tr '\0' '\n' <"$dir/environ"; } 2>/dev/null | grep -qxF "QUAD_HOME=$QUAD_HOME"; then
-            printf '%s %s\n' "$pid" "$program"
-        fi
-    done
-    return 0
+    python3 - "$QUAD_HOME" "$$" <<'PY'
+import os, sys
+home, me = sys.argv[1].encode(), int(sys.argv[2])
+mine = os.getsid(me)
+wanted = b"QUAD_HOME=" + home
+for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+        continue
+    try:
+        with open(f"/proc/{entry}/stat", "rb") as f:
+            fields = f.read().rsplit(b") ", 1)[1].split()
+        if fields[0] == b"Z" or int(fields[3]) == mine:
+            continue
+        with open(f"/proc/{entry}/environ", "rb") as f:
+            if wanted not in f.read().split(b"\0"):
+                continue
+        with open(f"/proc/{entry}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0")[0].decode(errors="replace")
+    except (OSError, IndexError, ValueError):
+        continue
+    print(entry, os.path.basename(argv0) or "?")
+PY
 }
 
 cleanup() {
@@ -64,6 +77,8 @@ cleanup() {
     exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # Workers of $1 registered with the broker, from quadctl services.
 workers_of() {
@@ -86,7 +101,7 @@ command -v quadctl >/dev/null || fail "quadctl is not on PATH after eval \"\$(de
     fail "expected pid files broker.pid and catalog.1.pid in $QUAD_HOME/run, found: $(ls "$QUAD_HOME/run")"
 [[ -f $QUAD_HOME/logs/catalog.1.log && -f $QUAD_HOME/db/catalog.db ]] ||
     fail "expected logs/catalog.1.log and db/catalog.db under $QUAD_HOME"
-ok "deploy/stack up on ports $QUAD_PORT_BASE..$((QUAD_PORT_BASE + 3))"
+ok "deploy/stack up on ports $QUAD_PORT_BASE..$((QUAD_PORT_BASE + 4))"
 
 step="second up"
 out=$("$STACK" up) || fail "a second deploy/stack up exited $?"
@@ -134,6 +149,29 @@ quad_alive "$pid2" && fail "catalog/2 (pid $pid2) still runs after scale catalog
 quadctl call catalog.products.list '{"limit":5}' >/dev/null || fail "the catalog does not answer after scaling down"
 ok "deploy/stack scale catalog 1: one worker left, catalog/2 stopped, the catalog still answers"
 
+step="restart catalog"
+pid1=$(<"$QUAD_HOME/run/catalog.1.pid")
+"$STACK" restart catalog || fail "deploy/stack restart catalog exited $?"
+new1=$(<"$QUAD_HOME/run/catalog.1.pid")
+[[ $new1 != "$pid1" ]] && quad_alive "$new1" || fail "catalog/1 was not restarted (pid $pid1, now $new1)"
+quad_alive "$pid1" && fail "the old catalog/1 (pid $pid1) still runs after restart"
+quadctl call catalog.products.list '{"limit":5}' >/dev/null || fail "the catalog does not answer after restart"
+ok "deploy/stack restart catalog: a new catalog/1 answers"
+
+step="kill catalog"
+"$STACK" scale catalog 2 >/dev/null || fail "deploy/stack scale catalog 2 (again) exited $?"
+pid2=$(<"$QUAD_HOME/run/catalog.2.pid")
+"$STACK" kill catalog || fail "deploy/stack kill catalog exited $?"
+quad_alive "$pid2" && fail "catalog/2 (pid $pid2) still runs after kill"
+[[ ! -f $QUAD_HOME/run/catalog.2.pid ]] || fail "catalog.2.pid is still there after kill"
+quad_alive "$new1" || fail "kill catalog killed catalog/1 too"
+# Nothing brings it back, a worker supervisor neither (it restarts after 2 s).
+sleep 3
+[[ ! -f $QUAD_HOME/run/catalog.2.pid ]] || fail "catalog/2 came back after kill (pid file catalog.2.pid)"
+pgrep -f -- "catalog/2 .*$QUAD_HOME/" >/dev/null && fail "a catalog/2 process runs again after kill"
+quadctl call catalog.products.list '{"limit":5}' >/dev/null || fail "the catalog does not answer after one worker was killed"
+ok "deploy/stack kill catalog: catalog/2 is gone for good, catalog/1 still answers"
+
 step="down"
 pids=$(cat "$QUAD_HOME"/run/*.pid)
 "$STACK" down || fail "deploy/stack down exited $?"
@@ -141,7 +179,7 @@ for pid in $pids; do quad_alive "$pid" && fail "pid $pid still runs after down";
 left=$(stack_processes)
 [[ -z $left ]] || fail "processes of the stack remain after down: $left"
 [[ -z $(ls "$QUAD_HOME"/run/*.pid 2>/dev/null) ]] || fail "pid files remain after down: $(ls "$QUAD_HOME/run")"
-for port in $(seq "$QUAD_PORT_BASE" $((QUAD_PORT_BASE + 3))); do
+for port in $(seq "$QUAD_PORT_BASE" $((QUAD_PORT_BASE + 4))); do
     quad_port_free "$port" || fail "port $port is still open after down"
 done
 rc=0

@@ -1,0 +1,171 @@
+import Foundation
+import QuadStore
+import QuadWire
+
+/// One business question: one SQL query in `questions/<id>.sql`, with
+/// `$1` the start (inclusive) and `$2` the end (exclusive) of the period,
+/// in ms since 1970. Its header comments say how to show it:
+///
+/// ```
+/// -- title: Where students buy: home or favorites screen
+/// -- app: UniTrade
+/// -- chart: bar screen purchases
+/// -- order: 1
+/// ```
+///
+/// `chart` is `bar LABEL VALUE...` (grouped bars) or `heat ROW COLUMN
+/// VALUE` (a grid shaded from 0 to 100), naming result columns. Other comment lines are
+/// the question's description. Every query keeps to the SQL that SQLite and
+/// PostgreSQL share, and returns aggregates only.
+public struct Question: Sendable, Equatable {
+    public let id: String
+    public let title: String
+    public let app: String
+    public let chart: [String]
+    public let order: Int
+    public let description: String
+    public let sql: String
+
+    /// Reads a question from its file's text.
+    public init(id: String, text: String) throws {
+        var meta: [String: String] = [:]
+        var about: [String] = []
+        var body: [String] = []
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            let t = line.trimmingCharacters(in: .whitespaces)
+            if t.hasPrefix("--") {
+                let c = t.dropFirst(2).trimmingCharacters(in: .whitespaces)
+                if let colon = c.firstIndex(of: ":"), ["title", "app", "chart", "order"].contains(String(c[..<colon])) {
+                    meta[String(c[..<colon])] = c[c.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                } else if !c.isEmpty {
+                    about.append(c)
+                }
+            } else if !t.isEmpty {
+                // Comments are dropped from the SQL: an apostrophe in one
+                // would upset the `$n` translation for SQLite.
+                body.append(String(line))
+            }
+        }
+        guard let title = meta["title"], let app = meta["app"], let chart = meta["chart"] else {
+            throw QuadError.internal("questions/\(id).sql needs -- title:, -- app: and -- chart: lines")
+        }
+        self.id = id
+        self.title = title
+        self.app = app
+        self.chart = chart.split(separator: " ").map(String.init)
+        self.order = Int(meta["order"] ?? "") ?? 999
+        self.description = about.joined(separator: " ")
+        self.sql = body.joined(separator: "\n")
+        guard ["bar", "heat"].contains(self.chart.first ?? ""), self.chart.count >= 3 else {
+            throw QuadError.internal("questions/\(id).sql: chart must be 'bar|heat COLUMN COLUMN...', got '\(chart)'")
+        }
+        guard sql.contains("$1"), sql.contains("$2") else {
+            throw QuadError.internal("questions/\(id).sql must use $1 (from) and $2 (to)")
+        }
+    }
+
+    /// The questions shipped with the library, in dashboard order.
+    public static func bundled() throws -> [Question] {
+        guard let dir = Bundle.module.url(forResource: "questions", withExtension: nil) else {
+            throw QuadError.internal("the questions folder is missing from the QuadAnalytics bundle")
+        }
+        return try load(from: dir.path)
+    }
+
+    /// Every `<id>.sql` in `folder`.
+    public static func load(from folder: String) throws -> [Question] {
+        let names = try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasSuffix(".sql") }
+        let list = try names.map { name in
+            try Question(id: String(name.dropLast(4)), text: String(contentsOfFile: folder + "/" + name, encoding: .utf8))
+        }
+        return list.sorted { ($0.order, $0.id) < ($1.order, $1.id) }
+    }
+
+    /// The answer for the period `[from, to)`.
+    public func answer(_ db: Database, from: Int64, to: Int64) throws -> Answer {
+        let rows = try db.query(sql, [.int(from), .int(to)])
+        let columns = rows.first?.columns ?? Question.columns(of: sql)
+        return Answer(question: self, columns: columns, rows: rows.map { $0.values.map(Answer.json) })
+    }
+
+    /// Column names from the outer SELECT list when there is no row to
+    /// read them from: every output column is written `... AS name`.
+    static func columns(of sql: String) -> [String] {
+        // The last SELECT and the first FROM after it, outside parentheses and quotes.
+        let chars = Array(sql)
+        var depth = 0, quoted = false
+        var select: Int?, from: Int?
+        func word(_ k: Int, _ w: String) -> Bool {
+            let u = Array(w)
+            guard k + u.count <= chars.count, String(chars[k..<k + u.count]).uppercased() == w else { return false }
+            let before = k == 0 || !(chars[k - 1].isLetter || chars[k - 1] == "_")
+            let after = k + u.count == chars.count || !(chars[k + u.count].isLetter || chars[k + u.count] == "_")
+            return before && after
+        }
+        for k in chars.indices {
+            let c = chars[k]
+            if c == "'" { quoted.toggle() }
+            if quoted { continue }
+            if c == "(" { depth += 1 } else if c == ")" { depth -= 1 }
+            guard depth == 0 else { continue }
+            if word(k, "SELECT") { select = k + 6; from = nil } else if select != nil, from == nil, word(k, "FROM") { from = k }
+        }
+        guard let select else { return [] }
+        let list = String(chars[select..<(from ?? chars.count)])
+        return splitTopLevel(list).map { part in
+            let p = part.trimmingCharacters(in: .whitespacesAndNewlines)
+            if let r = p.range(of: " AS ", options: [.backwards, .caseInsensitive]) {
+                return p[r.upperBound...].trimmingCharacters(in: .whitespaces)
+            }
+            return String(p.split(separator: ".").last ?? Substring(p))
+        }
+    }
+
+    static func splitTopLevel(_ s: String) -> [String] {
+        var parts: [String] = [], current = "", depth = 0, quoted = false
+        for c in s {
+            if c == "'" { quoted.toggle() }
+            if !quoted {
+                if c == "(" { depth += 1 }
+                if c == ")" { depth -= 1 }
+                if c == "," && depth == 0 { parts.append(current); current = ""; continue }
+            }
+            current.append(c)
+        }
+        parts.append(current)
+        return parts
+    }
+}
+
+/// A question's answer: named columns and rows of values.
+public struct Answer: Sendable, Equatable {
+    public let question: Question
+    public let columns: [String]
+    public let rows: [[JSON]]
+
+    static func json(_ v: SQLValue) -> JSON {
+        switch v {
+        case .null: return .null
+        case .int(let i): return .int(i)
+        case .double(let d):
+            // PostgreSQL's numeric arrives as a double; whole numbers read as integers.
+            if d.rounded() == d && abs(d) < 1e15 { return .int(Int64(d)) }
+            return .double((d * 1000).rounded() / 1000)
+        case .text(let t): return .string(t)
+        case .blob: return .null
+        }
+    }
+
+    public var json: JSON {
+        [
+            "id": .string(question.id), "title": .string(question.title), "app": .string(question.app),
+            "description": .string(question.description), "chart": .array(question.chart.map { .string($0) }),
+            "columns": .array(columns.map { .string($0) }), "rows": .array(rows.map { .array($0) }),
+        ]
+    }
+
+    /// The rows as objects by column name.
+    public var records: [[String: JSON]] {
+        rows.map { Dictionary(uniqueKeysWithValues: zip(columns, $0)) }
+    }
+}

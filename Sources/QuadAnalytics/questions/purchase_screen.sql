@@ -1,0 +1,14 @@
+-- title: Where students buy: home or favorites screen
+-- app: UniTrade
+-- chart: bar screen purchases
+-- order: 1
+-- Confirmed orders (cancelled and rejected ones left out) by the screen the
+-- student placed them from, with each screen's share of all purchases.
+SELECT screen AS screen,
+       COUNT(*) AS purchases,
+       ROUND(100.0 * COUNT(*) / (SELECT COUNT(*) FROM orders
+                                 WHERE status = 'confirmed' AND confirmed_ms >= $1 AND confirmed_ms < $2), 1) AS percent
+FROM orders
+WHERE status = 'confirmed' AND confirmed_ms >= $1 AND confirmed_ms < $2
+GROUP BY screen
+ORDER BY purchases DESC, screen

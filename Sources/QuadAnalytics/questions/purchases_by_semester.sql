@@ -1,0 +1,21 @@
+-- title: Purchases by semester
+-- app: UniTrade
+-- chart: bar semester purchases students
+-- order: 2
+-- Confirmed orders by the buyer's semester (as the order recorded it, else
+-- as accounts last said), with how many students bought and the units
+-- they took. A null semester is a buyer whose semester is not known.
+WITH bought AS (
+    SELECT o.user_id,
+           COALESCE(o.semester, u.semester) AS semester,
+           (SELECT COALESCE(SUM(i.quantity), 0) FROM order_items i WHERE i.order_id = o.id) AS units
+    FROM orders o LEFT JOIN users u ON u.id = o.user_id
+    WHERE o.status = 'confirmed' AND o.confirmed_ms >= $1 AND o.confirmed_ms < $2
+)
+SELECT semester AS semester,
+       COUNT(*) AS purchases,
+       COUNT(DISTINCT user_id) AS students,
+       SUM(units) AS units
+FROM bought
+GROUP BY semester
+ORDER BY CASE WHEN semester IS NULL THEN 1 ELSE 0 END, semester

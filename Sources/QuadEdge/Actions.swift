@@ -1,0 +1,275 @@
+import Foundation
+import QuadStore
+import QuadWire
+
+/// One action waiting in a phone's outbox.
+struct QueuedAction {
+    let seq: Int64
+    let id: String
+    let type: String
+    let body: JSON
+    let createdMs: Int64
+    let offline: Bool
+    var attempts: Int
+    let undo: JSON
+    let after: String?
+
+    init(_ r: Row) {
+        seq = r.int("seq")
+        id = r.string("id")
+        type = r.string("type")
+        body = .stored(r.string("body"))
+        createdMs = r.int("created_ms")
+        offline = r.int("offline") != 0
+        attempts = Int(r.int("attempts"))
+        undo = .stored(r.string("undo"))
+        after = r.optionalString("after_id")
+    }
+}
+
+/// The user's actions that change something, what each shows at once
+/// (the optimistic update, in the same transaction as the outbox row), and
+/// how the answer settles it: a reply confirms it, a refusal rolls it back
+/// and leaves a message with the service's reason.
+enum Actions {
+    /// Queued: written to the outbox, shown as done and pending, sent when
+    /// the network allows.
+    static let queued: Set<String> = [
+        "favorites.add", "favorites.remove", "orders.cart.add", "orders.place",
+        "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel", "reservations.car.save",
+    ]
+
+    /// Online only, with the reason given when there is no network: only the
+    /// service can decide them, so they are refused at once rather than queued.
+    static let onlineOnly: [String: String] = [
+        "orders.cancel": "cancelling an order needs a connection: the service returns the stock and decides the refund",
+    ]
+
+    /// The campus tariff the phone uses to estimate what parking cost, per
+    /// started hour (the parking service does not bill; the phone shows an estimate).
+    static let parkingPerHour = 1.5
+
+    /// Checks `body`, fills what the phone knows (the reservation a check-in
+    /// is for), applies the optimistic update and returns the body to send,
+    /// what undoes the update, and the queued action this one depends on.
+    static func prepare(_ db: Database, id: String, type: String, body: JSON, now: Int64) throws -> (body: JSON, undo: JSON, after: String?) {
+        switch type {
+        case "favorites.add":
+            let product = try string(body, "product", type)
+            let was = try db.queryOne("SELECT added_ms, pending FROM favorites WHERE product = $1", .text(product))
+            try db.execute("""
+                INSERT INTO favorites (product, added_ms, pending) VALUES ($1, $2, $3)
+                ON CONFLICT (product) DO UPDATE SET pending = excluded.pending
+                """, .text(product), .int(now), .text(id))
+            return (["product": .string(product)], ["was": .bool(was != nil)], nil)
+        case "favorites.remove":
+            let product = try string(body, "product", type)
+            let was = try db.queryOne("SELECT added_ms FROM favorites WHERE product = $1", .text(product))
+            try db.execute("DELETE FROM favorites WHERE product = $1", .text(product))
+            return (["product": .string(product)], ["was": .bool(was != nil), "added_ms": .int(was?.int("added_ms") ?? now)], nil)
+        case "orders.cart.add":
+            let product = try string(body, "product", type)
+            let quantity = body["quantity"]?.int ?? 1
+            guard (1...99).contains(quantity) else { throw QuadError.badRequest("body.quantity must be an integer from 1 to 99") }
+            try db.execute("""
+                INSERT INTO cart (product, quantity, added_ms) VALUES ($1, $2, $3)
+                ON CONFLICT (product) DO UPDATE SET quantity = cart.quantity + excluded.quantity
+                """, .text(product), .int(quantity), .int(now))
+            return (["product": .string(product), "quantity": .int(quantity)], ["quantity": .int(quantity)], nil)
+        case "orders.place":
+            return try preparePlace(db, id: id, body: body, now: now)
+        case "reservations.hold":
+            guard body["lot"] != nil || body["destination"] != nil || body["spot"] != nil else {
+                throw QuadError.badRequest("body.lot, body.destination or body.spot is required")
+            }
+            if let active = try activeParking(db) {
+                throw QuadError.conflict("you already have an active reservation (\(active.string("status")) \(active.optionalString("spot") ?? "pending")): one at a time; check in, check out or cancel it first")
+            }
+            try db.execute("""
+                INSERT INTO parking (id, status, lot, destination, spot, level, held_ms, pending) VALUES ($1, 'held', $2, $3, $4, $5, $6, $1)
+                """, .text(id), .of(body["lot"]?.string), .of(body["destination"]?.string), .of(body["spot"]?.string),
+                .of(body["level"]?.string), .int(now))
+            return (body, [:], nil)
+        case "reservations.checkin", "reservations.checkout", "reservations.cancel":
+            let (from, to, doing): ([String], String, String) = switch type {
+            case "reservations.checkin": (["held"], "checked_in", "check in")
+            case "reservations.checkout": (["checked_in"], "checked_out", "check out")
+            default: (["held"], "cancelled", "cancel")
+            }
+            let row: Row
+            if let named = body["reservation"]?.string {
+                guard let r = try db.queryOne("SELECT * FROM parking WHERE id = $1", .text(named)) else {
+                    throw QuadError.notFound("this phone has no reservation '\(named)'")
+                }
+                row = r
+            } else {
+                guard let r = try activeParking(db) else { throw QuadError.conflict("no reservation to \(doing): hold a spot first") }
+                row = r
+            }
+            let status = row.string("status")
+            guard from.contains(status) else {
+                throw QuadError.conflict("cannot \(doing): the reservation is \(status.replacingOccurrences(of: "_", with: " "))")
+            }
+            let column = type == "reservations.checkin" ? "checked_in_ms" : "ended_ms"
+            try db.execute("UPDATE parking SET status = $2, \(column) = $3, pending = $4 WHERE id = $1",
+                           .text(row.string("id")), .text(to), .int(now), .text(id))
+            // The reservation's id is the id of the hold that made it, known
+            // before the hold is sent: a refusal of any step of it drops the
+            // steps queued after it.
+            return (["reservation": .string(row.string("id"))], ["status": .string(status)], row.string("id"))
+        case "reservations.car.save":
+            guard body["lat"]?.double != nil, body["lon"]?.double != nil else { throw QuadError.badRequest("body.lat and body.lon are required") }
+            try db.setMeta("car", body.setting("saved_at", .int(now)).text)
+            return (body, [:], nil)
+        default:
+            throw QuadError.badRequest("'\(type)' is not an action a phone queues; actions: \(queued.sorted().joined(separator: ", "))")
+        }
+    }
+
+    static func preparePlace(_ db: Database, id: String, body: JSON, now: Int64) throws -> (body: JSON, undo: JSON, after: String?) {
+        let source = body["source"]?.string ?? "buy_now"
+        let mode = body["mode"]?.string ?? "buy"
+        guard ["cart", "buy_now"].contains(source) else { throw QuadError.badRequest("body.source must be cart or buy_now") }
+        guard ["buy", "rent"].contains(mode) else { throw QuadError.badRequest("body.mode must be buy or rent") }
+        let screen = body["screen"]?.string ?? (source == "cart" ? "cart" : "home")
+        var items: [(product: String, quantity: Int64)] = []
+        var undo: JSON = [:]
+        if source == "cart" {
+            let lines = try db.query("SELECT product, quantity, added_ms FROM cart ORDER BY added_ms, product")
+            guard !lines.isEmpty else { throw QuadError.conflict("the cart is empty: add products first") }
+            items = lines.map { ($0.string("product"), $0.int("quantity")) }
+            undo = ["cart": .array(lines.map { ["product": .string($0.string("product")), "quantity": .int($0.int("quantity")), "added_ms": .int($0.int("added_ms"))] })]
+            try db.execute("DELETE FROM cart")
+        } else {
+            items = [(try string(body, "product", "orders.place"), body["quantity"]?.int ?? 1)]
+        }
+        var total = 0.0
+        var currency = "USD"
+        var lines: [JSON] = []
+        for item in items {
+            var line: [String: JSON] = ["product": .string(item.product), "quantity": .int(item.quantity)]
+            if let p = try db.queryOne("SELECT price, currency, category FROM catalog WHERE id = $1", .text(item.product)) {
+                total += p.double("price") * Double(item.quantity)
+                currency = p.string("currency")
+                line["price"] = .double(p.double("price"))
+                line["category"] = .string(p.string("category"))
+            }
+            lines.append(.object(line))
+        }
+        try db.execute("""
+            INSERT INTO orders (id, status, source, mode, screen, items, total, currency, estimated, created_ms, pending)
+            VALUES ($1, 'pending', $2, $3, $4, $5, $6, $7, 1, $8, $1)
+            """, .text(id), .text(source), .text(mode), .text(screen), .text(JSON.array(lines).text), .double(total), .text(currency), .int(now))
+        var send: [String: JSON] = ["source": .string(source), "mode": .string(mode), "screen": .string(screen)]
+        if source == "buy_now" {
+            send["product"] = .string(items[0].product)
+            send["quantity"] = .int(items[0].quantity)
+        }
+        if let date = body["return_date"] { send["return_date"] = date }
+        return (.object(send), undo, nil)
+    }
+
+    /// A reply settles the action: the phone's copy takes the service's values.
+    static func confirm(_ db: Database, _ a: QueuedAction, reply: JSON) throws {
+        switch a.type {
+        case "favorites.add":
+            try db.execute("UPDATE favorites SET pending = NULL WHERE pending = $1", .text(a.id))
+        case "orders.place":
+            let total = reply["total"]?.double
+            try db.execute("""
+                UPDATE orders SET status = $2, pending = NULL, total = COALESCE($3, total), currency = COALESCE($4, currency),
+                    estimated = CASE WHEN $3 IS NULL THEN estimated ELSE 0 END, items = COALESCE($5, items)
+                WHERE id = $1
+                """, .text(a.id), .text(reply["status"]?.string ?? "confirmed"), .of(total), .of(reply["currency"]?.string),
+                .of(reply["items"].map { $0.text }))
+        case "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel":
+            let r = reply["reservation"] ?? .null
+            let id = r["id"]?.string ?? a.body["reservation"]?.string ?? a.id
+            try db.execute("""
+                UPDATE parking SET status = COALESCE($2, status), spot = COALESCE($3, spot), lot = COALESCE($4, lot), level = COALESCE($5, level),
+                    signal = COALESCE($6, signal), deadline_ms = COALESCE($7, deadline_ms), checked_in_ms = COALESCE($8, checked_in_ms),
+                    ended_ms = COALESCE($9, ended_ms), pending = CASE WHEN pending = $10 THEN NULL ELSE pending END
+                WHERE id = $1
+                """, .text(id), .of(r["status"]?.string), .of(r["spot"]?.string), .of(r["lot"]?.string), .of(r["level"]?.string),
+                .of(r["signal"]?.string), .of(r["deadline"]?.int), .of(r["checked_in_at"]?.int), .of(r["ended_at"]?.int), .text(a.id))
+        default:
+            break
+        }
+    }
+
+    /// A refusal undoes what the phone showed.
+    static func rollback(_ db: Database, _ a: QueuedAction, error: QuadError) throws {
+        switch a.type {
+        case "favorites.add":
+            if a.undo["was"]?.bool == true {
+                try db.execute("UPDATE favorites SET pending = NULL WHERE product = $1 AND pending = $2", .text(a.body["product"]?.string ?? ""), .text(a.id))
+            } else {
+                try db.execute("DELETE FROM favorites WHERE product = $1 AND pending = $2", .text(a.body["product"]?.string ?? ""), .text(a.id))
+            }
+        case "favorites.remove":
+            if a.undo["was"]?.bool == true {
+                try db.execute("INSERT INTO favorites (product, added_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                               .text(a.body["product"]?.string ?? ""), .int(a.undo["added_ms"]?.int ?? a.createdMs))
+            }
+        case "orders.cart.add":
+            let product = a.body["product"]?.string ?? ""
+            try db.execute("UPDATE cart SET quantity = quantity - $2 WHERE product = $1", .text(product), .int(a.undo["quantity"]?.int ?? 0))
+            try db.execute("DELETE FROM cart WHERE quantity <= 0")
+        case "orders.place":
+            try db.execute("UPDATE orders SET status = 'rejected', pending = NULL, reason = $2 WHERE id = $1", .text(a.id), .text(error.message))
+            for line in a.undo["cart"]?.array ?? [] {
+                try db.execute("""
+                    INSERT INTO cart (product, quantity, added_ms) VALUES ($1, $2, $3)
+                    ON CONFLICT (product) DO UPDATE SET quantity = cart.quantity + excluded.quantity
+                    """, .text(line["product"]?.string ?? ""), .int(line["quantity"]?.int ?? 0), .int(line["added_ms"]?.int ?? a.createdMs))
+            }
+        case "reservations.hold":
+            try db.execute("UPDATE parking SET status = 'refused', pending = NULL, reason = $2 WHERE id = $1", .text(a.id), .text(error.message))
+        case "reservations.checkin", "reservations.checkout", "reservations.cancel":
+            // The service says what the reservation is now (an expired hold);
+            // otherwise it goes back to what it was.
+            // The steps queued after this one on the same reservation are
+            // dropped with it (``dependents``), so this is its state now.
+            let status = error.details["status"]?.string ?? a.undo["status"]?.string ?? "held"
+            let id = a.body["reservation"]?.string ?? ""
+            let reset = a.type == "reservations.checkin" ? "checked_in_ms = NULL, ended_ms = NULL" : "ended_ms = NULL"
+            try db.execute("UPDATE parking SET status = $2, pending = NULL, reason = $3, \(reset) WHERE id = $1",
+                           .text(id), .text(status), .text(error.message))
+        default:
+            break
+        }
+    }
+
+    /// What the user sees in the message about a refused action.
+    static func describe(_ type: String, _ body: JSON) -> String {
+        switch type {
+        case "favorites.add": return "Adding \(body["product"]?.string ?? "a product") to your favorites"
+        case "favorites.remove": return "Removing \(body["product"]?.string ?? "a product") from your favorites"
+        case "orders.cart.add": return "Adding \(body["product"]?.string ?? "a product") to your cart"
+        case "orders.place":
+            let what = body["source"]?.string == "cart" ? "your cart" : (body["product"]?.string ?? "a product")
+            return "Your order to \(body["mode"]?.string ?? "buy") \(what)"
+        case "reservations.hold": return "Your parking hold\(body["lot"]?.string.map { " in \($0)" } ?? "")"
+        case "reservations.checkin": return "Your check-in"
+        case "reservations.checkout": return "Your check-out"
+        case "reservations.cancel": return "Cancelling your hold"
+        case "reservations.car.save": return "Saving where you parked"
+        default: return type
+        }
+    }
+
+    /// The reservation an action is a step of: a refusal drops the later
+    /// queued steps of the same reservation, which were based on it.
+    static func reservation(of a: QueuedAction) -> String? {
+        a.type == "reservations.hold" ? a.id : a.after
+    }
+
+    static func activeParking(_ db: Database) throws -> Row? {
+        try db.queryOne("SELECT * FROM parking WHERE status IN ('held', 'checked_in') ORDER BY held_ms DESC LIMIT 1")
+    }
+
+    static func string(_ body: JSON, _ key: String, _ type: String) throws -> String {
+        guard let s = body[key]?.string, !s.isEmpty else { throw QuadError.badRequest("body.\(key) is required for \(type)") }
+        return s
+    }
+}

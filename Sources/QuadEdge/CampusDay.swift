@@ -1,0 +1,419 @@
+import Foundation
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// A seeded day on campus: every phone is a student who browses, searches,
+/// favorites, buys from the home or favorites screen, rents, parks
+/// (forecast, find a spot, hold, drive down to a level without signal,
+/// check in on time or late, save where the car is, check out), and walks
+/// through dead zones, with think times divided by `speed`. When the day
+/// ends every phone gets its signal back and the day waits for the
+/// outboxes to drain, then reports.
+public final class CampusDay {
+    public struct Options: Sendable {
+        public var seed: UInt64 = 1
+        public var speed: Double = 1
+        public var durationMs: Int64 = 60_000
+        /// How long students believe a hold lasts when the phone does not know its deadline yet.
+        public var holdSeconds: Int64 = 600
+        /// Longest wait for the outboxes to drain after the day.
+        public var drainTimeoutMs: Int64 = 120_000
+        public var progressEveryMs: Int64 = 1_000
+        public var reportPath: String?
+        public init() {}
+    }
+
+    public let options: Options
+    unowned var fleet: Fleet!
+    var students: [Student] = []
+    var running = false
+    var startedWall: Int64 = 0
+    var startedMono: Int64 = 0
+    var drainStarted: Int64?
+    var finalDrainMs: Int64?
+    var maxTotalPending = 0
+    public private(set) var exitCode: Int32 = 0
+    public var onReport: (JSON, String) -> Void = { json, text in
+        print(text)
+        print(json.text)
+    }
+
+    public init(options: Options) { self.options = options }
+
+    func start(_ fleet: Fleet) {
+        self.fleet = fleet
+        running = true
+        startedWall = Int64(Clock.nowMillis())
+        startedMono = Clock.monotonicMillis()
+        for (k, phone) in fleet.phones.enumerated() {
+            let s = Student(phone: phone, day: self, seed: options.seed &* 7919 &+ UInt64(k) &* 104_729)
+            students.append(s)
+            // Students arrive over the first tenth of the day.
+            fleet.agenda.after(Int64.random(in: 0...max(1, options.durationMs / 10), using: &s.rng)) { s.next() }
+        }
+        fleet.agenda.every(options.progressEveryMs) { [weak self] in
+            guard let self else { return false }
+            self.progress()
+            return self.finalDrainMs == nil
+        }
+        fleet.agenda.after(options.durationMs) { [weak self] in self?.endOfDay() }
+    }
+
+    var elapsedMs: Int64 { Clock.monotonicMillis() - startedMono }
+
+    func scaled(_ range: ClosedRange<Int64>, _ rng: inout SeededRandom) -> Int64 {
+        Int64(Double(Int64.random(in: range, using: &rng)) / max(0.01, options.speed))
+    }
+
+    /// The day is over: no new activity; every phone gets its signal back;
+    /// the drain is timed.
+    func endOfDay() {
+        running = false
+        drainStarted = Clock.monotonicMillis()
+        for s in students { s.phone.setSignal(true) }
+        fleet.agenda.every(100) { [weak self] in
+            guard let self else { return false }
+            let now = Clock.monotonicMillis()
+            let pending = self.fleet.phones.reduce(0) { $0 + $1.queueLength }
+            // Telemetry too, while a collector answers (none may be running).
+            let collector = self.fleet.phones.compactMap(\.lastTelemetryAnswerMs).max().map { now - $0 < 10_000 } ?? false
+            let telemetry = collector ? self.fleet.phones.reduce(0) { $0 + $1.telemetryQueued } : 0
+            let waited = now - self.drainStarted!
+            if self.finalDrainMs == nil && pending == 0 { self.finalDrainMs = waited }
+            if pending == 0 && telemetry == 0 || waited >= self.options.drainTimeoutMs {
+                if self.finalDrainMs == nil { self.finalDrainMs = waited }
+                self.finish(drained: pending == 0)
+                return false
+            }
+            return true
+        }
+    }
+
+    func finish(drained: Bool) {
+        progress()
+        let json = report(fleet, final: true)
+        let text = Report.words(json)
+        if let path = options.reportPath {
+            _ = FileManager.default.createFile(atPath: path, contents: Data((json.text + "\n").utf8))
+        }
+        exitCode = drained && json["accounted"]?.bool == true ? 0 : 1
+        onReport(json, text)
+        fleet.stop()
+    }
+
+    func progress() {
+        var done = 0, rejected = 0, created = 0, online = 0, telemetry = 0, pending = 0
+        for p in fleet.phones {
+            done += p.stats.done
+            rejected += p.stats.rejected
+            created += p.stats.created
+            pending += p.queueLength
+            telemetry += p.telemetryQueued
+            if p.isOnline { online += 1 }
+        }
+        maxTotalPending = max(maxTotalPending, pending)
+        let phase = running ? "day \(elapsedMs / 1000)/\(options.durationMs / 1000) s" : "draining \((Clock.monotonicMillis() - (drainStarted ?? 0)) / 1000) s"
+        let line = "campus \(phase) · phones \(fleet.phones.count) (online \(online)) · actions \(created): done \(done), rejected \(rejected), pending \(pending) · telemetry queued \(telemetry)\n"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+
+    func report(_ fleet: Fleet, final: Bool) -> JSON {
+        Report.make(fleet, since: startedWall, final: final, day: self)
+    }
+}
+
+/// One simulated student driving one phone through the day. Each activity
+/// is a chain of steps; a step that opens a view waits for what the view
+/// shows (network, saved copy or memory), an action returns at once (it is
+/// queued), and think times separate the steps.
+final class Student {
+    let phone: Phone
+    unowned let day: CampusDay
+    var rng: SeededRandom
+    var activities = 0
+
+    init(phone: Phone, day: CampusDay, seed: UInt64) {
+        self.phone = phone
+        self.day = day
+        self.rng = SeededRandom(seed: seed)
+    }
+
+    var agenda: Agenda { day.fleet.agenda }
+
+    /// Runs `then` after a think time (seconds of a real student, divided by speed).
+    func think(_ seconds: ClosedRange<Int64> = 2...12, _ then: @escaping () -> Void) {
+        agenda.after(day.scaled((seconds.lowerBound * 1000)...(seconds.upperBound * 1000), &rng)) { [weak self] in
+            guard self != nil else { return }
+            then()
+        }
+    }
+
+    func next() {
+        guard day.running else { return }
+        activities += 1
+        let pick = Int.random(in: 0..<100, using: &rng)
+        let done: () -> Void = { [weak self] in
+            guard let self else { return }
+            self.think(3...20) { self.next() }
+        }
+        switch pick {
+        case 0..<22: browse(done)
+        case 22..<36: search(done)
+        case 36..<46: favorites(done)
+        case 46..<54: cart(done)
+        case 54..<59: rent(done)
+        case 59..<67: history(done)
+        case 67..<92: park(done)
+        default: deadZone(done)
+        }
+    }
+
+    // MARK: Marketplace
+
+    static let words = ["calculator", "iphone", "lamp", "textbook", "camera", "kit", "headphones", "tablet", "laptop", "bicycle",
+                        "goggles", "sketchbook", "speaker", "notes", "backpack", "mouse"]
+
+    /// A product the student can see: from the saved catalog, in stock if possible.
+    func product(inStock: Bool = true) -> String {
+        let n = (try? phone.db.count("SELECT COUNT(*) AS n FROM catalog\(inStock ? " WHERE stock > 0" : "")")) ?? 0
+        if n > 0, let r = try? phone.db.queryOne("SELECT id FROM catalog\(inStock ? " WHERE stock > 0" : "") ORDER BY id LIMIT 1 OFFSET $1",
+                                                  .int(Int64(Int.random(in: 0..<n, using: &rng)))) {
+            return r.string("id")
+        }
+        return String(format: "p-%04d", Int.random(in: 1...306, using: &rng))
+    }
+
+    func act(_ type: String, _ body: JSON) {
+        guard day.running else { return }
+        phone.act(type, body)
+    }
+
+    func buy(_ product: String, screen: String, rent: Bool = false) {
+        var body: [String: JSON] = ["source": "buy_now", "product": .string(product), "quantity": 1, "screen": .string(screen),
+                                    "mode": rent ? "rent" : "buy"]
+        if rent { body["return_date"] = .string(Student.day(plus: Int.random(in: 7...90, using: &rng))) }
+        guard day.running else { return }
+        if case .queued(let id) = phone.act("orders.place", .object(body)) {
+            let category = (try? phone.db.queryOne("SELECT category FROM catalog WHERE id = $1", .text(product)))?.string("category") ?? "Others"
+            phone.record("purchase.made", ["order": .string(id), "screen": .string(screen), "mode": .string(rent ? "rent" : "buy"), "category": .string(category)])
+        }
+    }
+
+    static func day(plus days: Int) -> String {
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.timeZone = TimeZone(identifier: "UTC")
+        f.dateFormat = "yyyy-MM-dd"
+        return f.string(from: Date().addingTimeInterval(Double(days) * 86_400))
+    }
+
+    func favorite(_ product: String, screen: String) {
+        guard day.running else { return }
+        if case .queued = phone.act("favorites.add", ["product": .string(product)]) {
+            phone.record("favorite.added", ["product": .string(product), "screen": .string(screen)])
+        }
+    }
+
+    func browse(_ then: @escaping () -> Void) {
+        phone.open("home", ["limit": 20, "offset": .int(Int64(Int.random(in: 0...5, using: &rng) * 20))]) { [self] home in
+            let listed = (home.body["products"]?.array ?? []).filter { ($0["stock"]?.int ?? 0) > 0 }.compactMap { $0["id"]?.string }
+            let id = listed.isEmpty ? product() : listed[Int.random(in: 0..<listed.count, using: &rng)]
+            think { [self] in
+                phone.open("product", ["id": .string(id)]) { [self] _ in
+                    if Int.random(in: 0..<100, using: &rng) < 40 { favorite(id, screen: "home") }
+                    think(1...6) { [self] in
+                        if Int.random(in: 0..<100, using: &rng) < 25 { buy(id, screen: "home") }
+                        then()
+                    }
+                }
+            }
+        }
+    }
+
+    func search(_ then: @escaping () -> Void) {
+        let q = Student.words[Int.random(in: 0..<Student.words.count, using: &rng)]
+        var params: [String: JSON] = ["q": .string(q)]
+        if Bool.random(using: &rng) { params["in_stock"] = true }
+        if Int.random(in: 0..<3, using: &rng) == 0 { params["sort"] = "price" }
+        phone.open("search", .object(params)) { [self] found in
+            let ids = (found.body["products"]?.array ?? []).filter { ($0["stock"]?.int ?? 0) > 0 }.compactMap { $0["id"]?.string }
+            think(1...8) { [self] in
+                if let id = ids.first {
+                    if Int.random(in: 0..<100, using: &rng) < 30 { favorite(id, screen: "search") }
+                    if Int.random(in: 0..<100, using: &rng) < 15 { buy(id, screen: "search") }
+                }
+                then()
+            }
+        }
+    }
+
+    func favorites(_ then: @escaping () -> Void) {
+        phone.open("favorites") { [self] list in
+            let ids = (list.body["items"]?.array ?? []).compactMap { $0["product"]?.string }
+            think(2...10) { [self] in
+                if let id = ids.randomElement(using: &rng) {
+                    let roll = Int.random(in: 0..<100, using: &rng)
+                    if roll < 35 {
+                        buy(id, screen: "favorites", rent: Int.random(in: 0..<100, using: &rng) < 30)
+                    } else if roll < 45 {
+                        act("favorites.remove", ["product": .string(id)])
+                    }
+                }
+                then()
+            }
+        }
+    }
+
+    func cart(_ then: @escaping () -> Void) {
+        act("orders.cart.add", ["product": .string(product()), "quantity": 1])
+        think(2...8) { [self] in
+            if Bool.random(using: &rng) { act("orders.cart.add", ["product": .string(product()), "quantity": 1]) }
+            phone.open("cart") { [self] _ in
+                think(2...8) { [self] in
+                    let first = (try? phone.db.queryOne("SELECT c.product, p.category FROM cart c LEFT JOIN catalog p ON p.id = c.product ORDER BY c.added_ms LIMIT 1"))
+                    if Int.random(in: 0..<100, using: &rng) < 70, day.running, let first,
+                       case .queued(let id) = phone.act("orders.place", ["source": "cart", "mode": "buy", "screen": "cart"]) {
+                        phone.record("purchase.made", ["order": .string(id), "screen": "cart", "mode": "buy",
+                                                       "category": .string(first.optionalString("category") ?? "Others")])
+                    }
+                    then()
+                }
+            }
+        }
+    }
+
+    func rent(_ then: @escaping () -> Void) {
+        let id = product()
+        phone.open("product", ["id": .string(id)]) { [self] _ in
+            think(2...10) { [self] in
+                buy(id, screen: "home", rent: true)
+                then()
+            }
+        }
+    }
+
+    func history(_ then: @escaping () -> Void) {
+        phone.open("orders") { [self] _ in
+            think(1...5) { [self] in
+                phone.open("spending") { _ in then() }
+            }
+        }
+    }
+
+    /// Elevator, tunnel, the library basement: no signal for a while, and
+    /// the student keeps using the app.
+    func deadZone(_ then: @escaping () -> Void) {
+        phone.setSignal(false)
+        think(1...4) { [self] in
+            if Bool.random(using: &rng) { favorite(product(), screen: "home") } else { act("orders.cart.add", ["product": .string(product()), "quantity": 1]) }
+            phone.open("spending") { [self] _ in
+                think(5...30) { [self] in
+                    phone.setSignal(true)
+                    then()
+                }
+            }
+        }
+    }
+
+    // MARK: Parking
+
+    static let destinations = ["ML", "SD", "W", "LL"]
+
+    func park(_ then: @escaping () -> Void) {
+        if (try? Actions.activeParking(phone.db)) != nil { leaveCampus(then); return }
+        phone.enterFlow("reservation", view: "reserve")
+        phone.open("parking") { [self] lots in
+            let campus = (lots.body["lots"]?.array ?? []).filter { $0["kind"]?.string == "campus" }.compactMap { $0["id"]?.string }
+            let lot = campus.randomElement(using: &rng) ?? "central"
+            let useForecast = Int.random(in: 0..<100, using: &rng) < 40
+            let afterForecast = { [self] in
+                var params: [String: JSON] = Bool.random(using: &rng)
+                    ? ["lot": .string(lot)] : ["destination": .string(Student.destinations.randomElement(using: &rng)!)]
+                if Int.random(in: 0..<100, using: &rng) < 10 { params["kind"] = "ev" }
+                phone.open("spots", .object(params)) { [self] found in
+                    let count = found.body["count"]?.int ?? (found.source == .none ? 1 : 0)
+                    guard count > 0 else { nearby(then); return }
+                    let recommended = found.body["recommended"] ?? .null
+                    think(2...6) { [self] in
+                        guard day.running else { phone.leaveFlow(); then(); return }
+                        guard case .queued(let id) = phone.act("reservations.hold", .object(params)) else { phone.leaveFlow(); then(); return }
+                        drive(reservation: id, recommended: recommended, then)
+                    }
+                }
+            }
+            if useForecast { phone.open("forecast", ["lot": .string(lot)]) { _ in afterForecast() } } else { afterForecast() }
+        }
+    }
+
+    /// Drives to the spot; 10 % change their mind and cancel, 15 % arrive
+    /// after the hold ended, the rest in time. A level without signal takes
+    /// the phone's signal away until the student walks out.
+    func drive(reservation: String, recommended: JSON, _ then: @escaping () -> Void) {
+        let roll = Int.random(in: 0..<100, using: &rng)
+        if roll < 10 {
+            think(3...15) { [self] in
+                act("reservations.cancel", ["reservation": .string(reservation)])
+                phone.leaveFlow()
+                then()
+            }
+            return
+        }
+        let late = roll < 25
+        var wait = day.scaled(10_000...60_000, &rng)
+        if late {
+            let deadline = ((try? phone.db.queryOne("SELECT deadline_ms FROM parking WHERE id = $1", .text(reservation))))?["deadline_ms"].int
+                ?? (phone.now + day.options.holdSeconds * 1000)
+            wait = max(wait, deadline - phone.now + Int64.random(in: 1_000...3_000, using: &rng))
+        }
+        agenda.after(wait) { [self] in
+            guard day.running else { phone.leaveFlow(); then(); return }
+            let row = (try? phone.db.queryOne("SELECT lot, level, signal FROM parking WHERE id = $1", .text(reservation)))
+            let signal = row?.optionalString("signal") ?? recommended["signal"]?.string ?? "good"
+            let lot = row?.optionalString("lot") ?? recommended["lot"]?.string ?? "central"
+            if signal == "none" { phone.setSignal(false) }
+            let deadline = ((try? phone.db.queryOne("SELECT deadline_ms FROM parking WHERE id = $1", .text(reservation))))?["deadline_ms"].int
+            if case .queued = phone.act("reservations.checkin", ["reservation": .string(reservation)]) {
+                phone.record("checkin.done", ["lot": .string(lot), "on_time": .bool(deadline.map { phone.now < $0 } ?? !late)])
+            }
+            phone.leaveFlow()
+            act("reservations.car.save", ["lat": 4.6014, "lon": -74.0659, "level": .string(row?.optionalString("level") ?? "P1"),
+                                           "note": .string("near the stairs")])
+            think(2...10) { [self] in
+                phone.setSignal(true)  // walked out of the garage
+                then()
+            }
+        }
+    }
+
+    /// After class: find the car, walk down, check out, drive off.
+    func leaveCampus(_ then: @escaping () -> Void) {
+        phone.open("car") { [self] car in
+            think(5...20) { [self] in
+                let level = car.body["car"]?["level"]?.string ?? "P1"
+                if level != "P1" { phone.setSignal(false) }
+                if (try? Actions.activeParking(phone.db))?.string("status") == "checked_in" {
+                    act("reservations.checkout", [:])
+                } else if (try? Actions.activeParking(phone.db))?.string("status") == "held" {
+                    act("reservations.cancel", [:])
+                }
+                think(2...8) { [self] in
+                    phone.setSignal(true)
+                    then()
+                }
+            }
+        }
+    }
+
+    /// Campus is full: the nearby lots, saved copy first.
+    func nearby(_ then: @escaping () -> Void) {
+        phone.open("nearby") { [self] list in
+            let lots = (list.body["lots"]?.array ?? []).filter { $0["has_free"]?.bool ?? true }.compactMap { $0["id"]?.string }
+            think(2...8) { [self] in
+                if let lot = lots.first { phone.record("nearby.chosen", ["lot": .string(lot)]) }
+                phone.leaveFlow()
+                then()
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+import Foundation
+import QuadMessaging
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// One quad-edge process: one phone or many, each with its own file and its
+/// own DEALER, all on ONE poll loop with one agenda of timers (a ZeroMQ
+/// socket belongs to one thread; phones are not threads). A control ROUTER
+/// lets a harness read each phone's state, switch airplane mode, make a
+/// phone act or open a view, and wait until the outboxes are drained.
+public final class Fleet {
+    public let settings: EdgeSettings
+    let context = ZMQContext()
+    let agenda = Agenda()
+    public private(set) var phones: [Phone] = []
+    var byName: [String: Phone] = [:]
+    var control: Socket?
+    public let controlEndpoint: String?
+    var day: CampusDay?
+    var stopRequested = false
+    var waits: [Wait] = []
+    let startedMs = Int64(Clock.nowMillis())
+
+    struct Wait {
+        var phones: [Phone]
+        var telemetry: Bool
+        var until: Int64
+        var started: Int64
+        var answer: (JSON) -> Void
+    }
+
+    /// Opens `count` phones named `<prefix>-001`… in `dir` (their files
+    /// are kept: a phone that ran before continues where it stopped).
+    public init(settings: EdgeSettings, dir: String, count: Int, prefix: String = "phone", seed: UInt64 = 1, control: String? = nil) throws {
+        self.settings = settings
+        self.controlEndpoint = control
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let width = max(3, String(count).count)
+        for k in 1...max(1, count) {
+            let number = String(k)
+            let name = "\(prefix)-" + String(repeating: "0", count: max(0, width - number.count)) + number
+            let phone = try Phone(name: name, path: "\(dir)/\(name).db", context: context, agenda: agenda, settings: settings,
+                                  seed: seed &* 1_000_003 &+ UInt64(k))
+            phones.append(phone)
+            byName[name] = phone
+        }
+        if let control {
+            let s = try context.socket(.router)
+            try s.bind(control)
+            self.control = s
+        }
+    }
+
+    /// Runs until SIGTERM/SIGINT, `edge.stop`, or the end of a campus day;
+    /// returns the exit code.
+    public func run(day: CampusDay? = nil) -> Int32 {
+        Shutdown.install()
+        self.day = day
+        for phone in phones {
+            phone.onDrained = { [unowned self] _ in self.checkWaits() }
+            if (try? phone.db.meta("airplane")) == "on" { phone.airplane = true }
+            phone.start()
+        }
+        if let controlEndpoint { Log.info("edge", "\(phones.count) phone\(phones.count == 1 ? "" : "s"), control on \(controlEndpoint)") }
+        agenda.every(200) { [unowned self] in self.checkWaits(); return true }
+        day?.start(self)
+        while !Shutdown.isRequested && !stopRequested {
+            if let code = turn() { return code }
+        }
+        // Closing the app: each session ends, and its last events get a
+        // moment to leave while the network is there.
+        for phone in phones { phone.end() }
+        let until = Clock.monotonicMillis() + lingerMs
+        while Clock.monotonicMillis() < until && phones.contains(where: { $0.telemetryInFlight != nil }) {
+            if let code = turn(cap: 50) { return code }
+        }
+        for phone in phones { phone.close() }
+        return day?.exitCode ?? 0
+    }
+
+    /// How long a stopping process waits for its phones' last telemetry.
+    var lingerMs: Int64 { 1_500 }
+
+    /// One turn of the loop: poll every socket, serve what arrived, run the
+    /// timers that are due. Returns an exit code when polling fails.
+    func turn(cap: Int64 = 100) -> Int32? {
+        var poller = Poller()
+        var owners: [Phone] = []
+        if let control { poller.add(control) }
+        for phone in phones {
+            if let s = phone.link.socket {
+                poller.add(s)
+                owners.append(phone)
+            }
+        }
+        let ready: [Bool]
+        do { ready = try poller.poll(timeoutMs: Int(agenda.timeout(cap: cap))) } catch {
+            Log.error("edge", "poll: \(error)")
+            return 1
+        }
+        var k = 0
+        if control != nil {
+            if ready[0] { serveControl() }
+            k = 1
+        }
+        for (n, phone) in owners.enumerated() where ready[k + n] { phone.link.receive() }
+        agenda.runDue()
+        return nil
+    }
+
+    public func stop() { stopRequested = true }
+
+    func phone(_ name: String?) throws(QuadError) -> Phone {
+        guard let name else {
+            guard phones.count == 1 else { throw .badRequest("body.phone is required: this process runs \(phones.count) phones") }
+            return phones[0]
+        }
+        guard let p = byName[name] else {
+            throw .notFound("no phone '\(name)' here; phones: \(phones.prefix(5).map(\.name).joined(separator: ", "))\(phones.count > 5 ? ", …" : "")")
+        }
+        return p
+    }
+
+    // MARK: Waiting for drains
+
+    func checkWaits() {
+        guard !waits.isEmpty else { return }
+        let now = Clock.monotonicMillis()
+        var keep: [Wait] = []
+        for w in waits {
+            let pending = w.phones.reduce(0) { $0 + $1.queueLength }
+            let telemetry = w.telemetry ? w.phones.reduce(0) { $0 + $1.telemetryQueued } : 0
+            if pending == 0 && telemetry == 0 || now >= w.until {
+                w.answer([
+                    "drained": .bool(pending == 0 && telemetry == 0), "pending": .int(Int64(pending)),
+                    "telemetry_queued": .int(Int64(w.phones.reduce(0) { $0 + $1.telemetryQueued })),
+                    "waited_ms": .int(now - w.started),
+                ])
+            } else {
+                keep.append(w)
+            }
+        }
+        waits = keep
+    }
+
+    /// Waits (without blocking the loop) until the phones' outboxes, and
+    /// their telemetry queues if asked, are empty, or until the timeout.
+    func whenDrained(_ phones: [Phone], telemetry: Bool, timeoutMs: Int64, _ answer: @escaping (JSON) -> Void) {
+        let now = Clock.monotonicMillis()
+        waits.append(Wait(phones: phones, telemetry: telemetry, until: now + timeoutMs, started: now, answer: answer))
+        checkWaits()
+    }
+}
+
+extension Phone {
+    /// What the control socket reports for a phone.
+    public var state: JSON {
+        let oldest = (try? db.queryOne("SELECT MIN(created_ms) AS t FROM outbox"))??["t"].int
+        let senderText: String = switch sender {
+        case .idle: "idle"
+        case .signingIn: "signing_in"
+        case .sending: "sending"
+        case .backingOff: "backing_off"
+        }
+        return [
+            "phone": .string(name), "user": user.map { .string($0) } ?? .null, "online": .bool(isOnline),
+            "airplane": .bool(airplane), "signal": .bool(signal), "reachable": .bool(reachable),
+            "pending": .int(Int64(queueLength)), "oldest_pending_age_ms": oldest.map { .int(max(0, now - $0)) } ?? .null,
+            "telemetry_queued": .int(Int64(telemetryQueued)), "last_sync": lastSyncMs.map { .int($0) } ?? .null,
+            "messages": .int(Int64((try? db.count("SELECT COUNT(*) AS n FROM messages")) ?? 0)),
+            "sender": .string(senderText), "session": .string(sessionID),
+        ]
+    }
+}

@@ -1,0 +1,117 @@
+import QuadMessaging
+import QuadWire
+
+/// Why a request got no answer.
+enum LinkFailure: Error, Equatable {
+    /// The phone knows it has no network (airplane mode, no signal): nothing was sent.
+    case offline
+    /// Sent, and nothing came back before the deadline: a cut the phone
+    /// cannot tell from a slow service.
+    case timeout
+    /// The socket refused the message (its queue is full).
+    case sendFailed(String)
+}
+
+/// A phone's connection to the broker's frontend: one DEALER, requests sent
+/// without waiting and answered through a completion matched by `corr`.
+/// Nothing here blocks; the edge's one loop polls ``socket`` and calls
+/// ``receive()``. A late answer to a request that timed out is dropped,
+/// unless a retry under the same id is waiting for it, which it then answers
+/// (the same id means the same request).
+final class Link {
+    typealias Completion = (Result<Envelope, LinkFailure>) -> Void
+
+    struct Call {
+        var timer: Int
+        var completion: Completion
+    }
+
+    let context: ZMQContext
+    let endpoint: String
+    let source: String
+    let agenda: Agenda
+    private(set) var socket: Socket?
+    private var calls: [String: Call] = [:]
+    /// The phone's session token, put on every request.
+    var token: String?
+    /// Called for every answer that arrives, matched or not.
+    var onAnswer: () -> Void = {}
+    private(set) var sent = 0
+    private(set) var answered = 0
+
+    init(context: ZMQContext, endpoint: String, source: String, agenda: Agenda) {
+        self.context = context
+        self.endpoint = endpoint
+        self.source = source
+        self.agenda = agenda
+    }
+
+    var isUp: Bool { socket != nil }
+    var inFlight: Int { calls.count }
+
+    /// Opens the socket (the radio is on).
+    func up() throws {
+        guard socket == nil else { return }
+        let s = try context.socket(.dealer)
+        try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
+        try s.setSendHWM(200)
+        try s.connect(endpoint)
+        socket = s
+    }
+
+    /// Closes the socket (the radio is off): what was queued in it is
+    /// dropped, and every waiting request fails as offline.
+    func down() {
+        socket = nil
+        let waiting = calls
+        calls = [:]
+        for (_, call) in waiting {
+            agenda.cancel(call.timer)
+            agenda.after(0) { call.completion(.failure(.offline)) }
+        }
+    }
+
+    /// Sends `request` and calls `completion` once: with the answer, or with
+    /// the failure. The completion never runs inside this call.
+    func send(_ request: Envelope, timeoutMs: Int64, completion: @escaping Completion) {
+        var request = request
+        request.src = source
+        request.token = token
+        request.deadline = timeoutMs
+        guard let socket else {
+            agenda.after(0) { completion(.failure(.offline)) }
+            return
+        }
+        if let earlier = calls.removeValue(forKey: request.id) {
+            // A retry replaces a call still waiting under the same id.
+            agenda.cancel(earlier.timer)
+            agenda.after(0) { earlier.completion(.failure(.timeout)) }
+        }
+        do {
+            try socket.send([request.encoded()], dontWait: true)
+        } catch {
+            agenda.after(0) { completion(.failure(.sendFailed("\(error)"))) }
+            return
+        }
+        sent += 1
+        let id = request.id
+        let timer = agenda.after(timeoutMs) { [weak self] in
+            guard let self, let call = self.calls.removeValue(forKey: id) else { return }
+            call.completion(.failure(.timeout))
+        }
+        calls[id] = Call(timer: timer, completion: completion)
+    }
+
+    /// Reads every answer waiting on the socket.
+    func receive() {
+        guard let socket else { return }
+        while self.socket === socket, let frames = try? socket.receive(dontWait: true) {
+            guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max) else { continue }
+            answered += 1
+            onAnswer()
+            guard let corr = reply.corr, let call = calls.removeValue(forKey: corr) else { continue }
+            agenda.cancel(call.timer)
+            call.completion(.success(reply))
+        }
+    }
+}

@@ -1,0 +1,385 @@
+import Foundation
+import QuadMessaging
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// How phones talk to the stack: deadlines, backoff, batch sizes, the ages
+/// at which saved copies are too old.
+public struct EdgeSettings: Sendable {
+    public var frontend: String
+    /// Each attempt of an action waits this long for an answer.
+    public var actionTimeoutMs: Int64 = 2_500
+    /// A view waits this long for the network before showing its saved copy.
+    public var readTimeoutMs: Int64 = 1_500
+    public var backoffBaseMs: Int64 = 250
+    public var backoffCapMs: Int64 = 8_000
+    /// Most telemetry events in one `telemetry.ingest`.
+    public var telemetryBatch = 100
+    /// How often queued telemetry is sent while online.
+    public var telemetryEveryMs: Int64 = 2_000
+    /// The saved catalog is fetched again after this long.
+    public var catalogMaxAgeMs: Int64 = 10 * 60_000
+    /// Lots and nearby lots change rarely: saved copy first, for a day.
+    public var lotsMaxAgeMs: Int64 = 24 * 3_600_000
+    /// The 30-day total says it may be stale after this long without a sync.
+    public var staleAfterMs: Int64 = 7 * 86_400_000
+    /// Password of the accounts phones register (each phone keeps its own in its file).
+    public var semester: Int64 = 3
+
+    public init(frontend: String) { self.frontend = frontend }
+
+    var backoff: Backoff { Backoff(baseMs: backoffBaseMs, capMs: backoffCapMs) }
+}
+
+/// What the phone answered to an action the user made.
+public enum ActOutcome {
+    /// Written to the outbox and shown as done, pending: its id.
+    case queued(String)
+    /// Sent at once (online-only) and answered.
+    case answered(JSON)
+    /// Refused at once, with the reason; nothing was queued.
+    case refused(QuadError)
+}
+
+/// One emulated phone: its file, its connection, its outbox sender, its
+/// telemetry queue and its views. Everything runs on the edge's one loop;
+/// nothing here blocks.
+public final class Phone {
+    public let name: String
+    let db: SQLiteDatabase
+    let link: Link
+    let agenda: Agenda
+    let settings: EdgeSettings
+    var rng: SeededRandom
+
+    // Session.
+    var email = ""
+    var password = ""
+    var displayName = ""
+    var registerID = ""
+    var registered = false
+    public internal(set) var user: String?
+    var token: String? { didSet { link.token = token } }
+    var expiresAt: Int64 = 0
+    public internal(set) var sessionID = MessageID.make()
+    var signingIn = false
+    var signInWaiters: [(QuadError?) -> Void] = []
+
+    // Radio and reachability.
+    public internal(set) var airplane = false
+    /// The scenario's "no signal here" (an underground level): the phone knows, as in airplane mode.
+    public internal(set) var signal = true
+    /// False after a request went unanswered, true again after any answer.
+    public internal(set) var reachable = true
+    var offlineSinceMs: Int64?
+    var probeTimer: Int?
+    var probeAttempt = 0
+
+    // The outbox sender: one state machine, so two triggers never send the same action twice.
+    enum SenderState: Equatable {
+        case idle
+        case signingIn
+        case sending(String)
+        case backingOff(Int)
+    }
+    var sender: SenderState = .idle
+    var authRetries = 0
+    public internal(set) var lastSyncMs: Int64?
+
+    // Telemetry.
+    var telemetryInFlight: String?
+    var telemetryTimer: Int?
+    var telemetryAttempt = 0
+    var telemetryRetryAt: Int64 = 0
+    var lastTelemetryAnswerMs: Int64?
+    var catalogFetching = false
+    var stopped = false
+
+    // Counters for the report.
+    var stats = PhoneStats()
+    let spotCache = SpotCache<JSON>(capacity: 16, ttlMs: 30_000)
+    var onMessage: (Phone, JSON) -> Void = { _, _ in }
+    var onDrained: (Phone) -> Void = { _ in }
+
+    init(name: String, path: String, context: ZMQContext, agenda: Agenda, settings: EdgeSettings, seed: UInt64) throws {
+        self.name = name
+        self.agenda = agenda
+        self.settings = settings
+        self.rng = SeededRandom(seed: seed)
+        db = try PhoneStore.open(path)
+        link = Link(context: context, endpoint: settings.frontend, source: "edge/\(name)", agenda: agenda)
+        try loadSession()
+        link.onAnswer = { [unowned self] in self.heard() }
+    }
+
+    var isOnline: Bool { !airplane && signal && reachable }
+    var radioOn: Bool { !airplane && signal }
+    var now: Int64 { Int64(Clock.nowMillis()) }
+
+    // MARK: Session
+
+    func loadSession() throws {
+        if let s = try db.queryOne("SELECT * FROM session WHERE one = 1") {
+            email = s.string("email")
+            password = s.string("password")
+            displayName = s.string("name")
+            registerID = s.string("register_id")
+            registered = s.int("registered") != 0
+            user = s.optionalString("user_id")
+            token = s.optionalString("token")
+            expiresAt = s.int("expires_at")
+            lastSyncMs = (try db.meta("last_sync")).flatMap { Int64($0) }
+            return
+        }
+        // A new phone: an account of its own, remembered in its file.
+        let tag = String(MessageID.make().suffix(12))
+        email = "\(name.lowercased().filter { $0.isLetter || $0.isNumber || $0 == "-" })-\(tag)@edge.quad.campus"
+        password = "pw-" + MessageID.make()
+        displayName = "Student \(name)"
+        registerID = MessageID.make()
+        try db.execute("INSERT INTO session (one, phone, email, password, name, register_id) VALUES (1, $1, $2, $3, $4, $5)",
+                       .text(name), .text(email), .text(password), .text(displayName), .text(registerID))
+    }
+
+    var hasValidToken: Bool { token != nil && expiresAt > now + 30_000 }
+
+    /// Registers once (under an id fixed in the file, so a retry cannot make
+    /// two accounts) and logs in. `done` gets nil when a token is in hand.
+    func signIn(_ done: @escaping (QuadError?) -> Void) {
+        if hasValidToken { agenda.after(0) { done(nil) }; return }
+        signInWaiters.append(done)
+        guard !signingIn else { return }
+        signingIn = true
+        let finish: (QuadError?) -> Void = { [unowned self] error in
+            self.signingIn = false
+            let waiters = self.signInWaiters
+            self.signInWaiters = []
+            for w in waiters { w(error) }
+        }
+        let login = { [unowned self] in
+            let body: JSON = ["email": .string(self.email), "password": .string(self.password)]
+            self.request("accounts.login", body, timeoutMs: self.settings.actionTimeoutMs, anonymous: true) { result in
+                switch result {
+                case .success(let reply):
+                    if let error = reply.quadError { finish(error); return }
+                    self.token = reply.body["token"]?.string
+                    self.user = reply.body["user"]?.string
+                    self.expiresAt = reply.body["expires_at"]?.int ?? 0
+                    _ = try? self.db.execute("UPDATE session SET token = $1, user_id = $2, expires_at = $3 WHERE one = 1",
+                                         .of(self.token), .of(self.user), .int(self.expiresAt))
+                    finish(nil)
+                case .failure(let failure):
+                    finish(Phone.error(failure))
+                }
+            }
+        }
+        if registered { login(); return }
+        let body: JSON = [
+            "email": .string(email), "password": .string(password), "name": .string(displayName),
+            "semester": .int(settings.semester), "categories": .array(["Tech", "Study"]),
+        ]
+        request("accounts.register", body, id: registerID, timeoutMs: settings.actionTimeoutMs * 2, anonymous: true) { [unowned self] result in
+            switch result {
+            case .success(let reply):
+                // 409: the account exists (made by an earlier attempt whose reply was lost).
+                if let error = reply.quadError, error.status != 409 { finish(error); return }
+                self.registered = true
+                _ = try? self.db.execute("UPDATE session SET registered = 1 WHERE one = 1")
+                login()
+            case .failure(let failure):
+                finish(Phone.error(failure))
+            }
+        }
+    }
+
+    static func error(_ failure: LinkFailure) -> QuadError {
+        switch failure {
+        case .offline: return .unavailable("no network on this phone")
+        case .timeout: return .timeout("no answer from the network")
+        case .sendFailed(let why): return .unavailable("could not send: \(why)")
+        }
+    }
+
+    // MARK: Requests
+
+    /// Sends one request over the phone's link; a timeout marks the network
+    /// unreachable, an answer marks it reachable again.
+    func request(_ type: String, _ body: JSON, id: String = MessageID.make(), timeoutMs: Int64, anonymous: Bool = false,
+                 _ completion: @escaping (Result<Envelope, LinkFailure>) -> Void) {
+        var envelope = Envelope.request(type, body: body, id: id)
+        if anonymous {
+            let saved = link.token
+            link.token = nil
+            defer { link.token = saved }
+            link.send(envelope, timeoutMs: timeoutMs) { [unowned self] r in self.observe(r); completion(r) }
+            return
+        }
+        envelope.ts = Int64(Clock.nowMillis())
+        link.send(envelope, timeoutMs: timeoutMs) { [unowned self] r in
+            self.observe(r)
+            // A token the broker no longer accepts: sign in again before the next send.
+            if case .success(let reply) = r, reply.quadError?.status == 401, self.token != nil, reply.src == "broker" || reply.quadError?.message.contains("token") == true {
+                self.token = nil
+                self.expiresAt = 0
+            }
+            completion(r)
+        }
+    }
+
+    func observe(_ result: Result<Envelope, LinkFailure>) {
+        if case .failure(.timeout) = result, reachable {
+            reachable = false
+            radioChanged(radioCameBack: false)
+        }
+    }
+
+    /// Any answer proves the network is back.
+    func heard() {
+        if !reachable {
+            reachable = true
+            radioChanged(radioCameBack: false)
+        }
+    }
+
+    // MARK: Radio
+
+    /// Airplane mode, as the harness switches it.
+    public func setAirplane(_ on: Bool) {
+        guard airplane != on else { return }
+        airplane = on
+        try? db.setMeta("airplane", on ? "on" : nil)
+        applyRadio()
+    }
+
+    /// No signal where the student is (underground): the phone knows, as in airplane mode.
+    func setSignal(_ on: Bool) {
+        guard signal != on else { return }
+        signal = on
+        applyRadio()
+    }
+
+    func applyRadio() {
+        if radioOn {
+            do { try link.up() } catch { Log.error("edge/\(name)", "cannot open socket: \(error)") }
+            // Assume the network is there until a request says otherwise.
+            reachable = true
+        } else {
+            link.down()
+        }
+        radioChanged()
+    }
+
+    var wasOnline = true
+
+    /// Records offline periods and starts the sender when the network is back.
+    func radioChanged(radioCameBack: Bool = true) {
+        let online = isOnline
+        defer { wasOnline = online }
+        if online == wasOnline {
+            if !online { scheduleProbe() }
+            return
+        }
+        if online {
+            agenda.cancel(probeTimer)
+            probeTimer = nil
+            probeAttempt = 0
+            if let since = offlineSinceMs {
+                record("offline.ended", ["duration_ms": .int(max(0, now - since))])
+                offlineSinceMs = nil
+                try? db.setMeta("offline_since", nil)
+            }
+            if queueLength > 0 { stats.drainStartMs = Clock.monotonicMillis() }
+            trigger(radioCameBack ? .networkBack : .reachable)
+            flushTelemetry(force: radioCameBack)
+            prefetchOnNetworkBack()
+        } else {
+            offlineSinceMs = now
+            try? db.setMeta("offline_since", String(now))
+            record("offline.started", [:])
+            scheduleProbe()
+        }
+    }
+
+    /// While the radio is on but nothing answers, a small request now and
+    /// then finds out when the network is back, even with nothing queued.
+    func scheduleProbe() {
+        guard radioOn, !reachable, probeTimer == nil else { return }
+        let delay = settings.backoff.delay(attempt: probeAttempt, using: &rng)
+        probeAttempt += 1
+        probeTimer = agenda.after(delay) { [weak self] in
+            guard let self else { return }
+            self.probeTimer = nil
+            guard self.radioOn, !self.reachable else { return }
+            if self.link.inFlight == 0 {
+                self.request("sys.health", [:], timeoutMs: self.settings.readTimeoutMs, anonymous: true) { _ in }
+            }
+            self.scheduleProbe()
+        }
+    }
+
+    // MARK: Lifecycle
+
+    /// The app opens: a new session, a crash mark left by the last one
+    /// reported, the sender and the telemetry started.
+    func start() {
+        // The last session did not end normally: the app died (SIGKILL). It
+        // is reported as a crash of that session, in the flow its mark names.
+        if let open = try? db.meta("session_open") {
+            let mark = (try? db.meta("flow_mark")).map { JSON.stored($0) } ?? [:]
+            record("app.crash", ["view": mark["view"] ?? "home", "flow": mark["flow"] ?? "browse"], session: open)
+            try? db.setMeta("flow_mark", nil)
+        }
+        sessionID = MessageID.make()
+        try? db.setMeta("session_open", sessionID)
+        if let since = try? db.meta("offline_since"), let ms = Int64(since) { offlineSinceMs = ms }
+        record("session.started", [:])
+        wasOnline = offlineSinceMs == nil
+        applyRadio()
+        trigger(.phoneStarted)
+        scheduleTelemetry()
+    }
+
+    /// The app closes normally: the session ends (its last events are sent
+    /// if the loop lingers a moment).
+    func end() {
+        let flow = (try? db.meta("flow_mark")).map { JSON.stored($0)["flow"] ?? "browse" } ?? "browse"
+        try? db.setMeta("flow_mark", nil)
+        record("session.ended", ["flow": flow])
+        try? db.setMeta("session_open", nil)
+        flushTelemetry(force: true)
+    }
+
+    /// The phone is put away: no more sending, the file closed.
+    func close() {
+        stopped = true
+        link.down()
+        db.close()
+    }
+
+    /// The user enters or leaves a flow (reserving, buying): the mark stays
+    /// in the file while inside, so an app that dies there is seen as a
+    /// crash at the next start (the ParkWise seed's BQ11).
+    func enterFlow(_ flow: String, view: String) {
+        try? db.setMeta("flow_mark", JSON.object(["flow": .string(flow), "view": .string(view)]).text)
+    }
+
+    func leaveFlow() { try? db.setMeta("flow_mark", nil) }
+}
+
+/// What a phone counts for the campus day's report.
+struct PhoneStats {
+    var created = 0
+    var done = 0
+    var rejected = 0
+    var maxQueue = 0
+    var drainStartMs: Int64?
+    var drains: [Int64] = []
+    var reads: [String: Int] = [:]
+    var refused: [String: Int] = [:]
+    var telemetrySent = 0
+    var telemetryAccepted = 0
+    var telemetryDuplicate = 0
+    var telemetryRejected = 0
+    var telemetryAnswers = 0
+}

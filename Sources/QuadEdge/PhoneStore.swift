@@ -1,0 +1,173 @@
+import Foundation
+import QuadStore
+import QuadWire
+
+/// One phone's SQLite file: its session, its outbox of actions, its saved
+/// copies, its telemetry queue, its local history (favorites, cart, orders,
+/// parking) and the messages left for its user. Everything a phone knows
+/// survives the process being killed: the file is the phone.
+enum PhoneStore {
+    static let migrations: [Migration] = [
+        Migration(1, """
+            CREATE TABLE session (
+                one INTEGER PRIMARY KEY CHECK (one = 1),
+                phone TEXT NOT NULL,
+                email TEXT NOT NULL,
+                password TEXT NOT NULL,
+                name TEXT NOT NULL,
+                register_id TEXT NOT NULL,
+                registered INTEGER NOT NULL DEFAULT 0,
+                user_id TEXT,
+                token TEXT,
+                expires_at BIGINT NOT NULL DEFAULT 0
+            );
+            -- The user's actions, in the order they were made. The id is the
+            -- envelope id, fixed when the action is written, and the
+            -- service's idempotency key for every retry.
+            CREATE TABLE outbox (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL UNIQUE,
+                type TEXT NOT NULL,
+                body TEXT NOT NULL,
+                created_ms BIGINT NOT NULL,
+                offline INTEGER NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                last_error TEXT,
+                undo TEXT NOT NULL DEFAULT '{}',
+                after_id TEXT
+            );
+            -- What became of every action: the phone's own account of it.
+            CREATE TABLE action_log (
+                id TEXT PRIMARY KEY,
+                type TEXT NOT NULL,
+                created_ms BIGINT NOT NULL,
+                finished_ms BIGINT,
+                outcome TEXT NOT NULL CHECK (outcome IN ('pending', 'done', 'rejected')),
+                code TEXT,
+                reason TEXT,
+                attempts INTEGER NOT NULL DEFAULT 0
+            );
+            CREATE INDEX action_log_time ON action_log (created_ms);
+            CREATE TABLE saved (
+                key TEXT PRIMARY KEY,
+                body TEXT NOT NULL,
+                saved_ms BIGINT NOT NULL
+            );
+            CREATE TABLE catalog (
+                id TEXT PRIMARY KEY,
+                name TEXT NOT NULL,
+                price REAL NOT NULL,
+                currency TEXT NOT NULL,
+                category TEXT NOT NULL,
+                collection TEXT NOT NULL,
+                stock INTEGER NOT NULL,
+                search TEXT NOT NULL
+            );
+            CREATE INDEX catalog_category ON catalog (category, name);
+            -- Telemetry events, stored before they are sent; `batch` is the
+            -- envelope id of the telemetry.ingest that carries them, fixed
+            -- when the batch is formed so a retry resends the same batch.
+            CREATE TABLE telemetry (
+                id TEXT PRIMARY KEY,
+                name TEXT NOT NULL,
+                ts BIGINT NOT NULL,
+                offline INTEGER NOT NULL,
+                user_id TEXT,
+                session TEXT NOT NULL,
+                props TEXT NOT NULL,
+                batch TEXT
+            );
+            CREATE INDEX telemetry_batch ON telemetry (batch, ts);
+            CREATE TABLE favorites (
+                product TEXT PRIMARY KEY,
+                added_ms BIGINT NOT NULL,
+                pending TEXT
+            );
+            CREATE TABLE cart (
+                product TEXT PRIMARY KEY,
+                quantity INTEGER NOT NULL,
+                added_ms BIGINT NOT NULL
+            );
+            CREATE TABLE orders (
+                id TEXT PRIMARY KEY,
+                status TEXT NOT NULL,
+                source TEXT NOT NULL,
+                mode TEXT NOT NULL,
+                screen TEXT NOT NULL,
+                items TEXT NOT NULL,
+                total REAL NOT NULL,
+                currency TEXT NOT NULL,
+                estimated INTEGER NOT NULL,
+                created_ms BIGINT NOT NULL,
+                pending TEXT,
+                reason TEXT
+            );
+            CREATE TABLE parking (
+                id TEXT PRIMARY KEY,
+                status TEXT NOT NULL,
+                lot TEXT,
+                destination TEXT,
+                spot TEXT,
+                level TEXT,
+                signal TEXT,
+                held_ms BIGINT NOT NULL,
+                deadline_ms BIGINT,
+                checked_in_ms BIGINT,
+                ended_ms BIGINT,
+                pending TEXT,
+                reason TEXT
+            );
+            CREATE TABLE messages (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                ts BIGINT NOT NULL,
+                action TEXT,
+                type TEXT NOT NULL,
+                code TEXT NOT NULL,
+                status INTEGER NOT NULL,
+                reason TEXT NOT NULL,
+                text TEXT NOT NULL
+            );
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            """),
+    ]
+
+    /// Opens (creating) a phone's file, small: a phone keeps little in memory.
+    static func open(_ path: String) throws -> SQLiteDatabase {
+        let db = try SQLiteDatabase(path: path)
+        try db.executeScript("PRAGMA cache_size=-512; PRAGMA temp_store=MEMORY;")
+        try Migrations.apply(db, migrations, scope: "phone")
+        return db
+    }
+}
+
+extension Database {
+    func meta(_ key: String) throws -> String? {
+        try queryOne("SELECT value FROM meta WHERE key = $1", .text(key))?.optionalString("value")
+    }
+
+    func setMeta(_ key: String, _ value: String?) throws {
+        if let value {
+            try execute("INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value", .text(key), .text(value))
+        } else {
+            try execute("DELETE FROM meta WHERE key = $1", .text(key))
+        }
+    }
+
+    func count(_ sql: String, _ params: SQLValue...) throws -> Int {
+        Int(try queryOne(sql, params)?.int("n") ?? 0)
+    }
+}
+
+extension JSON {
+    /// Parses stored JSON text; an object when the text is not JSON.
+    static func stored(_ text: String) -> JSON {
+        (try? JSON.parse(text)) ?? .object([:])
+    }
+
+    /// A copy with `key` set.
+    func setting(_ key: String, _ value: JSON) -> JSON {
+        var f = object ?? [:]
+        f[key] = value
+        return .object(f)
+    }
+}

@@ -1,0 +1,142 @@
+import Foundation
+import QuadStore
+import QuadWire
+
+/// The campus day's account of every action, from the phones' own files:
+/// each action made since the start is done, rejected with a reason, or
+/// still pending; nothing else.
+enum Report {
+    static func make(_ fleet: Fleet, since: Int64, final: Bool, day: CampusDay?) -> JSON {
+        var byType: [String: [String: Int64]] = [:]
+        var reasons: [String: (type: String, code: String, example: String, count: Int64)] = [:]
+        var created: Int64 = 0, done: Int64 = 0, rejected: Int64 = 0, pending: Int64 = 0
+        var maxQueue = 0
+        var drains: [Int64] = []
+        var reads: [String: Int] = [:]
+        var readsByView: [String: [String: Int]] = [:]
+        var refused: [String: Int] = [:]
+        var t = (sent: 0, accepted: 0, duplicate: 0, rejected: 0, queued: 0, answers: 0)
+        for p in fleet.phones {
+            for r in (try? p.db.query("""
+                SELECT type, outcome, COUNT(*) AS n FROM action_log WHERE created_ms >= $1 GROUP BY type, outcome
+                """, .int(since))) ?? [] {
+                let n = r.int("n")
+                byType[r.string("type"), default: [:]][r.string("outcome"), default: 0] += n
+                created += n
+                switch r.string("outcome") {
+                case "done": done += n
+                case "rejected": rejected += n
+                default: pending += n
+                }
+            }
+            for r in (try? p.db.query("SELECT type, code, reason FROM action_log WHERE outcome = 'rejected' AND created_ms >= $1", .int(since))) ?? [] {
+                let pattern = r.string("type") + " " + r.string("code") + " " + Report.pattern(r.string("reason"))
+                if let e = reasons[pattern] { reasons[pattern] = (e.type, e.code, e.example, e.count + 1) } else {
+                    reasons[pattern] = (r.string("type"), r.string("code"), r.string("reason"), 1)
+                }
+            }
+            maxQueue = max(maxQueue, p.stats.maxQueue)
+            drains += p.stats.drains
+            for (k, v) in p.stats.reads {
+                let parts = k.split(separator: "/", maxSplits: 1).map(String.init)
+                reads[parts.last ?? k, default: 0] += v
+                readsByView[parts.first ?? k, default: [:]][parts.last ?? k, default: 0] += v
+            }
+            for (k, v) in p.stats.refused { refused[k, default: 0] += v }
+            t.sent += p.stats.telemetrySent
+            t.accepted += p.stats.telemetryAccepted
+            t.duplicate += p.stats.telemetryDuplicate
+            t.rejected += p.stats.telemetryRejected
+            t.answers += p.stats.telemetryAnswers
+            t.queued += p.telemetryQueued
+        }
+        let outbox = Int64(fleet.phones.reduce(0) { $0 + $1.queueLength })
+        drains.sort()
+        func pct(_ q: Double) -> JSON { drains.isEmpty ? .null : .int(drains[min(drains.count - 1, Int(Double(drains.count) * q))]) }
+        let rejectedList: [JSON] = reasons.values.sorted { $0.count > $1.count }.map {
+            ["type": .string($0.type), "code": .string($0.code), "reason": .string($0.example), "count": .int($0.count)]
+        }
+        var f: [String: JSON] = [
+            "final": .bool(final),
+            "phones": .int(Int64(fleet.phones.count)),
+            "elapsed_ms": .int(Int64(Clock.nowMillis()) - since),
+            "actions": [
+                "created": .int(created), "done": .int(done), "rejected": .int(rejected), "pending": .int(pending),
+                "by_type": .object(byType.mapValues { m in .object(m.mapValues { .int($0) }) }),
+            ],
+            "rejected": .array(rejectedList),
+            "refused_online_only": .object(refused.mapValues { .int(Int64($0)) }),
+            "max_queue": ["phone": .int(Int64(maxQueue)), "all_phones": .int(Int64(day?.maxTotalPending ?? 0))],
+            "drain": [
+                "after_reconnect_ms": ["count": .int(Int64(drains.count)), "p50": pct(0.5), "p95": pct(0.95), "max": drains.last.map { .int($0) } ?? .null],
+                "end_of_day_ms": day?.finalDrainMs.map { .int($0) } ?? .null,
+                "outbox_left": .int(outbox),
+            ],
+            "reads": .object(reads.mapValues { .int(Int64($0)) }),
+            "reads_by_view": .object(readsByView.mapValues { m in .object(m.mapValues { .int(Int64($0)) }) }),
+            "telemetry": [
+                "sent": .int(Int64(t.sent)), "accepted": .int(Int64(t.accepted)), "duplicate": .int(Int64(t.duplicate)),
+                "rejected": .int(Int64(t.rejected)), "batches_answered": .int(Int64(t.answers)), "queued": .int(Int64(t.queued)),
+            ],
+            "accounted": .bool(created == done + rejected + pending && (!final || pending == 0)),
+        ]
+        if let day {
+            f["seed"] = .int(Int64(bitPattern: day.options.seed))
+            f["speed"] = .double(day.options.speed)
+            f["duration_ms"] = .int(day.options.durationMs)
+            f["activities"] = .int(Int64(day.students.reduce(0) { $0 + $1.activities }))
+        }
+        return .object(f)
+    }
+
+    /// A refusal's message with its particulars (ids, times, numbers) blanked,
+    /// so the same reason given for different spots counts as one.
+    static func pattern(_ reason: String) -> String {
+        reason.split(separator: " ").map { word -> String in
+            word.contains(where: \.isNumber) ? "…" : String(word)
+        }.joined(separator: " ")
+    }
+
+    /// The report in words.
+    static func words(_ r: JSON) -> String {
+        let a = r["actions"] ?? [:]
+        var lines: [String] = []
+        let phones = r["phones"]?.int ?? 0
+        let seconds = Double(r["duration_ms"]?.int ?? r["elapsed_ms"]?.int ?? 0) / 1000
+        lines.append("Campus day: \(phones) phone\(phones == 1 ? "" : "s"), seed \(r["seed"]?.int ?? 0), speed \(r["speed"]?.double ?? 1)x, \(String(format: "%.0f", seconds)) s, \(r["activities"]?.int ?? 0) activities.")
+        lines.append("Actions: \(a["created"]?.int ?? 0) made; \(a["done"]?.int ?? 0) done, \(a["rejected"]?.int ?? 0) rejected with a reason, \(a["pending"]?.int ?? 0) still pending.")
+        if let byType = a["by_type"]?.object {
+            for (type, m) in byType.sorted(by: { $0.key < $1.key }) {
+                lines.append("  \(type): \(m["done"]?.int ?? 0) done, \(m["rejected"]?.int ?? 0) rejected, \(m["pending"]?.int ?? 0) pending")
+            }
+        }
+        let rejected = r["rejected"]?.array ?? []
+        if !rejected.isEmpty {
+            lines.append("Rejected, by reason:")
+            for x in rejected.prefix(12) {
+                lines.append("  \(x["count"]?.int ?? 0) × \(x["type"]?.string ?? "") (\(x["code"]?.string ?? "")): \(x["reason"]?.string ?? "")")
+            }
+            if rejected.count > 12 { lines.append("  … and \(rejected.count - 12) other reasons") }
+        }
+        if let refused = r["refused_online_only"]?.object, !refused.isEmpty {
+            lines.append("Refused at once (online only, kept as drafts): " + refused.map { "\($0.key) \($0.value.int ?? 0)" }.sorted().joined(separator: ", "))
+        }
+        let q = r["max_queue"] ?? [:]
+        lines.append("Longest outbox: \(q["phone"]?.int ?? 0) actions on one phone, \(q["all_phones"]?.int ?? 0) on all phones at once.")
+        let d = r["drain"] ?? [:]
+        let after = d["after_reconnect_ms"] ?? [:]
+        if (after["count"]?.int ?? 0) > 0 {
+            lines.append("Drain after reconnect: \(after["count"]?.int ?? 0) reconnects with a queue; median \(after["p50"]?.int ?? 0) ms, p95 \(after["p95"]?.int ?? 0) ms, max \(after["max"]?.int ?? 0) ms.")
+        }
+        if let end = d["end_of_day_ms"]?.int {
+            lines.append("End of day: every phone back online; outboxes drained in \(end) ms, \(d["outbox_left"]?.int ?? 0) actions left.")
+        }
+        if let reads = r["reads"]?.object {
+            lines.append("Views shown from: " + reads.map { "\($0.key) \($0.value.int ?? 0)" }.sorted().joined(separator: ", ") + ".")
+        }
+        let t = r["telemetry"] ?? [:]
+        lines.append("Telemetry: \(t["sent"]?.int ?? 0) events sent in \(t["batches_answered"]?.int ?? 0) answered batches; \(t["accepted"]?.int ?? 0) accepted, \(t["duplicate"]?.int ?? 0) duplicates, \(t["rejected"]?.int ?? 0) rejected, \(t["queued"]?.int ?? 0) still queued.")
+        lines.append(r["accounted"]?.bool == true ? "Every action is accounted for." : "NOT every action is accounted for.")
+        return lines.joined(separator: "\n")
+    }
+}

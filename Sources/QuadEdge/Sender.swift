@@ -1,0 +1,247 @@
+import Foundation
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// What starts the sender.
+enum Trigger: String {
+    case actionAdded, phoneStarted
+    /// The radio is on again (airplane mode off, signal back): a waiting
+    /// action goes at once.
+    case networkBack
+    /// An answer came after timeouts: the network may be back, or a slow
+    /// service answered; a running backoff is kept, so a busy service is
+    /// not pressed harder.
+    case reachable
+}
+
+/// The outbox and its one sender. An action is written to the outbox with
+/// its envelope id and its optimistic update in one transaction, then the
+/// sender drains the outbox strictly in order, one action in flight at a
+/// time:
+///
+/// - idle → sending(id) when there is an action and a radio;
+/// - sending → idle when a service answered (a reply confirms, a refusal
+///   rolls back and leaves a message), then the next;
+/// - sending → backingOff after a timeout or a 503/504: the same action, the
+///   same id, after an exponential backoff with jitter and a cap;
+/// - backingOff → sending when the backoff ends or the network comes back.
+///
+/// Every trigger (an action added, the network back, the phone started)
+/// only moves an idle or backing-off sender, so no action is ever sent twice
+/// at once.
+extension Phone {
+    /// The user does something that changes something.
+    @discardableResult
+    public func act(_ type: String, _ body: JSON) -> ActOutcome {
+        if let reason = Actions.onlineOnly[type] {
+            guard isOnline else {
+                stats.refused[type, default: 0] += 1
+                try? db.setMeta("draft:\(type)", body.text)
+                return .refused(.unavailable("\(reason). Your choice is kept; try again when you are online."))
+            }
+            return .queued(sendNow(type, body))
+        }
+        let id = MessageID.make()
+        let now = self.now
+        do {
+            try db.transaction {
+                let (send, undo, after) = try Actions.prepare(db, id: id, type: type, body: body, now: now)
+                try db.execute("""
+                    INSERT INTO outbox (id, type, body, created_ms, offline, undo, after_id) VALUES ($1, $2, $3, $4, $5, $6, $7)
+                    """, .text(id), .text(type), .text(send.text), .int(now), .of(!isOnline), .text(undo.text), .of(after))
+                try db.execute("INSERT INTO action_log (id, type, created_ms, outcome) VALUES ($1, $2, $3, 'pending')",
+                               .text(id), .text(type), .int(now))
+            }
+        } catch let error as QuadError {
+            return .refused(error)
+        } catch {
+            return .refused(.internal("the phone could not store the action: \(error)"))
+        }
+        stats.created += 1
+        stats.maxQueue = max(stats.maxQueue, queueLength)
+        trigger(.actionAdded)
+        return .queued(id)
+    }
+
+    /// An online-only action, sent at once; its answer becomes a message.
+    func sendNow(_ type: String, _ body: JSON) -> String {
+        let id = MessageID.make()
+        request(type, body, id: id, timeoutMs: settings.actionTimeoutMs) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success(let reply):
+                if let error = reply.quadError { self.leaveMessage(action: id, type: type, body: body, error: error) }
+                else { try? self.db.setMeta("draft:\(type)", nil) }
+            case .failure(let failure):
+                self.leaveMessage(action: id, type: type, body: body, error: Phone.error(failure))
+            }
+        }
+        return id
+    }
+
+    var queueLength: Int { (try? db.count("SELECT COUNT(*) AS n FROM outbox")) ?? 0 }
+
+    func head() -> QueuedAction? {
+        (try? db.queryOne("SELECT * FROM outbox ORDER BY seq LIMIT 1")).flatMap { $0 }.map(QueuedAction.init)
+    }
+
+    func trigger(_ why: Trigger) {
+        switch sender {
+        case .idle:
+            pump()
+        case .backingOff(let timer) where why == .networkBack:
+            agenda.cancel(timer)
+            sender = .idle
+            pump()
+        default:
+            break  // already sending, signing in, or waiting out a backoff
+        }
+    }
+
+    /// Sends the head of the outbox, if the phone can.
+    func pump() {
+        guard sender == .idle else { return }
+        guard let action = head() else {
+            if let start = stats.drainStartMs {
+                stats.drains.append(Clock.monotonicMillis() - start)
+                stats.drainStartMs = nil
+            }
+            onDrained(self)
+            return
+        }
+        guard radioOn else { return }  // the network-back trigger starts it again
+        guard hasValidToken else {
+            sender = .signingIn
+            signIn { [weak self] error in
+                guard let self else { return }
+                self.sender = .idle
+                if let error, error.status < 500, error.status != 401 {
+                    Log.error("edge/\(self.name)", "cannot sign in: \(error)")
+                }
+                if error == nil { self.pump() } else { self.backOff(action, why: error!.message) }
+            }
+            return
+        }
+        sender = .sending(action.id)
+        _ = try? db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = $1", .text(action.id))
+        _ = try? db.execute("UPDATE action_log SET attempts = attempts + 1 WHERE id = $1", .text(action.id))
+        request(action.type, action.body, id: action.id, timeoutMs: settings.actionTimeoutMs) { [weak self] result in
+            self?.settle(action, result)
+        }
+    }
+
+    func settle(_ action: QueuedAction, _ result: Result<Envelope, LinkFailure>) {
+        guard sender == .sending(action.id) else { return }
+        sender = .idle
+        switch result {
+        case .failure(.offline):
+            pump()  // stays queued; the network-back trigger sends it
+        case .failure(let failure):
+            backOff(action, why: "\(failure)")
+        case .success(let reply):
+            if let error = reply.quadError {
+                switch error.status {
+                case 401 where token == nil && authRetries < 3:
+                    authRetries += 1
+                    pump()  // the token expired: sign in again, same id
+                case 503, 504:
+                    // No worker took it, or the outcome is not known yet
+                    // (an order still being placed): the same id again.
+                    backOff(action, why: error.message)
+                default:
+                    reject(action, error)
+                    pump()
+                }
+            } else {
+                finish(action, reply: reply.body)
+                pump()
+            }
+        }
+    }
+
+    func backOff(_ action: QueuedAction, why: String) {
+        let attempts = (try? db.queryOne("SELECT attempts FROM outbox WHERE id = $1", .text(action.id))?.int("attempts")) ?? 1
+        _ = try? db.execute("UPDATE outbox SET last_error = $2 WHERE id = $1", .text(action.id), .text(why))
+        let delay = settings.backoff.delay(attempt: Int(max(0, attempts - 1)), using: &rng)
+        sender = .backingOff(agenda.after(delay) { [weak self] in
+            guard let self, case .backingOff = self.sender else { return }
+            self.sender = .idle
+            self.pump()
+        })
+    }
+
+    /// A reply: the action is done; the phone's copy takes the service's values.
+    func finish(_ action: QueuedAction, reply: JSON) {
+        let now = self.now
+        authRetries = 0
+        do {
+            try db.transaction {
+                try Actions.confirm(db, action, reply: reply)
+                try db.execute("DELETE FROM outbox WHERE id = $1", .text(action.id))
+                try db.execute("UPDATE action_log SET outcome = 'done', finished_ms = $2 WHERE id = $1", .text(action.id), .int(now))
+                try db.setMeta("last_sync", String(now))
+            }
+        } catch {
+            Log.error("edge/\(name)", "cannot record the reply to \(action.type) \(action.id): \(error)")
+        }
+        lastSyncMs = now
+        stats.done += 1
+        record("action.synced", ["action": .string(action.type), "waited_ms": .int(max(0, now - action.createdMs)), "offline": .bool(action.offline)])
+        if action.type == "reservations.hold", let r = reply["reservation"], let lot = r["lot"]?.string, let level = r["level"]?.string {
+            // Created when the service made it: its lot and level are known then.
+            record("hold.created", ["lot": .string(lot), "level": .string(level)])
+        }
+    }
+
+    /// A refusal: the optimistic update is rolled back, the steps queued
+    /// after it on the same reservation are dropped, and the user gets a
+    /// message with the service's reason.
+    func reject(_ action: QueuedAction, _ error: QuadError) {
+        let now = self.now
+        authRetries = 0
+        var dropped: [QueuedAction] = []
+        do {
+            try db.transaction {
+                try Actions.rollback(db, action, error: error)
+                try db.execute("DELETE FROM outbox WHERE id = $1", .text(action.id))
+                try db.execute("UPDATE action_log SET outcome = 'rejected', finished_ms = $2, code = $3, reason = $4 WHERE id = $1",
+                               .text(action.id), .int(now), .text(error.code), .text(error.message))
+                try db.setMeta("last_sync", String(now))
+                if let reservation = Actions.reservation(of: action) {
+                    dropped = try db.query("SELECT * FROM outbox WHERE after_id = $1 AND seq > $2 ORDER BY seq", .text(reservation), .int(action.seq))
+                        .map(QueuedAction.init)
+                    let why = "not sent: \(Actions.describe(action.type, action.body).lowercased()) was refused (\(error.message))"
+                    for d in dropped {
+                        try db.execute("DELETE FROM outbox WHERE id = $1", .text(d.id))
+                        try db.execute("UPDATE action_log SET outcome = 'rejected', finished_ms = $2, code = 'dropped', reason = $3 WHERE id = $1",
+                                       .text(d.id), .int(now), .text(why))
+                    }
+                }
+            }
+        } catch {
+            Log.error("edge/\(name)", "cannot roll back \(action.type) \(action.id): \(error)")
+        }
+        lastSyncMs = now
+        stats.rejected += 1 + dropped.count
+        leaveMessage(action: action.id, type: action.type, body: action.body, error: error)
+    }
+
+    func leaveMessage(action: String, type: String, body: JSON, error: QuadError) {
+        let text = "\(Actions.describe(type, body)) was not accepted: \(error.message)"
+        _ = try? db.execute("INSERT INTO messages (ts, action, type, code, status, reason, text) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                        .int(now), .text(action), .text(type), .text(error.code), .int(Int64(error.status)), .text(error.message), .text(text))
+        onMessage(self, ["action": .string(action), "type": .string(type), "code": .string(error.code), "text": .string(text)])
+    }
+
+    /// The messages left for the user, oldest first.
+    func messages(limit: Int = 100) -> [JSON] {
+        ((try? db.query("SELECT * FROM messages ORDER BY seq DESC LIMIT $1", .int(Int64(limit)))) ?? []).reversed().map { r in
+            [
+                "ts": .int(r.int("ts")), "action": .string(r.string("action")), "type": .string(r.string("type")),
+                "code": .string(r.string("code")), "status": .int(r.int("status")), "reason": .string(r.string("reason")),
+                "text": .string(r.string("text")),
+            ]
+        }
+    }
+}

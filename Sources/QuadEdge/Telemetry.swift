@@ -1,0 +1,119 @@
+import Foundation
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// The events of the business questions, each stored in the phone's file
+/// before it is sent, then sent in batches to `telemetry.ingest` while the
+/// phone is online. A batch is fixed when it is formed (its envelope id and
+/// its events), so a retry sends the same batch under the same id; the
+/// collector deduplicates by event id, so an event is counted once however
+/// often it travels. Any answer removes the batch from the queue; events
+/// the collector rejects are logged.
+///
+/// Event shape: `{id, phone, user, session, name, ts, offline, queued_ms, props}`.
+extension Phone {
+    /// Names and their props, as the collector and analytics expect them.
+    static let telemetryNames: Set<String> = [
+        "view.opened", "search.performed", "forecast.opened", "spot.search", "nearby.opened", "nearby.chosen",
+        "favorite.added", "purchase.made", "hold.created", "checkin.done", "offline.started", "offline.ended",
+        "action.synced", "session.started", "session.ended", "app.crash",
+    ]
+
+    /// Records one event: stored at once, sent later.
+    func record(_ name: String, _ props: JSON, session: String? = nil) {
+        assert(Phone.telemetryNames.contains(name), "unknown telemetry event \(name)")
+        let id = MessageID.make()
+        do {
+            try db.execute("""
+                INSERT INTO telemetry (id, name, ts, offline, user_id, session, props) VALUES ($1, $2, $3, $4, $5, $6, $7)
+                """, .text(id), .text(name), .int(now), .of(!isOnline), .of(user), .text(session ?? sessionID), .text(props.text))
+        } catch {
+            Log.error("edge/\(self.name)", "cannot store telemetry event \(name): \(error)")
+        }
+    }
+
+    var telemetryQueued: Int { (try? db.count("SELECT COUNT(*) AS n FROM telemetry")) ?? 0 }
+
+    func scheduleTelemetry() {
+        agenda.every(settings.telemetryEveryMs) { [weak self] in
+            guard let self, !self.stopped else { return false }
+            self.flushTelemetry()
+            return true
+        }
+    }
+
+    /// Sends the oldest batch, unless one is in flight, the radio is off, or
+    /// a backoff is running (`force` cuts it short: the network is back).
+    func flushTelemetry(force: Bool = false) {
+        guard telemetryInFlight == nil, radioOn, !stopped else { return }
+        guard force || Clock.monotonicMillis() >= telemetryRetryAt else { return }
+        guard let batch = formBatch() else { return }
+        let rows = (try? db.query("SELECT * FROM telemetry WHERE batch = $1 ORDER BY ts, id", .text(batch))) ?? []
+        guard !rows.isEmpty else { return }
+        let formed = Phone.millis(ofUUIDv7: batch) ?? now
+        let events: [JSON] = rows.map { r in
+            [
+                "id": .string(r.string("id")), "phone": .string(name), "user": r.optionalString("user_id").map { .string($0) } ?? .null,
+                "session": .string(r.string("session")), "name": .string(r.string("name")), "ts": .int(r.int("ts")),
+                "offline": .bool(r.int("offline") != 0), "queued_ms": .int(max(0, formed - r.int("ts"))),
+                "props": .stored(r.string("props")),
+            ]
+        }
+        telemetryInFlight = batch
+        stats.telemetrySent += events.count
+        request("telemetry.ingest", ["events": .array(events)], id: batch, timeoutMs: settings.actionTimeoutMs,
+                anonymous: !hasValidToken) { [weak self] result in
+            guard let self, self.telemetryInFlight == batch else { return }
+            self.telemetryInFlight = nil
+            switch result {
+            case .success(let reply) where ![503, 504].contains(reply.quadError?.status ?? 0):
+                self.settleBatch(batch, reply: reply, count: events.count)
+                self.telemetryAttempt = 0
+                self.telemetryRetryAt = 0
+                if self.telemetryQueued > 0 { self.agenda.after(0) { self.flushTelemetry() } }
+            default:
+                let delay = self.settings.backoff.delay(attempt: self.telemetryAttempt, using: &self.rng)
+                self.telemetryAttempt += 1
+                self.telemetryRetryAt = Clock.monotonicMillis() + delay
+            }
+        }
+    }
+
+    /// The batch to send: one formed earlier and not answered yet, or a new
+    /// one of the oldest unbatched events.
+    func formBatch() -> String? {
+        if let open = try? db.queryOne("SELECT batch FROM telemetry WHERE batch IS NOT NULL ORDER BY ts LIMIT 1") {
+            return open.string("batch")
+        }
+        let batch = MessageID.make()
+        let n = (try? db.execute("""
+            UPDATE telemetry SET batch = $1 WHERE id IN (SELECT id FROM telemetry WHERE batch IS NULL ORDER BY ts, id LIMIT $2)
+            """, .text(batch), .int(Int64(settings.telemetryBatch)))) ?? 0
+        return n > 0 ? batch : nil
+    }
+
+    func settleBatch(_ batch: String, reply: Envelope, count: Int) {
+        _ = try? db.execute("DELETE FROM telemetry WHERE batch = $1", .text(batch))
+        stats.telemetryAnswers += 1
+        lastTelemetryAnswerMs = Clock.monotonicMillis()
+        if let error = reply.quadError {
+            stats.telemetryRejected += count
+            Log.error("edge/\(name)", "telemetry batch \(batch) of \(count) events refused: \(error)")
+            return
+        }
+        stats.telemetryAccepted += Int(reply.body["accepted"]?.int ?? 0)
+        stats.telemetryDuplicate += Int(reply.body["duplicate"]?.int ?? 0)
+        let rejected = reply.body["rejected"]?.array ?? []
+        stats.telemetryRejected += rejected.count
+        if !rejected.isEmpty {
+            Log.error("edge/\(name)", "telemetry: \(rejected.count) events rejected by the collector: \(JSON.array(Array(rejected.prefix(5))).text)")
+        }
+    }
+
+    /// The Unix milliseconds at the front of a UUIDv7.
+    static func millis(ofUUIDv7 id: String) -> Int64? {
+        let hex = id.replacingOccurrences(of: "-", with: "").prefix(12)
+        return hex.count == 12 ? Int64(hex, radix: 16) : nil
+    }
+}

@@ -1,0 +1,511 @@
+import Foundation
+import QuadStore
+import QuadWire
+
+/// What a view shows, and where it came from.
+public struct ViewResult {
+    public enum Source: String {
+        /// The service answered just now.
+        case network
+        /// A copy saved on the phone, with its age.
+        case saved
+        /// The in-memory cache of spot searches.
+        case memory
+        /// Computed on the phone from saved data and queued actions.
+        case local
+        /// Nothing to show: offline and nothing saved, or the service refused.
+        case none
+    }
+
+    public var view: String
+    public var source: Source
+    public var ageMs: Int64?
+    public var body: JSON
+    public var notice: String?
+    public var error: QuadError?
+
+    public var json: JSON {
+        var f: [String: JSON] = ["view": .string(view), "source": .string(source.rawValue), "body": body]
+        if let ageMs { f["age_ms"] = .int(ageMs) }
+        if let notice { f["notice"] = .string(notice) }
+        if let error { f["error"] = error.body }
+        return .object(f)
+    }
+}
+
+/// The views, each with the strategy of the ParkWise seed that fits it:
+///
+/// | view | strategy |
+/// |---|---|
+/// | home, product, foryou, favorites, orders, levels, forecast, car | network, then the saved copy with its age |
+/// | parking (lots), nearby | saved copy first, asked again after a day |
+/// | levels of the campus lots | prefetched while online, for the levels without signal |
+/// | spots | in-memory LRU (16 entries, 30 s) of server answers, then network, then saved copy |
+/// | search, cart, spending, reservation | computed on the phone over saved data and queued actions |
+extension Phone {
+    public static let views = ["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels",
+                               "forecast", "spots", "nearby", "reservation", "car", "messages"]
+
+    /// Opens a view; `done` runs once with what the user sees.
+    public func open(_ view: String, _ params: JSON = [:], refresh: Bool = false, _ done: @escaping (ViewResult) -> Void) {
+        record("view.opened", ["view": .string(view)])
+        let finish: (ViewResult) -> Void = { [weak self] result in
+            self?.stats.reads[result.view + "/" + result.source.rawValue, default: 0] += 1
+            done(result)
+        }
+        switch view {
+        case "home":
+            prefetchCatalog()
+            var body: [String: JSON] = ["limit": .int(params["limit"]?.int ?? 20), "offset": .int(params["offset"]?.int ?? 0)]
+            if let c = params["category"]?.string { body["category"] = .string(c) }
+            networkThenSaved(view, "catalog.products.list", .object(body)) { [weak self] r in
+                // Neither network nor a saved copy of this page: the page from the saved catalog.
+                if r.source == .none, r.error == nil, let self, let page = self.localPage(.object(body)) {
+                    finish(ViewResult(view: view, source: .local, body: page, notice: self.catalogNotice()))
+                } else {
+                    finish(r)
+                }
+            }
+        case "product":
+            let id = params["id"]?.string ?? ""
+            networkThenSaved(view, "catalog.product.get", ["id": .string(id)]) { [weak self] r in
+                guard let self else { return }
+                if r.source == .none && r.error == nil, let local = self.localProduct(id) {
+                    finish(ViewResult(view: view, source: .local, body: local, notice: self.catalogNotice()))
+                } else {
+                    finish(r)
+                }
+            }
+        case "search":
+            search(params, finish)
+        case "foryou":
+            networkThenSaved(view, "catalog.foryou", ["limit": .int(params["limit"]?.int ?? 10)], authed: true, finish)
+        case "favorites":
+            favorites(finish)
+        case "cart":
+            finish(ViewResult(view: view, source: .local, body: cart(), notice: pendingNotice(["orders.cart.add", "orders.place"])))
+        case "orders":
+            orders(finish)
+        case "spending":
+            finish(spending())
+        case "parking":
+            savedFirst(view, "reservations.lots", [:], maxAgeMs: settings.lotsMaxAgeMs) { [weak self] r in
+                self?.prefetchLevels(r.body)
+                finish(r)
+            }
+        case "levels":
+            networkThenSaved(view, "reservations.levels", ["lot": .string(params["lot"]?.string ?? "central")], finish)
+        case "forecast":
+            let lot = params["lot"]?.string ?? "central"
+            record("forecast.opened", ["lot": .string(lot)])
+            var body: [String: JSON] = ["lot": .string(lot)]
+            if let a = params["arrival"] { body["arrival"] = a }
+            networkThenSaved(view, "reservations.forecast", .object(body), finish)
+        case "spots":
+            spots(params, refresh: refresh, finish)
+        case "nearby":
+            record("nearby.opened", [:])
+            savedFirst(view, "reservations.nearby", ["kind": .string(params["kind"]?.string ?? "regular")], maxAgeMs: settings.lotsMaxAgeMs, finish)
+        case "reservation":
+            finish(reservation())
+        case "car":
+            car(finish)
+        case "messages":
+            finish(ViewResult(view: view, source: .local, body: ["messages": .array(messages())]))
+        default:
+            finish(ViewResult(view: view, source: .none, body: [:],
+                              error: .badRequest("unknown view '\(view)'; views: \(Phone.views.joined(separator: ", "))")))
+        }
+    }
+
+    // MARK: Strategies
+
+    static func key(_ type: String, _ body: JSON) -> String { type + " " + body.text }
+
+    func save(_ key: String, _ body: JSON) {
+        _ = try? db.execute("""
+            INSERT INTO saved (key, body, saved_ms) VALUES ($1, $2, $3)
+            ON CONFLICT (key) DO UPDATE SET body = excluded.body, saved_ms = excluded.saved_ms
+            """, .text(key), .text(body.text), .int(now))
+    }
+
+    func saved(_ key: String) -> (body: JSON, ageMs: Int64)? {
+        guard let r = (try? db.queryOne("SELECT body, saved_ms FROM saved WHERE key = $1", .text(key))) else { return nil }
+        return (.stored(r.string("body")), max(0, now - r.int("saved_ms")))
+    }
+
+    /// Runs `then` once the phone holds a token (signing in first if it can).
+    func withToken(_ then: @escaping (QuadError?) -> Void) {
+        if hasValidToken || !radioOn { then(nil); return }
+        signIn(then)
+    }
+
+    /// Asks the service; when it cannot be reached, shows the saved copy
+    /// with the time it was saved. A refusal (a 404) is shown as it is.
+    func networkThenSaved(_ view: String, _ type: String, _ body: JSON, authed: Bool = false,
+                          onNetwork: ((JSON) -> Void)? = nil, _ done: @escaping (ViewResult) -> Void) {
+        let key = Phone.key(type, body)
+        let fallback: (String) -> Void = { [weak self] why in
+            guard let self else { return }
+            if let copy = self.saved(key) {
+                done(ViewResult(view: view, source: .saved, ageMs: copy.ageMs, body: copy.body,
+                                notice: "\(why): showing the copy saved \(Phone.age(copy.ageMs)) ago"))
+            } else {
+                done(ViewResult(view: view, source: .none, body: [:], notice: "\(why), and nothing is saved on this phone yet"))
+            }
+        }
+        guard radioOn else { fallback("offline"); return }
+        let send = { [weak self] in
+            guard let self else { return }
+            self.request(type, body, timeoutMs: self.settings.readTimeoutMs) { [weak self] result in
+                guard let self else { return }
+                switch result {
+                case .success(let reply):
+                    if let error = reply.quadError {
+                        if [503, 504].contains(error.status) { fallback("the service is unavailable") } else {
+                            done(ViewResult(view: view, source: .none, body: [:], error: error))
+                        }
+                        return
+                    }
+                    self.save(key, reply.body)
+                    onNetwork?(reply.body)
+                    done(ViewResult(view: view, source: .network, ageMs: 0, body: reply.body))
+                case .failure(.offline):
+                    fallback("offline")
+                case .failure:
+                    fallback("no answer from the network")
+                }
+            }
+        }
+        if authed { withToken { _ in send() } } else { send() }
+    }
+
+    /// Shows the saved copy at once while it is younger than `maxAgeMs`;
+    /// otherwise asks the network (and falls back to the old copy).
+    func savedFirst(_ view: String, _ type: String, _ body: JSON, maxAgeMs: Int64, _ done: @escaping (ViewResult) -> Void) {
+        if let copy = saved(Phone.key(type, body)), copy.ageMs <= maxAgeMs {
+            done(ViewResult(view: view, source: .saved, ageMs: copy.ageMs, body: copy.body))
+            return
+        }
+        networkThenSaved(view, type, body, done)
+    }
+
+    static func age(_ ms: Int64) -> String {
+        if ms < 60_000 { return "\(ms / 1000) s" }
+        if ms < 3_600_000 { return "\(ms / 60_000) min" }
+        if ms < 86_400_000 { return "\(ms / 3_600_000) h" }
+        return "\(ms / 86_400_000) days"
+    }
+
+    // MARK: Prefetch
+
+    /// While online, download what will be needed without signal: the
+    /// levels of the campus lots (P2 and P3 have none).
+    func prefetchLevels(_ lots: JSON) {
+        guard isOnline else { return }
+        let campus = (lots["lots"]?.array ?? []).filter { $0["kind"]?.string == "campus" }.compactMap { $0["id"]?.string }
+        for lot in campus {
+            let body: JSON = ["lot": .string(lot)]
+            request("reservations.levels", body, timeoutMs: settings.readTimeoutMs) { [weak self] result in
+                if case .success(let reply) = result, reply.quadError == nil { self?.save(Phone.key("reservations.levels", body), reply.body) }
+            }
+        }
+    }
+
+    func prefetchOnNetworkBack() {
+        if let lots = saved(Phone.key("reservations.lots", [:])) { prefetchLevels(lots.body) }
+        prefetchCatalog()
+    }
+
+    /// The whole catalog, saved for search and filters on the phone; fetched
+    /// again when older than the maximum age.
+    func prefetchCatalog(force: Bool = false) {
+        guard isOnline, !catalogFetching else { return }
+        let age = catalogAgeMs
+        guard force || age == nil || age! > settings.catalogMaxAgeMs else { return }
+        catalogFetching = true
+        // A little later and at a random moment: phones that come online
+        // together do not all download the catalog in the same second.
+        agenda.after(Int64.random(in: 0...2_000, using: &rng)) { [weak self] in
+            guard let self, self.isOnline else { self?.catalogFetching = false; return }
+            self.fetchCatalogPage(offset: 0, rows: [])
+        }
+    }
+
+    var catalogAgeMs: Int64? {
+        guard let text = try? db.meta("catalog_saved_ms"), let at = Int64(text) else { return nil }
+        return max(0, now - at)
+    }
+
+    func fetchCatalogPage(offset: Int64, rows: [JSON]) {
+        request("catalog.products.list", ["limit": 200, "offset": .int(offset)], timeoutMs: settings.readTimeoutMs * 2) { [weak self] result in
+            guard let self else { return }
+            guard case .success(let reply) = result, reply.quadError == nil, let page = reply.body["products"]?.array else {
+                self.catalogFetching = false
+                return
+            }
+            let all = rows + page
+            let total = reply.body["total"]?.int ?? Int64(all.count)
+            if Int64(all.count) < total && !page.isEmpty {
+                self.fetchCatalogPage(offset: offset + Int64(page.count), rows: all)
+                return
+            }
+            self.catalogFetching = false
+            try? self.db.transaction {
+                try self.db.execute("DELETE FROM catalog")
+                for p in all {
+                    let name = p["name"]?.string ?? ""
+                    let search = [name, p["type"]?.string ?? "", p["category"]?.string ?? "", p["collection"]?.string ?? ""].joined(separator: " ").lowercased()
+                    try self.db.execute("""
+                        INSERT INTO catalog (id, name, price, currency, category, collection, stock, search) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                        """, .text(p["id"]?.string ?? ""), .text(name), .double(p["price"]?["value"]?.double ?? 0),
+                        .text(p["price"]?["currency"]?.string ?? "USD"), .text(p["category"]?.string ?? "Others"),
+                        .text(p["collection"]?.string ?? ""), .int(p["stock"]?.int ?? 0), .text(search))
+                }
+                try self.db.setMeta("catalog_saved_ms", String(self.now))
+            }
+        }
+    }
+
+    // MARK: Local computation
+
+    func catalogNotice() -> String? {
+        guard let age = catalogAgeMs else { return "the catalog is not saved on this phone yet" }
+        return age > settings.catalogMaxAgeMs || !isOnline ? "from the catalog saved \(Phone.age(age)) ago: prices and stock may have changed" : nil
+    }
+
+    /// A page of the saved catalog, as `catalog.products.list` would list it.
+    func localPage(_ body: JSON) -> JSON? {
+        guard catalogAgeMs != nil else { return nil }
+        var filter = ""
+        var values: [SQLValue] = []
+        if let c = body["category"]?.string { values.append(.text(c)); filter = "WHERE category = $1" }
+        let total = (try? db.queryOne("SELECT COUNT(*) AS n FROM catalog \(filter)", values)?.int("n")) ?? 0
+        values += [.int(body["limit"]?.int ?? 20), .int(body["offset"]?.int ?? 0)]
+        let rows = (try? db.query("SELECT * FROM catalog \(filter) ORDER BY name, id LIMIT $\(values.count - 1) OFFSET $\(values.count)", values)) ?? []
+        return ["products": .array(rows.map(Phone.product)), "total": .int(total)]
+    }
+
+    func localProduct(_ id: String) -> JSON? {
+        (try? db.queryOne("SELECT * FROM catalog WHERE id = $1", .text(id))).flatMap { $0 }.map(Phone.product)
+    }
+
+    static func product(_ r: Row) -> JSON {
+        [
+            "id": .string(r.string("id")), "name": .string(r.string("name")),
+            "price": ["value": .double(r.double("price")), "currency": .string(r.string("currency"))],
+            "category": .string(r.string("category")), "collection": .string(r.string("collection")), "stock": .int(r.int("stock")),
+        ]
+    }
+
+    /// Search and filters over the saved catalog: words, category, price
+    /// range, in stock, sort. Without a saved catalog and with a network,
+    /// the service searches instead.
+    func search(_ params: JSON, _ done: @escaping (ViewResult) -> Void) {
+        let q = params["q"]?.string ?? ""
+        guard catalogAgeMs != nil else {
+            var body: [String: JSON] = ["limit": .int(params["limit"]?.int ?? 20)]
+            for k in ["q", "category", "min_price", "max_price", "in_stock", "sort"] { if let v = params[k] { body[k] = v } }
+            networkThenSaved("search", "catalog.products.list", .object(body)) { [weak self] r in
+                self?.record("search.performed", ["query_length": .int(Int64(q.count)), "results": .int(r.body["total"]?.int ?? 0)])
+                done(r)
+            }
+            return
+        }
+        var conditions: [String] = []
+        var values: [SQLValue] = []
+        for word in q.lowercased().split(separator: " ").prefix(8) {
+            values.append(.text("%" + word + "%"))
+            conditions.append("search LIKE $\(values.count)")
+        }
+        if let c = params["category"]?.string { values.append(.text(c)); conditions.append("category = $\(values.count)") }
+        if let p = params["min_price"]?.double { values.append(.double(p)); conditions.append("price >= $\(values.count)") }
+        if let p = params["max_price"]?.double { values.append(.double(p)); conditions.append("price <= $\(values.count)") }
+        if params["in_stock"]?.bool == true { conditions.append("stock > 0") }
+        let order = ["price": "price, id", "-price": "price DESC, id", "stock": "stock DESC, id"][params["sort"]?.string ?? ""] ?? "name, id"
+        let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
+        let total = (try? db.queryOne("SELECT COUNT(*) AS n FROM catalog \(filter)", values)?.int("n")) ?? 0
+        values.append(.int(params["limit"]?.int ?? 20))
+        let rows = (try? db.query("SELECT * FROM catalog \(filter) ORDER BY \(order) LIMIT $\(values.count)", values)) ?? []
+        record("search.performed", ["query_length": .int(Int64(q.count)), "results": .int(total)])
+        done(ViewResult(view: "search", source: .local, body: ["products": .array(rows.map(Phone.product)), "total": .int(total)],
+                        notice: catalogNotice()))
+    }
+
+    func pendingNotice(_ types: [String]) -> String? {
+        let list = types.map { "'\($0)'" }.joined(separator: ", ")
+        let n = (try? db.count("SELECT COUNT(*) AS n FROM outbox WHERE type IN (\(list))")) ?? 0
+        return n == 0 ? nil : "\(n) change\(n == 1 ? "" : "s") saved on this phone, waiting to be sent"
+    }
+
+    /// Favorites: the phone's own list while changes wait in the outbox;
+    /// otherwise the service's, which then replaces the phone's.
+    func favorites(_ done: @escaping (ViewResult) -> Void) {
+        let local = { [weak self] (notice: String?) -> ViewResult in
+            let rows = (try? self?.db.query("SELECT * FROM favorites ORDER BY added_ms DESC, product")) ?? []
+            let items: [JSON] = rows.map { r in
+                ["product": .string(r.string("product")), "added_at": .int(r.int("added_ms")), "pending": .bool(!r["pending"].isNull)]
+            }
+            return ViewResult(view: "favorites", source: .local, body: ["items": .array(items), "total": .int(Int64(items.count))], notice: notice)
+        }
+        if let notice = pendingNotice(["favorites.add", "favorites.remove"]) { done(local(notice)); return }
+        networkThenSaved("favorites", "favorites.list", ["limit": 200], authed: true, onNetwork: { [weak self] body in
+            guard let self, self.pendingNotice(["favorites.add", "favorites.remove"]) == nil else { return }
+            try? self.db.transaction {
+                try self.db.execute("DELETE FROM favorites")
+                for item in body["items"]?.array ?? [] {
+                    try self.db.execute("INSERT INTO favorites (product, added_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                                        .text(item["product"]?.string ?? ""), .int(item["added_at"]?.int ?? 0))
+                }
+            }
+        }) { r in
+            done(r.source == .none && r.error == nil ? local(r.notice) : r)
+        }
+    }
+
+    func cart() -> JSON {
+        let rows = (try? db.query("""
+            SELECT c.product, c.quantity, p.name, p.price, p.currency FROM cart c LEFT JOIN catalog p ON p.id = c.product ORDER BY c.added_ms, c.product
+            """)) ?? []
+        var total = 0.0
+        let lines: [JSON] = rows.map { r in
+            total += r.double("price") * Double(r.int("quantity"))
+            return ["product": .string(r.string("product")), "quantity": .int(r.int("quantity")), "name": .string(r.string("name")),
+                    "unit_price": .double(r.double("price"))]
+        }
+        return ["lines": .array(lines), "subtotal": .double((total * 100).rounded() / 100)]
+    }
+
+    /// Orders: the service's list merged into the phone's history (the
+    /// phone's history feeds the 30-day total), plus the orders still queued.
+    func orders(_ done: @escaping (ViewResult) -> Void) {
+        networkThenSaved("orders", "orders.mine", ["limit": 100], authed: true, onNetwork: { [weak self] body in
+            guard let self else { return }
+            self.lastSyncMs = self.now
+            try? self.db.setMeta("orders_synced_ms", String(self.now))
+            try? self.db.transaction {
+                for o in body["orders"]?.array ?? [] {
+                    guard let id = o["order"]?.string else { continue }
+                    try self.db.execute("""
+                        INSERT INTO orders (id, status, source, mode, screen, items, total, currency, estimated, created_ms)
+                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9)
+                        ON CONFLICT (id) DO UPDATE SET status = excluded.status, total = excluded.total, currency = excluded.currency, estimated = 0
+                        WHERE orders.pending IS NULL
+                        """, .text(id), .text(o["status"]?.string ?? "confirmed"), .text(o["source"]?.string ?? "buy_now"),
+                        .text(o["mode"]?.string ?? "buy"), .text(o["screen"]?.string ?? "home"), .text((o["items"] ?? .array([])).text),
+                        .double(o["total"]?.double ?? 0), .text(o["currency"]?.string ?? "USD"), .int(o["created_at"]?.int ?? self.now))
+                }
+            }
+        }) { [weak self] r in
+            guard let self else { return }
+            let pending = ((try? self.db.query("SELECT * FROM orders WHERE pending IS NOT NULL ORDER BY created_ms")) ?? []).map(Phone.order)
+            var body = r.body.object ?? [:]
+            body["queued"] = .array(pending)
+            done(ViewResult(view: r.view, source: r.source, ageMs: r.ageMs, body: .object(body), notice: r.notice, error: r.error))
+        }
+    }
+
+    static func order(_ r: Row) -> JSON {
+        [
+            "order": .string(r.string("id")), "status": .string(r.string("status")), "mode": .string(r.string("mode")),
+            "screen": .string(r.string("screen")), "total": .double(r.double("total")), "currency": .string(r.string("currency")),
+            "estimated": .bool(r.int("estimated") != 0), "created_at": .int(r.int("created_ms")), "pending": .bool(!r["pending"].isNull),
+            "reason": r.optionalString("reason").map { .string($0) } ?? .null,
+        ]
+    }
+
+    /// The 30-day spending total (the SpendiQ seed): computed on the phone
+    /// from its order and parking history, queued purchases included at
+    /// once, with a notice when it may be stale.
+    func spending(nowMs: Int64? = nil) -> ViewResult {
+        let now = nowMs ?? self.now
+        let since = now - 30 * 86_400_000
+        let orders = (try? db.queryOne("""
+            SELECT COALESCE(SUM(total), 0) AS total, COUNT(*) AS n, SUM(CASE WHEN pending IS NOT NULL THEN 1 ELSE 0 END) AS queued,
+                   SUM(estimated) AS estimated
+            FROM orders WHERE status NOT IN ('rejected', 'cancelled') AND created_ms >= $1
+            """, .int(since)))
+        let stays = (try? db.query("""
+            SELECT checked_in_ms, COALESCE(ended_ms, $2) AS ended_ms FROM parking
+            WHERE status IN ('checked_in', 'checked_out') AND checked_in_ms IS NOT NULL AND checked_in_ms >= $1
+            """, .int(since), .int(now))) ?? []
+        var parking = 0.0
+        for s in stays {
+            let hours = max(1, (s.int("ended_ms") - s.int("checked_in_ms") + 3_599_999) / 3_600_000)
+            parking += Double(hours) * Actions.parkingPerHour
+        }
+        let ordersTotal = orders?.double("total") ?? 0
+        let queued = orders?.int("queued") ?? 0
+        var notices: [String] = []
+        if queued > 0 { notices.append("includes \(queued) purchase\(queued == 1 ? "" : "s") not confirmed yet") }
+        if (orders?.int("estimated") ?? 0) > 0 { notices.append("some amounts are estimates from saved prices") }
+        let synced = (try? db.meta("orders_synced_ms")).flatMap { $0.flatMap { Int64($0) } } ?? lastSyncMs
+        if synced == nil {
+            notices.append("not synced with the service yet: orders made on other devices are missing")
+        } else if now - synced! > settings.staleAfterMs {
+            notices.append("may be outdated: last synced \(Phone.age(now - synced!)) ago")
+        }
+        let total = ((ordersTotal + parking) * 100).rounded() / 100
+        return ViewResult(view: "spending", source: .local, body: [
+            "days": 30, "total": .double(total), "orders": .double((ordersTotal * 100).rounded() / 100),
+            "parking": .double(parking), "order_count": .int(orders?.int("n") ?? 0), "stays": .int(Int64(stays.count)),
+            "queued": .int(queued), "last_sync": synced.map { .int($0) } ?? .null,
+        ], notice: notices.isEmpty ? nil : notices.joined(separator: "; "))
+    }
+
+    func reservation() -> ViewResult {
+        guard let r = (try? Actions.activeParking(db)) ?? (try? db.queryOne("SELECT * FROM parking ORDER BY held_ms DESC LIMIT 1")) else {
+            return ViewResult(view: "reservation", source: .local, body: ["active": .null])
+        }
+        let deadline = r["deadline_ms"].int
+        var body = Phone.parking(r)
+        if r.string("status") == "held", let deadline {
+            body = body.setting("seconds_left", .int(max(0, (deadline - now + 999) / 1000)))
+        }
+        let pending = !r["pending"].isNull
+        return ViewResult(view: "reservation", source: .local, body: ["active": body],
+                          notice: pending ? "saved on this phone, waiting to be sent" : r.optionalString("reason"))
+    }
+
+    static func parking(_ r: Row) -> JSON {
+        var f: [String: JSON] = ["id": .string(r.string("id")), "status": .string(r.string("status")), "pending": .bool(!r["pending"].isNull)]
+        for k in ["lot", "spot", "level", "signal", "reason"] { if let v = r.optionalString(k) { f[k] = .string(v) } }
+        for k in ["deadline_ms", "checked_in_ms", "ended_ms"] { if let v = r[k].int { f[k] = .int(v) } }
+        return .object(f)
+    }
+
+    /// Find my car: where the phone saved it (a queued save is newer than
+    /// anything the service has), else the service, else its saved copy.
+    func car(_ done: @escaping (ViewResult) -> Void) {
+        if let pending = try? db.queryOne("SELECT body FROM outbox WHERE type = 'reservations.car.save' ORDER BY seq DESC LIMIT 1") {
+            done(ViewResult(view: "car", source: .local, body: ["car": .stored(pending.string("body"))], notice: "saved on this phone, waiting to be sent"))
+            return
+        }
+        networkThenSaved("car", "reservations.car.get", [:], authed: true) { [weak self] r in
+            if r.source == .none, r.error == nil, let local = (try? self?.db.meta("car")) {
+                done(ViewResult(view: "car", source: .local, body: ["car": .stored(local)], notice: r.notice))
+            } else {
+                done(r)
+            }
+        }
+    }
+
+    /// Find a spot: a fresh server answer from memory, else the network
+    /// (the answer goes into memory and to disk), else the disk copy, which
+    /// never goes into memory. `refresh` (pull to refresh) skips the memory.
+    func spots(_ params: JSON, refresh: Bool, _ done: @escaping (ViewResult) -> Void) {
+        var body: [String: JSON] = [:]
+        for k in ["lot", "destination", "kind", "level", "signal", "limit"] { if let v = params[k] { body[k] = v } }
+        if body["lot"] == nil && body["destination"] == nil { body["lot"] = "central" }
+        let request = JSON.object(body)
+        let key = Phone.key("reservations.spots.find", request)
+        record("spot.search", ["lot": body["lot"] ?? body["destination"] ?? .null])
+        if !refresh, let hit = spotCache.get(key) {
+            done(ViewResult(view: "spots", source: .memory, ageMs: hit.ageMs, body: hit.value))
+            return
+        }
+        networkThenSaved("spots", "reservations.spots.find", request, onNetwork: { [weak self] answer in
+            self?.spotCache.put(key, answer)
+        }, done)
+    }
+}

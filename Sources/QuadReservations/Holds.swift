@@ -1,0 +1,279 @@
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// Holds with a countdown. A hold claims a spot with a conditional UPDATE
+/// (free, no car on it) and inserts the reservation under two partial
+/// unique indexes: one active reservation per user, one holder per spot.
+/// Nothing is read and then written: the store decides every race.
+///
+/// held --checkin before the deadline--> checked_in --checkout--> checked_out
+/// held --deadline passes--> expired; held --cancel--> cancelled
+enum Holds {
+    static let active = "('held', 'checked_in')"
+
+    static func register(_ h: Handlers, db: Database, settings: Settings) {
+        let clock = settings.clock
+        h.mutation("reservations.hold") { req in
+            let user = try req.requireUser()
+            let body = try Body(req.body, type: "reservations.hold", allowed: ["spot", "lot", "destination", "kind", "level", "signal"])
+            let now = Int64(Clock.nowMillis())
+            let spot: String
+            if let wanted = try body.string("spot") {
+                for other in ["lot", "destination", "kind", "level", "signal"] where body.present(other) != nil {
+                    throw QuadError.badRequest("body.spot and body.\(other) are exclusive: name a spot, or give filters")
+                }
+                spot = try claim(db, spot: wanted, reservation: req.id, user: user)
+            } else {
+                guard body.present("lot") != nil || body.present("destination") != nil else {
+                    throw QuadError.badRequest("body.spot, body.lot or body.destination is required")
+                }
+                let search = try SpotSearch(db, body)
+                var best = search.bestSQL()
+                best.params.append(.text(req.id))
+                // On PostgreSQL a concurrent hold may take the chosen spot
+                // between the subquery and the UPDATE: choose again.
+                var claimed: Row?
+                for _ in 0..<3 where claimed == nil {
+                    claimed = try db.queryOne("""
+                        UPDATE spots SET reservation = $\(best.params.count)
+                        WHERE id = (\(best.sql)) AND reservation IS NULL AND sim_car = 0 RETURNING id
+                        """, best.params)
+                    if claimed == nil, try search.count(db) == 0 { break }
+                }
+                guard let claimed else {
+                    throw QuadError.conflict("no free spot \(search.described): reservations.nearby lists nearby lots with room")
+                }
+                spot = claimed.string("id")
+            }
+            let deadline = now + settings.holdSeconds * 1000
+            guard try db.queryOne("""
+                INSERT INTO reservations (id, user_id, spot, status, held_ms, deadline_ms) VALUES ($1, $2, $3, 'held', $4, $5)
+                ON CONFLICT DO NOTHING RETURNING id
+                """, .text(req.id), .text(user), .text(spot), .int(now), .int(deadline)) != nil else {
+                // Rolled back with the claim above when this throws.
+                if let mine = try db.queryOne("SELECT id, spot, status, deadline_ms FROM reservations WHERE user_id = $1 AND status IN \(active)", .text(user)) {
+                    let what = mine.string("status") == "held" ? "a hold on spot \(mine.string("spot")) until \(clock.iso(mine.int("deadline_ms")))"
+                        : "your car on spot \(mine.string("spot"))"
+                    throw QuadError.conflict("you already have an active reservation (\(what)): one at a time; check in, check out or cancel it first",
+                                             details: ["reservation": .string(mine.string("id"))])
+                }
+                throw QuadError.conflict("spot \(spot) is already held by another driver")
+            }
+            let reservation = try load(db, id: req.id, user: user, now: now, clock: clock)
+            try Outbox.append(db, type: "reservations.held", body: event(reservation, user: user))
+            return ["reservation": reservation, "hold_seconds": .int(settings.holdSeconds)]
+        }
+
+        h.mutation("reservations.checkin") { req in
+            let user = try req.requireUser()
+            let body = try Body(req.body, type: "reservations.checkin", allowed: ["reservation"])
+            let now = Int64(Clock.nowMillis())
+            let row = try target(db, user: user, id: try body.string("reservation"), doing: "check in")
+            let id = row.string("id")
+            let changed = try db.execute("""
+                UPDATE reservations SET status = 'checked_in', checked_in_ms = $1 WHERE id = $2 AND status = 'held' AND deadline_ms > $1
+                """, .int(now), .text(id))
+            guard changed == 1 else { throw refusal(row, doing: "check in", clock: clock) }
+            let reservation = try load(db, id: id, user: user, now: now, clock: clock)
+            try Outbox.append(db, type: "reservations.checkedin", body: event(reservation, user: user))
+            return ["reservation": reservation]
+        }
+
+        h.mutation("reservations.checkout") { req in
+            let user = try req.requireUser()
+            let body = try Body(req.body, type: "reservations.checkout", allowed: ["reservation"])
+            let now = Int64(Clock.nowMillis())
+            let row = try target(db, user: user, id: try body.string("reservation"), doing: "check out")
+            let id = row.string("id")
+            guard try db.execute("UPDATE reservations SET status = 'checked_out', ended_ms = $1 WHERE id = $2 AND status = 'checked_in'",
+                                 .int(now), .text(id)) == 1 else {
+                throw refusal(row, doing: "check out", clock: clock)
+            }
+            try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
+            let reservation = try load(db, id: id, user: user, now: now, clock: clock)
+            try Outbox.append(db, type: "reservations.checkedout", body: event(reservation, user: user))
+            return ["reservation": reservation]
+        }
+
+        h.mutation("reservations.cancel") { req in
+            let user = try req.requireUser()
+            let body = try Body(req.body, type: "reservations.cancel", allowed: ["reservation"])
+            let now = Int64(Clock.nowMillis())
+            let row = try target(db, user: user, id: try body.string("reservation"), doing: "cancel")
+            let id = row.string("id")
+            guard try db.execute("""
+                UPDATE reservations SET status = 'cancelled', ended_ms = $1 WHERE id = $2 AND status = 'held' AND deadline_ms > $1
+                """, .int(now), .text(id)) == 1 else {
+                throw refusal(row, doing: "cancel", clock: clock)
+            }
+            try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
+            let reservation = try load(db, id: id, user: user, now: now, clock: clock)
+            try Outbox.append(db, type: "reservations.cancelled", body: event(reservation, user: user))
+            return ["reservation": reservation]
+        }
+
+        h.query("reservations.mine") { req in
+            let user = try req.requireUser()
+            let body = try Body(req.body, type: "reservations.mine", allowed: ["limit"])
+            let limit = try body.int("limit", in: 1...100, default: 20)
+            let now = Int64(Clock.nowMillis())
+            let rows = try db.query("\(selectSQL) WHERE r.user_id = $1 ORDER BY r.held_ms DESC, r.id DESC LIMIT $2", .text(user), .int(limit + 1))
+            let active = rows.first { ["held", "checked_in"].contains($0.string("status")) }
+            let history = rows.filter { !["held", "checked_in"].contains($0.string("status")) }.prefix(Int(limit))
+            let stays = try db.queryOne("""
+                SELECT COUNT(*) AS n, COALESCE(SUM(ended_ms - checked_in_ms), 0) AS ms FROM reservations WHERE user_id = $1 AND status = 'checked_out'
+                """, .text(user))
+            return [
+                "active": active.map { json($0, now: now, clock: clock) } ?? .null,
+                "history": .array(history.map { json($0, now: now, clock: clock) }),
+                "stays": ["count": .int(stays?.int("n") ?? 0), "seconds": .int((stays?.int("ms") ?? 0) / 1000)],
+            ]
+        }
+    }
+
+    /// Claims a named spot for `reservation`: a conditional UPDATE that only
+    /// a free spot passes.
+    static func claim(_ db: Database, spot: String, reservation: String, user: String) throws -> String {
+        if try db.execute("UPDATE spots SET reservation = $1 WHERE id = $2 AND reservation IS NULL AND sim_car = 0", .text(reservation), .text(spot)) == 1 {
+            return spot
+        }
+        // Refused: say why.
+        guard let row = try db.queryOne("""
+            SELECT s.sim_car, r.user_id FROM spots s LEFT JOIN reservations r ON r.id = s.reservation WHERE s.id = $1
+            """, .text(spot)) else {
+            throw QuadError.notFound("no spot '\(spot)' (body.spot)")
+        }
+        if row.optionalString("user_id") == user { throw QuadError.conflict("you already hold spot \(spot)") }
+        if row.int("sim_car") != 0 && row["user_id"].isNull { throw QuadError.conflict("spot \(spot) is taken: a car is parked on it") }
+        throw QuadError.conflict("spot \(spot) is already held by another driver")
+    }
+
+    /// The reservation a check-in, check-out or cancel is about: the one
+    /// named, which must be the caller's, or the caller's active (else latest).
+    static func target(_ db: Database, user: String, id: String?, doing: String) throws -> Row {
+        if let id {
+            guard let row = try db.queryOne("SELECT id, spot, status, deadline_ms FROM reservations WHERE id = $1 AND user_id = $2", .text(id), .text(user)) else {
+                throw QuadError.notFound("you have no reservation '\(id)' (body.reservation)")
+            }
+            return row
+        }
+        guard let row = try db.queryOne("""
+            SELECT id, spot, status, deadline_ms FROM reservations WHERE user_id = $1
+            ORDER BY CASE WHEN status IN \(active) THEN 0 ELSE 1 END, held_ms DESC, id DESC LIMIT 1
+            """, .text(user)) else {
+            throw QuadError.notFound("you have no reservation to \(doing): hold a spot first")
+        }
+        return row
+    }
+
+    /// The 409 for a step that does not apply in the reservation's state.
+    static func refusal(_ row: Row, doing: String, clock: CampusTime) -> QuadError {
+        let spot = row.string("spot")
+        let details: JSON = ["reservation": .string(row.string("id")), "status": .string(row.string("status"))]
+        switch row.string("status") {
+        case "held", "expired":
+            if doing == "check out" && row.string("status") == "held" {
+                return .conflict("you have not checked in at spot \(spot) yet: check in first, or cancel the hold", details: details)
+            }
+            return .conflict("the hold on spot \(spot) expired at \(clock.iso(row.int("deadline_ms"))): the spot is free again; hold a spot again",
+                             details: ["reservation": .string(row.string("id")), "status": "expired"])
+        case "checked_in":
+            return doing == "cancel"
+                ? .conflict("you are already parked at spot \(spot): check out instead", details: details)
+                : .conflict("you already checked in at spot \(spot)", details: details)
+        case "checked_out": return .conflict("you already left spot \(spot): this reservation is over", details: details)
+        default: return .conflict("the hold on spot \(spot) was cancelled", details: details)
+        }
+    }
+
+    static let selectSQL = """
+        SELECT r.id, r.user_id, r.spot, r.status, r.held_ms, r.deadline_ms, r.checked_in_ms, r.ended_ms,
+               s.lot, s.kind, l.name AS level_name, l.signal
+        FROM reservations r JOIN spots s ON s.id = r.spot JOIN levels l ON l.id = s.level
+        """
+
+    static func load(_ db: Database, id: String, user: String, now: Int64, clock: CampusTime) throws -> JSON {
+        guard let row = try db.queryOne("\(selectSQL) WHERE r.id = $1", .text(id)) else { throw QuadError.internal("reservation \(id) vanished") }
+        return json(row, now: now, clock: clock)
+    }
+
+    static func json(_ r: Row, now: Int64, clock: CampusTime) -> JSON {
+        let status = r.string("status")
+        let deadline = r.int("deadline_ms")
+        let checkedIn = r["checked_in_ms"].int
+        let ended = r["ended_ms"].int
+        var stay: JSON = .null
+        if status == "checked_out", let checkedIn, let ended { stay = .int((ended - checkedIn) / 1000) }
+        return [
+            "id": .string(r.string("id")), "spot": .string(r.string("spot")), "lot": .string(r.string("lot")),
+            "level": .string(r.string("level_name")), "signal": .string(r.string("signal")), "kind": .string(r.string("kind")),
+            "status": .string(status), "held_at": .int(r.int("held_ms")), "deadline": .int(deadline),
+            "deadline_local": .string(clock.iso(deadline)),
+            "seconds_left": .int(status == "held" ? max(0, (deadline - now + 999) / 1000) : 0),
+            "checked_in_at": checkedIn.map { .int($0) } ?? .null, "ended_at": ended.map { .int($0) } ?? .null,
+            "stay_seconds": stay,
+        ]
+    }
+
+    static func event(_ reservation: JSON, user: String) -> JSON {
+        ["user": .string(user), "reservation": reservation]
+    }
+
+    /// Expires every hold whose deadline passed: once each, whichever worker
+    /// gets there first (the UPDATE only matches holds still `held`), with
+    /// its `reservations.expired` event in the same transaction.
+    @discardableResult
+    static func expireDue(_ db: Database, now: Int64, clock: CampusTime) throws -> Int {
+        // A cheap unlocked peek first, so idle workers do not take the lock.
+        guard try db.queryOne("SELECT id FROM reservations WHERE status = 'held' AND deadline_ms <= $1 LIMIT 1", .int(now)) != nil else { return 0 }
+        return try db.transaction {
+            let expired = try db.query("""
+                UPDATE reservations SET status = 'expired', ended_ms = $1 WHERE status = 'held' AND deadline_ms <= $1 RETURNING id, user_id, spot
+                """, .int(now))
+            for r in expired {
+                try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(r.string("spot")), .text(r.string("id")))
+                let user = r.string("user_id")
+                try Outbox.append(db, type: "reservations.expired", body: event(try load(db, id: r.string("id"), user: user, now: now, clock: clock), user: user))
+            }
+            return expired.count
+        }
+    }
+}
+
+/// Find my car: where the driver left it (GPS does not reach P2 and P3, so
+/// the level and a note say the rest).
+enum Car {
+    static func register(_ h: Handlers, db: Database) {
+        h.mutation("reservations.car.save") { req in
+            let user = try req.requireUser()
+            let body = try Body(req.body, type: "reservations.car.save", allowed: ["lat", "lon", "level", "note"])
+            let lat = try body.double("lat", in: -90...90)
+            let lon = try body.double("lon", in: -180...180)
+            let level = try body.string("level", max: 16)
+            let note = try body.text("note", max: 200) ?? ""
+            let now = Int64(Clock.nowMillis())
+            try db.execute("""
+                INSERT INTO cars (user_id, lat, lon, level, note, saved_ms) VALUES ($1, $2, $3, $4, $5, $6)
+                ON CONFLICT (user_id) DO UPDATE SET lat = excluded.lat, lon = excluded.lon, level = excluded.level, note = excluded.note, saved_ms = excluded.saved_ms
+                """, .text(user), .double(lat), .double(lon), .of(level), .text(note), .int(now))
+            return ["car": car(try db.queryOne("SELECT * FROM cars WHERE user_id = $1", .text(user))!)]
+        }
+        h.query("reservations.car.get") { req in
+            let user = try req.requireUser()
+            _ = try Body(req.body, type: "reservations.car.get", allowed: [])
+            guard let row = try db.queryOne("SELECT * FROM cars WHERE user_id = $1", .text(user)) else {
+                throw QuadError.notFound("no car saved yet: reservations.car.save stores where you parked")
+            }
+            return ["car": car(row)]
+        }
+    }
+
+    static func car(_ r: Row) -> JSON {
+        [
+            "lat": .double(r.double("lat")), "lon": .double(r.double("lon")),
+            "level": r.optionalString("level").map { .string($0) } ?? .null,
+            "note": .string(r.string("note")), "saved_at": .int(r.int("saved_ms")),
+        ]
+    }
+}

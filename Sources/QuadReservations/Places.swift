@@ -1,0 +1,214 @@
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// Lots, levels and spots with live free counts; finding the spot to
+/// recommend; nearby lots for when campus is full.
+enum Places {
+    static func register(_ h: Handlers, db: Database, settings: Settings) {
+        h.query("reservations.lots") { req in
+            let body = try Body(req.body, type: "reservations.lots", allowed: ["kind"])
+            let kind = try body.oneOf("kind", ["campus", "nearby"])
+            return try lots(db, kind: kind)
+        }
+        h.query("reservations.levels") { req in
+            let body = try Body(req.body, type: "reservations.levels", allowed: ["lot"])
+            let lot = try requireLot(db, try body.requiredString("lot"))
+            let now = try Reservations.campusNow(db, settings: settings)
+            return ["lot": .string(lot), "levels": .array(try levels(db, lot: lot)), "at": .int(now), "local": .string(settings.clock.iso(now))]
+        }
+        h.query("reservations.spots.find") { req in
+            let body = try Body(req.body, type: "reservations.spots.find", allowed: ["lot", "destination", "kind", "level", "signal", "limit"])
+            let search = try SpotSearch(db, body)
+            let limit = try body.int("limit", in: 1...100, default: 20)
+            let found = try search.free(db, limit: limit)
+            var reply: [String: JSON] = [
+                "kind": .string(search.kind), "count": .int(try search.count(db)), "spots": .array(found), "recommended": found.first ?? .null,
+            ]
+            if let lot = search.lot { reply["lot"] = .string(lot) }
+            if let destination = search.destination { reply["destination"] = .string(destination) }
+            return .object(reply)
+        }
+        h.query("reservations.nearby") { req in
+            let body = try Body(req.body, type: "reservations.nearby", allowed: ["kind"])
+            let kind = try body.oneOf("kind", Campus.kinds) ?? "regular"
+            return try nearby(db, kind: kind)
+        }
+    }
+
+    typealias Counts = [String: (total: Int64, free: Int64)]
+
+    static let freeSQL = "SUM(CASE WHEN s.sim_car = 0 AND s.reservation IS NULL THEN 1 ELSE 0 END)"
+
+    /// Total and free spots per kind, grouped by `column` (lot or level).
+    static func counts(_ db: Database, by column: String, lot: String? = nil) throws -> [String: Counts] {
+        let filter = lot == nil ? "" : "WHERE s.lot = $1"
+        let rows = try db.query("SELECT s.\(column) AS k, s.kind, COUNT(*) AS total, \(freeSQL) AS free FROM spots s \(filter) GROUP BY s.\(column), s.kind",
+                                lot.map { [.text($0)] } ?? [])
+        var out: [String: Counts] = [:]
+        for r in rows { out[r.string("k"), default: [:]][r.string("kind")] = (r.int("total"), r.int("free")) }
+        return out
+    }
+
+    static func json(_ c: Counts?, free: Bool) -> JSON {
+        .object(Dictionary(uniqueKeysWithValues: Campus.kinds.map { k in (k, JSON.int(free ? c?[k]?.free ?? 0 : c?[k]?.total ?? 0)) }))
+    }
+
+    static func requireLot(_ db: Database, _ id: String, field: String = "lot") throws -> String {
+        guard try db.queryOne("SELECT id FROM lots WHERE id = $1", .text(id)) != nil else {
+            let known = try db.query("SELECT id FROM lots ORDER BY position").map { $0.string("id") }
+            throw QuadError.notFound("no lot '\(id)' (body.\(field)); lots: \(known.joined(separator: ", "))")
+        }
+        return id
+    }
+
+    static func lots(_ db: Database, kind: String?) throws -> JSON {
+        let rows = try kind.map { try db.query("SELECT * FROM lots WHERE kind = $1 ORDER BY position", .text($0)) }
+            ?? db.query("SELECT * FROM lots ORDER BY position")
+        let counts = try counts(db, by: "lot")
+        var levelNames: [String: [JSON]] = [:]
+        for r in try db.query("SELECT lot, name FROM levels ORDER BY lot, floor") { levelNames[r.string("lot"), default: []].append(.string(r.string("name"))) }
+        var walks: [String: [JSON]] = [:]
+        for r in try db.query("SELECT destination, lot, walk_m FROM walks ORDER BY destination, walk_m") {
+            walks[r.string("destination"), default: []].append(["lot": .string(r.string("lot")), "walk_m": .int(r.int("walk_m"))])
+        }
+        let destinations = try db.query("SELECT id, name FROM destinations ORDER BY id").map { r -> JSON in
+            ["id": .string(r.string("id")), "name": .string(r.string("name")), "walks": .array(walks[r.string("id")] ?? [])]
+        }
+        return [
+            "lots": .array(rows.map { r in
+                let id = r.string("id")
+                return [
+                    "id": .string(id), "name": .string(r.string("name")), "kind": .string(r.string("kind")),
+                    "address": .string(r.string("address")), "distance_m": .int(r.int("distance_m")),
+                    "lat": .double(r.double("lat")), "lon": .double(r.double("lon")),
+                    "levels": .array(levelNames[id] ?? []),
+                    "total": json(counts[id], free: false), "free": json(counts[id], free: true),
+                ]
+            }),
+            "destinations": .array(destinations),
+        ]
+    }
+
+    static func levels(_ db: Database, lot: String) throws -> [JSON] {
+        let counts = try counts(db, by: "level", lot: lot)
+        return try db.query("SELECT id, name, floor, signal FROM levels WHERE lot = $1 ORDER BY floor", .text(lot)).map { r in
+            let id = r.string("id")
+            return [
+                "id": .string(id), "name": .string(r.string("name")), "floor": .int(r.int("floor")), "signal": .string(r.string("signal")),
+                "total": json(counts[id], free: false), "free": json(counts[id], free: true),
+            ]
+        }
+    }
+
+    static func nearby(_ db: Database, kind: String) throws -> JSON {
+        let counts = try counts(db, by: "lot")
+        var campus: Counts = [:]
+        let campusLots = try db.query("SELECT id FROM lots WHERE kind = 'campus'").map { $0.string("id") }
+        for id in campusLots {
+            for (k, c) in counts[id] ?? [:] { campus[k] = ((campus[k]?.total ?? 0) + c.total, (campus[k]?.free ?? 0) + c.free) }
+        }
+        let lots = try db.query("SELECT * FROM lots WHERE kind = 'nearby' ORDER BY distance_m, id").map { r -> JSON in
+            let id = r.string("id")
+            return [
+                "id": .string(id), "name": .string(r.string("name")), "address": .string(r.string("address")),
+                "distance_m": .int(r.int("distance_m")), "lat": .double(r.double("lat")), "lon": .double(r.double("lon")),
+                "total": json(counts[id], free: false), "free": json(counts[id], free: true),
+                "has_free": .bool((counts[id]?[kind]?.free ?? 0) > 0),
+            ]
+        }
+        return [
+            "kind": .string(kind),
+            "campus": ["free": json(campus, free: true), "total": json(campus, free: false), "full": .bool((campus[kind]?.free ?? 0) == 0)],
+            "lots": .array(lots),
+        ]
+    }
+}
+
+/// Which free spots a driver wants: in a lot or near a destination
+/// building, of a kind (regular unless asked), on a level, only where the
+/// phone has signal. The
+/// best first: the shortest walk, with each level underground counted as
+/// ``Campus/floorPenaltyM`` more metres.
+struct SpotSearch {
+    var lot: String?
+    var destination: String?
+    var kind: String
+    var level: String?
+    var signalOnly = false
+
+    init(_ db: Database, _ body: Body) throws {
+        lot = try body.string("lot")
+        destination = try body.string("destination")
+        guard lot != nil || destination != nil else { throw QuadError.badRequest("body.lot or body.destination is required") }
+        guard lot == nil || destination == nil else { throw QuadError.badRequest("body.lot and body.destination are exclusive: give one") }
+        // Accessible spots and chargers go only to drivers who ask for them.
+        kind = try body.oneOf("kind", Campus.kinds) ?? "regular"
+        level = try body.oneOf("level", ["P1", "P2", "P3"])
+        signalOnly = try body.bool("signal") ?? false
+        if let lot { _ = try Places.requireLot(db, lot) }
+        if let destination, try db.queryOne("SELECT id FROM destinations WHERE id = $1", .text(destination)) == nil {
+            let known = try db.query("SELECT id FROM destinations ORDER BY id").map { $0.string("id") }
+            throw QuadError.notFound("no destination '\(destination)' (body.destination); destinations: \(known.joined(separator: ", "))")
+        }
+    }
+
+    /// FROM, WHERE and the route length of free spots matching the search.
+    func sql() -> (from: String, route: String, params: [SQLValue]) {
+        var params: [SQLValue] = []
+        var conditions = ["s.sim_car = 0", "s.reservation IS NULL"]
+        var from = "spots s JOIN levels l ON l.id = s.level"
+        var route = "s.walk_m + (l.floor - 1) * \(Campus.floorPenaltyM)"
+        if let destination {
+            params.append(.text(destination))
+            from += " JOIN walks w ON w.lot = s.lot AND w.destination = $\(params.count)"
+            route += " + w.walk_m"
+        }
+        if let lot { params.append(.text(lot)); conditions.append("s.lot = $\(params.count)") }
+        params.append(.text(kind))
+        conditions.append("s.kind = $\(params.count)")
+        if let level { params.append(.text(level)); conditions.append("l.name = $\(params.count)") }
+        if signalOnly { conditions.append("l.signal <> 'none'") }
+        return ("\(from) WHERE \(conditions.joined(separator: " AND "))", route, params)
+    }
+
+    func count(_ db: Database) throws -> Int64 {
+        let q = sql()
+        return try db.queryOne("SELECT COUNT(*) AS n FROM \(q.from)", q.params)?.int("n") ?? 0
+    }
+
+    /// The best free spots, best first.
+    func free(_ db: Database, limit: Int64) throws -> [JSON] {
+        var q = sql()
+        q.params.append(.int(limit))
+        return try db.query("""
+            SELECT s.id, s.lot, s.level AS level_id, l.name AS level_name, l.signal, s.number, s.kind, s.walk_m, \(q.route) AS route_m
+            FROM \(q.from) ORDER BY route_m, s.id LIMIT $\(q.params.count)
+            """, q.params).map(SpotSearch.spot)
+    }
+
+    /// The id of the best free spot, as a subquery for a conditional UPDATE.
+    func bestSQL() -> (sql: String, params: [SQLValue]) {
+        let q = sql()
+        return ("SELECT s.id FROM \(q.from) ORDER BY \(q.route), s.id LIMIT 1", q.params)
+    }
+
+    var described: String {
+        var parts = [kind]
+        if let level { parts.append("on \(level)") }
+        if signalOnly { parts.append("with signal") }
+        if let lot { parts.append("in \(lot)") }
+        if let destination { parts.append("near \(destination)") }
+        return parts.joined(separator: " ")
+    }
+
+    static func spot(_ r: Row) -> JSON {
+        [
+            "id": .string(r.string("id")), "lot": .string(r.string("lot")), "level": .string(r.string("level_name")),
+            "level_id": .string(r.string("level_id")), "signal": .string(r.string("signal")), "number": .int(r.int("number")),
+            "kind": .string(r.string("kind")), "walk_m": .int(r.int("route_m")),
+        ]
+    }
+}
+
+typealias Settings = Reservations.Settings

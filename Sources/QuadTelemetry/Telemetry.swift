@@ -1,0 +1,338 @@
+import Foundation
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// The telemetry collector: batches of phone events, validated one by one,
+/// stored once each by event id. A second delivery of an event is a natural
+/// duplicate when it carries the same payload; with another payload it is a
+/// conflict, kept aside and counted, never applied. Raw events stay here:
+/// the `telemetry.batch` event is a summary (counts by name), and analytics
+/// pulls the raw events with `telemetry.raw.since`, an internal request.
+public enum Telemetry: ServiceDomain {
+    public static let name = "telemetry"
+    public static let summary = "collects phones' telemetry batches, stored once each by event id"
+
+    /// Most events in one `telemetry.ingest` (`max_batch_events`).
+    public static let maxBatchEvents = 500
+    /// Largest `body.events`, encoded, in bytes (`max_batch_bytes`).
+    public static let maxBatchBytes = 1 << 20
+    /// Largest page of `telemetry.raw.since` (`max_raw_page`), and the bytes
+    /// a page stops at, so a reply stays well under the message limit.
+    public static let maxRawPage: Int64 = 2000
+    static let rawPageBytes = 768 * 1024
+    /// Rows per INSERT statement.
+    static let insertChunk = 100
+
+    public static let migrations: [Migration] = [
+        Migration(1, """
+            CREATE TABLE events (
+                id TEXT PRIMARY KEY,
+                seq BIGINT NOT NULL,
+                phone TEXT NOT NULL,
+                user_id TEXT,
+                session TEXT NOT NULL,
+                name TEXT NOT NULL,
+                ts BIGINT NOT NULL,
+                offline INTEGER NOT NULL,
+                queued_ms BIGINT,
+                props TEXT NOT NULL,
+                digest TEXT NOT NULL,
+                received_ms BIGINT NOT NULL
+            );
+            CREATE UNIQUE INDEX events_seq ON events (seq);
+            CREATE TABLE event_conflicts (
+                id TEXT NOT NULL,
+                digest TEXT NOT NULL,
+                payload TEXT NOT NULL,
+                first_ms BIGINT NOT NULL,
+                last_ms BIGINT NOT NULL,
+                times BIGINT NOT NULL,
+                PRIMARY KEY (id, digest)
+            );
+            CREATE TABLE raw_seq (one INTEGER PRIMARY KEY CHECK (one = 1), seq BIGINT NOT NULL);
+            INSERT INTO raw_seq (one, seq) VALUES (1, 0);
+            CREATE TABLE ingest_totals (
+                one INTEGER PRIMARY KEY CHECK (one = 1),
+                batches BIGINT NOT NULL, accepted BIGINT NOT NULL, duplicate BIGINT NOT NULL,
+                conflicting BIGINT NOT NULL, rejected BIGINT NOT NULL
+            );
+            INSERT INTO ingest_totals (one, batches, accepted, duplicate, conflicting, rejected) VALUES (1, 0, 0, 0, 0, 0);
+            """),
+    ]
+
+    public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
+        register(worker.handlers, db: db)
+    }
+
+    /// Registers the handlers; split from ``install`` so tests drive them without a broker.
+    public static func register(_ h: Handlers, db: Database) {
+        h.mutation("telemetry.ingest") { req in
+            let result = try ingest(db, req.body, batch: req.id)
+            return result.json
+        }
+        h.query("telemetry.raw.since") { req in
+            try requireService(req)
+            let after = try integer(req.body, "after", default: 0, in: 0...Int64.max)
+            let limit = try integer(req.body, "limit", default: 1000, in: 1...maxRawPage, limitName: "max_raw_page")
+            if let extra = req.body.object?.keys.first(where: { !["after", "limit"].contains($0) }) {
+                throw QuadError.badRequest("body.\(extra) is not a field of telemetry.raw.since")
+            }
+            return try rawSince(db, after: after, limit: limit)
+        }
+        h.query("telemetry.stats") { req in
+            try requireService(req)
+            return try stats(db)
+        }
+    }
+
+    static func requireService(_ req: Request) throws(QuadError) {
+        guard req.role == "service" || req.role == "admin" else {
+            throw .forbidden("\(req.envelope.type) is for Quad's services and admins only")
+        }
+    }
+
+    static func integer(_ body: JSON, _ key: String, default d: Int64, in range: ClosedRange<Int64>, limitName: String? = nil) throws(QuadError) -> Int64 {
+        guard let v = body[key], !v.isNull else { return d }
+        guard let i = v.int, !v.isBoolLike else { throw .badRequest("body.\(key) must be an integer, got \(v.typeName)") }
+        guard range.contains(i) else {
+            let upper = range.upperBound == Int64.max ? "must be >= \(range.lowerBound)" : "must be between \(range.lowerBound) and \(range.upperBound)"
+            throw .badRequest("body.\(key) \(upper)\(limitName.map { " (\($0))" } ?? "")")
+        }
+        return i
+    }
+
+    // MARK: ingest
+
+    /// What one batch did.
+    public struct Outcome: Sendable, Equatable {
+        public var accepted = 0
+        public var duplicate = 0
+        public var conflicting = 0
+        public var rejected: [(index: Int, id: String?, reason: String)] = []
+        public var byName: [String: Int] = [:]
+        public var seqRange: (Int64, Int64)?
+
+        public var json: JSON {
+            [
+                "accepted": .int(Int64(accepted)), "duplicate": .int(Int64(duplicate)), "conflicting": .int(Int64(conflicting)),
+                "rejected": .array(rejected.map { ["index": .int(Int64($0.index)), "id": $0.id.map { .string($0) } ?? .null, "reason": .string($0.reason)] }),
+            ]
+        }
+
+        public static func == (a: Outcome, b: Outcome) -> Bool { a.json == b.json }
+    }
+
+    /// Validates, stores and counts one batch, in the caller's transaction.
+    static func ingest(_ db: Database, _ body: JSON, batch: String) throws -> Outcome {
+        guard case .object(let fields) = body else { throw QuadError.badRequest("the body must be an object with events") }
+        if let extra = fields.keys.first(where: { $0 != "events" }) {
+            throw QuadError.badRequest("body.\(extra) is not a field of telemetry.ingest")
+        }
+        guard let list = fields["events"] else { throw QuadError.badRequest("body.events is required") }
+        guard let events = list.array else { throw QuadError.badRequest("body.events must be a list of events, got \(list.typeName)") }
+        guard !events.isEmpty else { throw QuadError.badRequest("body.events must hold at least one event") }
+        guard events.count <= maxBatchEvents else {
+            throw QuadError.tooLarge("body.events has \(events.count) events, over the limit max_batch_events=\(maxBatchEvents)",
+                                     details: ["max_batch_events": .int(Int64(maxBatchEvents)), "events": .int(Int64(events.count))])
+        }
+        let bytes = list.encoded().count
+        guard bytes <= maxBatchBytes else {
+            throw QuadError.tooLarge("body.events is \(bytes) bytes, over the limit max_batch_bytes=\(maxBatchBytes)",
+                                     details: ["max_batch_bytes": .int(Int64(maxBatchBytes)), "bytes": .int(Int64(bytes))])
+        }
+
+        var outcome = Outcome()
+        // Valid events, the first delivery of each id in this batch, with
+        // the digest of its canonical payload; later deliveries of an id in
+        // the same batch are compared once the first one's fate is known.
+        var fresh: [(event: PhoneEvent, payload: String, digest: String)] = []
+        var seen: Set<String> = []
+        var repeats: [(id: String, payload: String, digest: String)] = []
+        for (index, value) in events.enumerated() {
+            let event: PhoneEvent
+            do { event = try PhoneEvent(value) } catch {
+                outcome.rejected.append((index, value["id"]?.string, error.message))
+                continue
+            }
+            let payload = event.canonical
+            if seen.contains(event.id) {
+                repeats.append((event.id, payload, digest(payload)))
+            } else {
+                seen.insert(event.id)
+                fresh.append((event, payload, digest(payload)))
+            }
+        }
+
+        let now = Int64(Clock.nowMillis())
+        var conflicts: [(id: String, payload: String, digest: String)] = []
+        // The digest of the payload that stands for each id: stored before, or stored now.
+        var applied: [String: String] = [:]
+        if !fresh.isEmpty {
+            // Seqs are taken under the counter's row lock, held to commit, so
+            // they grow in commit order and `raw.since` never skips a row.
+            let top = try db.queryOne("UPDATE raw_seq SET seq = seq + $1 WHERE one = 1 RETURNING seq", .int(Int64(fresh.count)))!.int("seq")
+            let base = top - Int64(fresh.count)
+            var inserted = Set<String>()
+            for start in stride(from: 0, to: fresh.count, by: insertChunk) {
+                let chunk = fresh[start..<min(fresh.count, start + insertChunk)]
+                var params: [SQLValue] = []
+                params.reserveCapacity(chunk.count * 12)
+                var rows: [String] = []
+                for (k, f) in zip(start..., chunk) {
+                    let p = params.count
+                    rows.append("(" + (1...12).map { "$\(p + $0)" }.joined(separator: ", ") + ")")
+                    let e = f.event
+                    params += [.text(e.id), .int(base + Int64(k) + 1), .text(e.phone), .of(e.user), .text(e.session), .text(e.name),
+                               .int(e.ts), .of(e.offline), .of(e.queuedMs), .text(JSON.object(e.props).text), .text(f.digest), .int(now)]
+                }
+                let sql = """
+                    INSERT INTO events (id, seq, phone, user_id, session, name, ts, offline, queued_ms, props, digest, received_ms)
+                    VALUES \(rows.joined(separator: ", ")) ON CONFLICT (id) DO NOTHING RETURNING id
+                    """
+                for r in try db.query(sql, params) { inserted.insert(r.string("id")) }
+            }
+            var stored: [(event: PhoneEvent, payload: String, digest: String)] = []
+            for f in fresh {
+                if inserted.contains(f.event.id) {
+                    outcome.accepted += 1
+                    outcome.byName[f.event.name, default: 0] += 1
+                    applied[f.event.id] = f.digest
+                } else {
+                    stored.append(f)
+                }
+            }
+            if !inserted.isEmpty { outcome.seqRange = (base + 1, top) }
+            // Already stored by an earlier batch: the same payload or another.
+            if !stored.isEmpty {
+                let existing = try digests(db, ids: stored.map(\.event.id))
+                for f in stored {
+                    applied[f.event.id] = existing[f.event.id]
+                    if existing[f.event.id] == f.digest { outcome.duplicate += 1 } else { conflicts.append((f.event.id, f.payload, f.digest)) }
+                }
+            }
+        }
+        for r in repeats {
+            if applied[r.id] == r.digest { outcome.duplicate += 1 } else { conflicts.append(r) }
+        }
+        for c in conflicts {
+            try db.execute("""
+                INSERT INTO event_conflicts (id, digest, payload, first_ms, last_ms, times) VALUES ($1, $2, $3, $4, $4, 1)
+                ON CONFLICT (id, digest) DO UPDATE SET times = event_conflicts.times + 1, last_ms = excluded.last_ms
+                """, .text(c.id), .text(c.digest), .text(c.payload), .int(now))
+        }
+        outcome.conflicting = conflicts.count
+        try db.execute("""
+            UPDATE ingest_totals SET batches = batches + 1, accepted = accepted + $1, duplicate = duplicate + $2,
+                conflicting = conflicting + $3, rejected = rejected + $4 WHERE one = 1
+            """, .int(Int64(outcome.accepted)), .int(Int64(outcome.duplicate)), .int(Int64(outcome.conflicting)), .int(Int64(outcome.rejected.count)))
+        if outcome.accepted > 0, let (first, last) = outcome.seqRange {
+            // A summary only: no event, no user id.
+            try Outbox.append(db, type: "telemetry.batch", body: [
+                "batch": .string(batch), "events": .int(Int64(events.count)), "accepted": .int(Int64(outcome.accepted)),
+                "duplicate": .int(Int64(outcome.duplicate)), "conflicting": .int(Int64(outcome.conflicting)),
+                "rejected": .int(Int64(outcome.rejected.count)),
+                "by_name": .object(outcome.byName.mapValues { .int(Int64($0)) }),
+                "raw_seq": ["first": .int(first), "last": .int(last)],
+            ])
+        }
+        return outcome
+    }
+
+    /// The digest of the stored payload of each id.
+    static func digests(_ db: Database, ids: [String]) throws -> [String: String] {
+        var out: [String: String] = [:]
+        for start in stride(from: 0, to: ids.count, by: insertChunk) {
+            let chunk = Array(ids[start..<min(ids.count, start + insertChunk)])
+            let marks = chunk.indices.map { "$\($0 + 1)" }.joined(separator: ", ")
+            for r in try db.query("SELECT id, digest FROM events WHERE id IN (\(marks))", chunk.map { .text($0) }) {
+                out[r.string("id")] = r.string("digest")
+            }
+        }
+        return out
+    }
+
+    static func event(_ r: Row) -> PhoneEvent {
+        PhoneEvent(id: r.string("id"), phone: r.string("phone"), user: r.optionalString("user_id"), session: r.string("session"),
+                   name: r.string("name"), ts: r.int("ts"), offline: r.int("offline") != 0, queuedMs: r["queued_ms"].int,
+                   props: (try? JSON.parse(r.string("props")))?.object ?? [:])
+    }
+
+    /// FNV-1a, 64 bits, in hex, of an event's canonical payload: a second
+    /// delivery is a duplicate when its digest equals the stored one's (two
+    /// different payloads of one id collide with odds of 2^-64).
+    static func digest(_ text: String) -> String {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in text.utf8 {
+            h ^= UInt64(b)
+            h = h &* 0x100_0000_01b3
+        }
+        let s = String(h, radix: 16)
+        return String(repeating: "0", count: 16 - s.count) + s
+    }
+
+    // MARK: reads
+
+    /// Raw events after `after` in seq order, at most `limit` and about
+    /// ``rawPageBytes``: what analytics pulls.
+    static func rawSince(_ db: Database, after: Int64, limit: Int64) throws -> JSON {
+        let rows = try db.query("SELECT * FROM events WHERE seq > $1 ORDER BY seq LIMIT $2", .int(after), .int(limit))
+        var list: [JSON] = []
+        var bytes = 0
+        for r in rows {
+            var e = event(r).json
+            if case .object(var f) = e { f["seq"] = .int(r.int("seq")); e = .object(f) }
+            bytes += e.encoded().count
+            list.append(e)
+            if bytes >= rawPageBytes { break }
+        }
+        let last = try db.queryOne("SELECT COALESCE(MAX(seq), 0) AS last FROM events")?.int("last") ?? 0
+        return ["events": .array(list), "last": .int(last), "more": .bool(list.count < rows.count || Int64(rows.count) == limit)]
+    }
+
+    static func stats(_ db: Database) throws -> JSON {
+        let t = try db.queryOne("SELECT * FROM ingest_totals WHERE one = 1")!
+        let stored = try db.queryOne("SELECT COUNT(*) AS n FROM events")?.int("n") ?? 0
+        let kept = try db.queryOne("SELECT COUNT(*) AS n, COALESCE(SUM(times), 0) AS times FROM event_conflicts")
+        var byName: [String: JSON] = [:]
+        for r in try db.query("SELECT name, COUNT(*) AS n FROM events GROUP BY name") { byName[r.string("name")] = .int(r.int("n")) }
+        return [
+            "events": .int(stored), "conflicts": .int(kept?.int("n") ?? 0), "by_name": .object(byName),
+            "totals": [
+                "batches": .int(t.int("batches")), "accepted": .int(t.int("accepted")), "duplicate": .int(t.int("duplicate")),
+                "conflicting": .int(t.int("conflicting")), "rejected": .int(t.int("rejected")),
+            ],
+        ]
+    }
+
+    // MARK: the validator as a command
+
+    /// `quad-telemetry validate`: reads a JSON list of events on stdin and
+    /// prints one line per event, `{"index":..,"valid":..,"reason":..}`, so
+    /// the Python schema tests can compare this validator with jsonschema.
+    public static func validateCommand() -> Int32 {
+        let input = FileHandle.standardInput.readDataToEndOfFile()
+        let value: JSON
+        do { value = try JSON.parse([UInt8](input)) } catch {
+            FileHandle.standardError.write(Data("quad-telemetry validate: \(error.message)\n".utf8))
+            return 1
+        }
+        guard let list = value.array else {
+            FileHandle.standardError.write(Data("quad-telemetry validate: expected a JSON list of events on stdin\n".utf8))
+            return 1
+        }
+        var out = ""
+        for (k, e) in list.enumerated() {
+            let line: JSON
+            do {
+                _ = try PhoneEvent(e)
+                line = ["index": .int(Int64(k)), "valid": true]
+            } catch {
+                line = ["index": .int(Int64(k)), "valid": false, "reason": .string(error.message)]
+            }
+            out += line.text + "\n"
+        }
+        FileHandle.standardOutput.write(Data(out.utf8))
+        return 0
+    }
+}

@@ -1,0 +1,4 @@
+import QuadAnalytics
+import QuadRuntime
+
+ServiceMain.run(Analytics.self)

@@ -1,0 +1,83 @@
+import Foundation
+import QuadEdge
+import QuadRuntime
+
+let env = ProcessInfo.processInfo.environment
+let defaults = Endpoints.fromEnvironment()
+var flags = Flags(program: "quad-edge", summary: """
+    quad-edge: emulated phones that keep working without signal and lose nothing.
+
+    Commands:
+      serve (default)      run the phones and wait for the harness on the control socket
+      run                  a seeded campus day: simulated students on every phone, a
+                           progress line on stderr, then a report in words and as JSON
+                           (exit 0 when every action is done or rejected with a reason)
+
+    Each phone is one SQLite file in --dir (its session, outbox, saved copies,
+    telemetry queue and history); a phone that ran before continues where it
+    stopped. Control the phones with `quadctl phone ...` (--control).
+    """)
+flags.option("frontend", "broker endpoint for requests", default: defaults.frontend)
+flags.option("phones", "how many phones this process runs", default: "1")
+flags.option("prefix", "phone names are PREFIX-001, PREFIX-002, ...", default: "phone")
+flags.option("dir", "folder of the phones' files", default: (env["QUAD_HOME"].map { $0 + "/phones" } ?? "./phones"))
+flags.option("control", "control socket (ROUTER) for the harness and quadctl phone, or 'none'",
+             default: env["QUAD_EDGE_CONTROL"] ?? "tcp://127.0.0.1:7709")
+flags.option("action-timeout-ms", "how long each attempt of an action waits for an answer", default: "2500")
+flags.option("read-timeout-ms", "how long a view waits for the network before its saved copy", default: "1500")
+flags.option("backoff-base-ms", "first retry delay of an action that got no answer", default: "250")
+flags.option("backoff-cap-ms", "longest retry delay", default: "8000")
+flags.option("telemetry-batch", "most events in one telemetry.ingest", default: "100")
+flags.option("telemetry-every-ms", "how often queued telemetry is sent while online", default: "2000")
+flags.option("seed", "run: the campus day's seed", default: "1")
+flags.option("speed", "run: think times are divided by this", default: "1")
+flags.option("duration", "run: seconds the campus day lasts", default: "60")
+flags.option("hold-seconds", "run: how long students believe a parking hold lasts before the phone knows", default: "600")
+flags.option("drain-timeout", "run: seconds to wait for the outboxes to drain after the day", default: "120")
+flags.option("report", "run: also write the JSON report to this file")
+flags.parse(allowPositional: true)
+
+let command = flags.positional.first ?? "serve"
+guard ["serve", "run"].contains(command), flags.positional.count <= 1 else {
+    Flags.usageError("unknown command '\(flags.positional.joined(separator: " "))': expected serve or run", usage: flags.usage)
+}
+
+@MainActor func positive(_ name: String, _ range: ClosedRange<Int>) -> Int {
+    let n = flags.int(name)
+    guard range.contains(n) else { Flags.usageError("--\(name) must be from \(range.lowerBound) to \(range.upperBound), got \(n)", usage: flags.usage) }
+    return n
+}
+
+var settings = EdgeSettings(frontend: flags["frontend"]!)
+settings.actionTimeoutMs = Int64(positive("action-timeout-ms", 50...600_000))
+settings.readTimeoutMs = Int64(positive("read-timeout-ms", 50...600_000))
+settings.backoffBaseMs = Int64(positive("backoff-base-ms", 1...600_000))
+settings.backoffCapMs = Int64(positive("backoff-cap-ms", 1...3_600_000))
+settings.telemetryBatch = positive("telemetry-batch", 1...1000)
+settings.telemetryEveryMs = Int64(positive("telemetry-every-ms", 10...3_600_000))
+let count = positive("phones", 1...5000)
+let seed = positive("seed", 0...Int(Int32.max))
+let control = flags["control"] == "none" ? nil : flags["control"]
+
+var day: CampusDay?
+if command == "run" {
+    var options = CampusDay.Options()
+    options.seed = UInt64(seed)
+    guard let speed = Double(flags["speed"]!), speed > 0, speed <= 10_000 else {
+        Flags.usageError("--speed must be a number above 0 and at most 10000", usage: flags.usage)
+    }
+    options.speed = speed
+    options.durationMs = Int64(positive("duration", 1...86_400)) * 1000
+    options.holdSeconds = Int64(positive("hold-seconds", 1...86_400))
+    options.drainTimeoutMs = Int64(positive("drain-timeout", 1...86_400)) * 1000
+    options.reportPath = flags["report"]
+    day = CampusDay(options: options)
+}
+
+do {
+    let fleet = try Fleet(settings: settings, dir: flags["dir"]!, count: count, prefix: flags["prefix"]!, seed: UInt64(seed), control: control)
+    exit(fleet.run(day: day))
+} catch {
+    FileHandle.standardError.write(Data("quad-edge: cannot start: \(error)\n".utf8))
+    exit(1)
+}

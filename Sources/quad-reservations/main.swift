@@ -1,0 +1,4 @@
+import QuadReservations
+import QuadRuntime
+
+ServiceMain.run(Reservations.self)

@@ -1,0 +1,178 @@
+import Foundation
+import QuadRuntime
+import QuadStore
+import QuadWire
+import Testing
+@testable import QuadAnalytics
+
+/// A plain HTTP/1.1 GET over a socket; returns the status, headers and body.
+func httpGet(port: UInt16, path: String, headers: [String: String] = [:]) throws -> (Int, [String: String], String) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    try #require(fd >= 0)
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = port.bigEndian
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let ok = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    try #require(ok == 0, "cannot connect to 127.0.0.1:\(port)")
+    var request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+    for (k, v) in headers { request += "\(k): \(v)\r\n" }
+    request += "\r\n"
+    _ = request.withCString { send(fd, $0, strlen($0), 0) }
+    var data = [UInt8]()
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = recv(fd, &buffer, buffer.count, 0)
+        if n <= 0 { break }
+        data += buffer[0..<n]
+    }
+    let text = String(decoding: data, as: UTF8.self)
+    let parts = text.components(separatedBy: "\r\n\r\n")
+    let head = parts[0].components(separatedBy: "\r\n")
+    let status = Int(head[0].split(separator: " ")[1]) ?? 0
+    var fields: [String: String] = [:]
+    for line in head.dropFirst() {
+        if let colon = line.firstIndex(of: ":") {
+            fields[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+    }
+    var body = parts.dropFirst().joined(separator: "\r\n\r\n")
+    if fields["transfer-encoding"] == "chunked" { body = dechunk(body) }
+    return (status, fields, body)
+}
+
+func dechunk(_ s: String) -> String {
+    var out = "", rest = Substring(s)
+    while let eol = rest.range(of: "\r\n"), let size = Int(rest[..<eol.lowerBound], radix: 16), size > 0 {
+        let start = eol.upperBound
+        let bytes = Array(rest[start...].utf8)
+        out += String(decoding: bytes[0..<size], as: UTF8.self)
+        rest = Substring(String(decoding: bytes[(size + 2)...], as: UTF8.self))
+    }
+    return out
+}
+
+@Suite("Analytics requests and the dashboard")
+struct DashboardTests {
+    @Test func questionsAreForAdminsAndNameWhatIsWrong() throws {
+        let p = try Planted(postgres: false)
+        #expect(throws: QuadError.forbidden("")) { try p.handlers.call("analytics.summary", user: alice, role: "student") }
+        #expect(throws: QuadError.forbidden("")) { try p.handlers.call("analytics.question", ["id": "fee_per_week"]) }
+        #expect { try p.handlers.call("analytics.question", ["id": "nope"], role: "admin") } throws: {
+            ($0 as? QuadError)?.code == "not_found" && ($0 as? QuadError)?.message.hasPrefix("no question 'nope': expected one of purchase_screen, ") == true
+        }
+        #expect { try p.handlers.call("analytics.question", ["id": "fee_per_week", "from": 10, "to": 5], role: "admin") } throws: {
+            ($0 as? QuadError)?.message == "body.from must be before body.to"
+        }
+        #expect { try p.handlers.call("analytics.summary", ["since": 1], role: "admin") } throws: {
+            ($0 as? QuadError)?.message == "body.since is not a field of analytics.summary"
+        }
+        try p.plantMarketplace()
+        let one = try p.handlers.call("analytics.question", ["id": "fee_per_week", "from": .int(at(8, 0))], role: "admin")
+        #expect(one["rows"] == [["2025-12-08", 3, 1.35, 22.35]])
+        #expect(one["columns"] == ["week", "orders", "fee", "sales"])
+        #expect(one["from"] == .int(at(8, 0)))
+    }
+
+    @Test(arguments: stores)
+    func noUserIDEmailOrPhoneLeavesTheService(postgres: Bool) throws {
+        let p = try Planted(postgres: postgres)
+        try p.plantAll()
+        let summary = try p.handlers.call("analytics.summary", role: "admin")
+        let snapshot = DashboardSnapshot()
+        snapshot.update(summary: summary)
+        let server = DashboardServer(snapshot: snapshot, token: "t0ken-for-tests-0123456789")
+        let api = server.answer(method: "GET", path: "/api/v1/analytics/summary", authorization: "Bearer t0ken-for-tests-0123456789", queryToken: nil)
+        let page = server.answer(method: "GET", path: "/dashboard/", authorization: nil, queryToken: "t0ken-for-tests-0123456789")
+        #expect(api.status == 200 && page.status == 200)
+        var questionsPerSummary: [String] = []
+        for q in p.questions { questionsPerSummary.append(try p.handlers.call("analytics.question", ["id": .string(q.id)], role: "admin").text) }
+        let outputs = [summary.text, String(decoding: api.body, as: UTF8.self), String(decoding: page.body, as: UTF8.self)] + questionsPerSummary
+        // The planted data really is behind the answers...
+        #expect(summary["questions"]?.array?.allSatisfy { ($0["rows"]?.array?.count ?? 0) > 0 } == true)
+        // ...and none of the people in it shows.
+        for secret in [alice, bob, carol, dave, erin, guestPhone, "phone:" + guestPhone] + emails {
+            for (k, out) in outputs.enumerated() { #expect(!out.contains(secret), "output \(k) contains \(secret)") }
+        }
+    }
+
+    @Test func theDashboardHasACardAndAChartPerQuestionBehindTheToken() throws {
+        let p = try Planted(postgres: false)
+        try p.plantAll()
+        let snapshot = DashboardSnapshot()
+        snapshot.update(summary: try Analytics.summarize(p.db, questions: p.questions, from: 0, to: Int64.max))
+        let server = DashboardServer(snapshot: snapshot, token: "t0ken-for-tests-0123456789")
+        #expect(server.answer(method: "GET", path: "/dashboard/", authorization: nil, queryToken: nil).status == 401)
+        #expect(server.answer(method: "GET", path: "/dashboard/", authorization: "Bearer wrong", queryToken: "nope").status == 401)
+        #expect(server.answer(method: "GET", path: "/api/v1/analytics/summary", authorization: "Bearer t0ken-for-tests-012345678", queryToken: nil).status == 401)
+        #expect(server.answer(method: "POST", path: "/dashboard/", authorization: nil, queryToken: nil).status == 405)
+        #expect(server.answer(method: "GET", path: "/etc/passwd", authorization: nil, queryToken: nil).status == 404)
+        #expect(server.answer(method: "GET", path: "/healthz", authorization: nil, queryToken: nil).status == 200)
+        let page = server.answer(method: "GET", path: "/dashboard/", authorization: "Bearer t0ken-for-tests-0123456789", queryToken: nil)
+        let html = String(decoding: page.body, as: UTF8.self)
+        #expect(page.contentType == "text/html; charset=utf-8")
+        #expect(html.components(separatedBy: "<section class=\"card\"").count - 1 == p.questions.count)
+        #expect(html.components(separatedBy: "<svg ").count - 1 == p.questions.count)
+        #expect(html.components(separatedBy: "<table>").count - 1 == p.questions.count)
+        for q in p.questions { #expect(html.contains("id=\"q-\(q.id)\""), "\(q.id)") }
+        #expect(html.contains("document.visibilityState") && html.contains("30000"))
+        // The nonce is fresh per response and in the CSP header.
+        let csp = try #require(page.headers["Content-Security-Policy"])
+        let nonce = try #require(csp.components(separatedBy: "'nonce-").dropFirst().first?.prefix(32))
+        #expect(html.contains("<script nonce=\"\(nonce)\">") && !html.contains(Dashboard.nonceMark))
+        #expect(csp.hasPrefix("default-src 'none'"))
+        let again = server.answer(method: "GET", path: "/dashboard/", authorization: "Bearer t0ken-for-tests-0123456789", queryToken: nil)
+        #expect(again.headers["Content-Security-Policy"] != csp)
+        // Bars and heat cells are drawn with their values in tooltips.
+        #expect(html.contains("<rect class=\"bar\"") && html.contains("<rect class=\"cell\""))
+        #expect(html.contains("<title>ML P1 8: 60.2</title>"))
+    }
+
+    @Test func servesOverHTTPWithMicrohttpd() throws {
+        let snapshot = DashboardSnapshot()
+        snapshot.update(summary: ["generated_at": 1, "questions": [], "facts": [:]])
+        let server = DashboardServer(snapshot: snapshot, token: "t0ken-for-tests-0123456789")
+        let port = try server.start("127.0.0.1:0")
+        defer { server.stop() }
+        #expect(port > 0)
+        let (s1, _, _) = try httpGet(port: port, path: "/api/v1/analytics/summary")
+        #expect(s1 == 401)
+        let (s2, h2, b2) = try httpGet(port: port, path: "/api/v1/analytics/summary", headers: ["Authorization": "Bearer t0ken-for-tests-0123456789"])
+        #expect(s2 == 200 && h2["content-type"] == "application/json")
+        #expect(try JSON.parse(b2)["generated_at"] == 1)
+        let (s3, h3, b3) = try httpGet(port: port, path: "/dashboard/?token=t0ken-for-tests-0123456789")
+        #expect(s3 == 200 && b3.hasPrefix("<!doctype html>") && h3["content-security-policy"] != nil)
+        // The snapshot swaps under a running server.
+        snapshot.update(summary: ["generated_at": 2, "questions": [], "facts": [:]])
+        let (_, _, b4) = try httpGet(port: port, path: "/api/v1/analytics/summary?token=t0ken-for-tests-0123456789")
+        #expect(try JSON.parse(b4)["generated_at"] == 2)
+        // A second server on the same port is refused, naming the address.
+        let other = DashboardServer(snapshot: snapshot, token: "x")
+        #expect { try other.start("127.0.0.1:\(port)") } throws: { ($0 as? QuadError)?.message.contains("cannot listen on http://127.0.0.1:\(port)") == true }
+    }
+
+    @Test func theAdminTokenFileIsMadeOnceWithMode0600() throws {
+        let home = NSTemporaryDirectory() + "quad-token-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let env = ["QUAD_HOME": home]
+        let (token, source) = try AdminToken.resolve(option: nil, environment: env)
+        #expect(source == home + "/keys/analytics.token" && token.count == 64)
+        var info = stat()
+        #expect(stat(source, &info) == 0 && info.st_mode & 0o777 == 0o600)
+        #expect(try AdminToken.resolve(option: nil, environment: env).token == token)
+        #expect(try AdminToken.resolve(option: nil, environment: env.merging(["QUAD_ADMIN_TOKEN": "from-env-token-123"]) { $1 }) == ("from-env-token-123", "QUAD_ADMIN_TOKEN"))
+        #expect(try AdminToken.resolve(option: "flag-token-1234567", environment: env).source == "--admin-token")
+        chmod(source, 0o644)
+        #expect(throws: QuadError.self) { try AdminToken.resolve(option: nil, environment: env) }
+    }
+
+    @Test func theQuestionsOwnColumnsAreReadFromTheirSQL() throws {
+        let p = try Planted(postgres: false)
+        try p.plantAll()
+        for q in p.questions {
+            let answer = try q.answer(p.db, from: 0, to: Int64.max)
+            #expect(Question.columns(of: q.sql) == answer.columns, "\(q.id)")
+            for name in q.chart.dropFirst() { #expect(answer.columns.contains(name), "\(q.id): chart column \(name)") }
+        }
+    }
+}

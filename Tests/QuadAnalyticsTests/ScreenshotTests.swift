@@ -1,0 +1,64 @@
+import Foundation
+import QuadWire
+import Testing
+@testable import QuadAnalytics
+
+/// Headless Chromium, from Debian's chromium-headless-shell or chromium.
+let browser: String? = ["/usr/bin/chromium-headless-shell", "/usr/lib/chromium/chromium-headless-shell", "/usr/bin/chromium"]
+    .first { FileManager.default.isExecutableFile(atPath: $0) }
+/// CI sets QUAD_REQUIRE_BROWSER=1 so a missing browser fails instead of skipping.
+let browserRequired = ProcessInfo.processInfo.environment["QUAD_REQUIRE_BROWSER"] == "1"
+
+/// Runs the browser on `url`; returns its standard output.
+func headless(_ arguments: [String], url: String) throws -> String {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: try #require(browser, "no headless Chromium: apt-get install chromium-headless-shell"))
+    let profile = NSTemporaryDirectory() + "quad-chromium-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    p.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+                   "--user-data-dir=\(profile)", "--virtual-time-budget=3000"] + arguments + [url]
+    let out = Pipe()
+    p.standardOutput = out
+    p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+    try p.run()
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    try? FileManager.default.removeItem(atPath: profile)
+    return String(decoding: data, as: UTF8.self)
+}
+
+@Suite("The dashboard in a browser")
+struct ScreenshotTests {
+    @Test(.enabled(if: browser != nil || browserRequired, "needs headless Chromium (apt-get install chromium-headless-shell)"))
+    func rendersEveryCardWithItsChartAndKeepsAScreenshot() throws {
+        let p = try Planted(postgres: false)
+        try p.plantAll()
+        let snapshot = DashboardSnapshot()
+        snapshot.update(summary: try Analytics.summarize(p.db, questions: p.questions, from: 0, to: Int64.max))
+        let token = "screenshot-token-0123456789"
+        let server = DashboardServer(snapshot: snapshot, token: token)
+        let port = try server.start("127.0.0.1:0")
+        defer { server.stop() }
+        let url = "http://127.0.0.1:\(port)/dashboard/?token=\(token)"
+
+        // The DOM after the page's own script ran: every card and chart is there.
+        let dom = try headless(["--dump-dom"], url: url)
+        #expect(dom.components(separatedBy: "<section class=\"card\"").count - 1 == p.questions.count, "\(dom.prefix(500))")
+        #expect(dom.components(separatedBy: "<svg ").count - 1 == p.questions.count)
+        for q in p.questions { #expect(dom.contains("data-question=\"\(q.id)\""), "\(q.id)") }
+        #expect(!dom.contains(alice) && !dom.contains(guestPhone))
+
+        // The picture, kept for people to look at.
+        let dir = ProcessInfo.processInfo.environment["QUAD_TEST_ARTIFACTS"] ?? NSTemporaryDirectory() + "quad-artifacts"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let png = dir + "/dashboard.png"
+        try? FileManager.default.removeItem(atPath: png)
+        _ = try headless(["--screenshot=\(png)", "--window-size=1280,3600"], url: url)
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: png)))
+        #expect(bytes.starts(with: [0x89, 0x50, 0x4E, 0x47]), "not a PNG")
+        // Width and height from the IHDR chunk.
+        let width = bytes[16..<20].reduce(0) { $0 << 8 | Int($1) }, height = bytes[20..<24].reduce(0) { $0 << 8 | Int($1) }
+        #expect(width == 1280 && height == 3600)
+        #expect(bytes.count > 50_000, "a page of charts, not a blank one: \(bytes.count) bytes")
+        print("dashboard screenshot: \(png)")
+    }
+}

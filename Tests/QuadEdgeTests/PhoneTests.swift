@@ -1,0 +1,273 @@
+import Foundation
+import QuadMessaging
+import QuadStore
+import QuadWire
+import Testing
+@testable import QuadEdge
+
+/// A broker stand-in on `inproc://`: a ROUTER that records every request it
+/// gets and answers with what the test says, after a delay. The phone and
+/// it share one thread, as on the edge's loop.
+final class FakeBroker {
+    struct Seen {
+        let id: String
+        let type: String
+        let body: JSON
+        let at: Int64
+    }
+
+    let socket: Socket
+    let endpoint: String
+    var seen: [Seen] = []
+    /// What to answer: a reply body, an error, or nothing (the request is lost).
+    var answer: (Envelope, Int) -> Result<JSON, QuadError>? = { _, _ in .success([:]) }
+    var delayMs: Int64 = 0
+    /// Telemetry batches whose answer is lost (the collector stored them).
+    var dropTelemetry = 0
+    var pending: [(due: Int64, route: [[UInt8]], reply: Envelope)] = []
+    var inFlightActions = 0
+    var maxInFlightActions = 0
+
+    init(context: ZMQContext) throws {
+        endpoint = "inproc://fake-broker-\(UInt32.random(in: 0...UInt32.max))"
+        socket = try context.socket(.router)
+        try socket.bind(endpoint)
+    }
+
+    var actions: [Seen] { seen.filter { Actions.queued.contains($0.type) } }
+
+    func attempts(_ id: String) -> Int { seen.filter { $0.id == id }.count }
+
+    func receive() {
+        while let frames = try? socket.receive(dontWait: true) {
+            guard let last = frames.last, let request = try? Envelope.decode(last) else { continue }
+            seen.append(Seen(id: request.id, type: request.type, body: request.body, at: Clock.monotonicMillis()))
+            let isAction = Actions.queued.contains(request.type)
+            let n = seen.filter { $0.id == request.id }.count
+            let result: Result<JSON, QuadError>?
+            switch request.type {
+            case _ where isAction: result = answer(request, n)
+            case "telemetry.ingest" where dropTelemetry > 0:
+                dropTelemetry -= 1
+                result = nil
+            case "telemetry.ingest": result = .success(["accepted": .int(Int64(request.body["events"]?.array?.count ?? 0)), "duplicate": 0, "conflicting": 0, "rejected": []])
+            case "accounts.login": result = .success(["token": "t", "user": "u-1", "role": "student", "expires_at": .int(Int64(Clock.nowMillis()) + 3_600_000)])
+            default: result = .failure(.notFound("not here"))
+            }
+            guard let result else { continue }
+            if isAction {
+                inFlightActions += 1
+                maxInFlightActions = max(maxInFlightActions, inFlightActions)
+            }
+            let reply: Envelope = switch result {
+            case .success(let body): request.reply(body, src: "fake")
+            case .failure(let error): request.error(error, src: "fake")
+            }
+            pending.append((Clock.monotonicMillis() + delayMs, Array(frames.dropLast()), reply))
+        }
+    }
+
+    func sendDue() {
+        let now = Clock.monotonicMillis()
+        let due = pending.filter { $0.due <= now }
+        pending.removeAll { $0.due <= now }
+        for p in due {
+            if Actions.queued.contains(p.reply.type) { inFlightActions -= 1 }
+            try? socket.send(p.route + [p.reply.encoded()])
+        }
+    }
+}
+
+/// One phone on a loop the test turns by hand, against ``FakeBroker``.
+final class PhoneRig {
+    let context = ZMQContext()
+    let agenda = Agenda()
+    let broker: FakeBroker
+    let phone: Phone
+    let dir: String
+
+    init(settings adjust: (inout EdgeSettings) -> Void = { _ in }) throws {
+        dir = NSTemporaryDirectory() + "quad-phone-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        broker = try FakeBroker(context: context)
+        var settings = EdgeSettings(frontend: broker.endpoint)
+        settings.actionTimeoutMs = 300
+        settings.readTimeoutMs = 200
+        settings.backoffBaseMs = 50
+        settings.backoffCapMs = 400
+        settings.telemetryEveryMs = 60_000
+        adjust(&settings)
+        phone = try Phone(name: "phone-t", path: dir + "/phone-t.db", context: context, agenda: agenda, settings: settings, seed: 42)
+        // Signed in already: these tests are about the outbox.
+        phone.registered = true
+        phone.token = "t"
+        phone.expiresAt = Int64(Clock.nowMillis()) + 3_600_000
+    }
+
+    deinit {
+        phone.close()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    /// Turns the loop until `done` or the time runs out.
+    func run(forMs: Int64, until done: () -> Bool = { false }) {
+        let end = Clock.monotonicMillis() + forMs
+        while Clock.monotonicMillis() < end && !done() {
+            var poller = Poller()
+            poller.add(broker.socket)
+            if let s = phone.link.socket { poller.add(s) }
+            _ = try? poller.poll(timeoutMs: Int(min(10, agenda.timeout(cap: 10))))
+            broker.receive()
+            broker.sendDue()
+            phone.link.receive()
+            agenda.runDue()
+        }
+    }
+
+    var outbox: Int { phone.queueLength }
+}
+
+@Suite("A phone's outbox and views", .serialized)
+struct PhoneTests {
+    @Test func twoTriggersAtOnceNeverSendTheSameActionTwice() throws {
+        let rig = try PhoneRig()
+        rig.broker.delayMs = 40
+        rig.phone.airplane = true
+        rig.phone.start()
+        var ids: [String] = []
+        for k in 1...5 {
+            guard case .queued(let id) = rig.phone.act("favorites.add", ["product": .string("p-000\(k)")]) else { Issue.record("not queued"); return }
+            ids.append(id)
+        }
+        // Network back, an action added and a phone start, in the same turn.
+        rig.phone.setAirplane(false)
+        if case .queued(let id) = rig.phone.act("orders.cart.add", ["product": "p-0009"]) { ids.append(id) }
+        rig.phone.trigger(.phoneStarted)
+        rig.phone.trigger(.networkBack)
+        rig.run(forMs: 5000) { rig.outbox == 0 }
+        #expect(rig.outbox == 0)
+        #expect(rig.broker.actions.map(\.id) == ids, "each action sent once, in order")
+        #expect(rig.broker.maxInFlightActions == 1, "one action in flight at a time")
+    }
+
+    @Test func aLostAnswerIsRetriedUnderTheSameIDWithGrowingBackoff() throws {
+        let rig = try PhoneRig()
+        // The first three attempts of every action get no answer.
+        rig.broker.answer = { _, attempt in attempt <= 3 ? nil : .success([:]) }
+        rig.phone.start()
+        guard case .queued(let first) = rig.phone.act("favorites.add", ["product": "p-0001"]),
+              case .queued(let second) = rig.phone.act("favorites.remove", ["product": "p-0001"]) else { Issue.record("not queued"); return }
+        rig.run(forMs: 15_000) { rig.outbox == 0 }
+        #expect(rig.outbox == 0)
+        #expect(rig.broker.attempts(first) == 4 && rig.broker.attempts(second) == 4)
+        #expect(rig.broker.actions.map(\.id) == [first, first, first, first, second, second, second, second], "the second waits for the first")
+        let times = rig.broker.actions.filter { $0.id == first }.map(\.at)
+        let gaps = zip(times.dropFirst(), times).map { $0 - $1 }
+        // Each gap is the 300 ms timeout plus a backoff of at least half of 50, 100, 200 ms.
+        #expect(gaps.count == 3 && gaps[0] >= 300 + 25 && gaps[2] >= 300 + 100, "\(gaps)")
+        #expect(rig.phone.reachable, "an answer proved the network is back")
+    }
+
+    @Test func aRefusalRollsBackTheOptimisticStateAndLeavesTheReason() throws {
+        let rig = try PhoneRig()
+        rig.broker.answer = { request, attempt in
+            switch (request.type, request.body["product"]?.string) {
+            case ("favorites.add", "p-0404"): return .failure(.notFound("no product with id 'p-0404' in the catalog"))
+            case ("orders.place", _) where attempt == 1: return .failure(.unavailable("order is pending: retry with the same id"))
+            case ("orders.place", _): return .failure(.conflict("not enough stock: p-0002 (requested 1, available 0)"))
+            default: return .success(["status": "confirmed"])
+            }
+        }
+        rig.phone.airplane = true
+        rig.phone.start()
+        rig.phone.act("favorites.add", ["product": "p-0404"])
+        rig.phone.act("favorites.add", ["product": "p-0001"])
+        rig.phone.act("orders.cart.add", ["product": "p-0002", "quantity": 2])
+        rig.phone.act("orders.place", ["source": "cart", "mode": "buy", "screen": "cart"])
+        // Shown at once: two favorites pending, the cart emptied into a pending order.
+        #expect(try rig.phone.db.count("SELECT COUNT(*) AS n FROM favorites WHERE pending IS NOT NULL") == 2)
+        #expect(try rig.phone.db.count("SELECT COUNT(*) AS n FROM cart") == 0)
+        #expect(try rig.phone.db.queryOne("SELECT status FROM orders")?.string("status") == "pending")
+        rig.phone.setAirplane(false)
+        rig.run(forMs: 5000) { rig.outbox == 0 }
+        #expect(try rig.phone.db.query("SELECT product FROM favorites").map { $0.string("product") } == ["p-0001"])
+        #expect(try rig.phone.db.queryOne("SELECT quantity FROM cart WHERE product = 'p-0002'")?.int("quantity") == 2, "the cart is back")
+        let order = try #require(try rig.phone.db.queryOne("SELECT status, reason FROM orders"))
+        #expect(order.string("status") == "rejected" && order.string("reason").contains("not enough stock"))
+        let texts = rig.phone.messages().compactMap { $0["text"]?.string }
+        #expect(texts.count == 2)
+        #expect(texts[0].contains("p-0404") && texts[0].contains("no product"))
+        #expect(texts[1].contains("not enough stock"))
+        let place = try #require(rig.broker.actions.last)
+        #expect(rig.broker.attempts(place.id) == 2, "a 503 is not an answer: the same id again")
+    }
+
+    @Test func theThirtyDayTotalCountsQueuedPurchasesAtOnceAndSaysWhenItMayBeStale() throws {
+        let rig = try PhoneRig()
+        let db = rig.phone.db
+        try db.execute("INSERT INTO catalog (id, name, price, currency, category, collection, stock, search) VALUES ('p-0001', 'Lamp', 20, 'USD', 'Personal', 'Dorm', 3, 'lamp')")
+        let now = Int64(Clock.nowMillis())
+        try db.execute("""
+            INSERT INTO orders (id, status, source, mode, screen, items, total, currency, estimated, created_ms)
+            VALUES ('old', 'confirmed', 'buy_now', 'buy', 'home', '[]', 500, 'USD', 0, $1), ('recent', 'confirmed', 'buy_now', 'buy', 'home', '[]', 12.5, 'USD', 0, $2),
+                   ('refused', 'rejected', 'buy_now', 'buy', 'home', '[]', 99, 'USD', 0, $2)
+            """, .int(now - 31 * 86_400_000), .int(now - 86_400_000))
+        try db.execute("INSERT INTO parking (id, status, held_ms, checked_in_ms, ended_ms) VALUES ('r1', 'checked_out', $1, $1, $2)",
+                       .int(now - 7_200_000), .int(now - 3_000_000))
+        rig.phone.airplane = true
+        rig.phone.start()
+        rig.phone.act("orders.place", ["source": "buy_now", "product": "p-0001", "quantity": 2, "mode": "buy", "screen": "home"])
+        let r = rig.phone.spending()
+        #expect(r.source == .local)
+        // 12.50 + 2 × 20 queued + parking 2 started hours × 1.50.
+        #expect(r.body["orders"]?.double == 52.5 && r.body["parking"]?.double == 3 && r.body["total"]?.double == 55.5, "\(r.body)")
+        #expect(r.notice?.contains("1 purchase not confirmed yet") == true)
+        #expect(r.notice?.contains("not synced") == true)
+        try db.setMeta("orders_synced_ms", String(now - 8 * 86_400_000))
+        #expect(rig.phone.spending().notice?.contains("may be outdated: last synced 8 days ago") == true)
+    }
+
+    @Test func offlineAViewShowsItsSavedCopyAndOnlineOnlyActionsAreRefused() throws {
+        let rig = try PhoneRig()
+        rig.phone.start()
+        rig.phone.save(Phone.key("reservations.levels", ["lot": "central"]), ["levels": ["P1", "P2"]])
+        rig.phone.setAirplane(true)
+        var shown: ViewResult?
+        rig.phone.open("levels", ["lot": "central"]) { shown = $0 }
+        rig.run(forMs: 1000) { shown != nil }
+        #expect(shown?.source == .saved && shown?.body["levels"] == ["P1", "P2"])
+        #expect(shown?.notice?.hasPrefix("offline: showing the copy saved") == true)
+        shown = nil
+        rig.phone.open("forecast", ["lot": "north"]) { shown = $0 }
+        rig.run(forMs: 1000) { shown != nil }
+        #expect(shown?.source == ViewResult.Source.none && shown?.notice?.contains("nothing is saved") == true)
+        guard case .refused(let error) = rig.phone.act("orders.cancel", ["order": "o-1"]) else { Issue.record("not refused"); return }
+        #expect(error.message.contains("needs a connection") && error.message.contains("choice is kept"))
+        #expect(try rig.phone.db.meta("draft:orders.cancel") != nil)
+    }
+
+    @Test func eventsAreStoredBeforeSendingAndABatchIsResentAsItWas() throws {
+        let rig = try PhoneRig()
+        rig.phone.airplane = true
+        rig.phone.start()
+        for _ in 0..<3 { rig.phone.record("view.opened", ["view": "home"]) }
+        #expect(rig.phone.telemetryQueued == 5, "session.started, offline.started and three views, stored before any sending")
+        // The collector stores the first batch but its answer is lost.
+        rig.broker.dropTelemetry = 1
+        rig.phone.setAirplane(false)
+        rig.run(forMs: 5000) { rig.phone.telemetryQueued == 0 }
+        #expect(rig.phone.telemetryQueued == 0)
+        let batches = rig.broker.seen.filter { $0.type == "telemetry.ingest" }
+        try #require(batches.count >= 2)
+        #expect(batches[0].id == batches[1].id && batches[0].body == batches[1].body, "the same batch, the same id, the same events")
+        let events = batches[0].body["events"]?.array ?? []
+        #expect(events.count == 6, "the five queued and offline.ended")
+        for e in events {
+            #expect(Phone.telemetryNames.contains(e["name"]?.string ?? ""))
+            #expect(e["phone"]?.string == "phone-t" && e["session"]?.string == rig.phone.sessionID && e["queued_ms"]?.int != nil)
+            #expect(e["offline"]?.bool != nil && e["ts"]?.int != nil && e["user"] != nil)
+        }
+        // Events recorded while the batch was out went in a later batch.
+        #expect(batches.dropFirst(2).contains { $0.id != batches[0].id } || batches.count == 2)
+    }
+}

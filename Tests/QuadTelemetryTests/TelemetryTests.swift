@@ -1,0 +1,220 @@
+import Foundation
+import QuadRuntime
+import QuadStore
+import QuadWire
+import Testing
+@testable import QuadTelemetry
+
+let pgURL = ProcessInfo.processInfo.environment["QUAD_TEST_PG"]
+let stores: [Bool] = pgURL == nil ? [false] : [false, true]
+
+/// A fresh store: a SQLite file, or the test PostgreSQL server in a schema of its own.
+func store(postgres: Bool) throws -> Database {
+    if postgres {
+        let url = try #require(pgURL)
+        let schema = "t\(UInt32.random(in: 0...UInt32.max))"
+        try PostgresDatabase(url: url).executeScript("CREATE SCHEMA \(schema)")
+        return try PostgresDatabase(url: url + "?options=-csearch_path%3D\(schema)")
+    }
+    let dir = NSTemporaryDirectory() + "quad-telemetry-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+    return try SQLiteDatabase(path: dir + "/telemetry.db")
+}
+
+func telemetry(postgres: Bool = false) throws -> (Handlers, Database) {
+    let db = try store(postgres: postgres)
+    try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
+    try Migrations.apply(db, Telemetry.migrations, scope: "telemetry")
+    let h = Handlers(service: "telemetry", instance: "telemetry/test", db: db)
+    Telemetry.register(h, db: db)
+    return (h, db)
+}
+
+extension Handlers {
+    func call(_ type: String, _ body: JSON = [:], user: String? = nil, role: String? = nil, id: String = MessageID.make()) throws -> JSON {
+        var e = Envelope.request(type, body: body, id: id)
+        e.user = user
+        e.role = role
+        let reply = handle(e)
+        if let error = reply.quadError { throw error }
+        return reply.body
+    }
+}
+
+/// A valid event; `k` makes its id and time.
+func event(_ k: Int, name: String = "view.opened", props: JSON = ["view": "home"], user: JSON = "u-1", offline: Bool = false) -> JSON {
+    let hex = String(format: "%012x", k)
+    return [
+        "id": .string("019ad9a2-0000-7000-8000-\(hex)"), "phone": "ph-1", "user": user, "session": "s-1",
+        "name": .string(name), "ts": .int(1_764_583_200_000 + Int64(k)), "offline": .bool(offline), "props": props,
+    ]
+}
+
+func count(_ db: Database, _ table: String) throws -> Int64 {
+    try db.queryOne("SELECT COUNT(*) AS n FROM \(table)")?.int("n") ?? -1
+}
+
+let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    .appendingPathComponent("protos/examples/telemetry")
+
+@Suite("Telemetry ingest")
+struct IngestTests {
+    @Test(arguments: stores)
+    func storesOnceByIDAndToldDuplicatesFromConflicts(postgres: Bool) throws {
+        let (h, db) = try telemetry(postgres: postgres)
+        let batch: JSON = .array((0..<10).map { event($0) })
+        let first = try h.call("telemetry.ingest", ["events": batch])
+        #expect(first == ["accepted": 10, "duplicate": 0, "conflicting": 0, "rejected": []])
+        // The same events under a new envelope id: natural duplicates.
+        let again = try h.call("telemetry.ingest", ["events": batch])
+        #expect(again == ["accepted": 0, "duplicate": 10, "conflicting": 0, "rejected": []])
+        // The same envelope id: the stored reply, nothing counted twice.
+        let id = MessageID.make()
+        let a = try h.call("telemetry.ingest", ["events": [event(10)]], id: id)
+        let b = try h.call("telemetry.ingest", ["events": [event(10)]], id: id)
+        #expect(a == b && a["accepted"] == 1)
+        // Same id, another payload: kept aside, counted, not applied.
+        let changed = event(3, props: ["view": "cart"])
+        let c = try h.call("telemetry.ingest", ["events": [changed, changed, event(11)]])
+        #expect(c == ["accepted": 1, "duplicate": 0, "conflicting": 2, "rejected": []])
+        #expect(try count(db, "events") == 12)
+        #expect(try db.queryOne("SELECT props FROM events WHERE id = $1", .text("019ad9a2-0000-7000-8000-000000000003"))?.string("props") == #"{"view":"home"}"#)
+        let kept = try db.query("SELECT id, times, payload FROM event_conflicts")
+        #expect(kept.count == 1 && kept[0].int("times") == 2)
+        #expect(try JSON.parse(kept[0].string("payload")) == (try PhoneEvent(changed)).json)
+        // Inside one batch: the first delivery wins; a repeat is a duplicate,
+        // another payload under the same id a conflict.
+        let inside = try h.call("telemetry.ingest", ["events": [event(20), event(20), event(20, props: ["view": "search"])]])
+        #expect(inside == ["accepted": 1, "duplicate": 1, "conflicting": 1, "rejected": []])
+        let stats = try h.call("telemetry.stats", role: "service")
+        #expect(stats["events"] == 13 && stats["conflicts"] == 2)
+        #expect(stats["totals"] == ["batches": 5, "accepted": 13, "duplicate": 11, "conflicting": 3, "rejected": 0])
+    }
+
+    @Test func anUpperCaseIDIsTheSameEvent() throws {
+        let (h, _) = try telemetry()
+        var upper = event(1).object!
+        upper["id"] = .string("019AD9A2-0000-7000-8000-000000000001")
+        _ = try h.call("telemetry.ingest", ["events": [event(1)]])
+        #expect(try h.call("telemetry.ingest", ["events": [.object(upper)]])["duplicate"] == 1)
+    }
+
+    @Test func rejectsInvalidEventsOneByOneWithTheirReason() throws {
+        let (h, db) = try telemetry()
+        var noLot = event(2, name: "spot.search", props: ["lot": "ML"]).object!
+        noLot["props"] = [:]
+        let reply = try h.call("telemetry.ingest", ["events": [
+            event(1), .object(noLot), ["phone": "p"], event(3, name: "purchase.made", props: ["order": "o", "screen": "explore", "mode": "buy", "category": "Lab"]),
+            event(4, user: .null),
+        ]])
+        #expect(reply["accepted"] == 2)
+        #expect(reply["rejected"] == [
+            ["index": 1, "id": "019ad9a2-0000-7000-8000-000000000002", "reason": "props.lot is required for spot.search"],
+            ["index": 2, "id": nil, "reason": "id is required"],
+            ["index": 3, "id": "019ad9a2-0000-7000-8000-000000000003", "reason": "props.screen must be one of home, favorites, search, cart, got 'explore'"],
+        ])
+        #expect(try count(db, "events") == 2)
+        #expect(try db.queryOne("SELECT user_id FROM events WHERE id = $1", .text("019ad9a2-0000-7000-8000-000000000004"))?["user_id"] == .null)
+    }
+
+    @Test func batchLimitsAreNamedInTheError() throws {
+        let (h, db) = try telemetry()
+        let tooMany: JSON = .array((0..<501).map { event($0) })
+        #expect { try h.call("telemetry.ingest", ["events": tooMany]) } throws: { e in
+            let q = e as? QuadError
+            return q?.status == 413 && q?.message == "body.events has 501 events, over the limit max_batch_events=500"
+        }
+        // 500 events of about 2.2 kB: over 1 MiB in all (the size is checked before the events).
+        let big: JSON = .array((0..<500).map { k in
+            var e = event(k).object!
+            e["pad"] = .string(String(repeating: "x", count: 2200))
+            return .object(e)
+        })
+        #expect { try h.call("telemetry.ingest", ["events": big]) } throws: { e in
+            let q = e as? QuadError
+            return q?.status == 413 && q?.message.hasSuffix("over the limit max_batch_bytes=1048576") == true
+        }
+        #expect { try h.call("telemetry.ingest", ["events": []]) } throws: { ($0 as? QuadError)?.message == "body.events must hold at least one event" }
+        #expect { try h.call("telemetry.ingest", [:]) } throws: { ($0 as? QuadError)?.message == "body.events is required" }
+        #expect(try count(db, "events") == 0)
+        // Exactly 500 is fine.
+        #expect(try h.call("telemetry.ingest", ["events": .array((0..<500).map { event($0) })])["accepted"] == 500)
+    }
+
+    @Test(arguments: stores)
+    func publishesASummaryPerBatchWithoutEventsOrUserIDs(postgres: Bool) throws {
+        let (h, db) = try telemetry(postgres: postgres)
+        _ = try h.call("telemetry.ingest", ["events": [event(1), event(2, name: "spot.search", props: ["lot": "ML"]), event(3, user: "u-secret-77")]])
+        _ = try h.call("telemetry.ingest", ["events": [event(1)]])  // all duplicates: no event
+        let out = try Outbox.since(db, after: 0, limit: 10)
+        #expect(out.count == 1)
+        let e = try #require(out.first)
+        #expect(e.type == "telemetry.batch")
+        #expect(e.body["by_name"] == ["view.opened": 2, "spot.search": 1])
+        #expect(e.body["accepted"] == 3 && e.body["events"] == 3)
+        #expect(e.body["raw_seq"] == ["first": 1, "last": 3])
+        #expect(!e.body.text.contains("u-secret-77") && !e.body.text.contains("u-1"))
+    }
+
+    @Test(arguments: stores)
+    func rawEventsArePagedInSeqOrderForServicesOnly(postgres: Bool) throws {
+        let (h, _) = try telemetry(postgres: postgres)
+        for k in 0..<5 { _ = try h.call("telemetry.ingest", ["events": .array((0..<10).map { event(k * 10 + $0) })]) }
+        #expect(throws: QuadError.forbidden("")) { try h.call("telemetry.raw.since", [:], user: "u-1", role: "student") }
+        var after: Int64 = 0
+        var seen: [String] = []
+        while true {
+            let page = try h.call("telemetry.raw.since", ["after": .int(after), "limit": 7], role: "service")
+            let events = page["events"]?.array ?? []
+            if events.isEmpty { break }
+            let seqs = events.compactMap { $0["seq"]?.int }
+            #expect(seqs == seqs.sorted() && seqs.first! > after)
+            seen += events.compactMap { $0["id"]?.string }
+            after = seqs.last!
+            #expect(page["last"] == 50)
+        }
+        #expect(seen == (0..<50).map { "019ad9a2-0000-7000-8000-" + String(format: "%012x", $0) })
+        #expect { try h.call("telemetry.raw.since", ["limit": 2001], role: "service") } throws: {
+            ($0 as? QuadError)?.message == "body.limit must be between 1 and 2000 (max_raw_page)"
+        }
+    }
+}
+
+@Suite("Telemetry event rules")
+struct EventRuleTests {
+    /// The same files Tests/e2e/test_telemetry_schemas.py checks with jsonschema.
+    @Test func theSchemaExamplesAreValidAndTheInvalidCasesAreNot() throws {
+        let files = try FileManager.default.contentsOfDirectory(atPath: examples.path).filter { $0.hasPrefix("event.schema+") }
+        #expect(files.count == PhoneEvent.names.count)
+        var names: Set<String> = []
+        for f in files {
+            let e = try JSON.parse(Array(try Data(contentsOf: examples.appendingPathComponent(f))))
+            let parsed = try PhoneEvent(e)
+            names.insert(parsed.name)
+        }
+        #expect(names == Set(PhoneEvent.names.keys))
+        let cases = try JSON.parse(Array(try Data(contentsOf: examples.appendingPathComponent("_invalid-events.json"))))["cases"]?.array ?? []
+        #expect(cases.count > 30)
+        for c in cases {
+            #expect(throws: QuadError.self, "\(c["why"]?.string ?? "?")") { try PhoneEvent(c["event"] ?? .null) }
+        }
+    }
+
+    @Test func everyPropsSchemaMatchesTheSwiftTable() throws {
+        let dir = examples.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("telemetry/events")
+        for (name, spec) in PhoneEvent.names {
+            let schema = try JSON.parse(Array(try Data(contentsOf: dir.appendingPathComponent("\(name).schema.json"))))
+            #expect(schema["required"] == .array(spec.map { .string($0.0) }), "\(name)")
+            #expect(schema["additionalProperties"] == false)
+            for (key, kind) in spec {
+                let p = schema["properties"]?[key] ?? .null
+                switch kind {
+                case .string: #expect(p["type"] == "string" && p["minLength"] == 1 && p["maxLength"] == .int(Int64(PhoneEvent.maxPropLength)), "\(name).\(key)")
+                case .integer(let lo, let hi): #expect(p["type"] == "integer" && p["minimum"] == .int(lo) && p["maximum"] == .int(hi), "\(name).\(key)")
+                case .boolean: #expect(p["type"] == "boolean", "\(name).\(key)")
+                case .oneOf(let values): #expect(p["enum"] == .array(values.map { .string($0) }), "\(name).\(key)")
+                }
+            }
+        }
+    }
+}

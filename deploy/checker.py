@@ -1,0 +1,430 @@
+#!/usr/bin/env python3
+"""deploy/checker.py: the final read and the checks of a chaos run.
+
+Reads every phone's SQLite file (its action log and outbox: what the user
+did, in order, and what the phone was told) and every service's store
+(SQLite files or PostgreSQL databases, as the stack in QUAD_HOME records
+them), and checks, in Jepsen's terms:
+
+  drained      every phone's outbox is empty (nothing indeterminate left)
+  lost         every action a phone saw acknowledged (done) is applied in its
+               service's store (an idempotency record with a success reply);
+               every rejected action has a reason and no success in the store
+  duplicated   no effect of an action appears twice (an order, a stock hold,
+               a reservation, or an event about one of them, twice)
+  order        each phone's actions were applied in the order it made them
+               (the services' application times follow the outbox order)
+  stock        no product sold beyond its stock (stock >= 0, and seed stock =
+               stock now + units held or sold)
+  saga         every confirmed order has a confirmed stock hold and every
+               rejected one none
+  spots        no spot held twice at once (reservation intervals per spot do
+               not overlap)
+  deadlines    no hold fulfilled after its deadline (parking check-in before
+               the deadline; catalog holds confirmed before they expired)
+  telemetry    every telemetry event the phones sent is stored once (when the
+               edge's report is given)
+
+Prints a verdict table and writes the same as JSON (--json); exits 1 when a
+check fails, 2 when the stores cannot be read. Python 3 and psql only.
+"""
+
+import argparse
+import glob
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+import sys
+from collections import Counter, defaultdict
+
+SERVICES = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics"]
+
+
+class Store:
+    """One service's store, read-only: a SQLite file or a postgres:// URL."""
+
+    def __init__(self, service, location):
+        self.service = service
+        self.location = location
+        self.pg = "://" in location
+        self.conn = None
+        if not self.pg:
+            if not os.path.exists(location):
+                raise FileNotFoundError(location)
+            self.conn = sqlite3.connect("file:%s?mode=ro" % location, uri=True, timeout=30)
+            self.conn.row_factory = sqlite3.Row
+
+    def rows(self, sql):
+        if self.pg:
+            wrapped = "SELECT coalesce(json_agg(t), '[]'::json) FROM (%s) t" % sql
+            out = subprocess.run(["psql", "-XAtq", "-v", "ON_ERROR_STOP=1", self.location, "-c", wrapped],
+                                 capture_output=True, text=True, timeout=120)
+            if out.returncode != 0:
+                raise RuntimeError("psql %s: %s" % (self.location, out.stderr.strip()))
+            return json.loads(out.stdout or "[]")
+        return [dict(r) for r in self.conn.execute(sql)]
+
+    def has_table(self, name):
+        if self.pg:
+            return bool(self.rows("SELECT 1 AS x FROM information_schema.tables WHERE table_name = '%s'" % name))
+        return bool(self.rows("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = '%s'" % name))
+
+
+def read_env_file(path):
+    """KEY=value lines as bash's printf %q wrote them."""
+    env = {}
+    if not os.path.exists(path):
+        return env
+    for line in open(path):
+        line = line.strip()
+        if line.startswith("export "):
+            line = line[len("export "):]
+        if "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        try:
+            parts = shlex.split(value)
+            env[key] = parts[0] if parts else ""
+        except ValueError:
+            env[key] = value
+    return env
+
+
+def store_locations(home):
+    env = {}
+    env.update(read_env_file(os.path.join(home, "run", "hosts.env")))
+    out = {}
+    for s in SERVICES:
+        var = "QUAD_%s_DB" % s.upper()
+        loc = os.environ.get(var) or env.get(var) or os.path.join(home, "db", s + ".db")
+        out[s] = loc
+    return out
+
+
+def seed_stock(product_id):
+    """The catalog's seed stock of p-NNNN (Sources/QuadCatalog/Seed.swift)."""
+    try:
+        n = int(product_id.split("-", 1)[1]) - 1
+    except (IndexError, ValueError):
+        return None
+    return (n * 37 + 11) % 9
+
+
+class Checker:
+    def __init__(self, args):
+        self.args = args
+        self.results = []  # (name, ok, figure, detail)
+        self.examples = defaultdict(list)
+        self.counts = Counter()
+
+    def check(self, name, ok, figure, detail=""):
+        self.results.append((name, ok, figure, detail))
+
+    def example(self, name, text):
+        if len(self.examples[name]) < 5:
+            self.examples[name].append(text)
+
+    # ------------------------------------------------------------ phones
+
+    def read_phones(self):
+        files = sorted(glob.glob(os.path.join(self.args.phones, "*.db")))
+        phones = {}
+        for f in files:
+            name = os.path.basename(f)[:-3]
+            db = sqlite3.connect("file:%s?mode=ro" % f, uri=True, timeout=30)
+            db.row_factory = sqlite3.Row
+            try:
+                actions = [dict(r) for r in db.execute(
+                    "SELECT a.*, o.seq AS queued_seq FROM action_log a LEFT JOIN outbox o ON o.id = a.id ORDER BY a.created_ms, a.rowid")]
+                outbox = db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+                telemetry_queued = db.execute("SELECT COUNT(*) FROM telemetry").fetchone()[0]
+                user = db.execute("SELECT user_id FROM session").fetchone()
+            except sqlite3.DatabaseError as e:
+                raise RuntimeError("%s: %s" % (f, e))
+            phones[name] = {"actions": actions, "outbox": outbox, "telemetry_queued": telemetry_queued,
+                            "user": user[0] if user else None}
+        return phones
+
+    # ------------------------------------------------------------ run
+
+    def run(self):
+        locations = store_locations(self.args.home)
+        stores = {}
+        for s, loc in locations.items():
+            try:
+                stores[s] = Store(s, loc)
+            except FileNotFoundError:
+                pass
+        phones = self.read_phones()
+        if not phones:
+            raise RuntimeError("no phone files (*.db) in %s" % self.args.phones)
+
+        # The services' records of every request id they applied.
+        applied = {}  # id -> (service, ok, created_ms)
+        for s, st in stores.items():
+            if not st.has_table("idempotency"):
+                continue
+            for r in st.rows("SELECT id, type, reply, created_ms FROM idempotency"):
+                ok = True
+                try:
+                    ok = json.loads(r["reply"]).get("kind") != "error"
+                except (ValueError, AttributeError):
+                    pass
+                applied[r["id"]] = (s, ok, int(r["created_ms"]))
+
+        total = Counter()
+        lost, wrong, noreason, pending, order_bad = 0, 0, 0, 0, 0
+        for name, p in phones.items():
+            last_applied = None
+            for a in p["actions"]:
+                total["attempted"] += 1
+                outcome = a["outcome"]
+                rec = applied.get(a["id"])
+                service = a["type"].split(".", 1)[0]
+                if outcome == "pending":
+                    pending += 1
+                    total["indeterminate"] += 1
+                    self.example("drained", "%s %s %s still pending" % (name, a["type"], a["id"]))
+                    continue
+                if outcome == "done":
+                    total["acknowledged"] += 1
+                    total["ok"] += 1
+                    if rec is None:
+                        lost += 1
+                        self.example("lost", "%s %s %s: done on the phone, no record in %s" % (name, a["type"], a["id"], service))
+                    elif not rec[1]:
+                        wrong += 1
+                        self.example("lost", "%s %s %s: done on the phone, refused in %s's store" % (name, a["type"], a["id"], service))
+                else:
+                    total["failed"] += 1
+                    if a["code"] != "dropped":
+                        total["acknowledged"] += 1
+                    if not (a["reason"] or "").strip():
+                        noreason += 1
+                        self.example("lost", "%s %s %s: rejected without a reason" % (name, a["type"], a["id"]))
+                    if rec is not None and rec[1]:
+                        wrong += 1
+                        self.example("lost", "%s %s %s: rejected on the phone (%s) but applied in %s" % (name, a["type"], a["id"], a["code"], service))
+                if rec is not None:
+                    if last_applied is not None and rec[2] < last_applied[0]:
+                        order_bad += 1
+                        self.example("order", "%s: %s %s applied at %d, before %s applied at %d" % (
+                            name, a["type"], a["id"], rec[2], last_applied[1], last_applied[0]))
+                    last_applied = (max(rec[2], last_applied[0]) if last_applied else rec[2], a["id"])
+        outboxes = sum(p["outbox"] for p in phones.values())
+        total["lost"] = lost + wrong
+        total["out_of_order"] = order_bad
+        self.counts = total
+        self.check("drained", outboxes == 0 and pending == 0, "%d in outboxes, %d pending" % (outboxes, pending))
+        self.check("lost", lost + wrong + noreason == 0,
+                   "%d lost, %d answered differently, %d without a reason" % (lost, wrong, noreason))
+        self.check("order", order_bad == 0, "%d out of order" % order_bad)
+
+        dup = self.check_duplicates(stores)
+        total["duplicated"] = dup
+        self.check_stock(stores)
+        self.check_saga(stores)
+        self.check_spots(stores)
+        self.check_telemetry(stores, phones)
+        self.phones = phones
+
+    def check_duplicates(self, stores):
+        dup = 0
+        keys = Counter()
+        if "orders" in stores and stores["orders"].has_table("orders"):
+            pass  # orders.id is the action id and the key: two rows cannot exist
+        # Events about one order or reservation, of one type, published twice.
+        for s in ("orders", "reservations", "catalog"):
+            st = stores.get(s)
+            if st is None or not st.has_table("outbox"):
+                continue
+            for r in st.rows("SELECT type, body FROM outbox"):
+                try:
+                    body = json.loads(r["body"])
+                except ValueError:
+                    continue
+                if not isinstance(body, dict):
+                    continue
+                for key in ("order", "reservation"):
+                    ident = body.get(key)
+                    if isinstance(ident, dict):
+                        ident = ident.get("id")
+                    if isinstance(ident, str):
+                        keys[(s, r["type"], ident)] += 1
+        for (s, t, ident), n in keys.items():
+            if n > 1:
+                dup += n - 1
+                self.example("duplicated", "%s published %s about %s %d times" % (s, t, ident, n))
+        self.check("duplicated", dup == 0, "%d duplicated effects" % dup)
+        return dup
+
+    def check_stock(self, stores):
+        st = stores.get("catalog")
+        if st is None:
+            self.check("stock", True, "n/a (no catalog store)")
+            return
+        products = {r["id"]: int(r["stock"]) for r in st.rows("SELECT id, stock FROM products")}
+        used = Counter()
+        for r in st.rows("SELECT i.product, i.quantity FROM hold_items i JOIN holds h ON h.order_id = i.order_id "
+                         "WHERE h.status IN ('held', 'confirmed')"):
+            used[r["product"]] += int(r["quantity"])
+        bad = 0
+        for pid, stock in products.items():
+            seed = seed_stock(pid)
+            if stock < 0:
+                bad += 1
+                self.example("stock", "%s has stock %d" % (pid, stock))
+            elif seed is not None and seed != stock + used[pid]:
+                bad += 1
+                self.example("stock", "%s: seed stock %d, now %d, held or sold %d" % (pid, seed, stock, used[pid]))
+        self.check("stock", bad == 0, "%d products oversold or unbalanced of %d" % (bad, len(products)))
+
+    def check_saga(self, stores):
+        orders, catalog = stores.get("orders"), stores.get("catalog")
+        if orders is None or catalog is None or not orders.has_table("orders"):
+            self.check("saga", True, "n/a")
+            return
+        holds = {r["order_id"]: r for r in catalog.rows("SELECT order_id, status, created_ms, expires_ms FROM holds")}
+        bad, late = 0, 0
+        n = 0
+        for o in orders.rows("SELECT id, status, updated_ms FROM orders"):
+            n += 1
+            h = holds.get(o["id"])
+            st = o["status"]
+            if st == "confirmed" or st == "active" or st == "returned":
+                if h is None or h["status"] != "confirmed":
+                    bad += 1
+                    self.example("saga", "order %s is %s, its stock hold is %s" % (o["id"], st, h["status"] if h else "missing"))
+            elif st in ("rejected", "cancelled"):
+                if h is not None and h["status"] in ("held", "confirmed") and st == "rejected":
+                    bad += 1
+                    self.example("saga", "order %s is rejected, its stock hold is still %s" % (o["id"], h["status"]))
+        self.check("saga", bad == 0, "%d orders disagree with their stock holds of %d" % (bad, n))
+
+    def check_spots(self, stores):
+        st = stores.get("reservations")
+        if st is None or not st.has_table("reservations"):
+            self.check("spots", True, "n/a")
+            self.check("deadlines", True, "n/a")
+            return
+        rows = st.rows("SELECT id, spot, status, held_ms, deadline_ms, checked_in_ms, ended_ms FROM reservations")
+        by_spot = defaultdict(list)
+        late = 0
+        inf = float("inf")
+        for r in rows:
+            end = r["ended_ms"]
+            if r["status"] in ("held", "checked_in"):
+                end = inf
+            elif end is None:
+                end = r["deadline_ms"] if r["status"] == "expired" else r["held_ms"]
+            by_spot[r["spot"]].append((int(r["held_ms"]), end, r["id"]))
+            if r["checked_in_ms"] is not None and int(r["checked_in_ms"]) > int(r["deadline_ms"]):
+                late += 1
+                self.example("deadlines", "reservation %s checked in at %s after its deadline %s" % (r["id"], r["checked_in_ms"], r["deadline_ms"]))
+        twice = 0
+        for spot, spans in by_spot.items():
+            spans.sort()
+            for (s1, e1, i1), (s2, e2, i2) in zip(spans, spans[1:]):
+                if s2 < e1:
+                    twice += 1
+                    self.example("spots", "spot %s: %s [%s, %s) overlaps %s from %s" % (spot, i1, s1, e1, i2, s2))
+        # Catalog holds: confirmed after they expired.
+        cat = stores.get("catalog")
+        if cat is not None and stores.get("orders") is not None and stores["orders"].has_table("orders"):
+            holds = {r["order_id"]: r for r in cat.rows("SELECT order_id, status, expires_ms FROM holds WHERE status = 'confirmed'")}
+            for o in stores["orders"].rows("SELECT id, status, updated_ms FROM orders WHERE status = 'confirmed'"):
+                h = holds.get(o["id"])
+                if h is not None and int(o["updated_ms"]) > int(h["expires_ms"]) + 5000:
+                    late += 1
+                    self.example("deadlines", "order %s confirmed at %s, its stock hold expired at %s" % (o["id"], o["updated_ms"], h["expires_ms"]))
+        self.check("spots", twice == 0, "%d spots held twice at once, %d reservations" % (twice, len(rows)))
+        self.check("deadlines", late == 0, "%d holds fulfilled after their deadline" % late)
+
+    def check_telemetry(self, stores, phones):
+        queued = sum(p["telemetry_queued"] for p in phones.values())
+        st = stores.get("telemetry")
+        report = None
+        if self.args.edge_report and os.path.exists(self.args.edge_report):
+            try:
+                report = json.load(open(self.args.edge_report))
+            except ValueError:
+                report = None
+        if st is None or not st.has_table("events"):
+            self.check("telemetry", True, "n/a (no telemetry store)")
+            return
+        names = list(phones)
+        stored = 0
+        dup_ids = 0
+        for r in st.rows("SELECT phone, COUNT(*) AS n FROM events GROUP BY phone"):
+            if r["phone"] in phones:
+                stored += int(r["n"])
+        accepted = None
+        if isinstance(report, dict):
+            t = report.get("telemetry") or {}
+            accepted = t.get("accepted")
+        if accepted is None:
+            self.check("telemetry", queued == 0, "%d stored, %d still queued on phones (no edge report to compare)" % (stored, queued))
+            return
+        ok = queued == 0 and stored == int(accepted)
+        if not ok:
+            self.example("telemetry", "phones had %d accepted as new, the collector stores %d for them; %d queued" % (accepted, stored, queued))
+        self.check("telemetry", ok, "%d stored, %d accepted as new by the collector, %d queued" % (stored, accepted, queued))
+
+    # ------------------------------------------------------------ output
+
+    def verdict(self):
+        ok = all(r[1] for r in self.results)
+        lines = []
+        c = self.counts
+        lines.append("actions: attempted %d, acknowledged %d, ok %d, failed %d, indeterminate %d, lost %d, duplicated %d, out of order %d" % (
+            c["attempted"], c["acknowledged"], c["ok"], c["failed"], c["indeterminate"], c["lost"], c["duplicated"], c["out_of_order"]))
+        lines.append("")
+        lines.append("%-11s %-6s %s" % ("CHECK", "RESULT", "FIGURES"))
+        for name, good, figure, _ in self.results:
+            lines.append("%-11s %-6s %s" % (name, "ok" if good else "FAIL", figure))
+            if not good:
+                for e in self.examples.get(name, []):
+                    lines.append("              e.g. " + e)
+        lines.append("")
+        lines.append("verdict: %s (%d checks, %d failed)" % ("PASS" if ok else "FAIL", len(self.results),
+                                                          sum(1 for r in self.results if not r[1])))
+        return ok, "\n".join(lines)
+
+    def json(self):
+        return {
+            "valid": all(r[1] for r in self.results),
+            "counts": dict(self.counts),
+            "phones": len(getattr(self, "phones", {})),
+            "checks": [{"name": n, "ok": g, "figures": f, "examples": self.examples.get(n, [])} for n, g, f, _ in self.results],
+        }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--home", default=os.environ.get("QUAD_HOME", ".quad"), help="the stack's QUAD_HOME (default $QUAD_HOME or .quad)")
+    ap.add_argument("--phones", help="folder of the phones' files (default HOME/phones)")
+    ap.add_argument("--edge-report", help="quad-edge's JSON report (quad-edge run --report), for the telemetry check")
+    ap.add_argument("--json", help="also write the verdict as JSON to this file")
+    args = ap.parse_args()
+    args.home = os.path.abspath(args.home)
+    args.phones = args.phones or os.path.join(args.home, "phones")
+    c = Checker(args)
+    try:
+        c.run()
+    except (RuntimeError, sqlite3.DatabaseError, OSError, subprocess.TimeoutExpired) as e:
+        print("checker: cannot read the stores: %s" % e, file=sys.stderr)
+        return 2
+    ok, text = c.verdict()
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(c.json(), f, indent=2)
+            f.write("\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
