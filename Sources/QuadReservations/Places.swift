@@ -210,5 +210,3 @@ struct SpotSearch {
         ]
     }
 }
-
-typealias Settings = Reservations.Settings

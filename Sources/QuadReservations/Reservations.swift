@@ -201,3 +201,5 @@ public enum Reservations: ServiceDomain {
         return row.int("sim_ms") + Int64(Double(max(0, now - row.int("real_ms"))) * settings.simSpeed)
     }
 }
+
+typealias Settings = Reservations.Settings
