@@ -80,3 +80,34 @@ quad_pg_bindir() {
     [[ -n $d && -x $d/initdb ]] || return 1
     printf '%s\n' "$d"
 }
+
+# pip install, also where the system Python is marked externally managed.
+quad_pip_install() {
+    python3 -m pip install -q "$@" ||
+        python3 -m pip install -q --break-system-packages "$@"
+}
+
+# Installs what Quad needs and is missing: Debian's -dev packages, a
+# PostgreSQL server, python3 with pip, pyzmq and jsonschema.
+quad_install_deps() {
+    local pkg apt_missing=()
+    for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || apt_missing+=("$pkg")
+    done
+    quad_pg_bindir >/dev/null || apt_missing+=(postgresql)
+    command -v python3 >/dev/null || apt_missing+=(python3)
+    { command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; } || apt_missing+=(python3-pip)
+    if ((${#apt_missing[@]} > 0)); then
+        quad_say "Installing with apt-get: ${apt_missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq "${apt_missing[@]}" </dev/null
+    else
+        quad_say "System packages: all present"
+    fi
+
+    if ! python3 -c 'import zmq, jsonschema' 2>/dev/null; then
+        quad_say "Installing with pip: pyzmq jsonschema"
+        quad_pip_install pyzmq jsonschema
+    fi
+}
