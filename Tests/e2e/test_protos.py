@@ -266,7 +266,7 @@ def new_id():
 
 def request_envelope(type_, body, id_=None):
     return {"v": 1, "id": id_ or new_id(), "type": type_, "kind": "request", "ts": int(time.time() * 1000),
-            "src": "test/protos", "deadline": int(REPLY_TIMEOUT * 1000), "body": body}
+            "src": "test/protos", "deadline": int(REPLY_TIMEOUT * 1000) - 500, "body": body}
 
 
 def oversize_envelope(id_):
