@@ -43,8 +43,10 @@ let package = Package(
         .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadRuntime", "QuadAuth"]),
         // Service domains.
         .target(name: "QuadCatalog", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
-        .target(name: "QuadFavorites", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
-        .target(name: "QuadOrders", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        // A service's own copy of the catalog, kept from catalog's events.
+        .target(name: "QuadCatalogCopy", dependencies: ["QuadWire", "QuadStore"]),
+        .target(name: "QuadFavorites", dependencies: ["QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
+        .target(name: "QuadOrders", dependencies: ["QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
         .target(name: "QuadAccounts", dependencies: ["QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadReservations", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadTelemetry", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
@@ -78,7 +80,7 @@ let package = Package(
         .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadAccountsTests", dependencies: ["QuadAccounts", "QuadAuth", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
-        .testTarget(name: "QuadFavoritesTests", dependencies: ["QuadFavorites", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadFavoritesTests", dependencies: ["QuadFavorites", "QuadCatalogCopy", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadOrdersTests", dependencies: ["QuadOrders", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadReservationsTests", dependencies: ["QuadReservations", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadTelemetryTests", dependencies: ["QuadTelemetry", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),

@@ -1,3 +1,4 @@
+import QuadCatalogCopy
 import QuadRuntime
 import QuadStore
 import QuadWire

@@ -1,4 +1,5 @@
 import Foundation
+import QuadCatalogCopy
 import QuadRuntime
 import QuadStore
 import QuadWire

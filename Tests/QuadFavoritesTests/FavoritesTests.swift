@@ -4,6 +4,7 @@ import QuadStore
 import QuadTestSupport
 import QuadWire
 import Testing
+import QuadCatalogCopy
 @testable import QuadFavorites
 
 extension Envelope {

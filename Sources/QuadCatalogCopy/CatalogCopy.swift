@@ -1,13 +1,12 @@
-import QuadRuntime
 import QuadStore
 import QuadWire
 
-/// The favorites' own copy of the catalog: what a list shows beside each
-/// product (name, price, category, image, stock), kept from catalog's
-/// `catalog.product.changed` and `catalog.stock.changed` events, so a list
-/// never calls the catalog.
-enum CatalogCopy {
-    static let migration = """
+/// A service's own copy of the catalog: what a list or a cart shows beside
+/// each product (name, price, category, image, stock), kept from catalog's
+/// `catalog.product.changed` and `catalog.stock.changed` events, so a
+/// request never calls the catalog. Favorites and orders keep one each.
+public enum CatalogCopy {
+    public static let migration = """
         CREATE TABLE catalog_products (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL,
@@ -19,10 +18,10 @@ enum CatalogCopy {
         );
         """
 
-    static let events: Set<String> = ["catalog.product.changed", "catalog.stock.changed"]
+    public static let events: Set<String> = ["catalog.product.changed", "catalog.stock.changed"]
 
     /// Applies one catalog event, inside the feed's transaction.
-    static func apply(_ db: Database, _ event: Envelope) throws {
+    public static func apply(_ db: Database, _ event: Envelope) throws {
         let b = event.body
         switch event.type {
         case "catalog.product.changed":
@@ -46,23 +45,27 @@ enum CatalogCopy {
     /// the time an event takes to arrive, and is empty until the first
     /// catch-up: an empty copy accepts every id rather than refuse real
     /// products at start; a loaded copy refuses ids it does not hold.
-    static func admits(_ db: Database, _ product: String) throws -> Bool {
+    public static func admits(_ db: Database, _ product: String) throws -> Bool {
         if try db.queryOne("SELECT 1 AS x FROM catalog_products WHERE id = $1", .text(product)) != nil { return true }
         return try db.queryOne("SELECT 1 AS x FROM catalog_products LIMIT 1") == nil
     }
 
     /// What a list shows of a product, or null when the copy does not hold it.
-    static func summary(_ db: Database, _ product: String) throws -> JSON {
+    public static func summary(_ db: Database, _ product: String) throws -> JSON {
         guard let r = try db.queryOne("SELECT * FROM catalog_products WHERE id = $1", .text(product)) else { return .null }
         return summary(r)
     }
 
-    static func summary(_ r: Row) -> JSON {
+    public static func summary(_ r: Row) -> JSON {
         [
             "name": .string(r.string("name")),
             "price": ["value": .double(r.double("price_value")), "currency": .string(r.string("currency"))],
             "category": .string(r.string("category")), "imageUrl": .string(r.string("image_url")),
             "stock": .int(r.int("stock")),
         ]
+    }
+
+    public static func currency(_ db: Database, _ product: String) throws -> String? {
+        try db.queryOne("SELECT currency FROM catalog_products WHERE id = $1", .text(product))?.optionalString("currency")
     }
 }

@@ -1,13 +1,12 @@
-import QuadRuntime
 import QuadWire
 
 /// A request body read field by field. Every refusal names the field and
 /// its limit; a field the request does not define is refused too, and
 /// `user` with 403: these requests act on the signed-in user only.
-struct Fields {
-    let values: [String: JSON]
+public struct Fields {
+    public let values: [String: JSON]
 
-    init(_ req: Request, allowed: Set<String>) throws(QuadError) {
+    public init(_ req: Request, allowed: Set<String>) throws(QuadError) {
         let type = req.envelope.type
         guard case .object(let f) = req.body else { throw .badRequest("body must be an object, got \(req.body.typeName)") }
         for key in f.keys.sorted() where !allowed.contains(key) {
@@ -17,14 +16,14 @@ struct Fields {
         values = f
     }
 
-    func string(_ key: String, max: Int = 64) throws(QuadError) -> String {
+    public func string(_ key: String, max: Int = 64) throws(QuadError) -> String {
         guard let value = values[key], !value.isNull else { throw .badRequest("body.\(key) is required") }
         guard let s = value.string else { throw .badRequest("body.\(key) must be a string, got \(value.typeName)") }
         guard !s.isEmpty, s.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
         return s
     }
 
-    func optionalString(_ key: String, max: Int = 64) throws(QuadError) -> String? {
+    public func optionalString(_ key: String, max: Int = 64) throws(QuadError) -> String? {
         guard let value = values[key], !value.isNull else { return nil }
         guard let s = value.string else { throw .badRequest("body.\(key) must be a string, got \(value.typeName)") }
         guard !s.isEmpty, s.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
@@ -32,7 +31,7 @@ struct Fields {
     }
 
     /// One of `choices`, or `d` when absent.
-    func choice(_ key: String, _ choices: [String], default d: String?) throws(QuadError) -> String {
+    public func choice(_ key: String, _ choices: [String], default d: String?) throws(QuadError) -> String {
         guard let s = try optionalString(key, max: 32) ?? d else {
             throw .badRequest("body.\(key) is required: one of \(choices.joined(separator: ", "))")
         }
@@ -40,9 +39,9 @@ struct Fields {
         return s
     }
 
-    func has(_ key: String) -> Bool { values[key].map { !$0.isNull } ?? false }
+    public func has(_ key: String) -> Bool { values[key].map { !$0.isNull } ?? false }
 
-    func int(_ key: String, default d: Int64, in range: ClosedRange<Int64>, limit: String? = nil) throws(QuadError) -> Int64 {
+    public func int(_ key: String, default d: Int64, in range: ClosedRange<Int64>, limit: String? = nil) throws(QuadError) -> Int64 {
         guard let value = values[key], !value.isNull else { return d }
         guard let n = value.int else { throw .badRequest("body.\(key) must be an integer, got \(value.typeName)") }
         guard range.contains(n) else {
