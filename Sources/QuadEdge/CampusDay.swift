@@ -141,6 +141,12 @@ final class Student {
 
     var agenda: Agenda { day.fleet.agenda }
 
+    /// Down to a level without signal, or into a dead zone: only while the
+    /// day runs (after it, every phone keeps its signal to drain).
+    func loseSignal() {
+        if day.running { phone.setSignal(false) }
+    }
+
     /// Runs `then` after a think time (seconds of a real student, divided by speed).
     func think(_ seconds: ClosedRange<Int64> = 2...12, _ then: @escaping () -> Void) {
         agenda.after(day.scaled((seconds.lowerBound * 1000)...(seconds.upperBound * 1000), &rng)) { [weak self] in
@@ -304,7 +310,7 @@ final class Student {
     /// Elevator, tunnel, the library basement: no signal for a while, and
     /// the student keeps using the app.
     func deadZone(_ then: @escaping () -> Void) {
-        phone.setSignal(false)
+        loseSignal()
         think(1...4) { [self] in
             if Bool.random(using: &rng) { favorite(product(), screen: "home") } else { act("orders.cart.add", ["product": .string(product()), "quantity": 1]) }
             phone.open("spending") { [self] _ in
@@ -371,7 +377,7 @@ final class Student {
             let row = (try? phone.db.queryOne("SELECT lot, level, signal FROM parking WHERE id = $1", .text(reservation)))
             let signal = row?.optionalString("signal") ?? recommended["signal"]?.string ?? "good"
             let lot = row?.optionalString("lot") ?? recommended["lot"]?.string ?? "central"
-            if signal == "none" { phone.setSignal(false) }
+            if signal == "none" { loseSignal() }
             let deadline = ((try? phone.db.queryOne("SELECT deadline_ms FROM parking WHERE id = $1", .text(reservation))))?["deadline_ms"].int
             if case .queued = phone.act("reservations.checkin", ["reservation": .string(reservation)]) {
                 phone.record("checkin.done", ["lot": .string(lot), "on_time": .bool(deadline.map { phone.now < $0 } ?? !late)])
@@ -391,7 +397,7 @@ final class Student {
         phone.open("car") { [self] car in
             think(5...20) { [self] in
                 let level = car.body["car"]?["level"]?.string ?? "P1"
-                if level != "P1" { phone.setSignal(false) }
+                if level != "P1" { loseSignal() }
                 if (try? Actions.activeParking(phone.db))?.string("status") == "checked_in" {
                     act("reservations.checkout", [:])
                 } else if (try? Actions.activeParking(phone.db))?.string("status") == "held" {

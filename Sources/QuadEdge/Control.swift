@@ -60,15 +60,17 @@ extension Fleet {
             guard let type = body["type"]?.string else { throw .badRequest("body.type is required: the action's request type, e.g. favorites.add") }
             switch p.act(type, body["body"] ?? [:]) {
             case .queued(let id):
-                answer(.success(["phone": .string(p.name), "id": .string(id), "outcome": .string(Actions.onlineOnly[type] == nil ? "queued" : "sent")]))
-            case .answered(let reply):
-                answer(.success(["phone": .string(p.name), "outcome": "answered", "reply": reply]))
+                answer(.success(["phone": .string(p.name), "id": .string(id), "outcome": "queued"]))
+            case .sent(let id):
+                answer(.success(["phone": .string(p.name), "id": .string(id), "outcome": "sent"]))
             case .refused(let error):
                 throw error
             }
         case "edge.view":
             let p = try phone(body["phone"]?.string)
-            guard let view = body["view"]?.string else { throw .badRequest("body.view is required; views: \(Phone.views.joined(separator: ", "))") }
+            guard let view = body["view"]?.string, Phone.views.contains(view) else {
+                throw .badRequest("body.view must be one of \(Phone.views.joined(separator: ", "))")
+            }
             p.open(view, body["params"] ?? [:], refresh: body["refresh"]?.bool ?? false) { result in
                 answer(.success(result.json.setting("phone", .string(p.name))))
             }

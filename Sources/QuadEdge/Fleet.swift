@@ -13,7 +13,7 @@ public final class Fleet {
     public let settings: EdgeSettings
     let context = ZMQContext()
     let agenda = Agenda()
-    public private(set) var phones: [Phone] = []
+    private(set) var phones: [Phone] = []
     var byName: [String: Phone] = [:]
     var control: Socket?
     public let controlEndpoint: String?
@@ -155,7 +155,7 @@ public final class Fleet {
 
 extension Phone {
     /// What the control socket reports for a phone.
-    public var state: JSON {
+    var state: JSON {
         let oldest = (try? db.queryOne("SELECT MIN(created_ms) AS t FROM outbox"))??["t"].int
         let senderText: String = switch sender {
         case .idle: "idle"

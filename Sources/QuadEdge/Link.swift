@@ -37,6 +37,7 @@ final class Link {
     /// Called for every answer that arrives, matched or not.
     var onAnswer: () -> Void = {}
     private(set) var sent = 0
+    static let graceMs: Int64 = 250
     private(set) var answered = 0
 
     init(context: ZMQContext, endpoint: String, source: String, agenda: Agenda) {
@@ -95,7 +96,10 @@ final class Link {
         }
         sent += 1
         let id = request.id
-        let timer = agenda.after(timeoutMs) { [weak self] in
+        // A little past the deadline, so that the broker's 503 for a request
+        // no worker took arrives as an answer (the network works; the service
+        // is busy) rather than as a timeout (the network does not answer).
+        let timer = agenda.after(timeoutMs + Link.graceMs) { [weak self] in
             guard let self, let call = self.calls.removeValue(forKey: id) else { return }
             call.completion(.failure(.timeout))
         }

@@ -24,7 +24,8 @@ public struct EdgeSettings: Sendable {
     public var lotsMaxAgeMs: Int64 = 24 * 3_600_000
     /// The 30-day total says it may be stale after this long without a sync.
     public var staleAfterMs: Int64 = 7 * 86_400_000
-    /// Password of the accounts phones register (each phone keeps its own in its file).
+    /// The semester phones register their accounts with (each phone keeps
+    /// its own email and password in its file).
     public var semester: Int64 = 3
 
     public init(frontend: String) { self.frontend = frontend }
@@ -33,11 +34,11 @@ public struct EdgeSettings: Sendable {
 }
 
 /// What the phone answered to an action the user made.
-public enum ActOutcome {
+enum ActOutcome {
     /// Written to the outbox and shown as done, pending: its id.
     case queued(String)
-    /// Sent at once (online-only) and answered.
-    case answered(JSON)
+    /// Online only, and online: sent at once; a refusal becomes a message.
+    case sent(String)
     /// Refused at once, with the reason; nothing was queued.
     case refused(QuadError)
 }
@@ -45,8 +46,8 @@ public enum ActOutcome {
 /// One emulated phone: its file, its connection, its outbox sender, its
 /// telemetry queue and its views. Everything runs on the edge's one loop;
 /// nothing here blocks.
-public final class Phone {
-    public let name: String
+final class Phone {
+    let name: String
     let db: SQLiteDatabase
     let link: Link
     let agenda: Agenda
@@ -59,19 +60,19 @@ public final class Phone {
     var displayName = ""
     var registerID = ""
     var registered = false
-    public internal(set) var user: String?
+    var user: String?
     var token: String? { didSet { link.token = token } }
     var expiresAt: Int64 = 0
-    public internal(set) var sessionID = MessageID.make()
+    var sessionID = MessageID.make()
     var signingIn = false
     var signInWaiters: [(QuadError?) -> Void] = []
 
     // Radio and reachability.
-    public internal(set) var airplane = false
+    var airplane = false
     /// The scenario's "no signal here" (an underground level): the phone knows, as in airplane mode.
-    public internal(set) var signal = true
+    var signal = true
     /// False after a request went unanswered, true again after any answer.
-    public internal(set) var reachable = true
+    var reachable = true
     var offlineSinceMs: Int64?
     var probeTimer: Int?
     var probeAttempt = 0
@@ -85,7 +86,8 @@ public final class Phone {
     }
     var sender: SenderState = .idle
     var authRetries = 0
-    public internal(set) var lastSyncMs: Int64?
+    var backingOffAfterTimeout = false
+    var lastSyncMs: Int64?
 
     // Telemetry.
     var telemetryInFlight: String?
@@ -208,7 +210,8 @@ public final class Phone {
     func request(_ type: String, _ body: JSON, id: String = MessageID.make(), timeoutMs: Int64, anonymous: Bool = false,
                  _ completion: @escaping (Result<Envelope, LinkFailure>) -> Void) {
         var envelope = Envelope.request(type, body: body, id: id)
-        if anonymous {
+        // An expired token would get every request refused, public reads too.
+        if anonymous || !hasValidToken {
             let saved = link.token
             link.token = nil
             defer { link.token = saved }
@@ -245,7 +248,7 @@ public final class Phone {
     // MARK: Radio
 
     /// Airplane mode, as the harness switches it.
-    public func setAirplane(_ on: Bool) {
+    func setAirplane(_ on: Bool) {
         guard airplane != on else { return }
         airplane = on
         try? db.setMeta("airplane", on ? "on" : nil)

@@ -9,9 +9,10 @@ enum Trigger: String {
     /// The radio is on again (airplane mode off, signal back): a waiting
     /// action goes at once.
     case networkBack
-    /// An answer came after timeouts: the network may be back, or a slow
-    /// service answered; a running backoff is kept, so a busy service is
-    /// not pressed harder.
+    /// An answer came after timeouts: the network is back. A backoff after
+    /// a timeout ends at once; one after a 503/504 (the network answered,
+    /// the service was busy) runs its course, so a busy service is not
+    /// pressed harder.
     case reachable
 }
 
@@ -33,14 +34,14 @@ enum Trigger: String {
 extension Phone {
     /// The user does something that changes something.
     @discardableResult
-    public func act(_ type: String, _ body: JSON) -> ActOutcome {
+    func act(_ type: String, _ body: JSON) -> ActOutcome {
         if let reason = Actions.onlineOnly[type] {
             guard isOnline else {
                 stats.refused[type, default: 0] += 1
                 try? db.setMeta("draft:\(type)", body.text)
                 return .refused(.unavailable("\(reason). Your choice is kept; try again when you are online."))
             }
-            return .queued(sendNow(type, body))
+            return .sent(sendNow(type, body))
         }
         let id = MessageID.make()
         let now = self.now
@@ -90,7 +91,7 @@ extension Phone {
         switch sender {
         case .idle:
             pump()
-        case .backingOff(let timer) where why == .networkBack:
+        case .backingOff(let timer) where why == .networkBack || (why == .reachable && backingOffAfterTimeout):
             agenda.cancel(timer)
             sender = .idle
             pump()
@@ -138,7 +139,7 @@ extension Phone {
         case .failure(.offline):
             pump()  // stays queued; the network-back trigger sends it
         case .failure(let failure):
-            backOff(action, why: "\(failure)")
+            backOff(action, why: "\(failure)", afterTimeout: true)
         case .success(let reply):
             if let error = reply.quadError {
                 switch error.status {
@@ -160,7 +161,8 @@ extension Phone {
         }
     }
 
-    func backOff(_ action: QueuedAction, why: String) {
+    func backOff(_ action: QueuedAction, why: String, afterTimeout: Bool = false) {
+        backingOffAfterTimeout = afterTimeout
         let attempts = (try? db.queryOne("SELECT attempts FROM outbox WHERE id = $1", .text(action.id))?.int("attempts")) ?? 1
         _ = try? db.execute("UPDATE outbox SET last_error = $2 WHERE id = $1", .text(action.id), .text(why))
         let delay = settings.backoff.delay(attempt: Int(max(0, attempts - 1)), using: &rng)

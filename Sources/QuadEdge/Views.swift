@@ -3,8 +3,8 @@ import QuadStore
 import QuadWire
 
 /// What a view shows, and where it came from.
-public struct ViewResult {
-    public enum Source: String {
+struct ViewResult {
+    enum Source: String {
         /// The service answered just now.
         case network
         /// A copy saved on the phone, with its age.
@@ -17,14 +17,14 @@ public struct ViewResult {
         case none
     }
 
-    public var view: String
-    public var source: Source
-    public var ageMs: Int64?
-    public var body: JSON
-    public var notice: String?
-    public var error: QuadError?
+    var view: String
+    var source: Source
+    var ageMs: Int64?
+    var body: JSON
+    var notice: String?
+    var error: QuadError?
 
-    public var json: JSON {
+    var json: JSON {
         var f: [String: JSON] = ["view": .string(view), "source": .string(source.rawValue), "body": body]
         if let ageMs { f["age_ms"] = .int(ageMs) }
         if let notice { f["notice"] = .string(notice) }
@@ -43,11 +43,11 @@ public struct ViewResult {
 /// | spots | in-memory LRU (16 entries, 30 s) of server answers, then network, then saved copy |
 /// | search, cart, spending, reservation | computed on the phone over saved data and queued actions |
 extension Phone {
-    public static let views = ["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels",
+    static let views = ["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels",
                                "forecast", "spots", "nearby", "reservation", "car", "messages"]
 
     /// Opens a view; `done` runs once with what the user sees.
-    public func open(_ view: String, _ params: JSON = [:], refresh: Bool = false, _ done: @escaping (ViewResult) -> Void) {
+    func open(_ view: String, _ params: JSON = [:], refresh: Bool = false, _ done: @escaping (ViewResult) -> Void) {
         record("view.opened", ["view": .string(view)])
         let finish: (ViewResult) -> Void = { [weak self] result in
             self?.stats.reads[result.view + "/" + result.source.rawValue, default: 0] += 1

@@ -47,9 +47,11 @@ public struct Envelope: Sendable, Equatable {
     }
 
     /// A request.
+    /// A request. `user` and `role` count only on the broker's internal
+    /// frontend (a service calling a service) and in tests of handlers.
     public static func request(_ type: String, body: JSON = .object([:]), id: String = MessageID.make(), src: String? = nil,
-                               deadline: Int64? = 5000, token: String? = nil) -> Envelope {
-        Envelope(id: id, type: type, kind: .request, src: src, deadline: deadline, token: token, body: body)
+                               deadline: Int64? = 5000, token: String? = nil, user: String? = nil, role: String? = nil) -> Envelope {
+        Envelope(id: id, type: type, kind: .request, src: src, deadline: deadline, token: token, user: user, role: role, body: body)
     }
 
     /// The reply to this request.

@@ -55,7 +55,8 @@ settings.backoffBaseMs = Int64(positive("backoff-base-ms", 1...600_000))
 settings.backoffCapMs = Int64(positive("backoff-cap-ms", 1...3_600_000))
 settings.telemetryBatch = positive("telemetry-batch", 1...1000)
 settings.telemetryEveryMs = Int64(positive("telemetry-every-ms", 10...3_600_000))
-let count = positive("phones", 1...5000)
+// One ZeroMQ context holds at most 1023 sockets (ZMQ_MAX_SOCKETS): one per phone, plus control.
+let count = positive("phones", 1...1000)
 let seed = positive("seed", 0...Int(Int32.max))
 let control = flags["control"] == "none" ? nil : flags["control"]
 
@@ -72,6 +73,19 @@ if command == "run" {
     options.drainTimeoutMs = Int64(positive("drain-timeout", 1...86_400)) * 1000
     options.reportPath = flags["report"]
     day = CampusDay(options: options)
+}
+
+// Each phone holds a socket and a SQLite file (three descriptors with WAL):
+// raise the soft limit on open files to the hard one.
+#if os(Linux)
+let openFiles = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+#else
+let openFiles = RLIMIT_NOFILE
+#endif
+var files = rlimit()
+if getrlimit(openFiles, &files) == 0 && files.rlim_cur < files.rlim_max {
+    files.rlim_cur = files.rlim_max
+    setrlimit(openFiles, &files)
 }
 
 do {

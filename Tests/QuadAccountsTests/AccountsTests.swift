@@ -2,6 +2,7 @@ import Foundation
 import QuadAuth
 import QuadRuntime
 import QuadStore
+import QuadTestSupport
 import QuadWire
 import Testing
 @testable import QuadAccounts
@@ -9,35 +10,11 @@ import Testing
 /// accounts' handlers on a fresh store: a SQLite file, or the test
 /// PostgreSQL server (QUAD_TEST_PG) in a schema of its own.
 func accounts(postgres: Bool = false, ttlMs: Int64 = 86_400_000) throws -> (Handlers, Database, SigningKey) {
-    let db: Database
-    if postgres {
-        let url = try #require(ProcessInfo.processInfo.environment["QUAD_TEST_PG"])
-        let schema = "a\(UInt32.random(in: 0...UInt32.max))"
-        try PostgresDatabase(url: url).executeScript("CREATE SCHEMA \(schema)")
-        db = try PostgresDatabase(url: url + "?options=-csearch_path%3D\(schema)")
-    } else {
-        let dir = NSTemporaryDirectory() + "quad-accounts-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        db = try SQLiteDatabase(path: dir + "/accounts.db")
-    }
-    try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
-    try Migrations.apply(db, Accounts.migrations, scope: "accounts")
+    let db = try TestStore.open("accounts", migrations: Accounts.migrations, postgres: postgres)
     let key = SigningKey.generate()
     let h = Handlers(service: "accounts", instance: "accounts/test", db: db)
     Accounts.register(h, db: db, settings: try .init(signingKey: key, tokenTTLMillis: ttlMs, hashing: .minimum))
     return (h, db, key)
-}
-
-extension Handlers {
-    /// Calls `type` as the broker would deliver it; returns the body or throws the error.
-    func call(_ type: String, _ body: JSON = [:], user: String? = nil, role: String? = nil, id: String = MessageID.make()) throws -> JSON {
-        var e = Envelope.request(type, body: body, id: id)
-        e.user = user
-        e.role = role
-        let reply = handle(e)
-        if let error = reply.quadError { throw error }
-        return reply.body
-    }
 }
 
 func ana(_ overrides: [String: JSON] = [:]) -> JSON {

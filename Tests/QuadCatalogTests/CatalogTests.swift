@@ -1,42 +1,18 @@
 import Foundation
 import QuadRuntime
 import QuadStore
+import QuadTestSupport
 import QuadWire
 import Testing
 @testable import QuadCatalog
 
-/// A catalog's handlers on a fresh store: a SQLite file, or the test
-/// PostgreSQL server in a schema of its own.
+/// A catalog's handlers on a fresh, seeded store.
 func catalog(postgres: Bool = false, holdTTLms: Int64 = 60_000) throws -> (Handlers, Database) {
-    let db: Database
-    if postgres {
-        let url = try #require(ProcessInfo.processInfo.environment["QUAD_TEST_PG"])
-        let schema = "c\(UInt32.random(in: 0...UInt32.max))"
-        try PostgresDatabase(url: url).executeScript("CREATE SCHEMA \(schema)")
-        db = try PostgresDatabase(url: url + "?options=-csearch_path%3D\(schema)")
-    } else {
-        let dir = NSTemporaryDirectory() + "quad-catalog-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        db = try SQLiteDatabase(path: dir + "/catalog.db")
-    }
-    try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
-    try Migrations.apply(db, Catalog.migrations, scope: "catalog")
+    let db = try TestStore.open("catalog", migrations: Catalog.migrations, postgres: postgres)
     try Catalog.seedIfEmpty(db)
     let h = Handlers(service: "catalog", instance: "catalog/test", db: db)
     Catalog.register(h, db: db, holdTTLms: holdTTLms)
     return (h, db)
-}
-
-extension Handlers {
-    /// Calls `type` as a user or a service would; returns the body or throws the error.
-    func call(_ type: String, _ body: JSON = [:], user: String? = nil, role: String? = nil, id: String = MessageID.make()) throws -> JSON {
-        var e = Envelope.request(type, body: body, id: id)
-        e.user = user
-        e.role = role
-        let reply = handle(e)
-        if let error = reply.quadError { throw error }
-        return reply.body
-    }
 }
 
 func stock(_ h: Handlers, _ id: String) throws -> Int64 {

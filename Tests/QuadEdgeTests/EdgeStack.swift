@@ -193,3 +193,32 @@ struct ActionMix {
 
     var expectedChanges: [String] { favorites.map { "\($0.type == "favorites.add" ? "add" : "remove") \($0.product)" } }
 }
+
+/// protos/edge/control.schema.json, to check real answers of the control
+/// socket against it: every field the schema requires is there, and none it
+/// does not list.
+struct ControlSchema {
+    let defs: [String: JSON]
+
+    init() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let text = try String(contentsOf: root.appendingPathComponent("protos/edge/control.schema.json"), encoding: .utf8)
+        defs = try #require(try JSON.parse(text)["$defs"]?.object)
+    }
+
+    func check(_ def: String, _ value: JSON, sourceLocation: SourceLocation = #_sourceLocation) {
+        // "log.reply/actions": the items of a property of a definition.
+        let path = def.split(separator: "/").map(String.init)
+        var found = defs[path[0]]
+        for property in path.dropFirst() { found = found?["properties"]?[property]?["items"] }
+        guard let schema = found, let fields = value.object else {
+            Issue.record("no $defs/\(def), or not an object: \(value)", sourceLocation: sourceLocation)
+            return
+        }
+        let allowed = Set(schema["properties"]?.object?.keys.map { $0 } ?? [])
+        let required = Set(schema["required"]?.array?.compactMap(\.string) ?? [])
+        let keys = Set(fields.keys)
+        #expect(keys.isSubset(of: allowed), "\(def): fields the schema does not list: \(keys.subtracting(allowed).sorted())", sourceLocation: sourceLocation)
+        #expect(required.isSubset(of: keys), "\(def): required fields missing: \(required.subtracting(keys).sorted())", sourceLocation: sourceLocation)
+    }
+}

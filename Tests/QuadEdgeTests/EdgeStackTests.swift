@@ -104,6 +104,9 @@ struct EdgeStackTests {
         #expect(drained["drained"]?.bool == true, "\(drained)")
         #expect(try changes(edge, user) == mix.expectedChanges, "each action applied once, in order, across the crash")
         #expect(try edge.cartQuantity(user: user, product: "p-0020") == Int64(mix.cartAdds))
+        let head = try #require(try edge.log().first { $0["type"]?.string != nil && $0["id"]?.string != nil && ($0["attempts"]?.int ?? 0) >= 2 },
+                                "the head of the outbox was attempted before the kill and again after it")
+        #expect(head["outcome"]?.string == "done")
         let events = try edge.telemetry()
         #expect(events["action.synced"] == 21, "\(events)")
         #expect(events["session.started"] == 2)
@@ -181,9 +184,23 @@ struct EdgeStackTests {
         let refused = try edge.control.call(.request("edge.act", body: ["phone": "phone-001", "type": "orders.cancel", "body": ["order": "x"]]))
         #expect(refused.quadError?.status == 503 && refused.quadError?.message.contains("needs a connection") == true)
         try edge.airplane(false)
-        #expect(try edge.waitDrained()["drained"]?.bool == true)
+        let drained = try edge.waitDrained()
+        #expect(drained["drained"]?.bool == true)
         let confirmed = try edge.view("spending")
         #expect(confirmed["body"]?["queued"]?.int == 0)
+        // What the control socket says agrees with protos/edge/control.schema.json.
+        let schema = try ControlSchema()
+        schema.check("phone_state", try edge.state())
+        schema.check("state.reply", try edge.edge("edge.state"))
+        schema.check("wait.reply", drained)
+        schema.check("view.reply", levels)
+        schema.check("view.reply", confirmed)
+        schema.check("act.reply", try edge.edge("edge.act", ["phone": "phone-001", "type": "favorites.add", "body": ["product": "p-0003"]]))
+        schema.check("messages.reply", try edge.edge("edge.messages", ["phone": "phone-001"]))
+        let log = try edge.edge("edge.log", ["phone": "phone-001"])
+        schema.check("log.reply", log)
+        for entry in log["actions"]?.array ?? [] { schema.check("log.reply/actions", entry) }
+        schema.check("report.reply", try edge.edge("edge.report"))
     }
 
     @Test func twoHundredPhonesRunACampusDayAndEveryActionIsAccountedFor() throws {
@@ -229,7 +246,7 @@ struct EdgeStackTests {
             return (p.terminationStatus, String(decoding: data, as: UTF8.self))
         }
         let (status, out) = try quadctl(["state"])
-        try #require(!out.contains("unknown command 'phone'"),
+        try #require(!out.contains("unknown command 'phone'") && !out.contains("unknown option --control"),
                      "quadctl does not dispatch 'phone' yet: main.swift must call PhoneCommand.run (see Sources/quadctl/Phone.swift)")
         #expect(status == 0 && out.contains("phone-001"), "\(out)")
         #expect(try quadctl(["airplane", "on", "phone-001"]).0 == 0)

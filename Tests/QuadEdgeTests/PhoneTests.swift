@@ -22,6 +22,8 @@ final class FakeBroker {
     /// What to answer: a reply body, an error, or nothing (the request is lost).
     var answer: (Envelope, Int) -> Result<JSON, QuadError>? = { _, _ in .success([:]) }
     var delayMs: Int64 = 0
+    /// A cut: nothing is answered, not even the phone's probes.
+    var blackout = false
     /// Telemetry batches whose answer is lost (the collector stored them).
     var dropTelemetry = 0
     var pending: [(due: Int64, route: [[UInt8]], reply: Envelope)] = []
@@ -41,6 +43,7 @@ final class FakeBroker {
     func receive() {
         while let frames = try? socket.receive(dontWait: true) {
             guard let last = frames.last, let request = try? Envelope.decode(last) else { continue }
+            if blackout { seen.append(Seen(id: request.id, type: request.type, body: request.body, at: Clock.monotonicMillis())); continue }
             seen.append(Seen(id: request.id, type: request.type, body: request.body, at: Clock.monotonicMillis()))
             let isAction = Actions.queued.contains(request.type)
             let n = seen.filter { $0.id == request.id }.count
@@ -150,22 +153,26 @@ struct PhoneTests {
         #expect(rig.broker.maxInFlightActions == 1, "one action in flight at a time")
     }
 
-    @Test func aLostAnswerIsRetriedUnderTheSameIDWithGrowingBackoff() throws {
+    @Test func duringACutTheSameIDIsRetriedWithGrowingBackoffAndSentAgainWhenTheNetworkAnswers() throws {
         let rig = try PhoneRig()
-        // The first three attempts of every action get no answer.
-        rig.broker.answer = { _, attempt in attempt <= 3 ? nil : .success([:]) }
         rig.phone.start()
+        rig.run(forMs: 200)
+        rig.broker.blackout = true
         guard case .queued(let first) = rig.phone.act("favorites.add", ["product": "p-0001"]),
               case .queued(let second) = rig.phone.act("favorites.remove", ["product": "p-0001"]) else { Issue.record("not queued"); return }
-        rig.run(forMs: 15_000) { rig.outbox == 0 }
-        #expect(rig.outbox == 0)
-        #expect(rig.broker.attempts(first) == 4 && rig.broker.attempts(second) == 4)
-        #expect(rig.broker.actions.map(\.id) == [first, first, first, first, second, second, second, second], "the second waits for the first")
-        let times = rig.broker.actions.filter { $0.id == first }.map(\.at)
-        let gaps = zip(times.dropFirst(), times).map { $0 - $1 }
-        // Each gap is the 300 ms timeout plus a backoff of at least half of 50, 100, 200 ms.
-        #expect(gaps.count == 3 && gaps[0] >= 300 + 25 && gaps[2] >= 300 + 100, "\(gaps)")
-        #expect(rig.phone.reachable, "an answer proved the network is back")
+        rig.run(forMs: 10_000) { rig.broker.attempts(first) >= 4 }
+        #expect(!rig.phone.reachable && !rig.phone.airplane, "a cut the phone cannot see: timeouts")
+        #expect(rig.broker.actions.map(\.id) == [first, first, first, first], "the same id, and the second waits behind the first")
+        let times = rig.broker.actions.map(\.at)
+        let gaps = zip(times.dropFirst(), times).map { $0 - $1 - 550 }  // each attempt waits 300 ms + 250 ms of grace
+        // Backoff with jitter: at least half of 50, 100, 200 ms; at most the 400 ms cap.
+        #expect(gaps.count == 3 && gaps[0] >= 25 && gaps[1] >= 50 && gaps[2] >= 100 && gaps.allSatisfy { $0 < 400 + 60 }, "\(gaps)")
+        // The network heals: the next probe's answer sends the head at once.
+        rig.broker.blackout = false
+        rig.run(forMs: 5_000) { rig.outbox == 0 }
+        #expect(rig.outbox == 0 && rig.phone.reachable)
+        #expect(Set(rig.broker.actions.map(\.id)) == [first, second])
+        #expect(rig.broker.actions.last?.id == second)
     }
 
     @Test func aRefusalRollsBackTheOptimisticStateAndLeavesTheReason() throws {

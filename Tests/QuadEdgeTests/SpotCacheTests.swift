@@ -3,7 +3,7 @@ import Testing
 
 @Suite("The spot search cache")
 struct SpotCacheTests {
-    final class FakeClock: @unchecked Sendable {
+    final class FakeClock {
         var ms: Int64 = 0
     }
 
