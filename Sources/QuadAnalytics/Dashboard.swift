@@ -113,16 +113,16 @@ public enum Dashboard {
         guard !series.isEmpty else { return "" }
         let width = 600.0, height = 260.0, left = 52.0, right = 12.0, top = 28.0, bottom = 58.0
         let plotW = width - left - right, plotH = height - top - bottom
-        let maxValue = rows.flatMap { r in series.map { r[$0.1].double ?? 0 } }.max() ?? 0
-        let scale = niceMax(maxValue)
+        let values = rows.flatMap { r in series.map { r[$0.1].double ?? 0 } }
+        let (scale, ticks) = axis(values)
         let group = plotW / Double(rows.count)
         let barW = max(1, min(36, group * 0.8 / Double(series.count)))
         var s = "<svg viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"\(escape(title))\" xmlns=\"http://www.w3.org/2000/svg\">"
         s += "<title>\(escape(title))</title>"
         // Grid and axis labels.
-        for k in 0...4 {
-            let v = scale * Double(k) / 4
-            let y = top + plotH - plotH * Double(k) / 4
+        for k in 0...ticks {
+            let v = scale * Double(k) / Double(ticks)
+            let y = top + plotH - plotH * Double(k) / Double(ticks)
             s += "<line x1=\"\(f(left))\" y1=\"\(f(y))\" x2=\"\(f(width - right))\" y2=\"\(f(y))\" stroke=\"#e3e6ec\"/>"
             s += "<text x=\"\(f(left - 6))\" y=\"\(f(y + 4))\" text-anchor=\"end\">\(escape(number(v)))</text>"
         }
@@ -144,7 +144,7 @@ public enum Dashboard {
                 s += "<title>\(escape(text(r[labelAt]))): \(escape(label(name))) \(escape(text(r[at])))</title></rect>"
             }
             let cx = left + group * Double(k) + group / 2
-            let name = String(text(r[labelAt]).prefix(16))
+            let name = String(text(r[labelAt]).prefix(rotate ? 16 : max(8, Int(group / 6.2))))
             if rotate {
                 s += "<text x=\"\(f(cx))\" y=\"\(f(top + plotH + 12))\" text-anchor=\"end\" transform=\"rotate(-35 \(f(cx)) \(f(top + plotH + 12)))\">\(escape(name))</text>"
             } else {
@@ -171,8 +171,12 @@ public enum Dashboard {
             cells[rn + "\u{1}" + text(r[ci])] = r[vi]
         }
         colValues.sort { ($0.double ?? 0, text($0)) < ($1.double ?? 0, text($1)) }
-        let left = 84.0, top = 22.0, cell = min(22.0, 508.0 / Double(max(1, colValues.count))), rowH = 20.0
-        let width = left + cell * Double(colValues.count) + 10, height = top + rowH * Double(rowNames.count) + 8
+        // Hours of the day: all 24 columns, so every level reads the same way.
+        if spec[1] == "hour", colValues.allSatisfy({ ($0.int.map { (0...23).contains($0) }) ?? false }) {
+            colValues = (0...23).map { .int(Int64($0)) }
+        }
+        let left = 84.0, top = 22.0, width = 600.0, cell = min(34.0, (width - left - 10) / Double(max(1, colValues.count))), rowH = 22.0
+        let height = top + rowH * Double(rowNames.count) + 8
         var s = "<svg viewBox=\"0 0 \(Int(width.rounded(.up))) \(Int(height.rounded(.up)))\" role=\"img\" aria-label=\"\(escape(title))\" xmlns=\"http://www.w3.org/2000/svg\">"
         s += "<title>\(escape(title))</title>"
         for (k, c) in colValues.enumerated() {
@@ -182,7 +186,10 @@ public enum Dashboard {
             let y = top + rowH * Double(n)
             s += "<text x=\"\(f(left - 6))\" y=\"\(f(y + 14))\" text-anchor=\"end\">\(escape(String(rn.prefix(14))))</text>"
             for (k, c) in colValues.enumerated() {
-                guard let v = cells[rn + "\u{1}" + text(c)], let d = v.double else { continue }
+                guard let v = cells[rn + "\u{1}" + text(c)], let d = v.double else {
+                    s += "<rect x=\"\(f(left + cell * Double(k)))\" y=\"\(f(y))\" width=\"\(f(cell - 1))\" height=\"\(f(rowH - 2))\" fill=\"#f0f1f4\"/>"
+                    continue
+                }
                 let t = min(1, max(0, d / 100))
                 // From pale green (empty lot) to deep red (full).
                 let red = Int(230 * t + 220 * (1 - t)), green = Int(60 * t + 240 * (1 - t)), blue = Int(50 * t + 220 * (1 - t))
@@ -195,11 +202,15 @@ public enum Dashboard {
 
     // MARK: formatting
 
-    static func niceMax(_ v: Double) -> Double {
-        guard v > 0 else { return 1 }
-        let p = pow(10, floor(log10(v)))
-        for m in [1.0, 2, 2.5, 5, 10] where m * p >= v { return m * p }
-        return 10 * p
+    /// The top of the value axis and how many steps it has: whole steps
+    /// for small counts, else 1, 2, 2.5 or 5 times a power of ten.
+    static func axis(_ values: [Double]) -> (Double, Int) {
+        let top = values.max() ?? 0
+        guard top > 0 else { return (1, 1) }
+        if top <= 5 && values.allSatisfy({ $0.rounded() == $0 }) { return (top, Int(top)) }
+        let p = pow(10, floor(log10(top)))
+        for (m, ticks) in [(1.0, 5), (2, 4), (2.5, 5), (5, 5), (10, 5)] where m * p >= top { return (m * p, ticks) }
+        return (10 * p, 5)
     }
 
     static func f(_ d: Double) -> String { String(format: "%.1f", d) }

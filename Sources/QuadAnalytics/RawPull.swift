@@ -80,7 +80,14 @@ public final class RawPull {
     func apply(_ body: JSON) throws -> (Int, Bool) {
         let events = body["events"]?.array ?? []
         let n = try db.transaction { () throws -> Int in
-            let after = try cursor()
+            var after = try cursor()
+            if let last = body["last"]?.int, last < after {
+                // Telemetry's store was replaced: its seqs start again. Events
+                // are keyed by id here, so reading from the start counts none twice.
+                Log.info(name, "telemetry's last seq \(last) is behind our cursor \(after): pulling again from the start")
+                try db.execute("UPDATE raw_cursor SET seq = 0 WHERE one = 1")
+                after = 0
+            }
             let fresh = events.filter { ($0["seq"]?.int ?? 0) > after }
             guard let top = fresh.compactMap({ $0["seq"]?.int }).max() else { return 0 }
             let n = try Facts.applyTelemetry(db, fresh, clock: clock)

@@ -105,22 +105,21 @@ public enum Telemetry: ServiceDomain {
     // MARK: ingest
 
     /// What one batch did.
-    public struct Outcome: Sendable, Equatable {
-        public var accepted = 0
-        public var duplicate = 0
-        public var conflicting = 0
-        public var rejected: [(index: Int, id: String?, reason: String)] = []
-        public var byName: [String: Int] = [:]
-        public var seqRange: (Int64, Int64)?
+    struct Outcome {
+        var accepted = 0
+        var duplicate = 0
+        var conflicting = 0
+        var rejected: [(index: Int, id: String?, reason: String)] = []
+        var byName: [String: Int] = [:]
+        var seqRange: (Int64, Int64)?
 
-        public var json: JSON {
+        /// The reply: `{accepted, duplicate, conflicting, rejected}`.
+        var json: JSON {
             [
                 "accepted": .int(Int64(accepted)), "duplicate": .int(Int64(duplicate)), "conflicting": .int(Int64(conflicting)),
                 "rejected": .array(rejected.map { ["index": .int(Int64($0.index)), "id": $0.id.map { .string($0) } ?? .null, "reason": .string($0.reason)] }),
             ]
         }
-
-        public static func == (a: Outcome, b: Outcome) -> Bool { a.json == b.json }
     }
 
     /// Validates, stores and counts one batch, in the caller's transaction.
@@ -136,7 +135,11 @@ public enum Telemetry: ServiceDomain {
             throw QuadError.tooLarge("body.events has \(events.count) events, over the limit max_batch_events=\(maxBatchEvents)",
                                      details: ["max_batch_events": .int(Int64(maxBatchEvents)), "events": .int(Int64(events.count))])
         }
-        let bytes = list.encoded().count
+        // Each event encoded once (keys sorted, compact): the size of the
+        // list is theirs plus the brackets and commas, and an event whose id
+        // is already in lower case is its own canonical payload.
+        let encoded = events.map { $0.encoded() }
+        let bytes = encoded.reduce(1 + events.count) { $0 + $1.count }
         guard bytes <= maxBatchBytes else {
             throw QuadError.tooLarge("body.events is \(bytes) bytes, over the limit max_batch_bytes=\(maxBatchBytes)",
                                      details: ["max_batch_bytes": .int(Int64(maxBatchBytes)), "bytes": .int(Int64(bytes))])
@@ -155,7 +158,7 @@ public enum Telemetry: ServiceDomain {
                 outcome.rejected.append((index, value["id"]?.string, error.message))
                 continue
             }
-            let payload = event.canonical
+            let payload = value["id"]?.string == event.id ? String(decoding: encoded[index], as: UTF8.self) : event.canonical
             if seen.contains(event.id) {
                 repeats.append((event.id, payload, digest(payload)))
             } else {

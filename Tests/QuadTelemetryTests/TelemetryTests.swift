@@ -193,6 +193,14 @@ struct EventRuleTests {
             names.insert(parsed.name)
         }
         #expect(names == Set(PhoneEvent.names.keys))
+        // Ingest takes an event's own encoding as its canonical payload when
+        // its id is in lower case: the two must be the same text.
+        for f in files {
+            let e = try JSON.parse(Array(try Data(contentsOf: examples.appendingPathComponent(f))))
+            #expect(String(decoding: e.encoded(), as: UTF8.self) == (try PhoneEvent(e)).canonical, "\(f)")
+        }
+        let withDoubles = try JSON.parse(#"{"id":"019ad9a2-0000-7000-8000-000000000001","phone":"p","user":null,"session":"s","name":"offline.ended","ts":1.7645832e12,"offline":true,"queued_ms":5.0,"props":{"duration_ms":3000.0}}"#)
+        #expect(String(decoding: withDoubles.encoded(), as: UTF8.self) == (try PhoneEvent(withDoubles)).canonical)
         let cases = try JSON.parse(Array(try Data(contentsOf: examples.appendingPathComponent("_invalid-events.json"))))["cases"]?.array ?? []
         #expect(cases.count > 30)
         for c in cases {
