@@ -22,8 +22,11 @@ them), and checks, in Jepsen's terms:
                not overlap)
   deadlines    no hold fulfilled after its deadline (parking check-in before
                the deadline; catalog holds confirmed before they expired)
-  telemetry    every telemetry event the phones sent is stored once (when the
-               edge's report is given)
+  analytics    analytics agrees with the services' stores: the same orders and
+               parking holds with the same status (--settle waits for it)
+  telemetry    no telemetry event left on a phone, every event acknowledged to a
+               phone stored (once: the collector keys them by id), no id with two
+               payloads
 
 Prints a verdict table and writes the same as JSON (--json); exits 1 when a
 check fails, 2 when the stores cannot be read. Python 3 and psql only.
@@ -228,7 +231,14 @@ class Checker:
         self.check_saga(stores)
         self.check_spots(stores)
         self.check_telemetry(stores, phones)
+        self.check_analytics(stores)
         self.phones = phones
+        waits = sorted(int(a["finished_ms"]) - int(a["created_ms"]) for p in phones.values() for a in p["actions"]
+                       if a["finished_ms"] is not None and a["code"] != "dropped")
+        def pct(q):
+            return waits[min(len(waits) - 1, int(len(waits) * q))] if waits else None
+        self.latency = {"count": len(waits), "p50_ms": pct(0.5), "p95_ms": pct(0.95), "p99_ms": pct(0.99),
+                        "max_ms": waits[-1] if waits else None}
 
     def check_duplicates(self, stores):
         dup = 0
@@ -252,11 +262,13 @@ class Checker:
                     if isinstance(ident, dict):
                         ident = ident.get("id")
                     if isinstance(ident, str):
-                        keys[(s, r["type"], ident)] += 1
-        for (s, t, ident), n in keys.items():
+                        # One event of a type per entity (per product and
+                        # reason for stock changes); a second is a second effect.
+                        keys[(s, r["type"], ident, str(body.get("product", "")), str(body.get("reason", "")))] += 1
+        for (s, t, ident, product, reason), n in keys.items():
             if n > 1:
                 dup += n - 1
-                self.example("duplicated", "%s published %s about %s %d times" % (s, t, ident, n))
+                self.example("duplicated", "%s published %s about %s%s %d times" % (s, t, ident, " " + product if product else "", n))
         self.check("duplicated", dup == 0, "%d duplicated effects" % dup)
         return dup
 
@@ -293,14 +305,17 @@ class Checker:
             n += 1
             h = holds.get(o["id"])
             st = o["status"]
-            if st == "confirmed" or st == "active" or st == "returned":
+            if st == "confirmed":
                 if h is None or h["status"] != "confirmed":
                     bad += 1
-                    self.example("saga", "order %s is %s, its stock hold is %s" % (o["id"], st, h["status"] if h else "missing"))
+                    self.example("saga", "order %s is confirmed, its stock hold is %s" % (o["id"], h["status"] if h else "missing"))
             elif st in ("rejected", "cancelled"):
-                if h is not None and h["status"] in ("held", "confirmed") and st == "rejected":
+                if h is not None and h["status"] in ("held", "confirmed"):
                     bad += 1
-                    self.example("saga", "order %s is rejected, its stock hold is still %s" % (o["id"], h["status"]))
+                    self.example("saga", "order %s is %s, its stock hold is still %s" % (o["id"], st, h["status"]))
+            else:
+                bad += 1
+                self.example("saga", "order %s is still %s after the run" % (o["id"], st))
         self.check("saga", bad == 0, "%d orders disagree with their stock holds of %d" % (bad, n))
 
     def check_spots(self, stores):
@@ -364,13 +379,54 @@ class Checker:
         if isinstance(report, dict):
             t = report.get("telemetry") or {}
             accepted = t.get("accepted")
-        if accepted is None:
-            self.check("telemetry", queued == 0, "%d stored, %d still queued on phones (no edge report to compare)" % (stored, queued))
+        conflicting = 0
+        if st.has_table("ingest_totals"):
+            for r in st.rows("SELECT conflicting FROM ingest_totals"):
+                conflicting += int(r["conflicting"])
+        # Events are keyed by their id at the collector (stored at most once);
+        # none may be left on a phone, none acknowledged as new may be
+        # missing, and no id may arrive with two different payloads.
+        ok = queued == 0 and conflicting == 0 and (accepted is None or stored >= int(accepted))
+        if queued:
+            self.example("telemetry", "%d events still queued on the phones" % queued)
+        if conflicting:
+            self.example("telemetry", "%d event ids arrived with two different payloads" % conflicting)
+        if accepted is not None and stored < int(accepted):
+            self.example("telemetry", "the phones were told %d events were stored as new; the collector has %d of theirs" % (accepted, stored))
+        self.check("telemetry", ok, "%d stored once each, %s acknowledged as new to the phones, %d queued, %d conflicting" % (
+            stored, "?" if accepted is None else accepted, queued, conflicting))
+
+    def check_analytics(self, stores):
+        """Analytics, once caught up, agrees with the services: the same
+        orders with the same status, the same parking holds with the same
+        status. Waits up to --settle seconds for it to catch up."""
+        import time
+        a = stores.get("analytics")
+        if a is None or not a.has_table("orders") or not a.has_table("holds"):
+            self.check("analytics", True, "n/a (no analytics store)")
             return
-        ok = queued == 0 and stored == int(accepted)
-        if not ok:
-            self.example("telemetry", "phones had %d accepted as new, the collector stores %d for them; %d queued" % (accepted, stored, queued))
-        self.check("telemetry", ok, "%d stored, %d accepted as new by the collector, %d queued" % (stored, accepted, queued))
+        pairs = []
+        if "orders" in stores and stores["orders"].has_table("orders"):
+            pairs.append(("orders", "SELECT id, status FROM orders", stores["orders"], "SELECT id, status FROM orders"))
+        if "reservations" in stores and stores["reservations"].has_table("reservations"):
+            pairs.append(("holds", "SELECT id, status FROM holds", stores["reservations"], "SELECT id, status FROM reservations"))
+        deadline = time.time() + self.args.settle
+        while True:
+            diffs = []
+            sizes = []
+            for name, aq, st, sq in pairs:
+                truth = {r["id"]: r["status"] for r in st.rows(sq)}
+                seen = {r["id"]: r["status"] for r in a.rows(aq)}
+                sizes.append("%d %s" % (len(truth), name))
+                for k in sorted(set(truth) | set(seen)):
+                    if truth.get(k) != seen.get(k):
+                        diffs.append("%s %s: service says %s, analytics %s" % (name, k, truth.get(k, "nothing"), seen.get(k, "nothing")))
+            if not diffs or time.time() >= deadline:
+                break
+            time.sleep(1)
+        for d in diffs[:5]:
+            self.example("analytics", d)
+        self.check("analytics", not diffs, "%d disagreements over %s" % (len(diffs), ", ".join(sizes) or "nothing"))
 
     # ------------------------------------------------------------ output
 
@@ -380,6 +436,10 @@ class Checker:
         c = self.counts
         lines.append("actions: attempted %d, acknowledged %d, ok %d, failed %d, indeterminate %d, lost %d, duplicated %d, out of order %d" % (
             c["attempted"], c["acknowledged"], c["ok"], c["failed"], c["indeterminate"], c["lost"], c["duplicated"], c["out_of_order"]))
+        lat = getattr(self, "latency", None)
+        if lat and lat["count"]:
+            lines.append("action latency, made to settled (offline time included): p50 %d ms, p95 %d ms, p99 %d ms, max %d ms (%d actions)" % (
+                lat["p50_ms"], lat["p95_ms"], lat["p99_ms"], lat["max_ms"], lat["count"]))
         lines.append("")
         lines.append("%-11s %-6s %s" % ("CHECK", "RESULT", "FIGURES"))
         for name, good, figure, _ in self.results:
@@ -397,8 +457,122 @@ class Checker:
             "valid": all(r[1] for r in self.results),
             "counts": dict(self.counts),
             "phones": len(getattr(self, "phones", {})),
+            "latency": getattr(self, "latency", None),
             "checks": [{"name": n, "ok": g, "figures": f, "examples": self.examples.get(n, [])} for n, g, f, _ in self.results],
         }
+
+
+def fault_windows(path, restart_s=2.0):
+    """Fault windows [start, end) in seconds from the run's start, from the
+    run's faults.log ("[  12s] partition phones | broker", "heal ...",
+    "pause catalog for 3 s", "kill orders ...", "scale catalog to 3 ...")."""
+    import re
+    windows, open_ = [], {}
+    if not path or not os.path.exists(path):
+        return windows
+    for line in open(path):
+        m = re.match(r"\[\s*(\d+)s\] (.*)", line.strip())
+        if not m:
+            continue
+        t, what = int(m.group(1)), m.group(2)
+        if what.startswith("partition ") and "FAILED" not in what:
+            open_[what[len("partition "):]] = t
+        elif what.startswith("heal ") and what[len("heal "):] in open_:
+            pair = what[len("heal "):]
+            windows.append({"kind": "partition", "what": "partition " + pair, "start": open_.pop(pair), "end": t})
+        elif what.startswith("pause ") and "no live" not in what:
+            m2 = re.match(r"pause (\S+) for (\d+) s", what)
+            if m2:
+                windows.append({"kind": "pause", "what": "pause " + m2.group(1), "start": t, "end": t + int(m2.group(2))})
+        elif what.startswith("kill ") and "no live" not in what:
+            windows.append({"kind": "kill", "what": what.split(" (")[0], "start": t, "end": t + restart_s})
+        elif what.startswith("scale ") and what.endswith("(starting)"):
+            open_["scale:" + what] = t
+        elif what.startswith("scale ") and what.endswith(" done"):
+            key = "scale:" + what[:-len(" done")] + " (starting)"
+            if key in open_:
+                windows.append({"kind": "scale", "what": what[:-len(" done")], "start": open_.pop(key), "end": t})
+    for key, t in open_.items():
+        windows.append({"kind": "partition" if not key.startswith("scale:") else "scale", "what": key, "start": t, "end": None})
+    return windows
+
+
+def html_report(path, checker, windows, t0_ms, title):
+    """An HTML page: the verdict, and an SVG plot of action latency and
+    throughput over time with the fault windows shaded (as Jepsen's plots)."""
+    import html
+    points = []  # (finish s, latency ms, outcome)
+    made = []
+    for p in checker.phones.values():
+        for a in p["actions"]:
+            made.append((int(a["created_ms"]) - t0_ms) / 1000.0)
+            if a["finished_ms"] is not None and a["code"] != "dropped":
+                points.append(((int(a["finished_ms"]) - t0_ms) / 1000.0, max(1, int(a["finished_ms"]) - int(a["created_ms"])), a["outcome"]))
+    end = max([x for x, _, _ in points] + made + [w["end"] or 0 for w in windows] + [1])
+    W, L, R, H1, H2, T, G = 960, 60, 20, 260, 140, 30, 40
+    pw = W - L - R
+    def X(t):
+        return L + pw * max(0.0, t) / end
+    import math
+    top = max([y for _, y, _ in points] + [10])
+    ly = math.log10(top) + 0.1
+    def Y1(ms):
+        return T + H1 - H1 * math.log10(ms) / ly
+    colors = {"partition": "#f4a3a3", "kill": "#9fc5e8", "pause": "#ffe599", "scale": "#b6d7a8"}
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (W, T + H1 + G + H2 + 40)]
+    for k, w in enumerate(windows):
+        x1, x2 = X(w["start"]), X(w["end"] if w["end"] is not None else end)
+        for y0, h in ((T, H1), (T + H1 + G, H2)):
+            out.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" opacity="0.55"><title>%s, %s to %s s</title></rect>' % (
+                x1, y0, max(1.5, x2 - x1), h, colors.get(w["kind"], "#ddd"), html.escape(w["what"]), w["start"], w["end"]))
+    # Latency panel (log scale).
+    out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333"/>' % (L, T, pw, H1))
+    for e in range(0, int(ly) + 1):
+        y = Y1(10 ** e)
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ccc"/><text x="%d" y="%.1f" text-anchor="end">%s</text>' % (
+            L, L + pw, y, y, L - 4, y + 4, ("%d ms" % 10 ** e) if e < 3 else ("%g s" % (10 ** e / 1000))))
+    for x, y, outcome in points:
+        out.append('<circle cx="%.1f" cy="%.1f" r="1.8" fill="%s"/>' % (X(x), Y1(y), "#1f77b4" if outcome == "done" else "#ff7f0e"))
+    out.append('<text x="%d" y="%d" font-weight="bold">action latency, made to settled (blue done, orange rejected; log scale)</text>' % (L, T - 10))
+    # Throughput panel: actions settled per second.
+    per = [0] * (int(end) + 1)
+    for x, _, _ in points:
+        if 0 <= x <= end:
+            per[int(x)] += 1
+    mk = [0] * (int(end) + 1)
+    for x in made:
+        if 0 <= x <= end:
+            mk[int(x)] += 1
+    top2 = max(per + mk + [1])
+    y0 = T + H1 + G
+    out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333"/>' % (L, y0, pw, H2))
+    def Y2(v):
+        return y0 + H2 - H2 * v / top2
+    out.append('<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="%s"/>' % " ".join("%.1f,%.1f" % (X(i + 0.5), Y2(v)) for i, v in enumerate(per)))
+    out.append('<polyline fill="none" stroke="#999" stroke-dasharray="3,2" points="%s"/>' % " ".join("%.1f,%.1f" % (X(i + 0.5), Y2(v)) for i, v in enumerate(mk)))
+    out.append('<text x="%d" y="%d" font-weight="bold">throughput: actions settled per second (blue), made per second (grey dashed)</text>' % (L, y0 - 8))
+    out.append('<text x="%d" y="%.1f" text-anchor="end">%d/s</text><text x="%d" y="%d" text-anchor="end">0</text>' % (L - 4, y0 + 8, top2, L - 4, y0 + H2))
+    step = next((s for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800) if end / s <= 12), 3600)
+    for t in range(0, int(end) + 1, step):
+        out.append('<text x="%.1f" y="%d" text-anchor="middle">%d s</text>' % (X(t), y0 + H2 + 14, t))
+    lx = L
+    for kind, c in colors.items():
+        out.append('<rect x="%d" y="%d" width="12" height="10" fill="%s"/><text x="%d" y="%d">%s</text>' % (lx, y0 + H2 + 24, c, lx + 16, y0 + H2 + 33, kind))
+        lx += 90
+    out.append("</svg>")
+    ok, text = checker.verdict()
+    rows = "".join('<tr><td>%s</td><td class="%s">%s</td><td>%s</td></tr>' % (
+        html.escape(n), "ok" if g else "fail", "ok" if g else "FAIL", html.escape(f)) for n, g, f, _ in checker.results)
+    faults = "".join("<li>%s: %s to %s s</li>" % (html.escape(w["what"]), w["start"], w["end"] if w["end"] is not None else "end")
+                     for w in windows)
+    page = """<!doctype html><html><head><meta charset="utf-8"><title>%s</title>
+<style>body{font-family:sans-serif;margin:24px;max-width:1000px} td{padding:2px 10px} .ok{color:#080} .fail{color:#c00;font-weight:bold}
+pre{background:#f6f6f6;padding:8px}</style></head><body>
+<h1>%s</h1><p><b>Verdict: %s</b></p><pre>%s</pre>%s
+<h2>Checks</h2><table>%s</table><h2>Faults</h2><ul>%s</ul></body></html>
+""" % (html.escape(title), html.escape(title), "PASS" if ok else "FAIL", html.escape(text.split("\n\n")[0]), "\n".join(out), rows, faults or "<li>none</li>")
+    with open(path, "w") as f:
+        f.write(page)
 
 
 def main():
@@ -408,6 +582,11 @@ def main():
     ap.add_argument("--phones", help="folder of the phones' files (default HOME/phones)")
     ap.add_argument("--edge-report", help="quad-edge's JSON report (quad-edge run --report), for the telemetry check")
     ap.add_argument("--json", help="also write the verdict as JSON to this file")
+    ap.add_argument("--faults", help="the run's faults.log: fault windows for the JSON and the plot")
+    ap.add_argument("--t0", type=int, help="the run's start, ms since the epoch (the faults' zero)")
+    ap.add_argument("--html", help="also write an HTML report with an SVG plot of latency and throughput")
+    ap.add_argument("--settle", type=float, default=0, help="seconds to wait for analytics to catch up (default 0)")
+    ap.add_argument("--title", default="Quad chaos run", help="the HTML report's title")
     args = ap.parse_args()
     args.home = os.path.abspath(args.home)
     args.phones = args.phones or os.path.join(args.home, "phones")
@@ -419,10 +598,18 @@ def main():
         return 2
     ok, text = c.verdict()
     print(text)
+    windows = fault_windows(args.faults)
+    t0 = args.t0
+    if t0 is None:
+        t0 = min([int(a["created_ms"]) for p in c.phones.values() for a in p["actions"]] or [0])
     if args.json:
+        verdict = c.json()
+        verdict["faults"] = windows
         with open(args.json, "w") as f:
-            json.dump(c.json(), f, indent=2)
+            json.dump(verdict, f, indent=2)
             f.write("\n")
+    if args.html:
+        html_report(args.html, c, windows, t0, args.title)
     return 0 if ok else 1
 
 

@@ -258,7 +258,7 @@ hosts_pg_up() {
     printf 'local all all trust\nhost all all 10.77.0.0/16 trust\n' >"$dir/data/pg_hba.conf"
     chown postgres: "$dir/data/pg_hba.conf"
     if ! ip netns exec "$ns" runuser -u postgres -- "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-        -o "-c listen_addresses=$ip -p $port -k $dir -c max_connections=200 -c shared_buffers=64MB" start >/dev/null; then
+        -o "-c listen_addresses=$ip -p $port -k $dir -c max_connections=200 -c shared_buffers=64MB" start >/dev/null 9>&-; then
         tail -n 20 "$dir/server.log" >&2
         quad_die "PostgreSQL did not start on host pg ($ip:$port)"
     fi

@@ -131,6 +131,10 @@ public final class Handlers {
             afterMutation()
             return reply
         } catch {
+            // The same id may have run on another worker at the same time
+            // (a client's retry and the broker's redelivery): its stored
+            // reply is the answer, and this attempt's failure is not.
+            if let stored = try? Idempotency.storedReply(db, id: envelope.id) { return stored }
             let quadError = Handlers.quadError(error)
             let reply = envelope.error(quadError, src: src)
             // A refusal (4xx) is the request's answer too: a retry of the

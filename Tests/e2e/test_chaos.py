@@ -1,0 +1,214 @@
+"""deploy/checker.py on stores made here: a consistent history passes, and
+each kind of violation (an acknowledged action lost, an effect applied twice,
+actions applied out of order, stock oversold, a spot held twice, a check-in
+after the deadline, telemetry left on a phone) makes it fail with its count.
+No services run: the stores are SQLite files with the tables the services
+and the phones use (the columns the checker reads)."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHECKER = os.path.join(ROOT, "deploy", "checker.py")
+SERVICES = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics"]
+
+PHONE_SCHEMA = """
+CREATE TABLE session (one INTEGER PRIMARY KEY, user_id TEXT);
+CREATE TABLE outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, type TEXT NOT NULL);
+CREATE TABLE action_log (id TEXT PRIMARY KEY, type TEXT NOT NULL, created_ms BIGINT NOT NULL, finished_ms BIGINT,
+                         outcome TEXT NOT NULL, code TEXT, reason TEXT, attempts INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE telemetry (id TEXT PRIMARY KEY, batch TEXT);
+"""
+
+SERVICE_SCHEMA = """
+CREATE TABLE idempotency (id TEXT PRIMARY KEY, type TEXT NOT NULL, reply TEXT NOT NULL, created_ms BIGINT NOT NULL);
+CREATE TABLE outbox (seq BIGINT PRIMARY KEY, id TEXT NOT NULL, type TEXT NOT NULL, ts BIGINT NOT NULL, body TEXT NOT NULL,
+                     published INTEGER NOT NULL DEFAULT 0);
+"""
+
+EXTRA = {
+    "catalog": """
+        CREATE TABLE products (id TEXT PRIMARY KEY, stock BIGINT NOT NULL);
+        CREATE TABLE holds (order_id TEXT PRIMARY KEY, status TEXT NOT NULL, created_ms BIGINT NOT NULL, expires_ms BIGINT NOT NULL);
+        CREATE TABLE hold_items (order_id TEXT NOT NULL, product TEXT NOT NULL, quantity BIGINT NOT NULL, PRIMARY KEY (order_id, product));
+    """,
+    "orders": "CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT NOT NULL, updated_ms BIGINT NOT NULL);",
+    "reservations": """
+        CREATE TABLE reservations (id TEXT PRIMARY KEY, user_id TEXT NOT NULL, spot TEXT NOT NULL, status TEXT NOT NULL,
+                                   held_ms BIGINT NOT NULL, deadline_ms BIGINT NOT NULL, checked_in_ms BIGINT, ended_ms BIGINT);
+    """,
+    "telemetry": """
+        CREATE TABLE events (id TEXT PRIMARY KEY, phone TEXT NOT NULL);
+        CREATE TABLE ingest_totals (one INTEGER PRIMARY KEY, conflicting BIGINT NOT NULL);
+        INSERT INTO ingest_totals VALUES (1, 0);
+    """,
+}
+
+
+def seed_stock(pid):
+    return ((int(pid.split("-")[1]) - 1) * 37 + 11) % 9
+
+
+class World:
+    """A consistent history: one phone that held a spot, checked in, placed
+    an order of p-0002 (seed stock 3), and favorited a product."""
+
+    def __init__(self, home):
+        self.home = home
+        os.makedirs(os.path.join(home, "db"))
+        os.makedirs(os.path.join(home, "phones"))
+        self.db = {}
+        for s in SERVICES:
+            c = sqlite3.connect(os.path.join(home, "db", s + ".db"))
+            c.executescript(SERVICE_SCHEMA + EXTRA.get(s, ""))
+            self.db[s] = c
+        self.phone = sqlite3.connect(os.path.join(home, "phones", "phone-001.db"))
+        self.phone.executescript(PHONE_SCHEMA)
+        self.phone.execute("INSERT INTO session VALUES (1, 'u1')")
+        cat = self.db["catalog"]
+        for n in range(1, 6):
+            pid = "p-%04d" % n
+            cat.execute("INSERT INTO products VALUES (?, ?)", (pid, seed_stock(pid)))
+        self.t = 1_000_000
+        # The history.
+        self.act("reservations.hold", "h1")
+        self.db["reservations"].execute(
+            "INSERT INTO reservations VALUES ('h1', 'u1', 'S1', 'checked_out', ?, ?, ?, ?)",
+            (self.t - 10, self.t + 600_000, self.t + 50, self.t + 100))
+        self.event("reservations", "reservations.held", {"reservation": "h1"})
+        self.act("reservations.checkin", "c1")
+        self.event("reservations", "reservations.checked_in", {"reservation": "h1"})
+        self.act("orders.place", "o1")
+        self.db["orders"].execute("INSERT INTO orders VALUES ('o1', 'confirmed', ?)", (self.t,))
+        cat.execute("INSERT INTO holds VALUES ('o1', 'confirmed', ?, ?)", (self.t, self.t + 60_000))
+        cat.execute("INSERT INTO hold_items VALUES ('o1', 'p-0002', 1)")
+        cat.execute("UPDATE products SET stock = stock - 1 WHERE id = 'p-0002'")
+        self.event("orders", "orders.placed", {"order": "o1"})
+        self.event("catalog", "catalog.stock.changed", {"order": "o1", "product": "p-0002", "reason": "hold"})
+        self.act("favorites.add", "f1")
+        self.act("orders.place", "o2", outcome="rejected", code="conflict", reason="p-0003 is sold out")
+        self.db["telemetry"].execute("INSERT INTO events VALUES ('e1', 'phone-001')")
+        self.commit()
+
+    def act(self, type, id, outcome="done", code=None, reason=None, applied=True):
+        self.t += 1000
+        self.phone.execute("INSERT INTO action_log VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+                           (id, type, self.t, self.t + 20, outcome, code, reason))
+        if applied:
+            kind = "reply" if outcome == "done" else "error"
+            self.db[type.split(".")[0]].execute("INSERT INTO idempotency VALUES (?, ?, ?, ?)",
+                                                (id, type, json.dumps({"kind": kind}), self.t + 10))
+
+    def event(self, service, type, body):
+        c = self.db[service]
+        seq = c.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM outbox").fetchone()[0]
+        c.execute("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, 1)", (seq, "ev%d" % seq, type, self.t, json.dumps(body)))
+
+    def commit(self):
+        for c in self.db.values():
+            c.commit()
+        self.phone.commit()
+
+    def check(self):
+        self.commit()
+        env = {k: v for k, v in os.environ.items() if not (k.startswith("QUAD_") and k.endswith("_DB"))}
+        out = os.path.join(self.home, "check.json")
+        p = subprocess.run([sys.executable, CHECKER, "--home", self.home, "--json", out], capture_output=True, text=True, env=env)
+        verdict = json.load(open(out)) if os.path.exists(out) else None
+        return p.returncode, p.stdout + p.stderr, verdict
+
+
+@pytest.fixture
+def world(tmp_path):
+    return World(str(tmp_path / "home"))
+
+
+def failed(verdict):
+    return sorted(c["name"] for c in verdict["checks"] if not c["ok"])
+
+
+def test_a_consistent_history_passes(world):
+    rc, out, verdict = world.check()
+    assert rc == 0, out
+    assert verdict["valid"] and failed(verdict) == []
+    assert verdict["counts"]["attempted"] == 5 and verdict["counts"]["ok"] == 4 and verdict["counts"]["failed"] == 1
+    assert "verdict: PASS" in out
+
+
+def test_an_acknowledged_action_missing_from_its_store_is_lost(world):
+    world.db["favorites"].execute("DELETE FROM idempotency WHERE id = 'f1'")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["lost"], out
+    assert verdict["counts"]["lost"] == 1
+    assert "f1" in out
+
+
+def test_a_rejected_action_applied_anyway_is_caught(world):
+    world.db["orders"].execute("UPDATE idempotency SET reply = '{\"kind\": \"reply\"}' WHERE id = 'o2'")
+    rc, out, verdict = world.check()
+    assert rc == 1 and "lost" in failed(verdict), out
+
+
+def test_an_effect_applied_twice_is_a_duplicate(world):
+    # What a service that skipped the idempotency check leaves: the order's
+    # event and its stock hold's event a second time.
+    world.event("orders", "orders.placed", {"order": "o1"})
+    world.event("catalog", "catalog.stock.changed", {"order": "o1", "product": "p-0002", "reason": "hold"})
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["duplicated"], out
+    assert verdict["counts"]["duplicated"] == 2
+    assert "FAIL" in out and "duplicated" in out
+
+
+def test_actions_applied_out_of_order_are_caught(world):
+    world.db["orders"].execute("UPDATE idempotency SET created_ms = 1 WHERE id = 'o1'")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["order"], out
+    assert verdict["counts"]["out_of_order"] == 1
+
+
+def test_a_pending_action_means_not_drained(world):
+    world.act("favorites.add", "f2", outcome="pending", applied=False)
+    world.phone.execute("INSERT INTO outbox (id, type) VALUES ('f2', 'favorites.add')")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["drained"], out
+    assert verdict["counts"]["indeterminate"] == 1
+
+
+def test_stock_sold_beyond_the_seed_is_caught(world):
+    cat = world.db["catalog"]
+    cat.execute("INSERT INTO holds VALUES ('o9', 'confirmed', 1, 2)")
+    cat.execute("INSERT INTO hold_items VALUES ('o9', 'p-0002', 5)")
+    rc, out, verdict = world.check()
+    assert rc == 1 and "stock" in failed(verdict), out
+
+
+def test_a_spot_held_twice_at_once_is_caught(world):
+    world.db["reservations"].execute(
+        "INSERT INTO reservations SELECT 'h2', 'u2', 'S1', 'held', held_ms + 30, deadline_ms, NULL, NULL FROM reservations WHERE id = 'h1'")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["spots"], out
+
+
+def test_a_check_in_after_the_deadline_is_caught(world):
+    world.db["reservations"].execute("UPDATE reservations SET checked_in_ms = deadline_ms + 1 WHERE id = 'h1'")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["deadlines"], out
+
+
+def test_telemetry_left_on_a_phone_is_caught(world):
+    world.phone.execute("INSERT INTO telemetry VALUES ('e2', NULL)")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["telemetry"], out
+
+
+def test_unreadable_stores_exit_2(tmp_path):
+    home = tmp_path / "empty"
+    (home / "phones").mkdir(parents=True)
+    p = subprocess.run([sys.executable, CHECKER, "--home", str(home)], capture_output=True, text=True)
+    assert p.returncode == 2 and "no phone files" in p.stderr
