@@ -71,8 +71,13 @@ let package = Package(
         .executableTarget(name: "quad-bench", dependencies: ["QuadRuntime", "QuadMessaging", "QuadWire"]),
         // A counter service the runtime's tests run as real processes.
         .executableTarget(name: "quad-tally", dependencies: ["QuadRuntime", "QuadStore", "QuadWire"]),
+        // Fuzz targets: libFuzzer-driven when deploy/fuzz builds them, a seeded generator otherwise.
+        .executableTarget(name: "quad-fuzz", dependencies: [
+            "QuadWire", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadTestSupport", "QuadAccounts", "QuadCatalog", "QuadFavorites",
+            "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics",
+        ], path: "fuzz", exclude: ["quad.dict"]),
         // Starts the executables as real processes for tests.
-        .target(name: "QuadTestSupport", dependencies: ["QuadRuntime", "QuadWire"]),
+        .target(name: "QuadTestSupport", dependencies: ["QuadRuntime", "QuadStore", "QuadWire"]),
 
         .testTarget(name: "QuadWireTests", dependencies: ["QuadWire"]),
         .testTarget(name: "QuadMessagingTests", dependencies: ["QuadMessaging"]),
@@ -84,8 +89,12 @@ let package = Package(
         .testTarget(name: "QuadOrdersTests", dependencies: ["QuadOrders", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadReservationsTests", dependencies: ["QuadReservations", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadTelemetryTests", dependencies: ["QuadTelemetry", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadSecurityTests", dependencies: [
+            "QuadBroker", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport", "QuadAccounts", "QuadCatalog",
+            "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics",
+        ]),
         .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
-        .testTarget(name: "QuadAnalyticsTests", dependencies: ["QuadAnalytics", "QuadTelemetry", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadAnalyticsTests", dependencies: ["QuadAnalytics", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

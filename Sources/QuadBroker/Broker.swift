@@ -17,6 +17,23 @@ public struct BrokerSettings: Sendable {
     /// accounts' Ed25519 public key file, which session tokens are checked
     /// against. It may appear after the broker starts (accounts creates it).
     public var accountsKeyPath = KeyFiles.defaultPublicKeyPath()
+    /// The broker's CURVE secret key file for the public frontend, created
+    /// (0600, with `.pub` beside it) when missing; nil: no CURVE (`--curve
+    /// off`, for debugging only). The internal frontend, the backend and the
+    /// event sockets never use CURVE: they are on loopback or `ipc://`.
+    public var curveKeyPath: String? = BrokerKeys.defaultSecretKeyPath()
+    /// A file of client public keys (Z85, one per line) that alone may
+    /// connect to the frontend; nil: any client key.
+    public var allowKeysPath: String?
+    /// Requests per second a user, a phone (`src`) and a connection may each
+    /// send on the public frontend (`rate_per_second`); 0: no limit.
+    public var ratePerSecond: Double = 50
+    /// How many requests each may send at once above the rate (`rate_burst`).
+    public var rateBurst: Double = 100
+    /// Request types the public frontend refuses unless the token is an
+    /// admin's (401 without a token, 403 with another's): `*.events.since`
+    /// means that type of every service (events carry user ids).
+    public var internalOnlyTypes: [String] = ["*.events.since"]
 
     public init(endpoints: Endpoints) { self.endpoints = endpoints }
 }
@@ -78,6 +95,15 @@ public final class Broker {
     var requestsIn: Int64 = 0
     let name = "broker"
     let tokens: TokenVerifier
+    /// The ZAP handler and the frontend's handshake events, with CURVE on.
+    let authenticator: Authenticator?
+    let monitor: SocketMonitor?
+    /// The frontend's public key (Z85), with CURVE on.
+    public let publicKey: String?
+    var limiter: RateLimiter
+    var rateLimited: Int64 = 0
+    /// Log lines about clients (refused handshakes, rate limits), throttled.
+    let throttled: LogThrottle
 
     public init(settings: BrokerSettings, context: ZMQContext = ZMQContext()) throws {
         self.settings = settings
@@ -86,6 +112,22 @@ public final class Broker {
         frontend = try context.socket(.router)
         try frontend.setMaxMessageSize(socketLimit)
         try frontend.setRouterMandatory(false)
+        let throttled = LogThrottle(source: "broker")
+        self.throttled = throttled
+        if let keyPath = settings.curveKeyPath {
+            let pair = try BrokerKeys.loadOrCreate(at: keyPath)
+            Log.info("broker", "\(pair.created ? "created" : "loaded") CURVE key \(keyPath), public key \(pair.publicKey) in \(BrokerKeys.publicKeyPath(forSecretKey: keyPath))")
+            // The ZAP handler must be bound before a client can handshake.
+            authenticator = try Authenticator(context: context, allowPath: settings.allowKeysPath, log: throttled)
+            try frontend.setCurveServer(secretKey: pair.secretKey)
+            try frontend.setZAPDomain(Authenticator.domain)
+            monitor = try SocketMonitor(frontend, name: "frontend")
+            publicKey = pair.publicKey
+        } else {
+            authenticator = nil
+            monitor = nil
+            publicKey = nil
+        }
         try frontend.bind(settings.endpoints.frontend)
         backend = try context.socket(.router)
         try backend.setMaxMessageSize(socketLimit)
@@ -98,6 +140,7 @@ public final class Broker {
         internalFrontend = try context.socket(.router)
         try internalFrontend.setMaxMessageSize(socketLimit)
         try internalFrontend.bind(settings.endpoints.internal)
+        limiter = RateLimiter(perSecond: settings.ratePerSecond, burst: settings.rateBurst)
         tokens = TokenVerifier(keyPath: settings.accountsKeyPath, log: { [name] in Log.info(name, $0) })
     }
 
@@ -114,19 +157,34 @@ public final class Broker {
         timers.every(50) { [unowned self] in self.expireQueued() }
         tokens.loadKey()
         timers.every(1000) { [unowned self] in if !self.tokens.hasKey { self.tokens.loadKey() } }
+        timers.every(10_000) { [unowned self] in self.limiter.sweep(now: Clock.monotonicMillis()) }
+        if let authenticator { timers.every(2000) { authenticator.reloadIfChanged() } }
         Log.info(name, "frontend \(settings.endpoints.frontend), backend \(settings.endpoints.backend), events in \(settings.endpoints.eventsIn) out \(settings.endpoints.eventsOut), internal \(settings.endpoints.internal)")
+        if let publicKey {
+            let who = authenticator?.allowed.map { "only the \($0.count) client key(s) in \(settings.allowKeysPath ?? "")" } ?? "any client key (tokens say who the user is)"
+            Log.info(name, "frontend: CURVE with public key \(publicKey); admits \(who)")
+        } else {
+            Log.info(name, "frontend: CURVE OFF (--curve off): requests and tokens cross the network in clear text; for debugging only")
+        }
+        Log.info(name, limiter.isOn
+                 ? "rate limit on the frontend: \(settings.ratePerSecond) requests per second per user, phone and connection, bursts of \(Int64(limiter.burst))"
+                 : "rate limit off (--rate-per-second 0)")
         var poller = Poller()
         poller.add(frontend)
         poller.add(backend)
         poller.add(eventsIn)
         poller.add(eventsOut)
         poller.add(internalFrontend)
+        let zapIndex = authenticator.map { poller.add($0.socket) }
+        let monitorIndex = monitor.map { poller.add($0.socket) }
         while !Shutdown.isRequested && !shouldStop() {
             let ready: [Bool]
             do { ready = try poller.poll(timeoutMs: Int(timers.timeout(cap: 100))) } catch {
                 Log.error(name, "poll: \(error)")
                 return 1
             }
+            if let k = zapIndex, ready[k] { authenticator?.drain() }
+            if let k = monitorIndex, ready[k] { readHandshakeEvents() }
             if ready[1] { drainBackend() }
             if ready[0] { drainFrontend(frontend, origin: Broker.public) }
             if ready[4] { drainFrontend(internalFrontend, origin: Broker.internal) }
@@ -137,6 +195,21 @@ public final class Broker {
         for w in workers.values { try? backend.send([w.identity, WorkerProtocol.header, WorkerProtocol.disconnect]) }
         Log.info(name, "stopped")
         return 0
+    }
+
+    // MARK: CURVE
+
+    /// Logs why clients failed the frontend's handshake (a wrong or missing
+    /// broker key), at most once per kind every few seconds.
+    func readHandshakeEvents() {
+        var n = 0
+        while n < 1000, let event = monitor?.next() {
+            n += 1
+            // ZAP refusals are logged by the authenticator, with the key.
+            if event.kind == .authFailed { continue }
+            throttled.info("handshake-\(event.kind)-\(event.value)", "a client failed the CURVE handshake on the frontend: \(event.reason)",
+                           fields: ["endpoint": event.endpoint])
+        }
     }
 
     // MARK: Events
@@ -194,6 +267,20 @@ public final class Broker {
             return
         }
         var bytes = bytes
+        let fromOutside = client.first == Broker.public
+        // A connection and a phone each get their own bucket: `src` is the
+        // client's word, the connection is not.
+        if fromOutside && limiter.isOn {
+            let now = Clock.monotonicMillis()
+            if let wait = limiter.take("c:" + hex(client), now: now) {
+                refuseRate(client, envelope, limiter.refusal("from this connection", scope: "connection", retryAfterMs: wait), key: "c:" + hex(client))
+                return
+            }
+            if let src = envelope.src, !src.isEmpty, let wait = limiter.take("s:" + src, now: now) {
+                refuseRate(client, envelope, limiter.refusal("from phone '\(src)'", scope: "src", retryAfterMs: wait), key: "s:" + src)
+                return
+            }
+        }
         // `user` and `role` are the broker's to set, never a client's: from
         // the public frontend they come only from a verified token (which
         // stops here). Services on the internal frontend pass theirs on.
@@ -212,6 +299,15 @@ public final class Broker {
             }
             envelope.token = nil
             bytes = envelope.encoded()
+        }
+        if fromOutside, let user = envelope.user, limiter.isOn, let wait = limiter.take("u:" + user, now: Clock.monotonicMillis()) {
+            refuseRate(client, envelope, limiter.refusal("for user '\(user)'", scope: "user", retryAfterMs: wait), key: "u:" + user)
+            return
+        }
+        if fromOutside && envelope.role != "admin" && isInternalOnly(envelope.type) {
+            let why = "\(envelope.type) is for Quad's services (the internal frontend) and admins only"
+            replyError(client, envelope.user == nil ? .unauthorized(why + ": sign in as an admin") : .forbidden(why), corr: envelope.id, type: envelope.type)
+            return
         }
         let service = String(envelope.service)
         if service == "sys" {
@@ -232,6 +328,31 @@ public final class Broker {
             s.queue.append(pending)
         }
         dispatch(s)
+    }
+
+    func refuseRate(_ client: [UInt8], _ envelope: Envelope, _ error: QuadError, key: String) {
+        rateLimited += 1
+        throttled.info("rate-\(key)", "rate limit: \(error.message)", fields: ["type": envelope.type])
+        replyError(client, error, corr: envelope.id, type: envelope.type)
+    }
+
+    func isInternalOnly(_ type: String) -> Bool {
+        settings.internalOnlyTypes.contains { pattern in
+            if pattern.hasPrefix("*.") { return type.hasSuffix(pattern.dropFirst(1)) }
+            if pattern.hasSuffix(".*") { return type.hasPrefix(pattern.dropLast(1)) }
+            return type == pattern
+        }
+    }
+
+    func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 15)])
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     func service(_ name: String) -> Service {
@@ -370,6 +491,7 @@ public final class Broker {
             return request.reply([
                 "status": "ok", "service": "broker", "pid": .int(Int64(getpid())), "uptime_ms": .int(Clock.monotonicMillis() - started),
                 "workers": .int(Int64(workers.count)), "requests": .int(requestsIn), "events": .int(eventsRelayed),
+                "curve": .bool(publicKey != nil), "rate_limited": .int(rateLimited),
             ], src: name)
         default:
             return request.error(.notFound("unknown request type '\(request.type)': the broker answers sys.services and sys.health"), src: name)

@@ -40,7 +40,11 @@ final class Link {
     static let graceMs: Int64 = 250
     private(set) var answered = 0
 
-    init(context: ZMQContext, endpoint: String, source: String, agenda: Agenda) {
+    /// The broker's CURVE public key: each radio-on gets a fresh ephemeral key pair.
+    let serverKey: [UInt8]?
+
+    init(context: ZMQContext, endpoint: String, source: String, agenda: Agenda, serverKey: [UInt8]? = nil) {
+        self.serverKey = serverKey
         self.context = context
         self.endpoint = endpoint
         self.source = source
@@ -56,6 +60,7 @@ final class Link {
         let s = try context.socket(.dealer)
         try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
         try s.setSendHWM(200)
+        if let serverKey { try s.setCurveClient(serverKey: serverKey) }
         try s.connect(endpoint)
         socket = s
     }

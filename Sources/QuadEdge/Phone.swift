@@ -8,6 +8,8 @@ import QuadWire
 /// at which saved copies are too old.
 public struct EdgeSettings: Sendable {
     public var frontend: String
+    /// The broker's CURVE public key; nil speaks without CURVE.
+    public var brokerKey: [UInt8]?
     /// Each attempt of an action waits this long for an answer.
     public var actionTimeoutMs: Int64 = 2_500
     /// A view waits this long for the network before showing its saved copy.
@@ -110,7 +112,7 @@ final class Phone {
         self.settings = settings
         self.rng = SeededRandom(seed: seed)
         db = try PhoneStore.open(path)
-        link = Link(context: context, endpoint: settings.frontend, source: "edge/\(name)", agenda: agenda)
+        link = Link(context: context, endpoint: settings.frontend, source: "edge/\(name)", agenda: agenda, serverKey: settings.brokerKey)
         try loadSession()
         link.onAnswer = { [unowned self] in self.heard() }
     }

@@ -138,6 +138,25 @@ public final class Socket {
         try setOption(ZMQ_CURVE_SECRETKEY, bytes: secretKey)
     }
 
+    /// CURVE client role with a fresh ephemeral key pair: all a client needs
+    /// is the server's public key (32 raw bytes). A server with another key,
+    /// or without CURVE, never completes the handshake, so nothing is sent.
+    public func setCurveClient(serverKey: [UInt8]) throws(ZMQError) {
+        let pair = try Curve.keyPair()
+        // zmq_curve_keypair's Z85 output always decodes.
+        try setCurveClient(serverKey: serverKey, publicKey: Curve.decode(pair.publicKey)!, secretKey: Curve.decode(pair.secretKey)!)
+    }
+    /// The ZAP domain sent with each authentication request (RFC 27).
+    public func setZAPDomain(_ domain: String) throws(ZMQError) { try setOption(ZMQ_ZAP_DOMAIN, bytes: Array(domain.utf8)) }
+    /// Milliseconds a peer has to complete the ZMTP handshake (default 30000).
+    public func setHandshakeInterval(_ ms: Int32) throws(ZMQError) { try setOption(ZMQ_HANDSHAKE_IVL, ms) }
+
+    /// Publishes this socket's handshake events on `endpoint` (an `inproc://`
+    /// address) for a ``SocketMonitor`` to read (`zmq_socket_monitor`).
+    func monitor(_ endpoint: String, events: Int32) throws(ZMQError) {
+        if zmq_socket_monitor(handle, endpoint, events) != 0 { throw ZMQError("zmq_socket_monitor \(endpoint)") }
+    }
+
     // MARK: Frames
 
     /// Sends a multipart message. Each frame is copied into a `zmq_msg_t` of
@@ -240,5 +259,95 @@ public enum Curve {
         var out = [UInt8](repeating: 0, count: 32)
         guard zmq_z85_decode(&out, z85) != nil else { return nil }
         return out
+    }
+
+    /// The Z85 text of a 32-byte key.
+    public static func encode(_ key: [UInt8]) -> String? {
+        guard key.count == 32 else { return nil }
+        var out = [CChar](repeating: 0, count: 41)
+        guard zmq_z85_encode(&out, key, key.count) != nil else { return nil }
+        return String(cString: out)
+    }
+
+    /// The public key (Z85) that goes with a secret key (Z85); nil when
+    /// `secretKey` is not a key.
+    public static func publicKey(forSecretKey secretKey: String) -> String? {
+        guard decode(secretKey) != nil else { return nil }
+        var out = [CChar](repeating: 0, count: 41)
+        guard zmq_curve_public(&out, secretKey) == 0 else { return nil }
+        return String(cString: out)
+    }
+}
+
+/// The handshake events of one socket (`zmq_socket_monitor`), read on the
+/// owner's thread through a PAIR socket: why a peer could not connect.
+public final class SocketMonitor {
+    public enum Kind: Sendable, Equatable {
+        /// A peer completed the handshake.
+        case succeeded
+        /// The peer broke the protocol; `value` is ZMQ's protocol error code.
+        case protocolError
+        /// The authenticator (ZAP) refused the peer; `value` is its status code.
+        case authFailed
+        /// The handshake failed for another reason (a timeout, a closed connection).
+        case failed
+        case other
+    }
+
+    public struct Event: Sendable {
+        public let kind: Kind
+        /// The protocol error or ZAP status code; the errno for `failed`.
+        public let value: UInt32
+        /// The endpoint the event is about.
+        public let endpoint: String
+
+        /// The protocol error in words, for a log line that says why.
+        public var reason: String {
+            switch kind {
+            case .succeeded: return "handshake succeeded"
+            case .authFailed: return "refused by the authenticator (ZAP status \(value))"
+            case .failed: return "handshake failed (\(String(cString: zmq_strerror(Int32(bitPattern: value)))))"
+            case .other: return "event \(value)"
+            case .protocolError:
+                switch Int32(bitPattern: value) {
+                case ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+                    return "CURVE cryptographic error: the client's HELLO does not open with this server's key (the client has a wrong server public key)"
+                case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+                    return "security mechanism mismatch: the client does not use CURVE (no server public key)"
+                default:
+                    return "protocol error 0x\(String(value, radix: 16))"
+                }
+            }
+        }
+    }
+
+    /// The socket the events arrive on; poll it like any other.
+    public let socket: Socket
+
+    /// Starts monitoring `monitored` for handshake events; `name` makes the
+    /// inproc endpoint unique within the context.
+    public init(_ monitored: Socket, name: String) throws(ZMQError) {
+        let endpoint = "inproc://quad-monitor-\(name)"
+        let events = ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        try monitored.monitor(endpoint, events: events)
+        socket = try monitored.context.socket(.pair)
+        try socket.connect(endpoint)
+    }
+
+    /// The next event, or nil when none is waiting.
+    public func next() -> Event? {
+        guard let frames = try? socket.receive(dontWait: true), frames.count >= 2, frames[0].count >= 6 else { return nil }
+        let head = frames[0]
+        let code = Int32(UInt16(head[0]) | UInt16(head[1]) << 8)
+        let value = UInt32(head[2]) | UInt32(head[3]) << 8 | UInt32(head[4]) << 16 | UInt32(head[5]) << 24
+        let kind: Kind
+        switch code {
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: kind = .succeeded
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL: kind = .protocolError
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: kind = .authFailed
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: kind = .failed
+        default: kind = .other
+        }
+        return Event(kind: kind, value: value, endpoint: String(decoding: frames[1], as: UTF8.self))
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import QuadMessaging
 import QuadWire
 
@@ -7,9 +8,15 @@ import QuadWire
 /// service's idempotency record makes the retry safe. The socket is kept
 /// across attempts: a late reply to an earlier attempt answers the same id
 /// and is accepted.
+///
+/// With a `serverKey` (the broker's CURVE public key) the socket speaks
+/// CURVE with a fresh ephemeral key pair: the broker's public frontend
+/// answers nothing else. ``BrokerKey/fromEnvironment()`` finds that key.
 public final class Client {
     let context: ZMQContext
     let endpoint: String
+    /// The server's CURVE public key (32 bytes); nil: no CURVE.
+    public let serverKey: [UInt8]?
     var socket: Socket
     public var source: String
     public var token: String?
@@ -17,16 +24,18 @@ public final class Client {
     public var maxMessageBytes = Envelope.defaultMaxBytes
     static let graceMs: Int64 = 250
 
-    public init(context: ZMQContext = ZMQContext(), endpoint: String, source: String = "client") throws {
+    public init(context: ZMQContext = ZMQContext(), endpoint: String, source: String = "client", serverKey: [UInt8]? = nil) throws {
         self.context = context
         self.endpoint = endpoint
         self.source = source
-        self.socket = try Client.makeSocket(context, endpoint)
+        self.serverKey = serverKey
+        self.socket = try Client.makeSocket(context, endpoint, serverKey: serverKey)
     }
 
-    static func makeSocket(_ context: ZMQContext, _ endpoint: String) throws(ZMQError) -> Socket {
+    static func makeSocket(_ context: ZMQContext, _ endpoint: String, serverKey: [UInt8]?) throws(ZMQError) -> Socket {
         let s = try context.socket(.dealer)
         try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
+        if let serverKey { try s.setCurveClient(serverKey: serverKey) }
         try s.connect(endpoint)
         return s
     }
@@ -45,8 +54,12 @@ public final class Client {
             throw .tooLarge("request is \(bytes.count) bytes, over the limit max_message_bytes=\(maxMessageBytes)")
         }
         for attempt in 1...max(1, attempts) {
-            do {
-                try socket.send([bytes])
+            do throws(ZMQError) {
+                // Never blocks: with no connection to send on (a server that
+                // refused the handshake: a wrong or missing CURVE key) the
+                // attempt waits out its time like a lost request.
+                try socket.send([bytes], dontWait: true)
+            } catch where error.wouldBlock {
             } catch {
                 throw .unavailable("send failed: \(error)")
             }
@@ -72,5 +85,50 @@ public final class Client {
         let reply = try call(.request(type, body: body, id: id), timeoutMs: timeoutMs, attempts: attempts)
         if let error = reply.quadError { throw error }
         return reply.body
+    }
+}
+
+/// Where a client of the broker's public frontend finds the broker's CURVE
+/// public key, first match wins:
+///
+/// 1. `QUAD_BROKER_KEY`: the key itself, 40 characters of Z85 (what
+///    `deploy/stack keys` prints), or `off` for a broker run with `--curve off`;
+/// 2. `QUAD_BROKER_KEY_FILE`: a file holding it;
+/// 3. `$QUAD_HOME/keys/broker.pub`, when it exists (the broker writes it).
+///
+/// nil means no key: the client speaks without CURVE, which a broker with
+/// CURVE on never answers.
+public enum BrokerKey {
+    /// The key named by `value`: Z85 text, `@FILE`, or `off` (nil).
+    public static func parse(_ value: String) throws(QuadError) -> [UInt8]? {
+        let text = value.trimmingCharacters(in: .whitespacesAndNewlines)
+        if text == "off" { return nil }
+        if text.hasPrefix("@") { return try read(file: String(text.dropFirst())) }
+        guard let key = Curve.decode(text) else {
+            throw .badRequest("the broker key must be 40 characters of Z85 (deploy/stack keys prints it), '@FILE' or 'off'; got \(text.utf8.count) characters")
+        }
+        return key
+    }
+
+    /// The key in a `broker.pub` file.
+    public static func read(file path: String) throws(QuadError) -> [UInt8] {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw .badRequest("cannot read the broker's public key file \(path)")
+        }
+        guard data.count <= 4096, let text = String(data: data, encoding: .utf8),
+              let key = Curve.decode(text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            throw .badRequest("\(path) is not a CURVE public key: expected one line of 40 Z85 characters")
+        }
+        return key
+    }
+
+    /// The key from the environment, as the list above says.
+    public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment) throws(QuadError) -> [UInt8]? {
+        if let value = environment["QUAD_BROKER_KEY"], !value.isEmpty { return try parse(value) }
+        if let path = environment["QUAD_BROKER_KEY_FILE"], !path.isEmpty { return try read(file: path) }
+        if let home = environment["QUAD_HOME"], !home.isEmpty, FileManager.default.fileExists(atPath: home + "/keys/broker.pub") {
+            return try read(file: home + "/keys/broker.pub")
+        }
+        return nil
     }
 }

@@ -51,14 +51,29 @@ public final class TestStack: @unchecked Sendable {
         return p
     }
 
+    /// Starts the broker with CURVE on its frontend (its key pair in
+    /// `dir/keys`, which ``client(source:)`` uses) and, unless `extra` says
+    /// otherwise, no rate limit, so tests may send as fast as they like.
     @discardableResult
-    public func startBroker(heartbeatMs: Int = 200) throws -> Process {
-        try start("broker", executable: "quad-broker", arguments: [
+    public func startBroker(heartbeatMs: Int = 200, extra: [String] = []) throws -> Process {
+        let rate = extra.contains("--rate-per-second") ? [] : ["--rate-per-second", "0"]
+        let p = try start("broker", executable: "quad-broker", arguments: [
             "--frontend", endpoints.frontend, "--backend", endpoints.backend,
             "--events-in", endpoints.eventsIn, "--events-out", endpoints.eventsOut, "--internal", endpoints.internal,
             "--heartbeat-ms", String(heartbeatMs),
-        ])
+        ] + rate + extra)
+        // The broker writes its public key at start; clients need it.
+        let curveOff = extra.contains("--curve=off") || zip(extra, extra.dropFirst()).contains { $0 == "--curve" && $1 == "off" }
+        if !curveOff {
+            let until = Clock.monotonicMillis() + 10_000
+            while brokerKey == nil && p.isRunning && Clock.monotonicMillis() < until { usleep(10_000) }
+        }
+        return p
     }
+
+    /// The broker's CURVE public key, from `dir/keys/broker.pub`; nil before
+    /// the broker wrote it, or with `--curve off`.
+    public var brokerKey: [UInt8]? { try? BrokerKey.read(file: dir + "/keys/broker.pub") }
 
     /// Starts one worker of a service; `instance` like "tally/1".
     @discardableResult
@@ -95,8 +110,9 @@ public final class TestStack: @unchecked Sendable {
         }
     }
 
+    /// A client of the public frontend, with the broker's CURVE key.
     public func client(source: String = "test") throws -> Client {
-        try Client(endpoint: endpoints.frontend, source: source)
+        try Client(endpoint: endpoints.frontend, source: source, serverKey: brokerKey)
     }
 
     /// A client on the internal frontend, as a service calling a service.

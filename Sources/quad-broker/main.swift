@@ -5,6 +5,8 @@ import QuadRuntime
 import QuadWire
 
 let defaults = Endpoints.fromEnvironment()
+let environment = ProcessInfo.processInfo.environment
+func env(_ name: String, _ fallback: String) -> String { environment[name].flatMap { $0.isEmpty ? nil : $0 } ?? fallback }
 var flags = Flags(program: "quad-broker", summary: "quad-broker: routes requests to service workers and relays events.")
 flags.option("frontend", "endpoint for clients (ROUTER)", default: defaults.frontend)
 flags.option("backend", "endpoint for workers (ROUTER)", default: defaults.backend)
@@ -15,6 +17,17 @@ flags.option("heartbeat-ms", "heartbeat interval; a worker silent for 3 is dropp
 flags.option("max-message-bytes", "largest envelope accepted (max_message_bytes)", default: String(Envelope.defaultMaxBytes))
 flags.option("max-queue", "most requests queued per service (max_queue)", default: "10000")
 flags.option("default-deadline-ms", "deadline of a request that carries none", default: "5000")
+flags.option("curve", "CURVE on the public frontend: on, or off for debugging only (env QUAD_CURVE)", default: env("QUAD_CURVE", "on"))
+flags.option("curve-key", "the broker's CURVE secret key file (Z85), created 0600 when missing, public key beside it as .pub",
+             default: BrokerKeys.defaultSecretKeyPath())
+flags.option("allow-keys", "only the client public keys in this file (Z85, one per line) may connect to the frontend; default: any key (env QUAD_ALLOW_KEYS)",
+             default: environment["QUAD_ALLOW_KEYS"].flatMap { $0.isEmpty ? nil : $0 })
+flags.option("rate-per-second", "requests per second each user, phone (src) and connection may send on the frontend; 0: no limit (rate_per_second; env QUAD_RATE_PER_SECOND)",
+             default: env("QUAD_RATE_PER_SECOND", "50"))
+flags.option("rate-burst", "requests each may send at once above the rate (rate_burst; env QUAD_RATE_BURST)", default: env("QUAD_RATE_BURST", "100"))
+flags.option("internal-only", "request types the frontend refuses (401, 403) to all but admins, comma-separated; *.x means x of every service",
+             default: "*.events.since")
+flags.flag("show-key", "print the frontend's CURVE public key (making the key pair if missing) and exit")
 flags.option("accounts-key", "accounts' Ed25519 public key file that session tokens are checked against (env QUAD_ACCOUNTS_KEY); may appear after start",
              default: KeyFiles.defaultPublicKeyPath())
 flags.parse()
@@ -30,6 +43,34 @@ settings.accountsKeyPath = flags["accounts-key"]!
 guard settings.heartbeatMs >= 10 else { Flags.usageError("--heartbeat-ms must be at least 10", usage: flags.usage) }
 guard settings.maxMessageBytes >= 1024 else { Flags.usageError("--max-message-bytes must be at least 1024", usage: flags.usage) }
 guard settings.maxQueue >= 1 else { Flags.usageError("--max-queue must be at least 1", usage: flags.usage) }
+switch flags["curve"]! {
+case "on": settings.curveKeyPath = flags["curve-key"]!
+case "off": settings.curveKeyPath = nil
+default: Flags.usageError("--curve must be on or off, got '\(flags["curve"]!)'", usage: flags.usage)
+}
+settings.allowKeysPath = flags["allow-keys"]
+if settings.allowKeysPath != nil && settings.curveKeyPath == nil {
+    Flags.usageError("--allow-keys needs --curve on", usage: flags.usage)
+}
+guard let rate = Double(flags["rate-per-second"]!), rate >= 0, rate <= 1_000_000 else {
+    Flags.usageError("--rate-per-second must be a number from 0 (no limit) to 1000000, got '\(flags["rate-per-second"]!)'", usage: flags.usage)
+}
+guard let burst = Double(flags["rate-burst"]!), burst >= 1, burst <= 1_000_000 else {
+    Flags.usageError("--rate-burst must be a number from 1 to 1000000, got '\(flags["rate-burst"]!)'", usage: flags.usage)
+}
+settings.ratePerSecond = rate
+settings.rateBurst = burst
+settings.internalOnlyTypes = flags["internal-only"]!.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+
+if flags.bool("show-key") {
+    do {
+        print(try BrokerKeys.loadOrCreate(at: flags["curve-key"]!).publicKey)
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("quad-broker: \(error)\n".utf8))
+        exit(1)
+    }
+}
 
 do {
     let broker = try Broker(settings: settings)

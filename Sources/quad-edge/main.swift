@@ -1,6 +1,7 @@
 import Foundation
 import QuadEdge
 import QuadRuntime
+import QuadWire
 
 let env = ProcessInfo.processInfo.environment
 let defaults = Endpoints.fromEnvironment()
@@ -18,6 +19,7 @@ var flags = Flags(program: "quad-edge", summary: """
     stopped. Control the phones with `quadctl phone ...` (--control).
     """)
 flags.option("frontend", "broker endpoint for requests", default: defaults.frontend)
+flags.option("broker-key", "the broker's CURVE public key (Z85, @FILE or off); default QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE, or $QUAD_HOME/keys/broker.pub")
 flags.option("phones", "how many phones this process runs", default: "1")
 flags.option("prefix", "phone names are PREFIX-001, PREFIX-002, ...", default: "phone")
 flags.option("dir", "folder of the phones' files", default: (env["QUAD_HOME"].map { $0 + "/phones" } ?? "./phones"))
@@ -49,6 +51,11 @@ guard ["serve", "run"].contains(command), flags.positional.count <= 1 else {
 }
 
 var settings = EdgeSettings(frontend: flags["frontend"]!)
+do throws(QuadError) {
+    if let given = flags["broker-key"] { settings.brokerKey = try BrokerKey.parse(given) } else { settings.brokerKey = try BrokerKey.fromEnvironment() }
+} catch {
+    Flags.usageError(error.message, usage: flags.usage)
+}
 settings.actionTimeoutMs = Int64(positive("action-timeout-ms", 50...600_000))
 settings.readTimeoutMs = Int64(positive("read-timeout-ms", 50...600_000))
 settings.backoffBaseMs = Int64(positive("backoff-base-ms", 1...600_000))

@@ -12,6 +12,7 @@ var flags = Flags(program: "quadctl", summary: """
       call TYPE [JSON]     send a request; prints the reply body as JSON (exit 0),
                            the error body (exit 1), or says no answer came (exit 2)
       services             list services with their live workers and queue depth
+      phone ...            the phones of a quad-edge process (quadctl phone --help)
       watch [TOPIC]        print events as they pass: all by default, or those whose
                            service ("catalog/") or type ("catalog.stock") starts with TOPIC
       register EMAIL NAME SEMESTER [CATEGORY...]
@@ -20,6 +21,8 @@ var flags = Flags(program: "quadctl", summary: """
       login EMAIL          log in; prints `export QUAD_TOKEN=...` for eval "$(quadctl login EMAIL)"
 
     Passwords come from --password, else QUAD_PASSWORD, else a prompt on the terminal.
+    The broker's CURVE public key comes from --broker-key, else QUAD_BROKER_KEY (or
+    QUAD_BROKER_KEY_FILE), else $QUAD_HOME/keys/broker.pub (deploy/stack keys prints it).
     With --as EMAIL, any command logs in first and sends its requests with that token.
     """)
 flags.option("frontend", "broker endpoint for requests", default: defaults.frontend)
@@ -30,8 +33,11 @@ flags.option("id", "envelope id (idempotency key) to send; a fresh UUIDv7 by def
 flags.option("token", "session token to send", default: ProcessInfo.processInfo.environment["QUAD_TOKEN"])
 flags.option("as", "log in as this email first and send the request with its token (overrides --token)")
 flags.option("password", "password for --as, login and register (default: QUAD_PASSWORD, else asked)")
+flags.option("broker-key", "the broker's CURVE public key: Z85 text, @FILE, or off (default: QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE, $QUAD_HOME/keys/broker.pub)")
 flags.option("count", "with watch: stop after this many events (0: never)", default: "0")
 flags.flag("envelope", "with call: print the whole reply envelope, not only the body")
+// `quadctl phone ...` has flags of its own (the phones' control socket).
+if CommandLine.arguments.dropFirst().first == "phone" { PhoneCommand.run(Array(CommandLine.arguments.dropFirst(2))) }
 flags.parse(allowPositional: true)
 
 func fail(_ message: String, code: Int32) -> Never {
@@ -39,11 +45,30 @@ func fail(_ message: String, code: Int32) -> Never {
     exit(code)
 }
 
+/// The broker's CURVE public key, or nil to speak without CURVE.
+let brokerKey: [UInt8]? = {
+    do throws(QuadError) {
+        if let given = flags["broker-key"] { return try BrokerKey.parse(given) }
+        return try BrokerKey.fromEnvironment()
+    } catch {
+        fail(error.message, code: 64)
+    }
+}()
+
+/// Says why no answer came: without the broker's key, a broker with CURVE
+/// on never answers.
+@MainActor func noAnswer(_ message: String) -> Never {
+    let hint = brokerKey == nil
+        ? " (no broker key was given: a broker with CURVE on answers only clients with its public key; set QUAD_BROKER_KEY=$(deploy/stack keys) or QUAD_HOME)"
+        : " (is the broker running, and is QUAD_BROKER_KEY this broker's public key?)"
+    fail("no answer from \(flags["frontend"]!): \(message)\(hint)", code: 2)
+}
+
 /// A client of the frontend; with `signedIn`, carrying the session token of
 /// --as (after logging in) or of --token / QUAD_TOKEN.
 @MainActor func client(signedIn: Bool = true) -> Client {
     do {
-        let c = try Client(endpoint: flags["frontend"]!, source: "quadctl/\(NSUserName())")
+        let c = try Client(endpoint: flags["frontend"]!, source: "quadctl/\(NSUserName())", serverKey: brokerKey)
         guard signedIn else { return c }
         if let email = flags["as"] {
             c.token = login(email)["token"]?.string
@@ -78,7 +103,7 @@ func iso(_ ms: Int64) -> String {
         print(flags.bool("envelope") ? reply.json.text : reply.body.text)
         exit(reply.kind == .error ? 1 : 0)
     } catch {
-        if error.code == "timeout" { fail("no answer from \(flags["frontend"]!): \(error.message)", code: 2) }
+        if error.code == "timeout" { noAnswer(error.message) }
         print(error.body.text)
         exit(1)
     }
@@ -91,7 +116,7 @@ func iso(_ ms: Int64) -> String {
     do {
         return try client(signedIn: false).request("accounts.login", body, timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
     } catch {
-        if error.code == "timeout" { fail("no answer from \(flags["frontend"]!): \(error.message)", code: 2) }
+        if error.code == "timeout" { noAnswer(error.message) }
         fail("cannot log in as \(email): \(error.message)", code: 1)
     }
 }

@@ -166,6 +166,7 @@ struct AccountsStackTests {
             p.arguments = ["--frontend", stack.endpoints.frontend, "--timeout", "5000"] + args
             var environment = ProcessInfo.processInfo.environment
             environment["QUAD_TOKEN"] = nil
+            environment["QUAD_HOME"] = stack.dir  // where quadctl finds the broker's CURVE key
             environment.merge(env) { _, new in new }
             p.environment = environment
             let out = Pipe(), err = Pipe()

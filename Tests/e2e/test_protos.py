@@ -276,12 +276,31 @@ def oversize_envelope(id_):
     return json.dumps(env, separators=(",", ":")).encode()
 
 
+# The broker's CURVE public key (Z85 bytes), or None with CURVE off: set by
+# the frontend fixture from the stack it starts, else from QUAD_BROKER_KEY,
+# QUAD_BROKER_KEY_FILE or $QUAD_HOME/keys/broker.pub, as quadctl finds it.
+BROKER_KEY = None
+
+
+def broker_key_from_env(home=None):
+    given = os.environ.get("QUAD_BROKER_KEY")
+    if given:
+        return None if given == "off" else given.strip().encode()
+    path = os.environ.get("QUAD_BROKER_KEY_FILE") or os.path.join(home or os.environ.get("QUAD_HOME", ""), "keys", "broker.pub")
+    if os.path.isfile(path):
+        return Path(path).read_text().strip().encode()
+    return None
+
+
 def exchange(endpoint, raw, timeout=REPLY_TIMEOUT):
     """Sends one frame from a fresh DEALER; returns the reply's frames, or None
     after timeout. A fresh socket per exchange keeps answers to broken
     messages, which may carry no corr, from being confused."""
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
+    if BROKER_KEY:
+        sock.curve_serverkey = BROKER_KEY
+        sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
     try:
         sock.connect(endpoint)
         sock.send(raw)
@@ -336,8 +355,10 @@ def _wait_for_catalog(endpoint, until):
 
 @pytest.fixture(scope="module")
 def frontend():
+    global BROKER_KEY
     given = os.environ.get("QUAD_FRONTEND")
     if given:
+        BROKER_KEY = broker_key_from_env()
         problem = _wait_for_catalog(given, time.monotonic() + 10)
         if problem:
             pytest.fail(f"QUAD_FRONTEND={given} is set but catalog.sys.health is not answered there: {problem}")
@@ -366,6 +387,8 @@ def frontend():
         down()
         pytest.fail(f"deploy/stack up exited {up.returncode} (logs in {home}):\n"
                     f"{_tail(up.stdout)}\n{_tail(up.stderr)}")
+    pub = Path(home, "keys", "broker.pub")
+    BROKER_KEY = pub.read_text().strip().encode() if pub.is_file() else None
     problem = _wait_for_catalog(endpoint, time.monotonic() + 30)
     if problem:
         down()
