@@ -95,6 +95,8 @@ quad_install_deps() {
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || apt_missing+=("$pkg")
     done
     quad_pg_bindir >/dev/null || apt_missing+=(postgresql)
+    # Headless Chromium renders the analytics dashboard in its screenshot test.
+    dpkg-query -W -f='${Status}' chromium-headless-shell 2>/dev/null | grep -q 'install ok installed' || apt_missing+=(chromium-headless-shell)
     command -v python3 >/dev/null || apt_missing+=(python3)
     { command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; } || apt_missing+=(python3-pip)
     if ((${#apt_missing[@]} > 0)); then

@@ -34,6 +34,11 @@ public struct BrokerSettings: Sendable {
     /// admin's (401 without a token, 403 with another's): `*.events.since`
     /// means that type of every service (events carry user ids).
     public var internalOnlyTypes: [String] = ["*.events.since"]
+    /// Most workers one request may take down (`max_deliveries`): a request
+    /// whose workers keep dying while holding it (a poison pill: a body that
+    /// crashes its service) is answered 500 rather than given to the next
+    /// worker, and so is a retry of it under the same id, for 10 minutes.
+    public var maxDeliveries = 3
 
     public init(endpoints: Endpoints) { self.endpoints = endpoints }
 }
@@ -102,6 +107,9 @@ public final class Broker {
     public let publicKey: String?
     var limiter: RateLimiter
     var rateLimited: Int64 = 0
+    /// Requests whose worker died or went silent holding them, by id: how
+    /// many workers, since when.
+    var casualties: [String: (count: Int, since: Int64)] = [:]
     /// Log lines about clients (refused handshakes, rate limits), throttled.
     let throttled: LogThrottle
 
@@ -158,6 +166,10 @@ public final class Broker {
         tokens.loadKey()
         timers.every(1000) { [unowned self] in if !self.tokens.hasKey { self.tokens.loadKey() } }
         timers.every(10_000) { [unowned self] in self.limiter.sweep(now: Clock.monotonicMillis()) }
+        timers.every(60_000) { [unowned self] in
+            let old = Clock.monotonicMillis() - 600_000
+            self.casualties = self.casualties.filter { $0.value.since > old }
+        }
         if let authenticator { timers.every(2000) { authenticator.reloadIfChanged() } }
         Log.info(name, "frontend \(settings.endpoints.frontend), backend \(settings.endpoints.backend), events in \(settings.endpoints.eventsIn) out \(settings.endpoints.eventsOut), internal \(settings.endpoints.internal)")
         if let publicKey {
@@ -314,6 +326,10 @@ public final class Broker {
             deliver(client, system(envelope).encoded())
             return
         }
+        if let c = casualties[envelope.id], c.count >= settings.maxDeliveries {
+            replyError(client, poisoned(envelope.id, type: envelope.type, workers: c.count), corr: envelope.id, type: envelope.type)
+            return
+        }
         let s = self.service(service)
         if s.queue.count >= settings.maxQueue {
             replyError(client, .unavailable("service '\(service)' has \(s.queue.count) requests queued, the limit max_queue=\(settings.maxQueue)"), corr: envelope.id, type: envelope.type)
@@ -328,6 +344,12 @@ public final class Broker {
             s.queue.append(pending)
         }
         dispatch(s)
+    }
+
+    /// The answer to a request that took down `workers` workers.
+    func poisoned(_ id: String, type: String, workers: Int) -> QuadError {
+        .internal("request \(id) (\(type)) was held by \(workers) workers of its service that died or went silent: "
+                  + "not given to another (max_deliveries=\(settings.maxDeliveries))")
     }
 
     func refuseRate(_ client: [UInt8], _ envelope: Envelope, _ error: QuadError, key: String) {
@@ -415,6 +437,7 @@ public final class Broker {
                     continue
                 }
                 deliver(frames[3], frames[4])
+                if let id = w.current?.id, casualties[id] != nil { casualties[id] = nil }
                 w.current = nil
                 w.served += 1
                 let s = service(w.service)
@@ -450,13 +473,30 @@ public final class Broker {
     }
 
     /// Drops a worker. A request it held goes back to the front of its
-    /// queue: the client's id makes a second delivery safe.
-    func remove(_ w: Worker, reason: String) {
+    /// queue: the client's id makes a second delivery safe; unless workers
+    /// died holding it `max_deliveries` times, when it is answered 500.
+    func remove(_ w: Worker, reason: String, died: Bool = false) {
         workers[w.identity] = nil
         let s = service(w.service)
         s.idle.removeAll { $0 == w.identity }
-        if let p = w.current, p.expires > Clock.monotonicMillis() { s.queue.insert(p, at: 0) }
         Log.line(["src": name, "level": "info", "msg": "worker removed", "service": w.service, "instance": w.instance, "reason": reason])
+        if let p = w.current {
+            let now = Clock.monotonicMillis()
+            // A worker that leaves (DISCONNECT) still answers what it holds:
+            // only one that died counts.
+            var count = casualties[p.id]?.count ?? 0
+            if died {
+                count += 1
+                casualties[p.id] = (count, casualties[p.id]?.since ?? now)
+            }
+            if died && count >= settings.maxDeliveries {
+                let error = poisoned(p.id, type: p.type, workers: count)
+                Log.line(["src": name, "level": "error", "msg": error.message, "service": w.service, "id": p.id, "type": p.type])
+                replyError(p.client, error, corr: p.id, type: p.type)
+            } else if p.expires > now {
+                s.queue.insert(p, at: 0)
+            }
+        }
         dispatch(s)
     }
 
@@ -464,7 +504,7 @@ public final class Broker {
         let now = Clock.monotonicMillis()
         for w in Array(workers.values) {
             if w.expires < now {
-                remove(w, reason: "missed \(WorkerProtocol.liveness) heartbeats")
+                remove(w, reason: "missed \(WorkerProtocol.liveness) heartbeats", died: true)
             } else {
                 try? backend.send([w.identity, WorkerProtocol.header, WorkerProtocol.heartbeat], dontWait: true)
             }

@@ -31,15 +31,9 @@ extension Catalog {
     public static let maxHoldItems = 50
     public static let maxHoldQuantity: Int64 = 100
 
-    static func requireService(_ req: Request) throws(QuadError) {
-        guard req.role == "service" || req.role == "admin" else {
-            throw .forbidden("\(req.envelope.type) is for Quad's services only")
-        }
-    }
-
     static func registerStock(_ h: Handlers, db: Database, holdTTLms: Int64) {
         h.mutation("catalog.stock.hold") { req in
-            try requireService(req)
+            try req.requireService()
             let order = try requiredString(req.body, "order", max: 64)
             if let existing = try holdState(db, order) { return existing }
             guard let list = req.body["items"]?.array, !list.isEmpty, list.count <= maxHoldItems else {
@@ -83,7 +77,7 @@ extension Catalog {
         }
 
         h.mutation("catalog.stock.confirm") { req in
-            try requireService(req)
+            try req.requireService()
             let order = try requiredString(req.body, "order", max: 64)
             let now = Int64(Clock.nowMillis())
             if try db.execute("UPDATE holds SET status = 'confirmed' WHERE order_id = $1 AND status = 'held' AND expires_ms > $2", .text(order), .int(now)) == 0 {
@@ -97,7 +91,7 @@ extension Catalog {
         }
 
         h.mutation("catalog.stock.release") { req in
-            try requireService(req)
+            try req.requireService()
             let order = try requiredString(req.body, "order", max: 64)
             guard try holdState(db, order) != nil else { throw QuadError.notFound("no stock hold for order '\(order)'") }
             try returnStock(db, order: order, from: ["held", "confirmed"], to: "released")
@@ -105,7 +99,7 @@ extension Catalog {
         }
 
         h.query("catalog.stock.get") { req in
-            try requireService(req)
+            try req.requireService()
             let order = try requiredString(req.body, "order", max: 64)
             guard let state = try holdState(db, order) else { throw QuadError.notFound("no stock hold for order '\(order)'") }
             return state

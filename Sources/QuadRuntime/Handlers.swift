@@ -21,8 +21,17 @@ public struct Request: Sendable {
     }
 
     /// 403 unless the caller is an admin.
-    public func requireAdmin() throws(QuadError) {
-        guard role == "admin" else { throw .forbidden("\(envelope.type) is for admins only") }
+    public func requireAdmin() throws(QuadError) { try requireRole(["admin"], for: "admins") }
+
+    /// 403 unless the caller is one of Quad's services (the internal
+    /// frontend) or an admin.
+    public func requireService() throws(QuadError) { try requireRole(["service", "admin"], for: "Quad's services and admins") }
+
+    /// 401 when nobody signed in; 403 unless the caller has one of `roles`.
+    public func requireRole(_ roles: Set<String>, for who: String) throws(QuadError) {
+        if let role, roles.contains(role) { return }
+        if user == nil && role == nil { throw .unauthorized("\(envelope.type) needs a signed-in user") }
+        throw .forbidden("\(envelope.type) is for \(who) only")
     }
 }
 

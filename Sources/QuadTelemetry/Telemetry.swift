@@ -72,7 +72,7 @@ public enum Telemetry: ServiceDomain {
             return result.json
         }
         h.query("telemetry.raw.since") { req in
-            try requireService(req)
+            try req.requireService()
             let after = try integer(req.body, "after", default: 0, in: 0...Int64.max)
             let limit = try integer(req.body, "limit", default: 1000, in: 1...maxRawPage, limitName: "max_raw_page")
             if let extra = req.body.object?.keys.first(where: { !["after", "limit"].contains($0) }) {
@@ -81,14 +81,8 @@ public enum Telemetry: ServiceDomain {
             return try rawSince(db, after: after, limit: limit)
         }
         h.query("telemetry.stats") { req in
-            try requireService(req)
+            try req.requireService()
             return try stats(db)
-        }
-    }
-
-    static func requireService(_ req: Request) throws(QuadError) {
-        guard req.role == "service" || req.role == "admin" else {
-            throw .forbidden("\(req.envelope.type) is for Quad's services and admins only")
         }
     }
 

@@ -27,6 +27,7 @@ flags.option("rate-per-second", "requests per second each user, phone (src) and 
 flags.option("rate-burst", "requests each may send at once above the rate (rate_burst; env QUAD_RATE_BURST)", default: env("QUAD_RATE_BURST", "100"))
 flags.option("internal-only", "request types the frontend refuses (401, 403) to all but admins, comma-separated; *.x means x of every service",
              default: "*.events.since")
+flags.option("max-deliveries", "most workers one request may take down before it is answered 500 (max_deliveries)", default: "3")
 flags.flag("show-key", "print the frontend's CURVE public key (making the key pair if missing) and exit")
 flags.option("accounts-key", "accounts' Ed25519 public key file that session tokens are checked against (env QUAD_ACCOUNTS_KEY); may appear after start",
              default: KeyFiles.defaultPublicKeyPath())
@@ -58,6 +59,8 @@ guard let rate = Double(flags["rate-per-second"]!), rate >= 0, rate <= 1_000_000
 guard let burst = Double(flags["rate-burst"]!), burst >= 1, burst <= 1_000_000 else {
     Flags.usageError("--rate-burst must be a number from 1 to 1000000, got '\(flags["rate-burst"]!)'", usage: flags.usage)
 }
+settings.maxDeliveries = flags.int("max-deliveries")
+guard settings.maxDeliveries >= 1 else { Flags.usageError("--max-deliveries must be at least 1", usage: flags.usage) }
 settings.ratePerSecond = rate
 settings.rateBurst = burst
 settings.internalOnlyTypes = flags["internal-only"]!.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
