@@ -39,7 +39,7 @@ def executable():
     candidates = []
     if os.environ.get("QUAD_BIN_DIR"):
         candidates.append(Path(os.environ["QUAD_BIN_DIR"]))
-    build = Path(os.environ.get("QUAD_BUILD_DIR", ROOT / ".build"))
+    build = Path(os.environ.get("QUAD_BUILD_DIR") or ROOT / ".build")
     candidates += [build / "debug", build / "release"]
     for d in candidates:
         exe = d / "quad-telemetry"
