@@ -58,7 +58,7 @@ struct DashboardTests {
     @Test func questionsAreForAdminsAndNameWhatIsWrong() throws {
         let p = try Planted(postgres: false)
         #expect(throws: QuadError.forbidden("")) { try p.handlers.call("analytics.summary", user: alice, role: "student") }
-        #expect(throws: QuadError.forbidden("")) { try p.handlers.call("analytics.question", ["id": "fee_per_week"]) }
+        #expect(throws: QuadError.unauthorized("")) { try p.handlers.call("analytics.question", ["id": "fee_per_week"]) }
         #expect { try p.handlers.call("analytics.question", ["id": "nope"], role: "admin") } throws: {
             ($0 as? QuadError)?.code == "not_found" && ($0 as? QuadError)?.message.hasPrefix("no question 'nope': expected one of purchase_screen, ") == true
         }

@@ -69,9 +69,10 @@ struct PipelineTests {
         }
         // Analytics pulls the raw events after the telemetry.batch event.
         #expect(try eventually { try question("offline_actions")["rows"] == [["reservations.checkin", 50, 17, 34, 0.1, 0.2]] })
-        // Phones cannot read the answers, nor the raw events.
-        #expect(try phone.call(.request("analytics.summary")).quadError?.status == 403)
-        #expect(try phone.call(.request("telemetry.raw.since")).quadError?.status == 403)
+        // Phones cannot read the answers, nor the raw events: without a
+        // signed-in user, 401.
+        #expect(try phone.call(.request("analytics.summary")).quadError?.status == 401)
+        #expect(try phone.call(.request("telemetry.raw.since")).quadError?.status == 401)
         // The token was made in $QUAD_HOME/keys, and only its path is logged.
         let tokenFile = stack.dir + "/keys/analytics.token"
         let token = try String(contentsOfFile: tokenFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
