@@ -11,7 +11,9 @@ them), and checks, in Jepsen's terms:
                service's store (an idempotency record with a success reply);
                every rejected action has a reason and no success in the store
   duplicated   no effect of an action appears twice (an order, a stock hold,
-               a reservation, or an event about one of them, twice)
+               a reservation, or an event about one of them, twice; a unit in
+               a cart, or bought from one, that no orders.cart.add the phones
+               saw done put there)
   order        each phone's actions were applied in the order it made them
                (the services' application times follow the outbox order)
   stock        no product sold beyond its stock (stock >= 0, and seed stock =
@@ -24,12 +26,25 @@ them), and checks, in Jepsen's terms:
                the deadline; catalog holds confirmed before they expired)
   analytics    analytics agrees with the services' stores: the same orders and
                parking holds with the same status (--settle waits for it)
-  telemetry    no telemetry event left on a phone, every event acknowledged to a
-               phone stored (once: the collector keys them by id), no id with two
-               payloads
+  telemetry    event by event: every telemetry event a phone recorded is stored
+               in quad-telemetry's store exactly once (none missing, none twice,
+               none stored that no phone recorded, each under the phone that
+               recorded it), none left on a phone, no id with two payloads
+
+The phones' history: a phone deletes an action from its outbox and an event
+from its telemetry queue once answered, so `deploy/chaos run` records what
+every phone made (--install-history, before any phone can reach the broker):
+triggers in each phone's file copy every action into chaos_actions (id, type,
+body) and every event into chaos_telemetry (id, name, ts) as they are
+written. Without that history (phones run some other way) the telemetry check
+falls back to counts and the cart ledger is skipped.
 
 Prints a verdict table and writes the same as JSON (--json); exits 1 when a
 check fails, 2 when the stores cannot be read. Python 3 and psql only.
+
+  deploy/checker.py --phones DIR --install-history N [--wait S]
+installs the history recorder in the N phone files of DIR (waiting up to S
+seconds, default 120, for them to be created) and exits 0, or 1 on a timeout.
 """
 
 import argparse
@@ -43,6 +58,54 @@ import sys
 from collections import Counter, defaultdict
 
 SERVICES = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics"]
+
+# The phones' history, kept by triggers in each phone's file (install_history).
+HISTORY_TABLES = {"chaos_actions", "chaos_telemetry"}
+HISTORY_SQL = """
+BEGIN IMMEDIATE;
+CREATE TABLE IF NOT EXISTS chaos_actions (id TEXT PRIMARY KEY, type TEXT NOT NULL, body TEXT NOT NULL, created_ms BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS chaos_telemetry (id TEXT PRIMARY KEY, name TEXT NOT NULL, ts BIGINT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS chaos_action_made AFTER INSERT ON outbox BEGIN
+    INSERT OR IGNORE INTO chaos_actions (id, type, body, created_ms) VALUES (NEW.id, NEW.type, NEW.body, NEW.created_ms);
+END;
+CREATE TRIGGER IF NOT EXISTS chaos_event_recorded AFTER INSERT ON telemetry BEGIN
+    INSERT OR IGNORE INTO chaos_telemetry (id, name, ts) VALUES (NEW.id, NEW.name, NEW.ts);
+END;
+INSERT OR IGNORE INTO chaos_actions (id, type, body, created_ms) SELECT id, type, body, created_ms FROM outbox;
+INSERT OR IGNORE INTO chaos_telemetry (id, name, ts) SELECT id, name, ts FROM telemetry;
+COMMIT;
+"""
+
+
+def install_history(folder, count, wait_s):
+    """Installs the history recorder in each of `count` phone files in
+    `folder` once quad-edge has created them (their outbox and telemetry
+    tables exist). What a phone wrote before is copied in the same
+    transaction; it must not have been answered yet (deploy/chaos keeps the
+    phones cut off from the broker until this returns), or it is gone."""
+    import time
+    deadline = time.time() + wait_s
+    done = set()
+    while True:
+        for f in sorted(glob.glob(os.path.join(folder, "*.db"))):
+            if f in done:
+                continue
+            try:
+                db = sqlite3.connect(f, timeout=30, isolation_level=None)
+                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if {"outbox", "telemetry"} <= tables:
+                    db.executescript(HISTORY_SQL)
+                    done.add(f)
+                db.close()
+            except sqlite3.DatabaseError as e:
+                print("checker: %s: %s (trying again)" % (f, e), file=sys.stderr)
+        if len(done) >= count:
+            print("history recorder installed in %d phone files" % len(done))
+            return 0
+        if time.time() >= deadline:
+            print("checker: only %d of %d phone files in %s after %g s" % (len(done), count, folder, wait_s), file=sys.stderr)
+            return 1
+        time.sleep(0.1)
 
 
 class Store:
@@ -144,10 +207,16 @@ class Checker:
                 outbox = db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
                 telemetry_queued = db.execute("SELECT COUNT(*) FROM telemetry").fetchone()[0]
                 user = db.execute("SELECT user_id FROM session").fetchone()
+                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                recorded = made = None
+                if HISTORY_TABLES <= tables:
+                    recorded = {r[0] for r in db.execute("SELECT id FROM chaos_telemetry")}
+                    recorded |= {r[0] for r in db.execute("SELECT id FROM telemetry")}
+                    made = {r["id"]: dict(r) for r in db.execute("SELECT id, type, body FROM chaos_actions")}
             except sqlite3.DatabaseError as e:
                 raise RuntimeError("%s: %s" % (f, e))
             phones[name] = {"actions": actions, "outbox": outbox, "telemetry_queued": telemetry_queued,
-                            "user": user[0] if user else None}
+                            "user": user[0] if user else None, "recorded": recorded, "made": made}
         return phones
 
     # ------------------------------------------------------------ run
@@ -220,13 +289,18 @@ class Checker:
         total["lost"] = lost + wrong
         total["out_of_order"] = order_bad
         self.counts = total
+        self.phones_read = phones
         self.check("drained", outboxes == 0 and pending == 0, "%d in outboxes, %d pending" % (outboxes, pending))
-        self.check("lost", lost + wrong + noreason == 0,
-                   "%d lost, %d answered differently, %d without a reason" % (lost, wrong, noreason))
+        lost_at = len(self.results)
         self.check("order", order_bad == 0, "%d out of order" % order_bad)
 
         dup = self.check_duplicates(stores)
         total["duplicated"] = dup
+        missing = self.cart_missing
+        total["lost"] += missing
+        self.results.insert(lost_at, ("lost", lost + wrong + noreason + missing == 0,
+                                      "%d lost, %d answered differently, %d without a reason, %d cart units missing" % (
+                                          lost, wrong, noreason, missing), ""))
         self.check_stock(stores)
         self.check_saga(stores)
         self.check_spots(stores)
@@ -265,12 +339,65 @@ class Checker:
                         # One event of a type per entity (per product and
                         # reason for stock changes); a second is a second effect.
                         keys[(s, r["type"], ident, str(body.get("product", "")), str(body.get("reason", "")))] += 1
+        events_twice = 0
         for (s, t, ident, product, reason), n in keys.items():
             if n > 1:
-                dup += n - 1
+                events_twice += n - 1
                 self.example("duplicated", "%s published %s about %s%s %d times" % (s, t, ident, " " + product if product else "", n))
-        self.check("duplicated", dup == 0, "%d duplicated effects" % dup)
+        dup += events_twice
+        extra, missing, ledger = self.cart_ledger(stores)
+        dup += extra
+        self.cart_missing = missing
+        self.check("duplicated", dup == 0, "%d duplicated effects (%d events twice; %s)" % (dup, events_twice, ledger))
         return dup
+
+    def cart_ledger(self, stores):
+        """Cart units, user by user: every unit in the orders store's carts,
+        or bought from a cart (an order from the cart, confirmed or cancelled
+        after it was confirmed), was put there by an orders.cart.add the
+        phone saw done, once. Units beyond those are effects applied twice
+        (a retried add applied again); units short of them are lost.
+        Returns (units applied twice, units lost, figures)."""
+        st = stores.get("orders")
+        phones = self.phones_read
+        if st is None or not st.has_table("cart_lines") or not st.has_table("orders"):
+            return 0, 0, "cart ledger n/a: no orders store"
+        if any(p["made"] is None for p in phones.values()):
+            return 0, 0, "cart ledger n/a: the phones kept no history"
+        added = Counter()   # (user, product) -> units the phones saw added
+        for name, p in phones.items():
+            if not p["user"]:
+                continue
+            for a in p["actions"]:
+                if a["type"] != "orders.cart.add" or a["outcome"] != "done":
+                    continue
+                made = p["made"].get(a["id"])
+                if made is None:
+                    raise RuntimeError("%s: action %s is in the action log but not in the history (chaos_actions)" % (name, a["id"]))
+                body = json.loads(made["body"])
+                added[(p["user"], body["product"])] += int(body.get("quantity", 1))
+        users = {p["user"] for p in phones.values() if p["user"]}
+        held = Counter()    # (user, product) -> units in the store's carts or bought from them
+        for r in st.rows("SELECT user_id, product, quantity FROM cart_lines"):
+            if r["user_id"] in users:
+                held[(r["user_id"], r["product"])] += int(r["quantity"])
+        for r in st.rows("SELECT user_id, items FROM orders WHERE source = 'cart' AND status IN ('confirmed', 'cancelled')"):
+            if r["user_id"] not in users:
+                continue
+            for item in json.loads(r["items"]):
+                held[(r["user_id"], item["product"])] += int(item["quantity"])
+        extra = missing = 0
+        for key in sorted(set(added) | set(held)):
+            d = held[key] - added[key]
+            if d > 0:
+                extra += d
+                self.example("duplicated", "user %s: %d units of %s in the cart or bought from it, %d added (%d applied twice)" % (
+                    key[0], held[key], key[1], added[key], d))
+            elif d < 0:
+                missing += -d
+                self.example("lost", "user %s: %d units of %s added, %d in the cart or bought from it" % (key[0], added[key], key[1], held[key]))
+        return extra, missing, "cart ledger: %d units added, %d held or bought, %d applied twice, %d missing" % (
+            sum(added.values()), sum(held.values()), extra, missing)
 
     def check_stock(self, stores):
         st = stores.get("catalog")
@@ -360,40 +487,67 @@ class Checker:
     def check_telemetry(self, stores, phones):
         queued = sum(p["telemetry_queued"] for p in phones.values())
         st = stores.get("telemetry")
+        if st is None or not st.has_table("events"):
+            self.check("telemetry", True, "n/a (no telemetry store)")
+            return
+        conflicting = 0
+        if st.has_table("ingest_totals"):
+            for r in st.rows("SELECT conflicting FROM ingest_totals"):
+                conflicting += int(r["conflicting"])
+        if conflicting:
+            self.example("telemetry", "%d event ids arrived with two different payloads" % conflicting)
+        if queued:
+            self.example("telemetry", "%d events still queued on the phones" % queued)
+        if any(p["recorded"] is None for p in phones.values()):
+            return self.check_telemetry_counts(st, phones, queued, conflicting)
+        # Event by event: the ids every phone recorded against the ids stored.
+        recorder = {}
+        for name, p in phones.items():
+            for i in p["recorded"]:
+                recorder[i] = name
+        times = Counter()
+        under = {}
+        for r in st.rows("SELECT id, phone FROM events"):
+            times[r["id"]] += 1
+            under[r["id"]] = r["phone"]
+        missing = sorted(i for i in recorder if i not in times)
+        twice = sorted(i for i, n in times.items() if n > 1)
+        unmade = sorted(i for i in times if i not in recorder)
+        moved = sorted(i for i in times if i in recorder and under[i] != recorder[i])
+        for i in missing[:3]:
+            self.example("telemetry", "missing: event %s recorded by %s, not in the store" % (i, recorder[i]))
+        for i in twice[:3]:
+            self.example("telemetry", "twice: event %s stored %d times" % (i, times[i]))
+        for i in unmade[:3]:
+            self.example("telemetry", "unmade: event %s stored under %s, recorded by no phone" % (i, under[i]))
+        for i in moved[:3]:
+            self.example("telemetry", "event %s recorded by %s, stored under %s" % (i, recorder[i], under[i]))
+        self.telemetry = {"recorded": len(recorder), "stored": sum(times.values()), "missing": len(missing), "twice": len(twice),
+                          "unmade": len(unmade), "other_phone": len(moved), "queued": queued, "conflicting": conflicting}
+        ok = not (missing or twice or unmade or moved or queued or conflicting)
+        self.check("telemetry", ok, "%d recorded by the phones, %d stored: %d missing, %d twice, %d recorded by no phone, "
+                   "%d under another phone, %d queued, %d conflicting" % (
+                       len(recorder), sum(times.values()), len(missing), len(twice), len(unmade), len(moved), queued, conflicting))
+
+    def check_telemetry_counts(self, st, phones, queued, conflicting):
+        """Without the phones' history: counts against quad-edge's report."""
         report = None
         if self.args.edge_report and os.path.exists(self.args.edge_report):
             try:
                 report = json.load(open(self.args.edge_report))
             except ValueError:
                 report = None
-        if st is None or not st.has_table("events"):
-            self.check("telemetry", True, "n/a (no telemetry store)")
-            return
-        names = list(phones)
         stored = 0
-        dup_ids = 0
         for r in st.rows("SELECT phone, COUNT(*) AS n FROM events GROUP BY phone"):
             if r["phone"] in phones:
                 stored += int(r["n"])
         accepted = None
         if isinstance(report, dict):
-            t = report.get("telemetry") or {}
-            accepted = t.get("accepted")
-        conflicting = 0
-        if st.has_table("ingest_totals"):
-            for r in st.rows("SELECT conflicting FROM ingest_totals"):
-                conflicting += int(r["conflicting"])
-        # Events are keyed by their id at the collector (stored at most once);
-        # none may be left on a phone, none acknowledged as new may be
-        # missing, and no id may arrive with two different payloads.
+            accepted = (report.get("telemetry") or {}).get("accepted")
         ok = queued == 0 and conflicting == 0 and (accepted is None or stored >= int(accepted))
-        if queued:
-            self.example("telemetry", "%d events still queued on the phones" % queued)
-        if conflicting:
-            self.example("telemetry", "%d event ids arrived with two different payloads" % conflicting)
         if accepted is not None and stored < int(accepted):
             self.example("telemetry", "the phones were told %d events were stored as new; the collector has %d of theirs" % (accepted, stored))
-        self.check("telemetry", ok, "%d stored once each, %s acknowledged as new to the phones, %d queued, %d conflicting" % (
+        self.check("telemetry", ok, "counts only (the phones kept no history): %d stored, %s acknowledged as new, %d queued, %d conflicting" % (
             stored, "?" if accepted is None else accepted, queued, conflicting))
 
     def check_analytics(self, stores):
@@ -458,6 +612,7 @@ class Checker:
             "counts": dict(self.counts),
             "phones": len(getattr(self, "phones", {})),
             "latency": getattr(self, "latency", None),
+            "telemetry": getattr(self, "telemetry", None),
             "checks": [{"name": n, "ok": g, "figures": f, "examples": self.examples.get(n, [])} for n, g, f, _ in self.results],
         }
 
@@ -587,9 +742,13 @@ def main():
     ap.add_argument("--html", help="also write an HTML report with an SVG plot of latency and throughput")
     ap.add_argument("--settle", type=float, default=0, help="seconds to wait for analytics to catch up (default 0)")
     ap.add_argument("--title", default="Quad chaos run", help="the HTML report's title")
+    ap.add_argument("--install-history", type=int, metavar="N", help="install the history recorder in N phone files of --phones, then exit")
+    ap.add_argument("--wait", type=float, default=120, help="--install-history: seconds to wait for the phone files (default 120)")
     args = ap.parse_args()
     args.home = os.path.abspath(args.home)
     args.phones = args.phones or os.path.join(args.home, "phones")
+    if args.install_history is not None:
+        return install_history(args.phones, args.install_history, args.wait)
     c = Checker(args)
     try:
         c.run()

@@ -1,9 +1,13 @@
 """deploy/checker.py on stores made here: a consistent history passes, and
 each kind of violation (an acknowledged action lost, an effect applied twice,
-actions applied out of order, stock oversold, a spot held twice, a check-in
-after the deadline, telemetry left on a phone) makes it fail with its count.
-No services run: the stores are SQLite files with the tables the services
-and the phones use (the columns the checker reads)."""
+a cart unit added twice or lost, actions applied out of order, stock oversold,
+a spot held twice, a check-in after the deadline, a telemetry event left on a
+phone, missing from the store, stored twice or stored with no phone behind
+it) makes it fail with its count. No services run: the stores are SQLite
+files with the tables the services and the phones use (the columns the
+checker reads). The history recorder (--install-history) is tried on a file
+with the phone's tables. Tests/e2e/test_chaos_faults.py makes the checker
+fail on a real broken build."""
 
 import json
 import os
@@ -23,6 +27,8 @@ CREATE TABLE outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNI
 CREATE TABLE action_log (id TEXT PRIMARY KEY, type TEXT NOT NULL, created_ms BIGINT NOT NULL, finished_ms BIGINT,
                          outcome TEXT NOT NULL, code TEXT, reason TEXT, attempts INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE telemetry (id TEXT PRIMARY KEY, batch TEXT);
+CREATE TABLE chaos_actions (id TEXT PRIMARY KEY, type TEXT NOT NULL, body TEXT NOT NULL, created_ms BIGINT NOT NULL);
+CREATE TABLE chaos_telemetry (id TEXT PRIMARY KEY, name TEXT NOT NULL, ts BIGINT NOT NULL);
 """
 
 SERVICE_SCHEMA = """
@@ -37,13 +43,17 @@ EXTRA = {
         CREATE TABLE holds (order_id TEXT PRIMARY KEY, status TEXT NOT NULL, created_ms BIGINT NOT NULL, expires_ms BIGINT NOT NULL);
         CREATE TABLE hold_items (order_id TEXT NOT NULL, product TEXT NOT NULL, quantity BIGINT NOT NULL, PRIMARY KEY (order_id, product));
     """,
-    "orders": "CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT NOT NULL, updated_ms BIGINT NOT NULL);",
+    "orders": """
+        CREATE TABLE orders (id TEXT PRIMARY KEY, user_id TEXT NOT NULL, status TEXT NOT NULL, source TEXT NOT NULL,
+                             items TEXT NOT NULL, updated_ms BIGINT NOT NULL);
+        CREATE TABLE cart_lines (user_id TEXT NOT NULL, product TEXT NOT NULL, quantity BIGINT NOT NULL, PRIMARY KEY (user_id, product));
+    """,
     "reservations": """
         CREATE TABLE reservations (id TEXT PRIMARY KEY, user_id TEXT NOT NULL, spot TEXT NOT NULL, status TEXT NOT NULL,
                                    held_ms BIGINT NOT NULL, deadline_ms BIGINT NOT NULL, checked_in_ms BIGINT, ended_ms BIGINT);
     """,
     "telemetry": """
-        CREATE TABLE events (id TEXT PRIMARY KEY, phone TEXT NOT NULL);
+        CREATE TABLE events (id TEXT NOT NULL, phone TEXT NOT NULL);  -- no key: a test stores an id twice
         CREATE TABLE ingest_totals (one INTEGER PRIMARY KEY, conflicting BIGINT NOT NULL);
         INSERT INTO ingest_totals VALUES (1, 0);
     """,
@@ -55,8 +65,9 @@ def seed_stock(pid):
 
 
 class World:
-    """A consistent history: one phone that held a spot, checked in, placed
-    an order of p-0002 (seed stock 3), and favorited a product."""
+    """A consistent history: one phone that held a spot, checked in, added
+    p-0002 to its cart and bought it from the cart (seed stock 3), favorited
+    a product, and recorded one telemetry event."""
 
     def __init__(self, home):
         self.home = home
@@ -83,8 +94,10 @@ class World:
         self.event("reservations", "reservations.held", {"reservation": "h1"})
         self.act("reservations.checkin", "c1")
         self.event("reservations", "reservations.checked_in", {"reservation": "h1"})
-        self.act("orders.place", "o1")
-        self.db["orders"].execute("INSERT INTO orders VALUES ('o1', 'confirmed', ?)", (self.t,))
+        self.act("orders.cart.add", "a1", body={"product": "p-0002", "quantity": 1})
+        self.act("orders.place", "o1", body={"source": "cart"})
+        self.db["orders"].execute("INSERT INTO orders VALUES ('o1', 'u1', 'confirmed', 'cart', ?, ?)",
+                                  (json.dumps([{"product": "p-0002", "quantity": 1}]), self.t))
         cat.execute("INSERT INTO holds VALUES ('o1', 'confirmed', ?, ?)", (self.t, self.t + 60_000))
         cat.execute("INSERT INTO hold_items VALUES ('o1', 'p-0002', 1)")
         cat.execute("UPDATE products SET stock = stock - 1 WHERE id = 'p-0002'")
@@ -92,13 +105,19 @@ class World:
         self.event("catalog", "catalog.stock.changed", {"order": "o1", "product": "p-0002", "reason": "hold"})
         self.act("favorites.add", "f1")
         self.act("orders.place", "o2", outcome="rejected", code="conflict", reason="p-0003 is sold out")
+        self.record("e1")
         self.db["telemetry"].execute("INSERT INTO events VALUES ('e1', 'phone-001')")
         self.commit()
 
-    def act(self, type, id, outcome="done", code=None, reason=None, applied=True):
+    def record(self, event):
+        """A telemetry event the phone recorded (its history keeps it once sent)."""
+        self.phone.execute("INSERT INTO chaos_telemetry VALUES (?, 'view.opened', ?)", (event, self.t))
+
+    def act(self, type, id, outcome="done", code=None, reason=None, applied=True, body=None):
         self.t += 1000
         self.phone.execute("INSERT INTO action_log VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
                            (id, type, self.t, self.t + 20, outcome, code, reason))
+        self.phone.execute("INSERT INTO chaos_actions VALUES (?, ?, ?, ?)", (id, type, json.dumps(body or {}), self.t))
         if applied:
             kind = "reply" if outcome == "done" else "error"
             self.db[type.split(".")[0]].execute("INSERT INTO idempotency VALUES (?, ?, ?, ?)",
@@ -136,8 +155,11 @@ def test_a_consistent_history_passes(world):
     rc, out, verdict = world.check()
     assert rc == 0, out
     assert verdict["valid"] and failed(verdict) == []
-    assert verdict["counts"]["attempted"] == 5 and verdict["counts"]["ok"] == 4 and verdict["counts"]["failed"] == 1
+    assert verdict["counts"]["attempted"] == 6 and verdict["counts"]["ok"] == 5 and verdict["counts"]["failed"] == 1
     assert "verdict: PASS" in out
+    assert "cart ledger: 1 units added, 1 held or bought, 0 applied twice, 0 missing" in out
+    assert verdict["telemetry"] == {"recorded": 1, "stored": 1, "missing": 0, "twice": 0, "unmade": 0, "other_phone": 0,
+                                    "queued": 0, "conflicting": 0}
 
 
 def test_an_acknowledged_action_missing_from_its_store_is_lost(world):
@@ -205,6 +227,101 @@ def test_telemetry_left_on_a_phone_is_caught(world):
     world.phone.execute("INSERT INTO telemetry VALUES ('e2', NULL)")
     rc, out, verdict = world.check()
     assert rc == 1 and failed(verdict) == ["telemetry"], out
+    assert verdict["telemetry"]["queued"] == 1 and verdict["telemetry"]["missing"] == 1
+
+
+def test_a_telemetry_event_sent_but_not_stored_is_missing(world):
+    for e in ("e2", "e3"):
+        world.record(e)
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["telemetry"], out
+    assert verdict["telemetry"]["missing"] == 2 and verdict["telemetry"]["recorded"] == 3
+    assert "missing: event e2 recorded by phone-001" in out and "2 missing" in out
+
+
+def test_a_telemetry_event_stored_twice_is_caught(world):
+    world.db["telemetry"].execute("INSERT INTO events VALUES ('e1', 'phone-001')")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["telemetry"], out
+    assert verdict["telemetry"]["twice"] == 1 and "twice: event e1 stored 2 times" in out
+
+
+def test_a_telemetry_event_no_phone_recorded_is_caught(world):
+    world.db["telemetry"].execute("INSERT INTO events VALUES ('e9', 'phone-001')")
+    world.db["telemetry"].execute("INSERT INTO events VALUES ('e1', 'phone-002')")
+    world.db["telemetry"].execute("DELETE FROM events WHERE rowid = 1")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["telemetry"], out
+    assert verdict["telemetry"]["unmade"] == 1 and verdict["telemetry"]["other_phone"] == 1
+    assert "unmade: event e9" in out and "recorded by phone-001, stored under phone-002" in out
+
+
+def test_without_a_history_telemetry_is_counted_and_the_cart_not_checked(world):
+    world.phone.executescript("DROP TABLE chaos_actions; DROP TABLE chaos_telemetry;")
+    world.db["orders"].execute("INSERT INTO cart_lines VALUES ('u1', 'p-0004', 2)")
+    rc, out, verdict = world.check()
+    assert rc == 0, out
+    assert "counts only (the phones kept no history)" in out and "cart ledger n/a" in out
+
+
+def test_a_cart_add_applied_twice_is_a_duplicate(world):
+    # What a retried orders.cart.add leaves when the service applies it again:
+    # one unit more than the phones added (here, still in the cart).
+    world.act("orders.cart.add", "a2", body={"product": "p-0004", "quantity": 1})
+    world.db["orders"].execute("INSERT INTO cart_lines VALUES ('u1', 'p-0004', 2)")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["duplicated"], out
+    assert verdict["counts"]["duplicated"] == 1
+    assert "1 applied twice" in out and "user u1: 2 units of p-0004 in the cart or bought from it, 1 added" in out
+
+
+def test_a_cart_unit_bought_beyond_what_was_added_is_a_duplicate(world):
+    world.db["orders"].execute("""UPDATE orders SET items = '[{"product": "p-0002", "quantity": 3}]' WHERE id = 'o1'""")
+    rc, out, verdict = world.check()
+    assert "duplicated" in failed(verdict), out
+    assert verdict["counts"]["duplicated"] == 2
+
+
+def test_a_cart_add_done_without_its_unit_is_lost(world):
+    world.act("orders.cart.add", "a2", body={"product": "p-0004", "quantity": 2})
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["lost"], out
+    assert verdict["counts"]["lost"] == 2 and "2 cart units missing" in out
+
+
+def test_the_history_recorder_keeps_what_a_phone_deletes(tmp_path):
+    folder = tmp_path / "phones"
+    folder.mkdir()
+    db = sqlite3.connect(str(folder / "phone-001.db"), isolation_level=None)
+    db.executescript("""
+        PRAGMA journal_mode=WAL;
+        CREATE TABLE outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, type TEXT NOT NULL, body TEXT NOT NULL,
+                             created_ms BIGINT NOT NULL);
+        CREATE TABLE telemetry (id TEXT PRIMARY KEY, name TEXT NOT NULL, ts BIGINT NOT NULL, batch TEXT);
+        INSERT INTO outbox (id, type, body, created_ms) VALUES ('a1', 'orders.cart.add', '{"product": "p-0001"}', 1);
+        INSERT INTO telemetry VALUES ('e1', 'view.opened', 1, NULL);
+    """)
+    p = subprocess.run([sys.executable, CHECKER, "--phones", str(folder), "--install-history", "1", "--wait", "10"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "installed in 1 phone files" in p.stdout, p.stdout + p.stderr
+    # The phone goes on: sends, deletes, writes more.
+    db.executescript("""
+        DELETE FROM outbox; DELETE FROM telemetry;
+        INSERT INTO outbox (id, type, body, created_ms) VALUES ('a2', 'favorites.add', '{"product": "p-0002"}', 2);
+        INSERT INTO telemetry VALUES ('e2', 'search.performed', 2, NULL);
+        DELETE FROM telemetry WHERE id = 'e2';
+    """)
+    assert [r[0] for r in db.execute("SELECT id FROM chaos_actions ORDER BY id")] == ["a1", "a2"]
+    assert [r[0] for r in db.execute("SELECT id FROM chaos_telemetry ORDER BY id")] == ["e1", "e2"]
+    assert json.loads(db.execute("SELECT body FROM chaos_actions WHERE id = 'a1'").fetchone()[0]) == {"product": "p-0001"}
+
+
+def test_the_history_recorder_times_out_when_phones_are_missing(tmp_path):
+    folder = tmp_path / "phones"
+    folder.mkdir()
+    p = subprocess.run([sys.executable, CHECKER, "--phones", str(folder), "--install-history", "2", "--wait", "1"],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "only 0 of 2 phone files" in p.stderr
 
 
 def test_unreadable_stores_exit_2(tmp_path):
