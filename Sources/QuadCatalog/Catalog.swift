@@ -89,7 +89,7 @@ public enum Catalog: ServiceDomain {
         h.mutation("catalog.stock.adjust") { req in
             try req.requireAdmin()
             let id = try requiredString(req.body, "id", max: 64)
-            guard let delta = req.body["delta"]?.int, abs(delta) <= 1_000_000 else {
+            guard let delta = req.body["delta"]?.int, (-1_000_000...1_000_000).contains(delta) else {
                 throw QuadError.badRequest("body.delta must be an integer between -1000000 and 1000000")
             }
             guard let row = try db.queryOne("UPDATE products SET stock = stock + $1 WHERE id = $2 AND stock + $1 >= 0 RETURNING stock", .int(delta), .text(id)) else {

@@ -208,16 +208,6 @@ struct OwnershipMatrixTests {
         return rows
     }
 
-    /// Types that do not yet answer as the table says, with why; each is a
-    /// known issue here, not a failure, until its service is fixed.
-    static func knownGap(_ row: Row, _ label: String, _ status: Int?) -> String? {
-        if label == "no token", row.access == .admin, status == 403, !row.type.hasSuffix(".events.since") {
-            return "\(row.type) without a token answers 403, not 401: Request.requireAdmin (QuadRuntime/Handlers.swift) and "
-                + "requireService (QuadCatalog/Stock.swift, QuadTelemetry/Telemetry.swift) do not tell 'nobody signed in' (401) from 'not an admin' (403)"
-        }
-        return nil
-    }
-
     @Test func everyRequestTypeAnswersEachKindOfTokenAsTheTableSays() throws {
         let stack = try FullStack("matrix")
         let f = Fixture(stack)
@@ -237,10 +227,6 @@ struct OwnershipMatrixTests {
                 let answer = try f.call(row.type, body, token: token, id: id)
                 let status = answer.quadError?.status
                 let what = "\(row.type) with \(label): \(answer.kind) \(answer.body.text.prefix(300))"
-                if let gap = Self.knownGap(row, label, status) {
-                    withKnownIssue(Comment(rawValue: gap)) { #expect(status == 401, "\(what)") }
-                    continue
-                }
                 switch (label, row.access, row.other) {
                 case ("expired token", _, _):
                     #expect(status == 401 && answer.src == "broker" && answer.quadError?.message.hasPrefix("token expired") == true, "\(what)")

@@ -312,7 +312,20 @@ def exchange(endpoint, raw, timeout=REPLY_TIMEOUT):
 
 
 def answer_to(endpoint, raw, timeout=REPLY_TIMEOUT):
-    """The envelope answering raw, checked against envelope.schema.json."""
+    """The envelope answering raw, checked against envelope.schema.json.
+    A 429 from the broker's rate limit (this module sends hundreds of
+    requests from one src) is waited out as its retry_after_ms says, as any
+    client should, and the same bytes are sent again."""
+    for _ in range(50):
+        envelope = _answer_once(endpoint, raw, timeout)
+        body = envelope.get("body") if isinstance(envelope.get("body"), dict) else {}
+        if envelope.get("kind") != "error" or body.get("code") != "too_many_requests":
+            return envelope
+        time.sleep(max(int(body.get("details", {}).get("retry_after_ms", 20)), 1) / 1000)
+    return envelope
+
+
+def _answer_once(endpoint, raw, timeout):
     frames = exchange(endpoint, raw, timeout)
     assert frames is not None, f"no answer from {endpoint} within {timeout} s"
     assert all(f == b"" for f in frames[:-1]), f"expected one envelope frame, got {len(frames)} frames"
