@@ -29,6 +29,7 @@ int main(int argc, char **argv) {
     const char *conninfo = NULL;
     long n = 100000, batch = 500;
     int opt;
+    if (argc > 1 && strcmp(argv[1], "--help") == 0) argv[1] = "-h";
     while ((opt = getopt(argc, argv, "d:n:b:h")) != -1) {
         switch (opt) {
         case 'd': conninfo = optarg; break;

@@ -53,6 +53,7 @@ static void serve_publisher(void *arg, int report_fd) {
 
 int main(int argc, char **argv) {
     int opt;
+    if (argc > 1 && strcmp(argv[1], "--help") == 0) argv[1] = "-h";
     while ((opt = getopt(argc, argv, "n:s:t:h")) != -1) {
         switch (opt) {
         case 'n': count = atol(optarg); break;

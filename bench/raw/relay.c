@@ -185,6 +185,11 @@ static void usage(const char *prog) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: %s [-n N] [-i INFLIGHT] [-w WORKERS] [-k CREDIT] [-W WARMUP]\n"
+               "The broker's hops in raw libzmq: DEALER -> ROUTER|relay|ROUTER -> DEALER worker; prints one JSON line.\n", argv[0]);
+        return 0;
+    }
     long n = 100000, warmup = 2000;
     int inflight = 1, nworkers = 1, opt;
     while ((opt = getopt(argc, argv, "n:i:w:k:W:h")) != -1) {

@@ -24,6 +24,10 @@ static void serve(void *arg, int report_fd) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: %s [N>0] [WARMUP>=0]\nREQ/REP round trips of 200 B over tcp loopback; prints one JSON line.\n", argv[0]);
+        return 0;
+    }
     long n = argc > 1 ? atol(argv[1]) : 100000;
     long warmup = argc > 2 ? atol(argv[2]) : 1000;
     if (n <= 0 || warmup < 0) {
