@@ -11,7 +11,10 @@
 #      own id until answered): every request applied exactly once (the stock
 #      grew by exactly the number sent, one idempotency record each);
 #   4. down: no namespace, veth or bridge of the stack is left.
-# Runs on its own QUAD_HOME, ports and net 10.77.K.0/24; about 2 minutes.
+#   5. deploy/chaos run: 12 phones, 120 s of campus day under partitions,
+#      kills, pauses and a scale to 3 and back; every check of deploy/checker.py
+#      runs on real figures and passes (the fault switch set, and inert).
+# Runs on its own QUAD_HOME, ports and net 10.77.K.0/24; about 6 minutes.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -330,18 +333,52 @@ if [[ -x $edge_bin ]] && "$edge_bin" --help 2>&1 | grep -q -- '--duration'; then
     rundir=$QUAD_HOME/run-chaos
     # Its own stack, its own stores: not the databases of the stack above.
     for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
-    if ! "$CHAOS" run --phones 8 --duration 30 --seed 11 --partition-every 10 --kill-every 12 --pause-every 14 \
-        --out "$rundir" >"$QUAD_HOME/chaos-run.log" 2>&1; then
+    # Two minutes of campus day, faults every few seconds. The fault switch
+    # is set, and must do nothing: a build without -DQUAD_FAULTS ignores it
+    # (Tests/e2e/test_chaos_faults.py runs the build that honours it).
+    if ! QUAD_FAULT_SKIP_IDEMPOTENCY=1 "$CHAOS" run --phones 12 --duration 120 --seed 11 --partition-every 15 --kill-every 20 \
+        --pause-every 30 --scale-to 3 --out "$rundir" >"$QUAD_HOME/chaos-run.log" 2>&1; then
         tail -n 40 "$QUAD_HOME/chaos-run.log" >&2
         fail "deploy/chaos run failed (its log above)"
     fi
     grep -q '^verdict: PASS' "$QUAD_HOME/chaos-run.log" || fail "deploy/chaos run printed no PASS verdict"
     [[ -s $rundir/report.html && -s $rundir/run.json ]] || fail "deploy/chaos run wrote no report.html or run.json"
+    grep -q 'applies a repeated request id' "$rundir"/home/logs/*.log &&
+        fail "a production build honoured QUAD_FAULT_SKIP_IDEMPOTENCY"
+    # Every check ran on real figures and passed: the telemetry matched event
+    # by event, the cart ledger balanced, and the faults really happened.
+    python3 - "$rundir" <<'PY' || fail "deploy/chaos run's check.json: see above"
+import json, re, sys
+d = sys.argv[1]
+v = json.load(open(d + "/check.json"))
+checks = {c["name"]: c for c in v["checks"]}
+want = ["drained", "lost", "order", "duplicated", "stock", "saga", "spots", "deadlines", "telemetry", "analytics"]
+problems = ["missing check %s" % n for n in want if n not in checks]
+problems += ["check %s failed: %s" % (n, c["figures"]) for n, c in checks.items() if not c["ok"]]
+problems += ["check %s did not run: %s" % (n, c["figures"]) for n, c in checks.items() if "n/a" in c["figures"]]
+t = v.get("telemetry") or {}
+if not t.get("recorded") or t.get("stored") != t.get("recorded"):
+    problems.append("telemetry not matched event by event: %s" % t)
+if not re.search(r"cart ledger: [1-9]\d* units added", checks.get("duplicated", {}).get("figures", "")):
+    problems.append("no cart ledger: %s" % checks.get("duplicated"))
+c = v["counts"]
+if c.get("attempted", 0) < 50 or c.get("lost") or c.get("duplicated") or c.get("indeterminate"):
+    problems.append("counts: %s" % c)
+faults = open(d + "/faults.log").read()
+for kind, least in (("partition", 6), ("kill", 4), ("pause", 2), ("scale", 2)):
+    n = len(re.findall(r"\] %s " % kind, faults)) - (1 if kind == "partition" else 0)  # less the start's cut
+    if n < least:
+        problems.append("only %d %s faults (want %d or more)" % (n, kind, least))
+if re.search(r"FAILED|no live worker", faults):
+    problems.append("a fault did not happen: %s" % [l for l in faults.splitlines() if "FAILED" in l or "no live" in l])
+print("\n".join(problems), file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
     run_prefix=$(sed -n 's/.*(namespaces \(quad[0-9]*\)-\*).*/\1/p' "$rundir/stack-up.log")
     [[ -n $run_prefix ]] || fail "the chaos run's stack-up.log does not name its namespaces"
     left=$(ip netns list | awk '{print $1}' | grep "^$run_prefix-" || true)
     [[ -z $left ]] || fail "namespaces left after the chaos run: $left"
-    ok "deploy/chaos run: 8 phones, 30 s, $(grep -cE '\] (partition|kill|pause|scale .*starting)' "$rundir/faults.log") faults; $(grep '^actions:' "$QUAD_HOME/chaos-run.log")"
+    ok "deploy/chaos run: 12 phones, 120 s, $(grep -cE '\] (partition|kill|pause|scale .*starting)' "$rundir/faults.log") faults; $(grep '^actions:' "$QUAD_HOME/chaos-run.log")"
 else
     printf 'test_chaos: skip deploy/chaos run: %s is not built with a run command\n' "$edge_bin"
 fi

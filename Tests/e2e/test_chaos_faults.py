@@ -1,0 +1,117 @@
+"""The checker fails on a real broken build, with the count of duplicates.
+
+Builds quad-orders with the fault switch compiled in (swift build
+-Xswiftc -DQUAD_FAULTS, Sources/QuadRuntime/Faults.swift), puts it beside the
+production binaries, and runs a short chaos run (deploy/chaos run) with
+QUAD_FAULT_SKIP_IDEMPOTENCY=1: the orders service then applies a repeated
+request id again instead of answering the stored reply. Partitions and kills
+make phones retry under the same id, so some orders.cart.add runs twice and
+a cart holds a unit no phone added. The checker must exit 1 with only its
+duplicated check failing, and count exactly the repeated applications the
+orders workers logged (each 200 to a repeated id is an application in this
+build), give or take a worker SIGKILLed between its commit and its log line.
+
+Also proves the switch cannot break a production build: the production
+binaries do not contain the variable's name. (Tests/e2e/test_chaos.sh runs
+its chaos run on the production build with the variable set, and passes.)
+
+As root, like test_chaos.sh: network namespaces and nftables. About 4 minutes,
+the build of quad-orders included.
+"""
+
+import collections
+import glob
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHAOS = os.path.join(ROOT, "deploy", "chaos")
+SWITCH = b"QUAD_FAULT_SKIP_IDEMPOTENCY"
+
+
+def swift_env():
+    env = dict(os.environ)
+    if shutil.which("swift") is None and os.path.exists("/opt/swift/usr/bin/swift"):
+        env["PATH"] = "/opt/swift/usr/bin:" + env.get("PATH", "")
+    for s in ("ACCOUNTS", "CATALOG", "FAVORITES", "ORDERS", "RESERVATIONS", "TELEMETRY", "ANALYTICS"):
+        env.pop("QUAD_%s_DB" % s, None)
+    for k in ("QUAD_HOME", "QUAD_FRONTEND", "QUAD_BACKEND", "QUAD_EVENTS_IN", "QUAD_EVENTS_OUT", "QUAD_INTERNAL", "QUAD_BIN_DIR"):
+        env.pop(k, None)
+    return env
+
+
+def build(env, scratch, *extra):
+    p = subprocess.run(["swift", "build", "-c", "release", "--scratch-path", scratch, *extra], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, "swift build %s failed:\n%s" % (" ".join(extra), (p.stdout + p.stderr)[-4000:])
+
+
+@pytest.fixture(scope="module")
+def broken_bin(tmp_path_factory):
+    """A folder of the production binaries with quad-orders from the faults build."""
+    assert os.geteuid() == 0, "needs root: network namespaces and nftables"
+    env = swift_env()
+    scratch = os.path.abspath(os.environ.get("QUAD_BUILD_DIR") or os.path.join(ROOT, ".build"))
+    build(env, scratch)
+    build(env, os.path.join(scratch, "faults"), "--product", "quad-orders", "-Xswiftc", "-DQUAD_FAULTS")
+    release = os.path.join(scratch, "release")
+    folder = str(tmp_path_factory.mktemp("broken-bin"))
+    production = [f for f in glob.glob(os.path.join(release, "quad*")) if os.path.isfile(f) and os.access(f, os.X_OK)]
+    assert any(f.endswith("/quad-orders") for f in production), "no quad-orders in %s" % release
+    for f in production:
+        shutil.copy2(f, folder)
+    shutil.copy2(os.path.join(scratch, "faults", "release", "quad-orders"), os.path.join(folder, "quad-orders"))
+    return {"bin": folder, "production": production, "env": env}
+
+
+def test_production_binaries_have_no_fault_switch(broken_bin):
+    carrying = [f for f in broken_bin["production"] if SWITCH in open(f, "rb").read()]
+    assert carrying == [], "production binaries that read %s: %s" % (SWITCH.decode(), carrying)
+    assert SWITCH in open(os.path.join(broken_bin["bin"], "quad-orders"), "rb").read(), "the faults build has no switch"
+
+
+def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(broken_bin, tmp_path):
+    out = str(tmp_path / "run")
+    env = dict(broken_bin["env"], QUAD_BIN_DIR=broken_bin["bin"], QUAD_FAULT_SKIP_IDEMPOTENCY="1")
+    # Dense faults: phones cut off from the broker every 12 s (a request in
+    # flight, or sent into the cut, reaches orders and is retried), a
+    # service cut off or killed in between.
+    p = subprocess.run([CHAOS, "run", "--phones", "20", "--duration", "90", "--seed", "5", "--partition-every", "6",
+                        "--kill-every", "10", "--pause-every", "0", "--scale-service", "none", "--out", out],
+                       env=env, capture_output=True, text=True, timeout=1200)
+    log = p.stdout + p.stderr
+    assert os.path.exists(os.path.join(out, "check.json")), "the run wrote no check.json (exit %d):\n%s" % (p.returncode, log[-4000:])
+    verdict = json.load(open(os.path.join(out, "check.json")))
+    logs = os.path.join(out, "home", "logs")
+    assert any("applies a repeated request id again" in open(f).read() for f in glob.glob(os.path.join(logs, "orders.*.log"))), \
+        "the orders workers did not run with the fault on"
+
+    # What the orders workers did: every 200 to orders.cart.add is an
+    # application in this build; an id applied n times is n - 1 duplicates.
+    applied = collections.Counter()
+    for f in glob.glob(os.path.join(logs, "orders.*.log")):
+        for line in open(f, errors="replace"):
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and e.get("type") == "orders.cart.add" and e.get("status") == 200:
+                applied[e["id"]] += 1
+    repeated = sum(n - 1 for n in applied.values() if n > 1)
+    kills = sum(1 for line in open(os.path.join(out, "faults.log")) if "] kill orders " in line)
+
+    failed = sorted(c["name"] for c in verdict["checks"] if not c["ok"])
+    duplicated = verdict["counts"]["duplicated"]
+    summary = "exit %d, failed %s, duplicated %d, repeated applications in the orders logs %d, orders killed %d\n%s" % (
+        p.returncode, failed, duplicated, repeated, kills, log[-3000:])
+    assert repeated >= 1, "no request was applied twice: the faults caused no retry that reached orders twice; " + summary
+    assert p.returncode == 1, summary
+    assert failed == ["duplicated"], summary
+    assert repeated <= duplicated <= repeated + kills, summary
+    assert "verdict: FAIL" in p.stdout and "applied twice" in p.stdout, summary
+    dup = next(c for c in verdict["checks"] if c["name"] == "duplicated")
+    assert "%d duplicated effects" % duplicated in dup["figures"] and dup["examples"], summary
