@@ -101,7 +101,34 @@ command -v quadctl >/dev/null || fail "quadctl is not on PATH after eval \"\$(de
     fail "expected pid files broker.pid and catalog.1.pid in $QUAD_HOME/run, found: $(ls "$QUAD_HOME/run")"
 [[ -f $QUAD_HOME/logs/catalog.1.log && -f $QUAD_HOME/db/catalog.db ]] ||
     fail "expected logs/catalog.1.log and db/catalog.db under $QUAD_HOME"
-ok "deploy/stack up on ports $QUAD_PORT_BASE..$((QUAD_PORT_BASE + 4))"
+ok "deploy/stack up on port $QUAD_PORT_BASE"
+
+step="internal sockets"
+sockets=$QUAD_HOME/run/sock
+for e in "$QUAD_BACKEND" "$QUAD_EVENTS_IN" "$QUAD_EVENTS_OUT" "$QUAD_INTERNAL"; do
+    [[ $e == "ipc://$sockets/"* && -S ${e#ipc://} ]] || fail "internal endpoint $e is not an ipc:// socket in $sockets"
+done
+[[ $(stat -c %a "$sockets") == 700 ]] || fail "$sockets is mode $(stat -c %a "$sockets"), not 700"
+for port in $(seq $((QUAD_PORT_BASE + 1)) $((QUAD_PORT_BASE + 4))); do
+    quad_port_free "$port" || fail "port $port is open: an internal socket on TCP"
+done
+if ((EUID == 0)) && id nobody >/dev/null 2>&1; then
+    # Another user on the machine cannot reach the backend, where a worker
+    # registers and whose requests are trusted.
+    why=$(runuser -u nobody -- python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(sys.argv[1])
+except OSError as e:
+    print(type(e).__name__)
+    sys.exit(0)
+sys.exit(1)
+' "${QUAD_BACKEND#ipc://}") || fail "the user nobody could connect to the backend socket"
+    ok "internal sockets are ipc:// in a mode-700 folder; user nobody gets $why on the backend"
+else
+    ok "internal sockets are ipc:// in a mode-700 folder"
+fi
 
 step="second up"
 out=$("$STACK" up) || fail "a second deploy/stack up exited $?"
