@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -74,8 +75,18 @@ def test_production_binaries_have_no_fault_switch(broken_bin):
     assert SWITCH in open(os.path.join(broken_bin["bin"], "quad-orders"), "rb").read(), "the faults build has no switch"
 
 
-def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(broken_bin, tmp_path):
-    out = str(tmp_path / "run")
+@pytest.fixture
+def run_folder():
+    """The run's folder: open to others, as PostgreSQL (user postgres) keeps
+    its data in it; removed afterwards (the failure message quotes the run)."""
+    folder = tempfile.mkdtemp(prefix="quad-chaos-faults.")
+    os.chmod(folder, 0o755)
+    yield os.path.join(folder, "run")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(broken_bin, run_folder):
+    out = run_folder
     env = dict(broken_bin["env"], QUAD_BIN_DIR=broken_bin["bin"], QUAD_FAULT_SKIP_IDEMPOTENCY="1")
     # Dense faults: phones cut off from the broker every 12 s (a request in
     # flight, or sent into the cut, reaches orders and is retried), a
@@ -115,3 +126,5 @@ def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(bro
     assert "verdict: FAIL" in p.stdout and "applied twice" in p.stdout, summary
     dup = next(c for c in verdict["checks"] if c["name"] == "duplicated")
     assert "%d duplicated effects" % duplicated in dup["figures"] and dup["examples"], summary
+    print("broken build: checker exit %d, failed %s, %s; orders logged %d repeated applications, orders killed %d times" % (
+        p.returncode, failed, dup["figures"], repeated, kills))
