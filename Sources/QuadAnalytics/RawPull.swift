@@ -38,6 +38,7 @@ public final class RawPull {
         self.context = context
         socket = try context.socket(.dealer)
         try socket.setLinger(0)
+        try InternalCurve.secure(socket)
         try socket.connect(endpoint)
     }
 

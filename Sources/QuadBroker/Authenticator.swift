@@ -13,6 +13,8 @@ final class Authenticator {
     static let endpoint = "inproc://zeromq.zap.01"
     /// The ZAP domain of the public frontend.
     static let domain = "quad"
+    /// The ZAP domain of the internal sockets, with `--service-keys`.
+    static let internalDomain = "quad-internal"
 
     let socket: Socket
     let allowPath: String?
@@ -20,14 +22,19 @@ final class Authenticator {
     var allowed: Set<[UInt8]>?
     var allowFileStamp: Int?
     let log: LogThrottle
+    /// The service keys the internal sockets admit (`--service-keys`).
+    let serviceKeys: Set<[UInt8]>
+    let serviceKeysPath: String?
     private(set) var accepted: Int64 = 0
     private(set) var refused: Int64 = 0
 
-    init(context: ZMQContext, allowPath: String?, log: LogThrottle) throws {
+    init(context: ZMQContext, allowPath: String?, serviceKeysPath: String? = nil, log: LogThrottle) throws {
         socket = try context.socket(.rep)
         try socket.bind(Authenticator.endpoint)
         self.allowPath = allowPath
         self.log = log
+        self.serviceKeysPath = serviceKeysPath
+        serviceKeys = try serviceKeysPath.map { try BrokerKeys.allowList(at: $0) } ?? []
         if let allowPath {
             allowed = try BrokerKeys.allowList(at: allowPath)
             allowFileStamp = Authenticator.stamp(allowPath)
@@ -80,8 +87,19 @@ final class Authenticator {
         }
         let address = String(decoding: frames[3], as: UTF8.self)
         let mechanism = String(decoding: frames[5], as: UTF8.self)
-        // Only the frontend sets the domain; the broker's other sockets are
-        // not for this handler to judge.
+        if frames[2] == Array(Authenticator.internalDomain.utf8) {
+            // The internal sockets: only the services' keys.
+            guard mechanism == "CURVE", frames.count >= 7, frames[6].count == 32, serviceKeys.contains(frames[6]) else {
+                refused += 1
+                let key = frames.count >= 7 ? Curve.encode(frames[6]) ?? "?" : "none"
+                log.info("zap-internal-\(key)",
+                         "a peer at \(address.isEmpty ? "?" : address) refused on an internal socket: mechanism \(mechanism), key \(key) is not in --service-keys \(serviceKeysPath ?? "")")
+                return reply("400", "not a service key")
+            }
+            accepted += 1
+            return reply("200", "OK", user: Curve.encode(frames[6]) ?? "")
+        }
+        // Only the frontend and the internal sockets set a domain.
         guard frames[2] == Array(Authenticator.domain.utf8) else { return reply("200", "OK") }
         guard mechanism == "CURVE", frames.count >= 7, frames[6].count == 32 else {
             refused += 1

@@ -19,9 +19,14 @@ public struct BrokerSettings: Sendable {
     public var accountsKeyPath = KeyFiles.defaultPublicKeyPath()
     /// The broker's CURVE secret key file for the public frontend, created
     /// (0600, with `.pub` beside it) when missing; nil: no CURVE (`--curve
-    /// off`, for debugging only). The internal frontend, the backend and the
-    /// event sockets never use CURVE: they are on loopback or `ipc://`.
+    /// off`, for debugging only).
     public var curveKeyPath: String? = BrokerKeys.defaultSecretKeyPath()
+    /// A file of the services' CURVE public keys (Z85, one per line): with
+    /// it, the backend, the event sockets and the internal frontend speak
+    /// CURVE with the same key pair and admit only those keys, for services
+    /// on other hosts (``InternalCurve``); nil: no CURVE there (they are
+    /// `ipc://` in a private folder, or loopback).
+    public var serviceKeysPath: String?
     /// A file of client public keys (Z85, one per line) that alone may
     /// connect to the frontend; nil: any client key.
     public var allowKeysPath: String?
@@ -105,6 +110,8 @@ public final class Broker {
     let monitor: SocketMonitor?
     /// The frontend's public key (Z85), with CURVE on.
     public let publicKey: String?
+    /// The key pair's secret half when the internal sockets speak CURVE.
+    let internalSecretKey: [UInt8]?
     var limiter: RateLimiter
     var rateLimited: Int64 = 0
     /// Requests whose worker died or went silent holding them, by id: how
@@ -122,31 +129,46 @@ public final class Broker {
         try frontend.setRouterMandatory(false)
         let throttled = LogThrottle(source: "broker")
         self.throttled = throttled
+        let internalKey: [UInt8]?
         if let keyPath = settings.curveKeyPath {
             let pair = try BrokerKeys.loadOrCreate(at: keyPath)
             Log.info("broker", "\(pair.created ? "created" : "loaded") CURVE key \(keyPath), public key \(pair.publicKey) in \(BrokerKeys.publicKeyPath(forSecretKey: keyPath))")
             // The ZAP handler must be bound before a client can handshake.
-            authenticator = try Authenticator(context: context, allowPath: settings.allowKeysPath, log: throttled)
+            authenticator = try Authenticator(context: context, allowPath: settings.allowKeysPath,
+                                              serviceKeysPath: settings.serviceKeysPath, log: throttled)
             try frontend.setCurveServer(secretKey: pair.secretKey)
             try frontend.setZAPDomain(Authenticator.domain)
             monitor = try SocketMonitor(frontend, name: "frontend")
             publicKey = pair.publicKey
+            internalKey = settings.serviceKeysPath == nil ? nil : pair.secretKey
         } else {
             authenticator = nil
             monitor = nil
             publicKey = nil
+            internalKey = nil
+        }
+        internalSecretKey = internalKey
+        /// The internal sockets as CURVE servers with their own ZAP domain.
+        func secureInternal(_ socket: Socket) throws {
+            guard let key = internalKey else { return }
+            try socket.setCurveServer(secretKey: key)
+            try socket.setZAPDomain(Authenticator.internalDomain)
         }
         try frontend.bind(settings.endpoints.frontend)
         backend = try context.socket(.router)
         try backend.setMaxMessageSize(socketLimit)
+        try secureInternal(backend)
         try backend.bind(settings.endpoints.backend)
         eventsIn = try context.socket(.xsub)
         try eventsIn.setMaxMessageSize(socketLimit)
+        try secureInternal(eventsIn)
         try eventsIn.bind(settings.endpoints.eventsIn)
         eventsOut = try context.socket(.xpub)
+        try secureInternal(eventsOut)
         try eventsOut.bind(settings.endpoints.eventsOut)
         internalFrontend = try context.socket(.router)
         try internalFrontend.setMaxMessageSize(socketLimit)
+        try secureInternal(internalFrontend)
         try internalFrontend.bind(settings.endpoints.internal)
         limiter = RateLimiter(perSecond: settings.ratePerSecond, burst: settings.rateBurst)
         tokens = TokenVerifier(keyPath: settings.accountsKeyPath, log: { [name] in Log.info(name, $0) })
@@ -177,6 +199,9 @@ public final class Broker {
             Log.info(name, "frontend: CURVE with public key \(publicKey); admits \(who)")
         } else {
             Log.info(name, "frontend: CURVE OFF (--curve off): requests and tokens cross the network in clear text; for debugging only")
+        }
+        if internalSecretKey != nil {
+            Log.info(name, "internal sockets: CURVE, admitting only the \(authenticator?.serviceKeys.count ?? 0) service key(s) in \(settings.serviceKeysPath ?? "")")
         }
         Log.info(name, limiter.isOn
                  ? "rate limit on the frontend: \(settings.ratePerSecond) requests per second per user, phone and connection, bursts of \(Int64(limiter.burst))"

@@ -24,18 +24,28 @@ public final class Client {
     public var maxMessageBytes = Envelope.defaultMaxBytes
     static let graceMs: Int64 = 250
 
-    public init(context: ZMQContext = ZMQContext(), endpoint: String, source: String = "client", serverKey: [UInt8]? = nil) throws {
+    /// A client of the broker's internal frontend: CURVE with the
+    /// services' key when ``InternalCurve`` is on.
+    public let isInternal: Bool
+
+    public init(context: ZMQContext = ZMQContext(), endpoint: String, source: String = "client", serverKey: [UInt8]? = nil,
+                isInternal: Bool = false) throws {
         self.context = context
         self.endpoint = endpoint
         self.source = source
         self.serverKey = serverKey
-        self.socket = try Client.makeSocket(context, endpoint, serverKey: serverKey)
+        self.isInternal = isInternal
+        self.socket = try Client.makeSocket(context, endpoint, serverKey: serverKey, isInternal: isInternal)
     }
 
-    static func makeSocket(_ context: ZMQContext, _ endpoint: String, serverKey: [UInt8]?) throws(ZMQError) -> Socket {
+    static func makeSocket(_ context: ZMQContext, _ endpoint: String, serverKey: [UInt8]?, isInternal: Bool) throws(ZMQError) -> Socket {
         let s = try context.socket(.dealer)
         try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
-        if let serverKey { try s.setCurveClient(serverKey: serverKey) }
+        if let serverKey {
+            try s.setCurveClient(serverKey: serverKey)
+        } else if isInternal {
+            try InternalCurve.secure(s)
+        }
         try s.connect(endpoint)
         return s
     }

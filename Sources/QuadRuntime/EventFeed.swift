@@ -129,9 +129,11 @@ extension Worker {
                           wants: @escaping (Envelope) -> Bool = { _ in true }, apply: @escaping EventFeed.Apply) throws {
         guard let db = handlers.db else { throw QuadError.internal("a feed needs a store") }
         let requests = try context.socket(.dealer)
+        try InternalCurve.secure(requests)
         try requests.connect(endpoints.internal)
         let feed = try EventFeed(db: db, sources: sources, wants: wants, requests: requests, name: handlers.instance, apply: apply)
         let sub = try context.socket(.sub)
+        try InternalCurve.secure(sub)
         try sub.connect(endpoints.eventsOut)
         for s in sources { try sub.subscribe(EventFeed.topic(s)) }
         feeds.append((feed, sub))

@@ -1,4 +1,5 @@
 import Foundation
+import QuadMessaging
 import QuadStore
 import QuadWire
 
@@ -49,6 +50,9 @@ public enum ServiceMain {
         guard heartbeat >= 10 else { Flags.usageError("--heartbeat-ms must be at least 10", usage: flags.usage) }
         guard maxBytes >= 1024 else { Flags.usageError("--max-message-bytes must be at least 1024", usage: flags.usage) }
         do {
+            if let keys = try InternalCurve.fromEnvironment() {
+                Log.info(instance, "internal sockets: CURVE with the services' key \(Curve.encode(keys.publicKey) ?? "?") (QUAD_SERVICE_KEY_FILE)")
+            }
             if !location.contains("://") {
                 let dir = (location as NSString).deletingLastPathComponent
                 if !dir.isEmpty { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }

@@ -25,7 +25,7 @@ public final class Worker {
     /// frontend, made on first use.
     public lazy var services: Client = {
         // Creating a DEALER only fails when the context is gone.
-        try! Client(context: context, endpoint: endpoints.internal, source: handlers.instance)
+        try! Client(context: context, endpoint: endpoints.internal, source: handlers.instance, isInternal: true)
     }()
 
     public init(handlers: Handlers, endpoints: Endpoints, context: ZMQContext = ZMQContext(),
@@ -38,6 +38,7 @@ public final class Worker {
         if handlers.db != nil {
             let pub = try context.socket(.pub)
             try pub.setLinger(2000)
+            try InternalCurve.secure(pub)
             try pub.connect(endpoints.eventsIn)
             publisher = pub
             handlers.afterMutation = { [unowned self] in self.relayOutbox() }
@@ -56,9 +57,14 @@ public final class Worker {
     func connect() throws {
         socket = try context.socket(.dealer)
         try socket.setMaxMessageSize(Int64(maxMessageBytes) + 65536)
+        // Never blocks on the broker: a send with no connection to queue on
+        // (a broker that refused the CURVE handshake) is dropped, and the
+        // heartbeat's expiry connects again; nothing waits at exit either.
+        try socket.setLinger(1000)
+        try InternalCurve.secure(socket)
         try socket.connect(endpoints.backend)
         let info: JSON = ["instance": .string(handlers.instance), "pid": .int(Int64(getpid()))]
-        try socket.send([WorkerProtocol.header, WorkerProtocol.ready, Array(handlers.service.utf8), info.encoded()])
+        try? socket.send([WorkerProtocol.header, WorkerProtocol.ready, Array(handlers.service.utf8), info.encoded()], dontWait: true)
         brokerExpiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
     }
 
@@ -83,7 +89,7 @@ public final class Worker {
         }
         Log.info(handlers.instance, "serving \(handlers.service) via \(endpoints.backend)")
         timers.every(heartbeatMs) { [unowned self] in
-            try? self.socket.send([WorkerProtocol.header, WorkerProtocol.heartbeat])
+            try? self.socket.send([WorkerProtocol.header, WorkerProtocol.heartbeat], dontWait: true)
             if Clock.monotonicMillis() > self.brokerExpiry {
                 self.reconnects += 1
                 Log.info(self.handlers.instance, "broker silent for \(self.heartbeatMs * WorkerProtocol.liveness) ms: reconnecting")
@@ -141,14 +147,14 @@ public final class Worker {
         } catch {
             reply = .error(error, corr: Envelope.salvageID(bytes), src: handlers.instance)
         }
-        try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, reply.encoded()])
+        try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, reply.encoded()], dontWait: true)
     }
 
     /// Graceful exit: tell the broker, answer the requests it sent before it
     /// saw that, publish what is left in the outbox.
     func leave() {
         Log.info(handlers.instance, "shutting down: disconnecting from broker")
-        try? socket.send([WorkerProtocol.header, WorkerProtocol.disconnect])
+        try? socket.send([WorkerProtocol.header, WorkerProtocol.disconnect], dontWait: true)
         let until = Clock.monotonicMillis() + 3000
         var open = true
         while open && Clock.monotonicMillis() < until {

@@ -22,6 +22,8 @@ flags.option("curve-key", "the broker's CURVE secret key file (Z85), created 060
              default: BrokerKeys.defaultSecretKeyPath())
 flags.option("allow-keys", "only the client public keys in this file (Z85, one per line) may connect to the frontend; default: any key (env QUAD_ALLOW_KEYS)",
              default: environment["QUAD_ALLOW_KEYS"].flatMap { $0.isEmpty ? nil : $0 })
+flags.option("service-keys", "CURVE on the backend, event and internal sockets, admitting only the service public keys in this file (Z85, one per line): for services on other hosts (env QUAD_SERVICE_KEYS)",
+             default: environment["QUAD_SERVICE_KEYS"].flatMap { $0.isEmpty ? nil : $0 })
 flags.option("rate-per-second", "requests per second each user, phone (src) and connection may send on the frontend; 0: no limit (rate_per_second; env QUAD_RATE_PER_SECOND)",
              default: env("QUAD_RATE_PER_SECOND", "50"))
 flags.option("rate-burst", "requests each may send at once above the rate (rate_burst; env QUAD_RATE_BURST)", default: env("QUAD_RATE_BURST", "100"))
@@ -52,6 +54,10 @@ default: Flags.usageError("--curve must be on or off, got '\(flags["curve"]!)'",
 settings.allowKeysPath = flags["allow-keys"]
 if settings.allowKeysPath != nil && settings.curveKeyPath == nil {
     Flags.usageError("--allow-keys needs --curve on", usage: flags.usage)
+}
+settings.serviceKeysPath = flags["service-keys"]
+if settings.serviceKeysPath != nil && settings.curveKeyPath == nil {
+    Flags.usageError("--service-keys needs --curve on", usage: flags.usage)
 }
 guard let rate = Double(flags["rate-per-second"]!), rate >= 0, rate <= 1_000_000 else {
     Flags.usageError("--rate-per-second must be a number from 0 (no limit) to 1000000, got '\(flags["rate-per-second"]!)'", usage: flags.usage)

@@ -162,6 +162,8 @@ case "watch":
     do {
         let context = ZMQContext()
         let sub = try context.socket(.sub)
+        // Between hosts the events socket speaks CURVE (QUAD_SERVICE_KEY_FILE).
+        try InternalCurve.secure(sub)
         try sub.connect(flags["events-out"]!)
         // Topics are "service/type"; TOPIC may be either a service or a type prefix.
         try sub.subscribe("")

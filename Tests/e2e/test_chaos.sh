@@ -140,6 +140,16 @@ def client(endpoint, product, count, stop, results, lock, timeout_ms):
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    key_file = os.environ.get("QUAD_SERVICE_KEY_FILE")
+    if key_file:
+        # Between hosts the internal frontend speaks CURVE and admits only
+        # the services' key (deploy/stack env exports where it is).
+        with open(key_file, "rb") as f:
+            secret = f.read().strip()
+        with open(os.path.join(os.environ["QUAD_HOME"], "keys", "broker.pub"), "rb") as f:
+            sock.curve_serverkey = f.read().strip()
+        sock.curve_secretkey = secret
+        sock.curve_publickey = zmq.curve_public(secret)
     sock.connect(endpoint)
     sent = 0
     while sent < count and not stop.is_set():
