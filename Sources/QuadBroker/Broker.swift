@@ -161,9 +161,14 @@ public final class Broker {
         try backend.bind(settings.endpoints.backend)
         eventsIn = try context.socket(.xsub)
         try eventsIn.setMaxMessageSize(socketLimit)
+        // Room for a worker's relay burst (10 pages of 1000 events) on the
+        // way in and out; past the mark XPUB drops for that subscriber, who
+        // catches up with events.since.
+        try eventsIn.setReceiveHWM(100_000)
         try secureInternal(eventsIn)
         try eventsIn.bind(settings.endpoints.eventsIn)
         eventsOut = try context.socket(.xpub)
+        try eventsOut.setSendHWM(100_000)
         try secureInternal(eventsOut)
         try eventsOut.bind(settings.endpoints.eventsOut)
         internalFrontend = try context.socket(.router)

@@ -23,6 +23,10 @@ public final class Worker {
 
     /// A client for calling other services through the broker's internal
     /// frontend, made on first use.
+    /// Events per relay transaction, and pages per relay call.
+    static let relayPage = 1000
+    static let relayPages = 10
+
     public lazy var services: Client = {
         // Creating a DEALER only fails when the context is gone.
         try! Client(context: context, endpoint: endpoints.internal, source: handlers.instance, isInternal: true)
@@ -38,6 +42,9 @@ public final class Worker {
         if handlers.db != nil {
             let pub = try context.socket(.pub)
             try pub.setLinger(2000)
+            // A page burst must not overflow the pipe to the broker: PUB
+            // drops what is over the mark (subscribers would catch up, late).
+            try pub.setSendHWM(Int32(Worker.relayPage * Worker.relayPages * 2))
             try InternalCurve.secure(pub)
             try pub.connect(endpoints.eventsIn)
             publisher = pub
@@ -68,12 +75,17 @@ public final class Worker {
         brokerExpiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
     }
 
-    /// Publishes what the outbox holds now; runs after each mutation and on a timer.
+    /// Publishes what the outbox holds now; runs after each mutation and on
+    /// a timer. A backlog goes out page after page, up to `relayPages`
+    /// pages a call, so the loop still serves requests in between.
     public func relayOutbox() {
         guard let db = handlers.db, let publisher else { return }
         do {
-            try Outbox.relay(db) { event in
-                try publisher.send([Array((EventFeed.topic(handlers.service) + event.type).utf8), event.envelope(src: handlers.service).encoded()])
+            for _ in 0..<Worker.relayPages {
+                let sent = try Outbox.relay(db, limit: Worker.relayPage) { event in
+                    try publisher.send([Array((EventFeed.topic(handlers.service) + event.type).utf8), event.envelope(src: handlers.service).encoded()])
+                }
+                if sent < Worker.relayPage { break }
             }
         } catch {
             Log.error(handlers.instance, "outbox relay: \(error)")
