@@ -26,6 +26,8 @@ public final class Worker {
     /// Events per relay transaction, and pages per relay call.
     static let relayPage = 1000
     static let relayPages = 10
+    /// A relay is due on the loop's next turn (a backlog is going out).
+    var relayAgain = false
 
     public lazy var services: Client = {
         // Creating a DEALER only fails when the context is gone.
@@ -77,15 +79,24 @@ public final class Worker {
 
     /// Publishes what the outbox holds now; runs after each mutation and on
     /// a timer. A backlog goes out page after page, up to `relayPages`
-    /// pages a call, so the loop still serves requests in between.
+    /// pages a call; a call that ends on a full page runs again on the
+    /// loop's next turn, so requests are served in between.
     public func relayOutbox() {
         guard let db = handlers.db, let publisher else { return }
         do {
-            for _ in 0..<Worker.relayPages {
+            var full = true
+            for _ in 0..<Worker.relayPages where full {
                 let sent = try Outbox.relay(db, limit: Worker.relayPage) { event in
                     try publisher.send([Array((EventFeed.topic(handlers.service) + event.type).utf8), event.envelope(src: handlers.service).encoded()])
                 }
-                if sent < Worker.relayPage { break }
+                full = sent == Worker.relayPage
+            }
+            if full && !relayAgain {
+                relayAgain = true
+                timers.after(0) { [unowned self] in
+                    self.relayAgain = false
+                    self.relayOutbox()
+                }
             }
         } catch {
             Log.error(handlers.instance, "outbox relay: \(error)")
