@@ -51,6 +51,17 @@ enum FuzzMain {
 
     static func main() {
         let args = CommandLine.arguments
+        if args.contains("--help") || args.contains("-h") {
+            print("""
+                usage: quad-fuzz --target=NAME [--generator --runs=N --seed=S | --replay=FILE | --write-seeds=DIR] [--examples=DIR]
+                       quad-fuzz --list
+                Fuzz targets of Quad: the envelope decoder, session tokens, and every service's request
+                bodies (service-NAME). Built with libFuzzer (deploy/fuzz), other arguments go to libFuzzer
+                (-runs=N, CORPUS...); --generator runs a seeded generator instead. A crash exits non-zero
+                with the input saved; deploy/fuzz --help runs them all.
+                """)
+            exit(0)
+        }
         if args.contains("--list") {
             print(Targets.all.joined(separator: "\n"))
             exit(0)
