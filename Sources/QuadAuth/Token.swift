@@ -12,13 +12,20 @@ public struct TokenClaims: Sendable, Equatable {
     public var expiresAt: Int64
     /// `iat`: when accounts signed it.
     public var issuedAt: Int64
+    /// `jti`: this token's own id (a UUIDv7), which `accounts.logout`
+    /// revokes; empty in tokens signed before it existed.
+    public var tokenID: String
 
-    public init(user: String, role: String, expiresAt: Int64, issuedAt: Int64) {
+    public init(user: String, role: String, expiresAt: Int64, issuedAt: Int64, tokenID: String = MessageID.make()) {
         self.user = user
         self.role = role
         self.expiresAt = expiresAt
         self.issuedAt = issuedAt
+        self.tokenID = tokenID
     }
+
+    /// Longest `jti` a token may carry.
+    public static let maxTokenIDLength = Envelope.maxIDLength
 
     /// Longest `sub` a token may carry: the envelope's limit on `user`.
     public static let maxUserLength = Envelope.maxSourceLength
@@ -26,7 +33,7 @@ public struct TokenClaims: Sendable, Equatable {
     public static let maxRoleLength = 32
 
     var payload: JSON {
-        ["sub": .string(user), "role": .string(role), "exp": .int(expiresAt), "iat": .int(issuedAt)]
+        ["sub": .string(user), "role": .string(role), "exp": .int(expiresAt), "iat": .int(issuedAt), "jti": .string(tokenID)]
     }
 }
 
@@ -92,7 +99,11 @@ public enum Token {
         }
         guard let exp = json["exp"]?.int else { throw .malformed("payload.exp must be an integer (ms since the epoch)") }
         guard let iat = json["iat"]?.int else { throw .malformed("payload.iat must be an integer (ms since the epoch)") }
-        return TokenClaims(user: user, role: role, expiresAt: exp, issuedAt: iat)
+        let jti = json["jti"]?.string ?? ""
+        guard jti.utf8.count <= TokenClaims.maxTokenIDLength else {
+            throw .malformed("payload.jti must be a string of at most \(TokenClaims.maxTokenIDLength) bytes")
+        }
+        return TokenClaims(user: user, role: role, expiresAt: exp, issuedAt: iat, tokenID: jti)
     }
 }
 

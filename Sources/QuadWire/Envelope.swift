@@ -14,6 +14,8 @@ public struct Envelope: Sendable, Equatable {
     public static let maxIDLength = 64
     public static let maxSourceLength = 128
     public static let maxTokenLength = 4096
+    /// `caller` holds a 40-character Z85 key or a routing id in hex.
+    public static let maxCallerLength = 160
 
     public var v: Int64 = Envelope.version
     public var id: String
@@ -26,12 +28,18 @@ public struct Envelope: Sendable, Equatable {
     public var token: String?
     public var user: String?
     public var role: String?
+    /// Who sent the request, as the broker saw it (set by the broker only):
+    /// `key:<Z85 CURVE key>` for an anonymous client of the public frontend,
+    /// `conn:<hex routing id>` without CURVE, `service:<src>` on the
+    /// internal frontend. Idempotency records of callers without a `user`
+    /// are bound to it.
+    public var caller: String?
     public var seq: Int64?
     public var body: JSON
 
     public init(id: String = MessageID.make(), type: String, kind: Kind, corr: String? = nil, ts: Int64 = Int64(Clock.nowMillis()),
                 src: String? = nil, deadline: Int64? = nil, token: String? = nil, user: String? = nil, role: String? = nil,
-                seq: Int64? = nil, body: JSON = .object([:])) {
+                caller: String? = nil, seq: Int64? = nil, body: JSON = .object([:])) {
         self.id = id
         self.type = type
         self.kind = kind
@@ -42,6 +50,7 @@ public struct Envelope: Sendable, Equatable {
         self.token = token
         self.user = user
         self.role = role
+        self.caller = caller
         self.seq = seq
         self.body = body
     }
@@ -93,6 +102,7 @@ public struct Envelope: Sendable, Equatable {
         if let token { f["token"] = .string(token) }
         if let user { f["user"] = .string(user) }
         if let role { f["role"] = .string(role) }
+        if let caller { f["caller"] = .string(caller) }
         if let seq { f["seq"] = .int(seq) }
         return .object(f)
     }
@@ -164,6 +174,7 @@ public struct Envelope: Sendable, Equatable {
             token: try string("token", max: maxTokenLength, required: false),
             user: try string("user", max: maxSourceLength, required: false),
             role: try string("role", max: 32, required: false),
+            caller: try string("caller", max: maxCallerLength, required: false),
             seq: try integer("seq", required: false),
             body: body)
     }
