@@ -1,0 +1,411 @@
+"""Hostile clients against a real stack, started with deploy/stack as a user
+starts it: an anonymous client with nothing but the broker's public key, two
+students, and the admin, each trying what an attacker would (issue 12).
+
+Every test here failed on the code before the hardening: stored replies read
+back by another caller, an order confirmed at 0 through a NUL, unknown
+services held by the broker, a body that grew on re-encoding and took the
+workers down, fresh connections and made-up `src` as new rate budgets, logins
+guessed without limit, tokens that could not end, a published admin password,
+telemetry attributed from the body, pids shown to strangers.
+
+Environment: QUAD_HOSTILE_PORT_BASE (default 18800), QUAD_STACK_TIMEOUT
+(seconds for deploy/stack up, default 300). deploy/stack sees the rest of the
+environment (QUAD_BUILD_DIR, QUAD_BIN_DIR).
+"""
+
+import json
+import os
+import secrets
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import zmq
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "deploy"))
+import quadclient  # noqa: E402
+from quadclient import body_of, error_code  # noqa: E402
+
+PORT_BASE = int(os.environ.get("QUAD_HOSTILE_PORT_BASE", "18800"))
+STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
+ADMIN = "admin@quad.campus"
+
+
+class Stack:
+    def __init__(self, home, endpoint):
+        self.home, self.endpoint = home, endpoint
+        self.key = quadclient.broker_key(home)
+        self.clients = []
+
+    def client(self, src="hostile-test", keys=None):
+        c = quadclient.Client(self.endpoint, self.key, keys=keys, src=src)
+        self.clients.append(c)
+        return c
+
+    def admin_password(self):
+        return Path(self.home, "keys", "admin.password").read_text().strip()
+
+    def signed_in(self, email, password, src="hostile-test"):
+        c = self.client(src=src)
+        answer = c.call("accounts.login", {"email": email, "password": password}, timeout=30)
+        assert error_code(answer) is None, answer
+        c.token = answer["body"]["token"]
+        c.user = answer["body"]["user"]
+        c.email, c.password = email, password
+        return c
+
+    def student(self, name="Student"):
+        email = f"s-{secrets.token_hex(5)}@uni.edu"
+        password = "pw-" + secrets.token_urlsafe(10)
+        reg = self.client().call("accounts.register", {"email": email, "password": password, "name": name, "semester": 4}, timeout=30)
+        assert error_code(reg) is None, reg
+        return self.signed_in(email, password)
+
+    def admin(self):
+        return self.signed_in(ADMIN, self.admin_password())
+
+
+@pytest.fixture(scope="module")
+def stack():
+    script = ROOT / "deploy" / "stack"
+    home = tempfile.mkdtemp(prefix="quad-hostile-")
+    env = dict(os.environ, QUAD_HOME=home, QUAD_PORT_BASE=str(PORT_BASE))
+    for k in ("QUAD_FRONTEND", "QUAD_BACKEND", "QUAD_EVENTS_IN", "QUAD_EVENTS_OUT", "QUAD_INTERNAL", "QUAD_ADMIN_PASSWORD"):
+        env.pop(k, None)
+
+    def run(*args, timeout=60):
+        return subprocess.run([str(script), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+    up = run("up", timeout=STACK_TIMEOUT)
+    if up.returncode != 0:
+        run("down")
+        pytest.fail(f"deploy/stack up exited {up.returncode} (logs in {home}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+    s = Stack(home, f"tcp://127.0.0.1:{PORT_BASE}")
+    s.up_output = up.stdout + up.stderr
+    s.run = run
+    try:
+        yield s
+    finally:
+        for c in s.clients:
+            c.close()
+        run("down")
+
+
+# ---------------------------------------------------------------- 1. replies
+
+
+def test_a_stored_reply_belongs_to_whoever_made_it(stack):
+    ana, ben = stack.student("Ana"), stack.student("Ben")
+    rid = quadclient.uuid7()
+    first = ana.call("favorites.add", {"product": "p-0003"}, id_=rid)
+    assert error_code(first) is None, first
+    again = ana.call("favorites.add", {"product": "p-0003"}, id_=rid)
+    assert again["body"] == first["body"], "the same caller's retry must get the stored reply"
+    for who, type_, body in [(ben, "favorites.add", {"product": "p-0003"}),
+                             (ben, "orders.cart.add", {"product": "p-0004"}),
+                             (stack.client(), "accounts.register", {"email": "x@uni.edu", "password": "long-enough-1", "name": "X", "semester": 2})]:
+        answer = who.call(type_, body, id_=rid)
+        assert error_code(answer) == "conflict", (type_, answer)
+        assert "another caller" in answer["body"]["message"], answer
+        assert "p-0003" not in json.dumps(answer) and ana.user not in json.dumps(answer), answer
+    # The same caller with another type is refused too.
+    answer = ana.call("orders.cart.add", {"product": "p-0004"}, id_=rid)
+    assert error_code(answer) == "conflict", answer
+
+
+def test_the_orders_saga_records_are_bound_to_the_buyer(stack):
+    ana, ben = stack.student("Ana"), stack.student("Ben")
+    oid = quadclient.uuid7()
+    order = ana.call("orders.place", {"source": "buy_now", "product": "p-0005", "screen": "home"}, id_=oid, timeout=15)
+    assert body_of(order).get("status") == "confirmed", order
+    stolen = ben.call("orders.place", {"source": "buy_now", "product": "p-0005", "screen": "home"}, id_=oid, timeout=15)
+    assert error_code(stolen) == "conflict", stolen
+    assert str(order["body"].get("total")) not in json.dumps(stolen["body"].get("details")), stolen
+    mine = ben.call("orders.mine", {"limit": 10})
+    assert all(o.get("order") != order["body"]["order"] for o in body_of(mine).get("orders", [])), mine
+
+
+def test_another_caller_never_replaces_a_queued_request(stack):
+    """Two callers send the same id at once while the service is busy: the
+    first keeps its answer, the second gets its own (a conflict or a
+    separate answer), never the first's."""
+    ana, ben = stack.student("Ana"), stack.student("Ben")
+    rid = quadclient.uuid7()
+    for c, product in ((ana, "p-0006"), (ben, "p-0007")):
+        env = quadclient.envelope("favorites.add", {"product": product}, rid, c.token, c.src, 10000)
+        c.sock.send(json.dumps(env).encode())
+    a, b = ana.receive(rid, 10), ben.receive(rid, 10)
+    assert a is not None and error_code(a) is None and a["body"].get("product") == "p-0006", a
+    assert b is not None and error_code(b) == "conflict", b
+
+
+# ----------------------------------------------------------------- 2. strings
+
+
+@pytest.mark.parametrize("type_,body", [
+    ("orders.place", {"source": "buy_now", "product": "p-0001\u0000", "screen": "home"}),
+    ("favorites.add", {"product": "p-0001\u0000"}),
+    ("catalog.products.list", {"q": "iph\u0000one"}),
+    ("orders.cart.add", {"product": "p-0002\u0000x"}),
+    ("reservations.hold", {"destination": "ML\u0000"}),
+])
+def test_a_nul_in_a_string_is_refused(stack, type_, body):
+    ana = stack.student()
+    answer = ana.call(type_, body, timeout=15)
+    assert error_code(answer) == "bad_request", answer
+    assert "NUL" in answer["body"]["message"] or "U+0000" in answer["body"]["message"], answer
+
+
+def test_a_nul_in_a_field_name_or_an_anonymous_request_is_refused(stack):
+    anon = stack.client()
+    answer = anon.call("accounts.register", {"email": "n@uni.edu", "password": "long-enough-1", "name": "N\u0000", "semester": 2})
+    assert error_code(answer) == "bad_request", answer
+    answer = anon.call("catalog.products.list", {"q\u0000": "x"})
+    assert error_code(answer) == "bad_request", answer
+
+
+def test_a_limit_counts_scalars_not_characters(stack):
+    ana = stack.student()
+    note = "a" + "\u0301" * 100_000  # one grapheme cluster, 200 KB
+    answer = ana.call("reservations.car.save", {"lat": 4.6, "lon": -74.06, "level": "P1", "note": note})
+    assert error_code(answer) == "bad_request", answer
+
+
+# ------------------------------------------------------------------ 3. broker
+
+
+def test_an_unknown_service_is_answered_at_once_and_not_kept(stack):
+    anon = stack.client()
+    started = time.monotonic()
+    answer = anon.call("nosuchservice.op", {}, timeout=20, deadline=3_600_000)
+    assert error_code(answer) == "not_found", answer
+    assert "no service named" in answer["body"]["message"], answer
+    assert time.monotonic() - started < 5, "an unknown service must be answered at once, not at the deadline"
+    listed = [s["name"] for s in body_of(anon.call("sys.services")).get("services", [])]
+    assert "nosuchservice" not in listed, listed
+
+
+def test_more_frames_than_the_protocol_allows_are_refused(stack):
+    anon = stack.client()
+    anon.send_raw([b"a", b"b", json.dumps(quadclient.envelope("catalog.sys.health")).encode()])
+    answer = anon.receive(None, 5)
+    if answer is not None:
+        assert error_code(answer) == "bad_request", answer
+    # The broker still serves others.
+    assert error_code(stack.client().call("catalog.sys.health")) is None
+
+
+def test_the_broker_passes_the_body_through_and_workers_survive_a_poison_body(stack):
+    """A body of backslash escapes grew threefold when the broker re-encoded
+    it and went over the worker socket's limit, taking the workers down."""
+    ana = stack.student()
+    before = {s["name"]: len(s.get("workers", [])) or s.get("live", 0)
+              for s in body_of(ana.call("sys.services"))["services"]}
+    pad = "\b" * 300_000  # 1.8 MB as escapes would be re-encoded
+    for _ in range(4):
+        answer = ana.call("catalog.product.get", {"id": "p-0001", "pad": pad}, timeout=10)
+        assert answer is not None, "a big escaped body must be answered"
+        assert error_code(answer) in (None, "bad_request", "too_large"), answer
+    time.sleep(4)  # three missed heartbeats would drop a crashed worker
+    after = {s["name"]: len(s.get("workers", [])) or s.get("live", 0)
+             for s in body_of(ana.call("sys.services"))["services"]}
+    assert all(after.get(name, 0) >= n for name, n in before.items()), (before, after)
+
+
+def test_a_flooding_key_is_limited_and_another_key_is_not(stack):
+    flooder, other = stack.client(src="flooder"), stack.client(src="other")
+    ids = []
+    for k in range(400):
+        env = quadclient.envelope("catalog.sys.health", {}, src=f"made-up-{k}")  # a new src each time
+        ids.append(env["id"])
+        flooder.sock.send(json.dumps(env).encode())
+    codes = {}
+    deadline = time.monotonic() + 30
+    while len(ids) and time.monotonic() < deadline:
+        answer = flooder.receive(None, 2)
+        if answer is None:
+            break
+        ids.remove(answer.get("corr")) if answer.get("corr") in ids else None
+        code = error_code(answer)
+        codes[code] = codes.get(code, 0) + 1
+    assert codes.get("too_many_requests", 0) > 0, f"a made-up src must not give a new budget: {codes}"
+    answer = other.call("catalog.sys.health", {}, retry_429=False)
+    assert error_code(answer) is None, answer
+
+
+def test_fresh_connections_give_no_new_budget(stack):
+    codes = {}
+    context = zmq.Context()
+    socks = []
+    for _ in range(80):
+        c = quadclient.Client(stack.endpoint, stack.key, context=context)
+        socks.append(c)
+        for _ in range(10):
+            env = quadclient.envelope("catalog.sys.health", src="fresh-" + secrets.token_hex(6))
+            c.sock.send(json.dumps(env).encode())
+    until = time.monotonic() + 30
+    for c in socks:
+        for _ in range(10):
+            answer = c.receive(None, max(0.1, until - time.monotonic()))
+            code = error_code(answer)
+            codes[code] = codes.get(code, 0) + 1
+        c.close()
+    context.term()
+    assert codes.get("too_many_requests", 0) > 0, f"800 requests on 80 fresh keys in a burst were all served: {codes}"
+    # A signed-in user keeps its own budget.
+    ana = stack.student()
+    assert error_code(ana.call("catalog.sys.health", retry_429=False)) is None
+
+
+# ---------------------------------------------------------------- 4. accounts
+
+
+def test_failed_logins_are_throttled_and_the_user_is_not_locked_out(stack):
+    ana = stack.student()
+    guesser = stack.client()
+    throttled = None
+    for k in range(30):
+        answer = guesser.call("accounts.login", {"email": ana.email, "password": f"guess-{k}"}, timeout=30, retry_429=False)
+        if error_code(answer) == "too_many_requests":
+            throttled = answer
+            break
+        assert error_code(answer) == "unauthorized", answer
+    assert throttled is not None, "30 wrong passwords in a row were all checked"
+    wait = throttled["body"]["details"]["retry_after_ms"]
+    assert 0 < wait <= 120_000, throttled
+    # The owner gets in after the wait, from a connection of its own.
+    time.sleep(wait / 1000 + 0.2)
+    back = stack.client().call("accounts.login", {"email": ana.email, "password": ana.password}, timeout=30)
+    assert error_code(back) is None, back
+
+
+# ---------------------------------------------------------------- 5. sessions
+
+
+def _refused_within(client, token, seconds):
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        answer = client.call("accounts.profile.get", {}, token=token)
+        if error_code(answer) == "unauthorized":
+            return answer
+        time.sleep(0.1)
+    return None
+
+
+def test_logout_ends_a_token_within_a_second(stack):
+    ana = stack.student()
+    token = ana.token
+    assert error_code(ana.call("accounts.profile.get")) is None
+    out = ana.call("accounts.logout", {"token": token})
+    assert error_code(out) is None, out
+    refused = _refused_within(stack.client(), token, 1.5)
+    assert refused is not None, "a token still worked after logout"
+    assert "revoked" in refused["body"]["message"], refused
+
+
+def test_a_password_change_ends_earlier_tokens_and_refresh_gives_a_new_one(stack):
+    ana = stack.student()
+    second = stack.signed_in(ana.email, ana.password)
+    fresh = ana.call("accounts.refresh", {"token": ana.token})
+    assert error_code(fresh) is None, fresh
+    assert fresh["body"]["token"] != ana.token
+    change = second.call("accounts.profile.update", {"password": "new-pass-" + secrets.token_hex(4), "current_password": ana.password})
+    assert error_code(change) is None, change
+    assert _refused_within(stack.client(), ana.token, 1.5) is not None
+    assert _refused_within(stack.client(), fresh["body"]["token"], 1.5) is not None
+
+
+def test_token_lifetime_is_an_hour(stack):
+    ana = stack.student()
+    login = stack.client().call("accounts.login", {"email": ana.email, "password": ana.password}, timeout=30)
+    left = login["body"]["expires_at"] - time.time() * 1000
+    assert 3_500_000 < left <= 3_600_000 + 5000, left
+
+
+# ----------------------------------------------------------------- 6. secrets
+
+
+def test_the_admin_password_is_made_at_random_and_kept_private(stack):
+    path = Path(stack.home, "keys", "admin.password")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    assert mode == 0o600, oct(mode)
+    password = stack.admin_password()
+    assert len(password) >= 16 and password != "quad-admin-pass"
+    assert str(path) in stack.up_output, "deploy/stack up must say where the admin password is"
+    args = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert password not in args, "a secret is on a command line"
+    assert "quad-admin-pass" not in (ROOT / "README.md").read_text()
+    assert error_code(stack.client().call("accounts.login", {"email": ADMIN, "password": password}, timeout=30)) is None
+
+
+def test_nothing_under_quad_home_is_readable_by_other_users(stack):
+    for sub in ("logs", "db", "keys", "run"):
+        folder = Path(stack.home, sub)
+        if not folder.exists():
+            continue
+        for p in [folder, *folder.rglob("*")]:
+            if p.is_symlink() or p.is_socket():
+                continue
+            mode = stat.S_IMODE(p.stat().st_mode)
+            assert mode & 0o077 == 0 or (p.is_dir() and mode & 0o007 == 0), f"{p} is mode {oct(mode)}"
+
+
+# --------------------------------------------------------------- 7. telemetry
+
+
+def test_telemetry_is_attributed_by_the_token(stack):
+    ana, ben, admin = stack.student("Ana"), stack.student("Ben"), stack.admin()
+    stats = body_of(admin.call("telemetry.raw.since", {"after": 0, "limit": 1}))
+    after = stats.get("last", 0)
+    eid = quadclient.uuid7()
+    event = {"id": eid, "phone": "ph-hostile", "user": ben.user, "session": "s-hostile", "name": "view.opened",
+             "ts": int(time.time() * 1000), "offline": False, "props": {"view": "favorites"}}
+    answer = ana.call("telemetry.ingest", {"events": [event]})
+    assert error_code(answer) is None, answer
+    anon_id = quadclient.uuid7()
+    anon = stack.client().call("telemetry.ingest", {"events": [dict(event, id=anon_id)]})
+    assert error_code(anon) is None, anon
+    found = {}
+    until = time.monotonic() + 10
+    while len(found) < 2 and time.monotonic() < until:
+        page = body_of(admin.call("telemetry.raw.since", {"after": after, "limit": 1000}))
+        for e in page.get("events", []):
+            if e["id"] in (eid, anon_id):
+                found[e["id"]] = e.get("user")
+        time.sleep(0.2)
+    assert found.get(eid) == ana.user, found
+    assert anon_id in found and found[anon_id] is None, found
+
+
+# ------------------------------------------------------------ 8. the surface
+
+
+def test_instances_and_pids_are_for_admins_only(stack):
+    for who in (stack.client(), stack.student()):
+        text = json.dumps(body_of(who.call("sys.services")))
+        assert '"pid"' not in text and '"instance"' not in text, text
+        metrics = json.dumps(body_of(who.call("catalog.sys.metrics")))
+        assert '"pid"' not in metrics and '"instance"' not in metrics, metrics
+    text = json.dumps(body_of(stack.admin().call("sys.services")))
+    assert '"pid"' in text, text
+
+
+def test_the_dashboard_takes_no_credential_in_a_url(stack):
+    port = PORT_BASE + 80
+    token_file = Path(stack.home, "keys", "analytics.token")
+    token = token_file.read_text().strip() if token_file.exists() else stack.admin().token
+    for url in (f"http://127.0.0.1:{port}/dashboard/?token={token}", f"http://127.0.0.1:{port}/dashboard/summary.json?token={token}"):
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                page = r.read().decode(errors="replace")
+                assert "Sign in" in page or "sign in" in page, f"{url} served the dashboard with a token in the URL"
+        except urllib.error.HTTPError as e:
+            assert e.code in (401, 403), e

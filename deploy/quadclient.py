@@ -1,0 +1,111 @@
+"""A small client of Quad's public frontend, for tools and tests in Python.
+
+It speaks what a phone speaks: one DEALER socket with CURVE (the broker's
+public key from QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE or
+$QUAD_HOME/keys/broker.pub), one JSON envelope a frame, a UUIDv7 id per
+request. deploy/flood and Tests/e2e/test_hostile.py use it; it is not a
+phone (no outbox, no retries beyond what a caller asks for).
+"""
+
+import json
+import os
+import secrets
+import time
+
+import zmq
+
+
+def uuid7():
+    """A time-ordered id, as Quad's MessageID makes them."""
+    ms = int(time.time() * 1000)
+    rand = secrets.token_bytes(10)
+    b = ms.to_bytes(6, "big") + bytes([0x70 | (rand[0] & 0x0F), rand[1], 0x80 | (rand[2] & 0x3F)]) + rand[3:10]
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def broker_key(home=None):
+    """The broker's CURVE public key (Z85 bytes), or None with CURVE off."""
+    given = os.environ.get("QUAD_BROKER_KEY")
+    if given == "off":
+        return None
+    if given:
+        return given.encode()
+    path = os.environ.get("QUAD_BROKER_KEY_FILE") or os.path.join(home or os.environ.get("QUAD_HOME", ".quad"), "keys", "broker.pub")
+    with open(path, "rb") as f:
+        return f.read().strip()
+
+
+def envelope(type_, body=None, id_=None, token=None, src="py-client", deadline=5000, **header):
+    env = {"v": 1, "id": id_ or uuid7(), "type": type_, "kind": "request", "ts": int(time.time() * 1000),
+           "src": src, "deadline": deadline, "body": {} if body is None else body}
+    if token:
+        env["token"] = token
+    env.update(header)
+    return env
+
+
+class Client:
+    """One connection (one CURVE key pair unless `keys` is given)."""
+
+    def __init__(self, endpoint, server_key, context=None, keys=None, src="py-client"):
+        self.context = context or zmq.Context.instance()
+        self.sock = self.context.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.public, self.secret = keys or zmq.curve_keypair()
+        if server_key is not None:
+            self.sock.curve_serverkey = server_key
+            self.sock.curve_publickey = self.public
+            self.sock.curve_secretkey = self.secret
+        self.sock.connect(endpoint)
+        self.src = src
+        self.token = None
+
+    def close(self):
+        self.sock.close(0)
+
+    def send_raw(self, frames):
+        self.sock.send_multipart(frames)
+
+    def receive(self, corr=None, timeout=5.0):
+        """The next envelope answering `corr` (any envelope when None), or None at the timeout."""
+        until = time.monotonic() + timeout
+        while True:
+            left = until - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
+                return None
+            frames = self.sock.recv_multipart()
+            try:
+                env = json.loads(frames[-1])
+            except ValueError:
+                continue
+            if corr is None or env.get("corr") == corr:
+                return env
+
+    def call(self, type_, body=None, id_=None, timeout=5.0, token=None, retry_429=True, **header):
+        """The answering envelope of one request (None at the timeout). A 429
+        is waited out (retry_after_ms) and sent again under the same id, as a
+        client should, unless retry_429 is False."""
+        id_ = id_ or uuid7()
+        until = time.monotonic() + timeout
+        while True:
+            env = envelope(type_, body, id_, token or self.token, self.src,
+                           header.pop("deadline", int(timeout * 1000)), **header)
+            self.sock.send(json.dumps(env, separators=(",", ":")).encode())
+            answer = self.receive(id_, max(0.05, until - time.monotonic()))
+            if (retry_429 and answer and answer.get("kind") == "error"
+                    and answer["body"].get("code") == "too_many_requests" and time.monotonic() < until):
+                time.sleep(min(2.0, (answer["body"].get("details") or {}).get("retry_after_ms", 100) / 1000))
+                continue
+            return answer
+
+
+def body_of(answer):
+    assert answer is not None, "no answer before the timeout"
+    return answer["body"]
+
+
+def error_code(answer):
+    if answer is None:
+        return "no answer"
+    return answer["body"].get("code") if answer.get("kind") == "error" else None
