@@ -226,7 +226,8 @@ public struct MessageMetadata: Sendable, Equatable {
 
 extension Socket {
     /// Like ``receive(dontWait:)``, with the metadata of the connection the
-    /// message came in on, read from its first frame.
+    /// message came in on, read from the first frame that carries it (a
+    /// ROUTER's routing-id frame is made by the socket and carries none).
     public func receiveWithMetadata(dontWait: Bool = false) throws(ZMQError) -> (frames: [[UInt8]], metadata: MessageMetadata)? {
         var frames: [[UInt8]] = []
         var metadata = MessageMetadata()
@@ -243,7 +244,7 @@ extension Socket {
                 if e.wouldBlock && frames.isEmpty { return nil }
                 throw e
             }
-            if frames.isEmpty {
+            if metadata == MessageMetadata() {
                 func property(_ name: String) -> String? {
                     guard let p = zmq_msg_gets(&msg, name) else { return nil }
                     let s = String(cString: p)
