@@ -57,10 +57,11 @@ public struct BrokerSettings: Sendable {
     /// Most bytes of requests queued for one service (`max_queue_bytes`);
     /// more get 503.
     public var maxQueueBytes = 64 << 20
-    /// Messages the frontend buffers per connection each way (`frontend_hwm`):
-    /// inbound, libzmq stops reading a connection past it (TCP pushes back);
-    /// outbound, replies to a client that does not read are dropped past it.
-    public var frontendHWM: Int32 = 100
+    /// Messages the frontend buffers per connection on the way in
+    /// (`frontend_receive_hwm`): past it libzmq stops reading that
+    /// connection and TCP pushes back. (A multipart message counts once
+    /// however many frames it has; see the README on what that leaves.)
+    public var frontendReceiveHWM: Int32 = 100
     /// Milliseconds a client key that sent a message with the wrong number
     /// of frames is refused new connections (`malformed_ban_ms`); 0: no ban.
     public var malformedBanMs: Int64 = 60_000
@@ -202,8 +203,7 @@ public final class Broker {
         frontend = try context.socket(.router)
         try frontend.setMaxMessageSize(socketLimit)
         try frontend.setRouterMandatory(false)
-        try frontend.setReceiveHWM(settings.frontendHWM)
-        try frontend.setSendHWM(settings.frontendHWM)
+        try frontend.setReceiveHWM(settings.frontendReceiveHWM)
         let throttled = LogThrottle(source: "broker")
         self.throttled = throttled
         let internalKey: [UInt8]?

@@ -36,7 +36,8 @@ flags.option("max-deadline-ms", "longest deadline honoured: a request asking mor
              default: env("QUAD_MAX_DEADLINE_MS", "30000"))
 flags.option("max-queue-bytes", "most bytes of requests queued per service; more get 503 (max_queue_bytes; env QUAD_MAX_QUEUE_BYTES)",
              default: env("QUAD_MAX_QUEUE_BYTES", String(64 << 20)))
-flags.option("frontend-hwm", "messages the frontend buffers per connection each way (frontend_hwm; env QUAD_FRONTEND_HWM)", default: env("QUAD_FRONTEND_HWM", "100"))
+flags.option("frontend-receive-hwm", "messages the frontend buffers per connection on the way in; past it TCP pushes back (frontend_receive_hwm; env QUAD_FRONTEND_RECEIVE_HWM)",
+             default: env("QUAD_FRONTEND_RECEIVE_HWM", "100"))
 flags.option("malformed-ban-ms", "a client key that sends a message of the wrong frame count may not connect again for this long; 0: no ban (malformed_ban_ms; env QUAD_MALFORMED_BAN_MS)",
              default: env("QUAD_MALFORMED_BAN_MS", "60000"))
 flags.option("handshake-rate-per-key", "new connections per second one client key may open, bursts of 10 times that; 0: no limit (handshake_rate_per_key; env QUAD_HANDSHAKE_RATE_PER_KEY)",
@@ -98,7 +99,7 @@ settings.rateBurst = burst
 settings.serviceGraceMs = Int64(number("service-grace-ms", 0...3_600_000))
 settings.maxDeadlineMs = Int64(number("max-deadline-ms", 1...3_600_000))
 settings.maxQueueBytes = Int(number("max-queue-bytes", 1024...Double(1 << 40)))
-settings.frontendHWM = Int32(number("frontend-hwm", 1...1_000_000))
+settings.frontendReceiveHWM = Int32(number("frontend-receive-hwm", 1...1_000_000))
 settings.malformedBanMs = Int64(number("malformed-ban-ms", 0...86_400_000))
 settings.handshakeRatePerKey = number("handshake-rate-per-key", 0...1_000_000)
 settings.handshakeRatePerAddress = number("handshake-rate-per-address", 0...1_000_000)
