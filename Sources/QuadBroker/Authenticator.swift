@@ -96,10 +96,10 @@ final class Authenticator {
         perAddress.sweep(now: now)
     }
 
-    /// Loopback and ipc peers are this host's own: no per-address budget.
-    static func isLocal(_ address: String) -> Bool {
-        address.isEmpty || address.hasPrefix("127.") || address == "::1" || address.hasPrefix("::ffff:127.")
-    }
+    /// Client keys (Z85) exempt from the per-address budgets
+    /// (`--trusted-keys`): the operator's own tools, so that a stranger
+    /// flooding from the same address (loopback included) cannot starve them.
+    var trusted: Set<String> = []
 
     /// Answers every waiting request.
     func drain() {
@@ -166,7 +166,7 @@ final class Authenticator {
             log.info("zap-key-rate-\(text)", "client key \(text) refused: more than \(perKey.perSecond) new connections per second (handshake_rate_per_key)")
             return reply("400", "too many new connections for this key")
         }
-        if perAddress.isOn, !Authenticator.isLocal(address), perAddress.take(address, now: now) != nil {
+        if perAddress.isOn, !address.isEmpty, !trusted.contains(text), perAddress.take(address, now: now) != nil {
             refused += 1
             log.info("zap-address-rate-\(address)", "client at \(address) refused: more than \(perAddress.perSecond) new connections per second from this address (handshake_rate_per_address)")
             return reply("400", "too many new connections from this address")

@@ -30,6 +30,11 @@ public struct BrokerSettings: Sendable {
     /// A file of client public keys (Z85, one per line) that alone may
     /// connect to the frontend; nil: any client key.
     public var allowKeysPath: String?
+    /// A file of client public keys (Z85, one per line) exempt from the
+    /// per-address budgets (`handshake_rate_per_address`,
+    /// `address_rate_per_second`): the keys of quadctl and the launcher's
+    /// health checks, which a stranger on the same address must not starve.
+    public var trustedKeysPath: String?
     /// Requests per second a user, a client key, a connection and a phone
     /// (`src`, counted within its source address: a made-up `src` only
     /// splits a budget, never adds one) may each send on the public
@@ -68,12 +73,15 @@ public struct BrokerSettings: Sendable {
     /// New connections per second one client key may open (burst 10 times
     /// that) (`handshake_rate_per_key`); 0: no limit.
     public var handshakeRatePerKey: Double = 2
-    /// New connections per second one non-loopback address may open (burst
-    /// 10 times that) (`handshake_rate_per_address`); 0: no limit.
+    /// New connections per second one address may open (burst 10 times
+    /// that; loopback included, ipc has no address)
+    /// (`handshake_rate_per_address`); 0: no limit.
     public var handshakeRatePerAddress: Double = 20
-    /// Requests per second one non-loopback source address may send on the
-    /// public frontend (`address_rate_per_second`), across all its keys and
-    /// connections: a campus NAT puts many phones behind one; 0: no limit.
+    /// Requests per second without a signed-in user that one source address
+    /// (TCP; loopback included) may send on the public frontend
+    /// (`address_rate_per_second`), across all its keys and connections: a
+    /// campus NAT puts many phones behind one, and a signed-in user is
+    /// charged to the user instead; 0: no limit.
     public var addressRatePerSecond: Double = 500
     /// Requests one address may send at once above that (`address_rate_burst`).
     public var addressRateBurst: Double = 1000
@@ -215,6 +223,9 @@ public final class Broker {
                                               serviceKeysPath: settings.serviceKeysPath, log: throttled,
                                               handshakesPerKey: settings.handshakeRatePerKey,
                                               handshakesPerAddress: settings.handshakeRatePerAddress)
+            if let path = settings.trustedKeysPath {
+                authenticator?.trusted = Set(try BrokerKeys.allowList(at: path).compactMap { Curve.encode($0) })
+            }
             try frontend.setCurveServer(secretKey: pair.secretKey)
             try frontend.setZAPDomain(Authenticator.domain)
             monitor = try SocketMonitor(frontend, name: "frontend")
@@ -470,26 +481,18 @@ public final class Broker {
             return
         }
         let fromOutside = client.first == Broker.public
-        // Budgets a client cannot multiply: its CURVE key (libzmq's word,
-        // from the handshake), its connection, its address; `src` is the
+        // Budgets a client cannot multiply: its connection, its CURVE key
+        // (libzmq's word, from the handshake), its address; `src` is the
         // client's own word, so it only splits its address's budget.
+        let address = metadata.peerAddress ?? ""
         if fromOutside && limiter.isOn {
             let now = Clock.monotonicMillis()
-            let address = metadata.peerAddress ?? ""
-            var buckets: [(key: String, who: String, scope: String, limiter: Bool)] = []
-            buckets.append(("c:" + hex(client), "from this connection", "connection", true))
-            if let key = metadata.userID { buckets.append(("k:" + key, "for client key \(key)", "key", true)) }
-            if !Authenticator.isLocal(address) { buckets.append(("a:" + address, "from address \(address)", "address", false)) }
-            if let src = envelope.src, !src.isEmpty { buckets.append(("s:\(address)|" + src, "from phone '\(src)'", "src", true)) }
+            var buckets: [(key: String, who: String, scope: String)] = [("c:" + hex(client), "from this connection", "connection")]
+            if let key = metadata.userID { buckets.append(("k:" + key, "for client key \(key)", "key")) }
+            if let src = envelope.src, !src.isEmpty { buckets.append(("s:\(address)|" + src, "from phone '\(src)'", "src")) }
             for b in buckets {
-                if b.limiter {
-                    if let wait = limiter.take(b.key, now: now) {
-                        refuseRate(client, envelope, limiter.refusal(b.who, scope: b.scope, retryAfterMs: wait), key: b.key)
-                        return
-                    }
-                } else if addressLimiter.isOn, let wait = addressLimiter.take(b.key, now: now) {
-                    refuseRate(client, envelope, addressLimiter.refusal(b.who, scope: b.scope, retryAfterMs: wait,
-                                                                        names: "address_rate_per_second, address_rate_burst"), key: b.key)
+                if let wait = limiter.take(b.key, now: now) {
+                    refuseRate(client, envelope, limiter.refusal(b.who, scope: b.scope, retryAfterMs: wait), key: b.key)
                     return
                 }
             }
@@ -527,6 +530,15 @@ public final class Broker {
         }
         if fromOutside, let user = envelope.user, limiter.isOn, let wait = limiter.take("u:" + user, now: Clock.monotonicMillis()) {
             refuseRate(client, envelope, limiter.refusal("for user '\(user)'", scope: "user", retryAfterMs: wait), key: "u:" + user)
+            return
+        }
+        // Anonymous requests share their address's budget (a signed-in
+        // user has one of its own); the operator's trusted keys do not.
+        if fromOutside, envelope.user == nil, !address.isEmpty, addressLimiter.isOn,
+           !(metadata.userID.map { authenticator?.trusted.contains($0) == true } ?? false),
+           let wait = addressLimiter.take("a:" + address, now: Clock.monotonicMillis()) {
+            refuseRate(client, envelope, addressLimiter.refusal("without a signed-in user from address \(address)", scope: "address", retryAfterMs: wait,
+                                                                names: "address_rate_per_second, address_rate_burst"), key: "a:" + address)
             return
         }
         if fromOutside && envelope.role != "admin" && isInternalOnly(envelope.type) {

@@ -22,6 +22,8 @@ flags.option("curve-key", "the broker's CURVE secret key file (Z85), created 060
              default: BrokerKeys.defaultSecretKeyPath())
 flags.option("allow-keys", "only the client public keys in this file (Z85, one per line) may connect to the frontend; default: any key (env QUAD_ALLOW_KEYS)",
              default: environment["QUAD_ALLOW_KEYS"].flatMap { $0.isEmpty ? nil : $0 })
+flags.option("trusted-keys", "client public keys (Z85, one per line) exempt from the per-address limits: quadctl's and the launcher's own keys (env QUAD_TRUSTED_KEYS)",
+             default: environment["QUAD_TRUSTED_KEYS"].flatMap { $0.isEmpty ? nil : $0 })
 flags.option("service-keys", "CURVE on the backend, event and internal sockets, admitting only the service public keys in this file (Z85, one per line): for services on other hosts (env QUAD_SERVICE_KEYS)",
              default: environment["QUAD_SERVICE_KEYS"].flatMap { $0.isEmpty ? nil : $0 })
 flags.option("rate-per-second", "requests per second each user, phone (src) and connection may send on the frontend; 0: no limit (rate_per_second; env QUAD_RATE_PER_SECOND)",
@@ -42,9 +44,9 @@ flags.option("malformed-ban-ms", "a client key that sends a message of the wrong
              default: env("QUAD_MALFORMED_BAN_MS", "60000"))
 flags.option("handshake-rate-per-key", "new connections per second one client key may open, bursts of 10 times that; 0: no limit (handshake_rate_per_key; env QUAD_HANDSHAKE_RATE_PER_KEY)",
              default: env("QUAD_HANDSHAKE_RATE_PER_KEY", "2"))
-flags.option("handshake-rate-per-address", "new connections per second one non-loopback address may open, bursts of 10 times that; 0: no limit (handshake_rate_per_address; env QUAD_HANDSHAKE_RATE_PER_ADDRESS)",
+flags.option("handshake-rate-per-address", "new connections per second one address may open (loopback included), bursts of 10 times that; 0: no limit (handshake_rate_per_address; env QUAD_HANDSHAKE_RATE_PER_ADDRESS)",
              default: env("QUAD_HANDSHAKE_RATE_PER_ADDRESS", "20"))
-flags.option("address-rate-per-second", "requests per second one non-loopback source address may send, across its keys and connections; 0: no limit (address_rate_per_second; env QUAD_ADDRESS_RATE_PER_SECOND)",
+flags.option("address-rate-per-second", "requests per second without a signed-in user one source address may send (loopback included), across its keys and connections; 0: no limit (address_rate_per_second; env QUAD_ADDRESS_RATE_PER_SECOND)",
              default: env("QUAD_ADDRESS_RATE_PER_SECOND", "500"))
 flags.option("address-rate-burst", "requests one address may send at once above that (address_rate_burst; env QUAD_ADDRESS_RATE_BURST)",
              default: env("QUAD_ADDRESS_RATE_BURST", "1000"))
@@ -74,6 +76,10 @@ default: Flags.usageError("--curve must be on or off, got '\(flags["curve"]!)'",
 settings.allowKeysPath = flags["allow-keys"]
 if settings.allowKeysPath != nil && settings.curveKeyPath == nil {
     Flags.usageError("--allow-keys needs --curve on", usage: flags.usage)
+}
+settings.trustedKeysPath = flags["trusted-keys"]
+if settings.trustedKeysPath != nil && settings.curveKeyPath == nil {
+    Flags.usageError("--trusted-keys needs --curve on", usage: flags.usage)
 }
 settings.serviceKeysPath = flags["service-keys"]
 if settings.serviceKeysPath != nil && settings.curveKeyPath == nil {
