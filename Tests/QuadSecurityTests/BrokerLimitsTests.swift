@@ -230,6 +230,43 @@ struct BrokerLimitsTests {
         }
     }
 
+    @Test func anAddressIsChargedForItsAnonymousRequestsButNotForTrustedKeysOrSignedInUsers() throws {
+        let stack = try TestStack(name: "address")
+        let signing = try KeyFiles.loadOrCreateSigningKey(at: stack.dir + "/keys/accounts.key").key
+        let operatorKey = try curveKeyPair()
+        try (operatorKey.publicText + "\n").write(toFile: stack.dir + "/trusted.keys", atomically: true, encoding: .utf8)
+        // TCP on loopback, so that requests have an address.
+        let frontend = "tcp://127.0.0.1:\(7850 + Int.random(in: 0..<40))"
+        try stack.startBroker(extra: ["--frontend", frontend, "--rate-per-second", "1000", "--rate-burst", "1000",
+                                      "--address-rate-per-second", "2", "--address-rate-burst", "10", "--trusted-keys", stack.dir + "/trusted.keys"])
+        try stack.startWorker("quad-tally", instance: "tally/1")
+        let key = try #require(stack.brokerKey)
+        let context = ZMQContext()
+        let trusted = try RawPeer(context, frontend, serverKey: key, clientKeys: (operatorKey.publicKey, operatorKey.secretKey))
+        var ready = false
+        for _ in 0..<100 where !ready {
+            ready = try trusted.call(.request("tally.whoami"), within: 500)?.kind == .reply
+        }
+        #expect(ready, "tally did not answer")
+        // A fresh key on a new connection for each request: the address pays.
+        var refusal: QuadError?
+        for _ in 0..<20 where refusal == nil {
+            let answer = try RawPeer(context, frontend, serverKey: key).call(.request("tally.whoami"))
+            if let error = answer?.quadError, error.status == 429 { refusal = error }
+        }
+        let error = try #require(refusal, "twenty fresh keys from one address were all served")
+        #expect(error.message.contains("from address 127.0.0.1") && error.message.contains("address_rate_per_second"), "\(error.message)")
+        // The operator's trusted key and a signed-in user are served meanwhile.
+        let now = Int64(Clock.nowMillis())
+        var signedIn = Envelope.request("tally.whoami")
+        signedIn.token = signing.sign(TokenClaims(user: "u-ana", role: "student", expiresAt: now + 600_000, issuedAt: now))
+        for _ in 0..<5 {
+            #expect(try trusted.call(.request("tally.whoami"))?.kind == .reply)
+            signedIn.id = MessageID.make()
+            #expect(try RawPeer(context, frontend, serverKey: key).call(signedIn)?.kind == .reply)
+        }
+    }
+
     @Test func aKeyThatSendsTheWrongFrameCountIsRefusedNewConnections() throws {
         let stack = try TestStack(name: "ban")
         try stack.startBroker()
