@@ -404,6 +404,8 @@ public final class Broker {
         revocationQuery = nil
         if let error = answer.quadError {
             throttled.error("revocations-error", "accounts.revocations failed: \(error.message); revocations known so far stay in force")
+            // An accounts that does not know the question has none to tell.
+            if error.code == "not_found" { revocationsLoaded = true }
             return
         }
         guard let list = answer.body["revocations"]?.array else {
