@@ -61,7 +61,7 @@ public struct BrokerSettings: Sendable {
     public var maxDeadlineMs: Int64 = 30_000
     /// Most bytes of requests queued for one service (`max_queue_bytes`);
     /// more get 503.
-    public var maxQueueBytes = 64 << 20
+    public var maxQueueBytes = 16 << 20
     /// Messages the frontend buffers per connection on the way in
     /// (`frontend_receive_hwm`): past it libzmq stops reading that
     /// connection and TCP pushes back. (A multipart message counts once
@@ -474,7 +474,7 @@ public final class Broker {
 
     func accept(client: [UInt8], bytes: [UInt8], metadata: MessageMetadata = MessageMetadata()) {
         var envelope: Envelope
-        do { envelope = try Envelope.decode(bytes, maxBytes: settings.maxMessageBytes) } catch {
+        do { envelope = try Envelope.decodeHeader(bytes, maxBytes: settings.maxMessageBytes) } catch {
             replyError(client, error, corr: Envelope.salvageID(bytes))
             return
         }

@@ -236,6 +236,44 @@ extension Envelope {
     }
 }
 
+extension Envelope {
+    /// The header fields, which are all the broker reads.
+    static let headerKeys: Set<String> = ["v", "id", "type", "kind", "corr", "ts", "src", "deadline", "token", "user", "role", "caller", "seq"]
+
+    /// Decodes and validates an envelope's header as ``decode(_:maxBytes:)``
+    /// does, without building its body (`body` is `null` in the result):
+    /// the body's bytes are skipped, not parsed, so a megabyte body costs a
+    /// scan, not a tree of values. Its JSON is the receiving service's to
+    /// check (it answers 400 for a broken one). For a router that forwards
+    /// the bytes as they came, with ``rewritingHeader(_:set:)``.
+    public static func decodeHeader(_ bytes: [UInt8], maxBytes: Int = Envelope.defaultMaxBytes) throws(QuadError) -> Envelope {
+        if bytes.count > maxBytes {
+            throw .tooLarge("message is \(bytes.count) bytes, over the limit max_message_bytes=\(maxBytes)",
+                            details: ["limit": "max_message_bytes", "max": .int(Int64(maxBytes)), "actual": .int(Int64(bytes.count))])
+        }
+        if bytes.isEmpty { throw .badRequest("empty message: expected a JSON envelope") }
+        guard String(validating: bytes, as: UTF8.self) != nil else {
+            throw .badRequest("not UTF-8: the envelope must be UTF-8 JSON text")
+        }
+        var scanner = HeaderScanner(bytes: bytes)
+        guard let members = scanner.members() else {
+            // Not an object of members: the full parser says what is wrong.
+            return try decode(JSON.parse(bytes))
+        }
+        var fields: [String: JSON] = [:]
+        for m in members where headerKeys.contains(m.key) {
+            var parser = JSONParser(bytes: bytes)
+            parser.i = m.range.lowerBound
+            _ = try parser.parseString()
+            parser.skipSpace()
+            parser.i += 1  // the ':' the scanner found
+            parser.skipSpace()
+            fields[m.key] = try parser.parseValue()
+        }
+        return try decode(.object(fields))
+    }
+}
+
 /// Finds the members of a JSON text's top-level object without building
 /// their values: each key decoded, each member's byte range (key to end of
 /// value). Values are skipped structurally (strings to their closing quote,

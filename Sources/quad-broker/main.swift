@@ -37,7 +37,7 @@ flags.option("service-grace-ms", "after start, a request for a service that neve
 flags.option("max-deadline-ms", "longest deadline honoured: a request asking more is capped to it, not refused (max_deadline_ms; env QUAD_MAX_DEADLINE_MS)",
              default: env("QUAD_MAX_DEADLINE_MS", "30000"))
 flags.option("max-queue-bytes", "most bytes of requests queued per service; more get 503 (max_queue_bytes; env QUAD_MAX_QUEUE_BYTES)",
-             default: env("QUAD_MAX_QUEUE_BYTES", String(64 << 20)))
+             default: env("QUAD_MAX_QUEUE_BYTES", String(16 << 20)))
 flags.option("frontend-receive-hwm", "messages the frontend buffers per connection on the way in; past it TCP pushes back (frontend_receive_hwm; env QUAD_FRONTEND_RECEIVE_HWM)",
              default: env("QUAD_FRONTEND_RECEIVE_HWM", "100"))
 flags.option("malformed-ban-ms", "a client key that sends a message of the wrong frame count may not connect again for this long; 0: no ban (malformed_ban_ms; env QUAD_MALFORMED_BAN_MS)",

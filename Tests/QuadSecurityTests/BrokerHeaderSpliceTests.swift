@@ -23,4 +23,20 @@ struct BrokerHeaderSpliceTests {
             #expect(Envelope.rewritingHeader(Array(junk.utf8), set: ["user": "u"]) == Array(junk.utf8))
         }
     }
+
+    @Test func theHeaderDecodesAsTheWholeEnvelopeDoesWithoutTheBody() throws {
+        var e = Envelope.request("catalog.search", body: ["q": "\u{8}é", "deep": [[1, [2]]]], src: "edge/a", deadline: 900, token: "t.k")
+        e.caller = "key:K"
+        let header = try Envelope.decodeHeader(e.encoded())
+        var expected = e
+        expected.body = [:]
+        #expect(header == expected)
+        // Duplicates: the last wins, as in the full decoder.
+        let dup = Array(#"{"v":1,"id":"a","type":"x.y","kind":"request","type":"z.w","body":[1,"}"]}"#.utf8)
+        #expect(try Envelope.decodeHeader(dup).type == "z.w")
+        for junk in ["", "nul", "[]", #"{"v":1}"#, #"{"v":2,"id":"a","type":"x.y","kind":"request"}"#, #"{"v":1,"id":"a","type":"X","kind":"request"}"#,
+                     #"{"v":1,"id":"a","type":"x.y","kind":"request","deadline":0}"#, #"{"v":1,"id":"a","type":"x.y","kind":"request","body":[1"#] {
+            #expect(throws: QuadError.self) { try Envelope.decodeHeader(Array(junk.utf8)) }
+        }
+    }
 }
