@@ -203,11 +203,14 @@ public final class Broker {
     /// Log lines about clients (refused handshakes, rate limits), throttled.
     let throttled: LogThrottle
     static let revokedTopic: [UInt8] = Array("accounts/accounts.session.revoked".utf8)
+    /// Whether the frontend is TCP, whose peers have addresses.
+    let hasAddresses: Bool
 
     public init(settings: BrokerSettings, context: ZMQContext = ZMQContext()) throws {
         self.settings = settings
         self.context = context
         let socketLimit = Int64(settings.maxMessageBytes) * 2
+        hasAddresses = settings.endpoints.frontend.hasPrefix("tcp://")
         frontend = try context.socket(.router)
         try frontend.setMaxMessageSize(socketLimit)
         try frontend.setRouterMandatory(false)
@@ -222,7 +225,7 @@ public final class Broker {
             authenticator = try Authenticator(context: context, allowPath: settings.allowKeysPath,
                                               serviceKeysPath: settings.serviceKeysPath, log: throttled,
                                               handshakesPerKey: settings.handshakeRatePerKey,
-                                              handshakesPerAddress: settings.handshakeRatePerAddress)
+                                              handshakesPerAddress: settings.endpoints.frontend.hasPrefix("tcp://") ? settings.handshakeRatePerAddress : 0)
             if let path = settings.trustedKeysPath {
                 authenticator?.trusted = Set(try BrokerKeys.allowList(at: path).compactMap { Curve.encode($0) })
             }
@@ -486,7 +489,9 @@ public final class Broker {
         // Budgets a client cannot multiply: its connection, its CURVE key
         // (libzmq's word, from the handshake), its address; `src` is the
         // client's own word, so it only splits its address's budget.
-        let address = metadata.peerAddress ?? ""
+        // On ipc libzmq's Peer-Address is "host:uid:gid:pid", not a host:
+        // only a TCP frontend's peers have an address to budget.
+        let address = hasAddresses ? metadata.peerAddress ?? "" : ""
         if fromOutside && limiter.isOn {
             let now = Clock.monotonicMillis()
             var buckets: [(key: String, who: String, scope: String)] = [("c:" + hex(client), "from this connection", "connection")]
