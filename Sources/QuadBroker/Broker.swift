@@ -433,13 +433,14 @@ public final class Broker {
 
     func drainFrontend(_ socket: Socket, origin: UInt8) {
         var n = 0
-        while n < 1000, let (frames, metadata) = try? socket.receiveWithMetadata(dontWait: true) {
+        // The routing id and the envelope; frames past them are counted, not copied.
+        while n < 1000, let (frames, count, metadata) = try? socket.receiveWithMetadata(dontWait: true, keepingAtMost: 2) {
             n += 1
             requestsIn += 1
             guard let identity = frames.first else { continue }
             let client = [origin] + identity
-            guard frames.count == 2 else {
-                refuseFrames(client, count: frames.count - 1, metadata: metadata, origin: origin)
+            guard count == 2 else {
+                refuseFrames(client, count: count - 1, metadata: metadata, origin: origin)
                 continue
             }
             accept(client: client, bytes: frames[1], metadata: metadata)

@@ -228,8 +228,13 @@ extension Socket {
     /// Like ``receive(dontWait:)``, with the metadata of the connection the
     /// message came in on, read from the first frame that carries it (a
     /// ROUTER's routing-id frame is made by the socket and carries none).
-    public func receiveWithMetadata(dontWait: Bool = false) throws(ZMQError) -> (frames: [[UInt8]], metadata: MessageMetadata)? {
+    /// Frames past `keepingAtMost` are received and dropped, not copied:
+    /// `count` says how many the message had.
+    public func receiveWithMetadata(dontWait: Bool = false, keepingAtMost: Int = .max) throws(ZMQError)
+        -> (frames: [[UInt8]], count: Int, metadata: MessageMetadata)?
+    {
         var frames: [[UInt8]] = []
+        var count = 0
         var metadata = MessageMetadata()
         while true {
             var msg = zmq_msg_t()
@@ -237,13 +242,14 @@ extension Socket {
             defer { zmq_msg_close(&msg) }
             var rc: Int32
             repeat {
-                rc = zmq_msg_recv(&msg, handle, dontWait && frames.isEmpty ? ZMQ_DONTWAIT : 0)
+                rc = zmq_msg_recv(&msg, handle, dontWait && count == 0 ? ZMQ_DONTWAIT : 0)
             } while rc < 0 && zmq_errno() == EINTR
             if rc < 0 {
                 let e = ZMQError("zmq_msg_recv")
-                if e.wouldBlock && frames.isEmpty { return nil }
+                if e.wouldBlock && count == 0 { return nil }
                 throw e
             }
+            count += 1
             if metadata == MessageMetadata() {
                 func property(_ name: String) -> String? {
                     guard let p = zmq_msg_gets(&msg, name) else { return nil }
@@ -253,13 +259,14 @@ extension Socket {
                 metadata = MessageMetadata(userID: property("User-Id"), peerAddress: property("Peer-Address"))
             }
             let size = zmq_msg_size(&msg)
-            if size == 0 {
+            if frames.count >= keepingAtMost {
+            } else if size == 0 {
                 frames.append([])
             } else {
                 let data = zmq_msg_data(&msg)!
                 frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))
             }
-            if zmq_msg_more(&msg) == 0 { return (frames, metadata) }
+            if zmq_msg_more(&msg) == 0 { return (frames, count, metadata) }
         }
     }
 }
