@@ -27,8 +27,20 @@ final class Authenticator {
     let serviceKeysPath: String?
     private(set) var accepted: Int64 = 0
     private(set) var refused: Int64 = 0
+    /// Client keys refused until a monotonic instant: they sent traffic the
+    /// protocol does not allow (``ban(_:forMs:)``).
+    private(set) var bans: [String: Int64] = [:]
+    /// Most keys banned at once; past it the bans that ran out go, then the
+    /// oldest half.
+    static let maxBans = 100_000
+    /// New handshakes per client key and per peer address (token buckets).
+    var perKey: RateLimiter
+    var perAddress: RateLimiter
 
-    init(context: ZMQContext, allowPath: String?, serviceKeysPath: String? = nil, log: LogThrottle) throws {
+    init(context: ZMQContext, allowPath: String?, serviceKeysPath: String? = nil, log: LogThrottle,
+         handshakesPerKey: Double = 0, handshakesPerAddress: Double = 0) throws {
+        perKey = RateLimiter(perSecond: handshakesPerKey, burst: handshakesPerKey * 10)
+        perAddress = RateLimiter(perSecond: handshakesPerAddress, burst: handshakesPerAddress * 10)
         socket = try context.socket(.rep)
         try socket.bind(Authenticator.endpoint)
         self.allowPath = allowPath
@@ -62,6 +74,32 @@ final class Authenticator {
         guard stat(path, &info) == 0 else { return nil }
         return Int(info.st_mtim.tv_sec) &* 1_000_000_007 &+ Int(info.st_mtim.tv_nsec) &+ Int(info.st_size) &* 31
     }
+
+    /// Refuses new handshakes of the client key `key` (Z85) for `ms`: ROUTER
+    /// cannot close one peer's connection, so a key that broke the protocol
+    /// keeps the connection it has but cannot open another until then.
+    func ban(_ key: String, forMs ms: Int64) {
+        guard ms > 0 else { return }
+        let now = Clock.monotonicMillis()
+        if bans[key] == nil && bans.count >= Authenticator.maxBans {
+            bans = bans.filter { $0.value > now }
+            if bans.count >= Authenticator.maxBans {
+                bans = Dictionary(uniqueKeysWithValues: bans.sorted { $0.value > $1.value }.prefix(Authenticator.maxBans / 2).map { ($0.key, $0.value) })
+            }
+        }
+        bans[key] = now + ms
+    }
+
+    func sweep(now: Int64) {
+        bans = bans.filter { $0.value > now }
+        perKey.sweep(now: now)
+        perAddress.sweep(now: now)
+    }
+
+    /// Client keys (Z85) exempt from the per-address budgets
+    /// (`--trusted-keys`): the operator's own tools, so that a stranger
+    /// flooding from the same address (loopback included) cannot starve them.
+    var trusted: Set<String> = []
 
     /// Answers every waiting request.
     func drain() {
@@ -113,6 +151,25 @@ final class Authenticator {
             log.info("zap-refused-\(text)",
                      "client at \(address.isEmpty ? "?" : address) with CURVE key \(text) refused: the key is not in --allow-keys \(allowPath ?? "")")
             return reply("400", "client key not allowed")
+        }
+        let now = Clock.monotonicMillis()
+        if let until = bans[text] {
+            if until > now {
+                refused += 1
+                log.info("zap-banned-\(text)", "client key \(text) at \(address.isEmpty ? "?" : address) refused: it sent malformed multipart traffic; banned for \((until - now + 999) / 1000) s more (malformed_ban_ms)")
+                return reply("400", "client key banned for malformed traffic")
+            }
+            bans[text] = nil
+        }
+        if perKey.isOn, perKey.take(text, now: now) != nil {
+            refused += 1
+            log.info("zap-key-rate-\(text)", "client key \(text) refused: more than \(perKey.perSecond) new connections per second (handshake_rate_per_key)")
+            return reply("400", "too many new connections for this key")
+        }
+        if perAddress.isOn, !address.isEmpty, !trusted.contains(text), perAddress.take(address, now: now) != nil {
+            refused += 1
+            log.info("zap-address-rate-\(address)", "client at \(address) refused: more than \(perAddress.perSecond) new connections per second from this address (handshake_rate_per_address)")
+            return reply("400", "too many new connections from this address")
         }
         accepted += 1
         return reply("200", "OK", user: text)

@@ -30,8 +30,15 @@ public struct BrokerSettings: Sendable {
     /// A file of client public keys (Z85, one per line) that alone may
     /// connect to the frontend; nil: any client key.
     public var allowKeysPath: String?
-    /// Requests per second a user, a phone (`src`) and a connection may each
-    /// send on the public frontend (`rate_per_second`); 0: no limit.
+    /// A file of client public keys (Z85, one per line) exempt from the
+    /// per-address budgets (`handshake_rate_per_address`,
+    /// `address_rate_per_second`): the keys of quadctl and the launcher's
+    /// health checks, which a stranger on the same address must not starve.
+    public var trustedKeysPath: String?
+    /// Requests per second a user, a client key, a connection and a phone
+    /// (`src`, counted within its source address: a made-up `src` only
+    /// splits a budget, never adds one) may each send on the public
+    /// frontend (`rate_per_second`); 0: no limit.
     public var ratePerSecond: Double = 50
     /// How many requests each may send at once above the rate (`rate_burst`).
     public var rateBurst: Double = 100
@@ -44,6 +51,45 @@ public struct BrokerSettings: Sendable {
     /// crashes its service) is answered 500 rather than given to the next
     /// worker, and so is a retry of it under the same id, for 10 minutes.
     public var maxDeliveries = 3
+    /// Milliseconds after the broker starts during which a request for a
+    /// service that never registered waits in the queue for its first
+    /// worker (a stack still starting); after it, such a request is answered
+    /// 404 at once (`service_grace_ms`).
+    public var serviceGraceMs: Int64 = 5000
+    /// Longest deadline honoured (`max_deadline_ms`): a request asking for
+    /// more is queued for this long, not refused.
+    public var maxDeadlineMs: Int64 = 30_000
+    /// Most bytes of requests queued for one service (`max_queue_bytes`);
+    /// more get 503.
+    public var maxQueueBytes = 16 << 20
+    /// Messages the frontend buffers per connection on the way in
+    /// (`frontend_receive_hwm`): past it libzmq stops reading that
+    /// connection and TCP pushes back. (A multipart message counts once
+    /// however many frames it has; see the README on what that leaves.)
+    public var frontendReceiveHWM: Int32 = 100
+    /// Milliseconds a client key that sent a message with the wrong number
+    /// of frames is refused new connections (`malformed_ban_ms`); 0: no ban.
+    public var malformedBanMs: Int64 = 60_000
+    /// New connections per second one client key may open (burst 10 times
+    /// that) (`handshake_rate_per_key`); 0: no limit.
+    public var handshakeRatePerKey: Double = 2
+    /// New connections per second one address may open (burst 10 times
+    /// that; loopback included, ipc has no address)
+    /// (`handshake_rate_per_address`); 0: no limit.
+    public var handshakeRatePerAddress: Double = 20
+    /// Requests per second without a signed-in user that one source address
+    /// (TCP; loopback included) may send on the public frontend
+    /// (`address_rate_per_second`), across all its keys and connections: a
+    /// campus NAT puts many phones behind one, and a signed-in user is
+    /// charged to the user instead; 0: no limit.
+    public var addressRatePerSecond: Double = 500
+    /// Requests one address may send at once above that (`address_rate_burst`).
+    public var addressRateBurst: Double = 1000
+    /// Most revoked tokens and users remembered (`max_revocations`).
+    public var maxRevocations = 100_000
+    /// How often the broker asks accounts for every revocation in force
+    /// (`revocation_refresh_ms`), besides each time an accounts worker registers.
+    public var revocationRefreshMs: Int64 = 10_000
 
     public init(endpoints: Endpoints) { self.endpoints = endpoints }
 }
@@ -53,7 +99,9 @@ public struct BrokerSettings: Sendable {
 /// them while none is idle; answers 503 when a deadline passes with none;
 /// relays events from publishers to subscribers (XSUB/XPUB). One thread, one
 /// poll loop. On the public frontend it checks each request's session token
-/// against accounts' public key and sets `user` and `role` from it.
+/// against accounts' public key (and accounts' revocations) and sets `user`,
+/// `role` and `caller` by splicing the header: a body's bytes are never
+/// decoded into something else and never re-encoded.
 public final class Broker {
     struct Pending {
         let client: [UInt8]
@@ -61,6 +109,10 @@ public final class Broker {
         let bytes: [UInt8]
         let type: String
         let expires: Int64
+        /// Who asked (the verified user, else the broker-set caller): only
+        /// the same owner's retry may replace a queued request.
+        let owner: String
+        var service: Substring { type.split(separator: ".", maxSplits: 1).first ?? Substring(type) }
     }
 
     final class Worker {
@@ -81,13 +133,34 @@ public final class Broker {
         }
     }
 
+    /// A service some worker registered (READY): only those have state.
     final class Service {
         let name: String
         var idle: [[UInt8]] = []  // least recently used first
         var queue: [Pending] = []
+        var queuedBytes = 0
         var routed: Int64 = 0
         var expired: Int64 = 0
         init(name: String) { self.name = name }
+
+        func enqueue(_ p: Pending, front: Bool = false) {
+            if front { queue.insert(p, at: 0) } else { queue.append(p) }
+            queuedBytes += p.bytes.count
+        }
+
+        func dequeue() -> Pending {
+            let p = queue.removeFirst()
+            queuedBytes -= p.bytes.count
+            return p
+        }
+
+        func removeExpired(now: Int64) -> [Pending] {
+            let expired = queue.filter { $0.expires <= now }
+            guard !expired.isEmpty else { return [] }
+            queue.removeAll { $0.expires <= now }
+            queuedBytes -= expired.reduce(0) { $0 + $1.bytes.count }
+            return expired
+        }
     }
 
     let settings: BrokerSettings
@@ -99,12 +172,20 @@ public final class Broker {
     let internalFrontend: Socket
     var workers: [[UInt8]: Worker] = [:]
     var services: [String: Service] = [:]
+    /// Requests for services not registered yet, during `service_grace_ms`
+    /// after start; the first READY of their service takes them.
+    let early = Service(name: "")
     let timers = Timers(now: Clock.monotonicMillis)
     let started = Clock.monotonicMillis()
     var eventsRelayed: Int64 = 0
     var requestsIn: Int64 = 0
     let name = "broker"
     let tokens: TokenVerifier
+    var revocations: Revocations
+    /// The broker's own `accounts.revocations` request out now, and whether
+    /// an answer ever came.
+    var revocationQuery: (id: String, expires: Int64)?
+    var revocationsLoaded = false
     /// The ZAP handler and the frontend's handshake events, with CURVE on.
     let authenticator: Authenticator?
     let monitor: SocketMonitor?
@@ -113,20 +194,27 @@ public final class Broker {
     /// The key pair's secret half when the internal sockets speak CURVE.
     let internalSecretKey: [UInt8]?
     var limiter: RateLimiter
+    var addressLimiter: RateLimiter
     var rateLimited: Int64 = 0
+    var malformed: Int64 = 0
     /// Requests whose worker died or went silent holding them, by id: how
     /// many workers, since when.
     var casualties: [String: (count: Int, since: Int64)] = [:]
     /// Log lines about clients (refused handshakes, rate limits), throttled.
     let throttled: LogThrottle
+    static let revokedTopic: [UInt8] = Array("accounts/accounts.session.revoked".utf8)
+    /// Whether the frontend is TCP, whose peers have addresses.
+    let hasAddresses: Bool
 
     public init(settings: BrokerSettings, context: ZMQContext = ZMQContext()) throws {
         self.settings = settings
         self.context = context
         let socketLimit = Int64(settings.maxMessageBytes) * 2
+        hasAddresses = settings.endpoints.frontend.hasPrefix("tcp://")
         frontend = try context.socket(.router)
         try frontend.setMaxMessageSize(socketLimit)
         try frontend.setRouterMandatory(false)
+        try frontend.setReceiveHWM(settings.frontendReceiveHWM)
         let throttled = LogThrottle(source: "broker")
         self.throttled = throttled
         let internalKey: [UInt8]?
@@ -135,7 +223,12 @@ public final class Broker {
             Log.info("broker", "\(pair.created ? "created" : "loaded") CURVE key \(keyPath), public key \(pair.publicKey) in \(BrokerKeys.publicKeyPath(forSecretKey: keyPath))")
             // The ZAP handler must be bound before a client can handshake.
             authenticator = try Authenticator(context: context, allowPath: settings.allowKeysPath,
-                                              serviceKeysPath: settings.serviceKeysPath, log: throttled)
+                                              serviceKeysPath: settings.serviceKeysPath, log: throttled,
+                                              handshakesPerKey: settings.handshakeRatePerKey,
+                                              handshakesPerAddress: settings.endpoints.frontend.hasPrefix("tcp://") ? settings.handshakeRatePerAddress : 0)
+            if let path = settings.trustedKeysPath {
+                authenticator?.trusted = Set(try BrokerKeys.allowList(at: path).compactMap { Curve.encode($0) })
+            }
             try frontend.setCurveServer(secretKey: pair.secretKey)
             try frontend.setZAPDomain(Authenticator.domain)
             monitor = try SocketMonitor(frontend, name: "frontend")
@@ -167,6 +260,9 @@ public final class Broker {
         try eventsIn.setReceiveHWM(100_000)
         try secureInternal(eventsIn)
         try eventsIn.bind(settings.endpoints.eventsIn)
+        // The broker's own subscription: publishers send revocations to it
+        // whether or not any subscriber wants them.
+        try eventsIn.send([[1] + Broker.revokedTopic])
         eventsOut = try context.socket(.xpub)
         try eventsOut.setSendHWM(100_000)
         try secureInternal(eventsOut)
@@ -176,6 +272,8 @@ public final class Broker {
         try secureInternal(internalFrontend)
         try internalFrontend.bind(settings.endpoints.internal)
         limiter = RateLimiter(perSecond: settings.ratePerSecond, burst: settings.rateBurst)
+        addressLimiter = RateLimiter(perSecond: settings.addressRatePerSecond, burst: settings.addressRateBurst)
+        revocations = Revocations(maxEntries: settings.maxRevocations)
         tokens = TokenVerifier(keyPath: settings.accountsKeyPath, log: { [name] in Log.info(name, $0) })
     }
 
@@ -192,11 +290,19 @@ public final class Broker {
         timers.every(50) { [unowned self] in self.expireQueued() }
         tokens.loadKey()
         timers.every(1000) { [unowned self] in if !self.tokens.hasKey { self.tokens.loadKey() } }
-        timers.every(10_000) { [unowned self] in self.limiter.sweep(now: Clock.monotonicMillis()) }
+        timers.every(10_000) { [unowned self] in
+            let now = Clock.monotonicMillis()
+            self.limiter.sweep(now: now)
+            self.addressLimiter.sweep(now: now)
+            self.authenticator?.sweep(now: now)
+            self.revocations.sweep(now: Int64(Clock.nowMillis()))
+        }
+        timers.every(settings.revocationRefreshMs) { [unowned self] in self.askRevocations() }
         timers.every(60_000) { [unowned self] in
             let old = Clock.monotonicMillis() - 600_000
             self.casualties = self.casualties.filter { $0.value.since > old }
         }
+        timers.after(max(0, settings.serviceGraceMs)) { [unowned self] in self.endGrace() }
         if let authenticator { timers.every(2000) { authenticator.reloadIfChanged() } }
         Log.info(name, "frontend \(settings.endpoints.frontend), backend \(settings.endpoints.backend), events in \(settings.endpoints.eventsIn) out \(settings.endpoints.eventsOut), internal \(settings.endpoints.internal)")
         if let publicKey {
@@ -209,7 +315,7 @@ public final class Broker {
             Log.info(name, "internal sockets: CURVE, admitting only the \(authenticator?.serviceKeys.count ?? 0) service key(s) in \(settings.serviceKeysPath ?? "")")
         }
         Log.info(name, limiter.isOn
-                 ? "rate limit on the frontend: \(settings.ratePerSecond) requests per second per user, phone and connection, bursts of \(Int64(limiter.burst))"
+                 ? "rate limit on the frontend: \(settings.ratePerSecond) requests per second per user, client key, connection and phone, bursts of \(Int64(limiter.burst)); \(settings.addressRatePerSecond) per second per address"
                  : "rate limit off (--rate-per-second 0)")
         var poller = Poller()
         poller.add(frontend)
@@ -259,37 +365,109 @@ public final class Broker {
     func relay(from: Socket, to: Socket, events: Bool) {
         var n = 0
         while n < 1000, let frames = try? from.receive(dontWait: true) {
+            if events, frames.count == 2, frames[0].starts(with: Broker.revokedTopic) { revoked(frames[1]) }
+            // A subscriber's unsubscribe from the broker's own topic would
+            // drop it upstream: XSUB counts each subscription, so it stays.
             try? to.send(frames)
             n += 1
         }
         if events { eventsRelayed += Int64(n) }
     }
 
+    /// An `accounts.session.revoked` event: applied at once.
+    func revoked(_ bytes: [UInt8]) {
+        guard let event = try? Envelope.decode(bytes, maxBytes: settings.maxMessageBytes), event.kind == .event,
+              event.type == "accounts.session.revoked", let entry = Revocations.entry(event.body) else {
+            throttled.error("revocation-malformed", "an accounts.session.revoked event could not be read: ignored")
+            return
+        }
+        revocations.add(entry, now: Int64(Clock.nowMillis()))
+        Log.line(["src": name, "level": "info", "msg": "token revocation applied", "user": entry.user, "jti": entry.jti ?? "",
+                  "before_ms": entry.beforeMs ?? 0])
+    }
+
+    /// Asks an accounts worker for every revocation in force, through the
+    /// backend under the broker's own route; one question at a time.
+    func askRevocations() {
+        guard let accounts = services["accounts"], workers.values.contains(where: { $0.service == "accounts" }) else { return }
+        let now = Clock.monotonicMillis()
+        if let q = revocationQuery, q.expires > now { return }
+        var request = Envelope.request("accounts.revocations", src: name, deadline: 5000)
+        request.role = "service"
+        request.caller = "service:\(name)"
+        revocationQuery = (request.id, now + 5000)
+        accounts.enqueue(Pending(client: [Broker.own], id: request.id, bytes: request.encoded(), type: request.type,
+                                 expires: now + 5000, owner: "service:\(name)"), front: true)
+        dispatch(accounts)
+    }
+
+    /// The answer to ``askRevocations()``.
+    func ownReply(_ bytes: [UInt8]) {
+        guard let answer = try? Envelope.decode(bytes, maxBytes: .max), answer.corr == revocationQuery?.id else { return }
+        revocationQuery = nil
+        if let error = answer.quadError {
+            throttled.error("revocations-error", "accounts.revocations failed: \(error.message); revocations known so far stay in force")
+            // An accounts that does not know the question has none to tell.
+            if error.code == "not_found" { revocationsLoaded = true }
+            return
+        }
+        guard let list = answer.body["revocations"]?.array else {
+            throttled.error("revocations-malformed", "accounts.revocations answered without a revocations list")
+            return
+        }
+        let now = Int64(Clock.nowMillis())
+        for item in list { if let e = Revocations.entry(item) { revocations.add(e, now: now) } }
+        if !revocationsLoaded { Log.info(name, "token revocations loaded from accounts: \(revocations.count) in force") }
+        revocationsLoaded = true
+    }
+
     // MARK: Clients
 
     /// A client's route is its frontend (one byte) then its routing id, so a
-    /// worker's reply finds its way back through the right socket.
+    /// worker's reply finds its way back through the right socket; the
+    /// broker's own requests (``own``) have no routing id: their replies
+    /// are the broker's.
     static let `public`: UInt8 = 0
     static let `internal`: UInt8 = 1
+    static let own: UInt8 = 2
 
     func drainFrontend(_ socket: Socket, origin: UInt8) {
         var n = 0
-        while n < 1000, let frames = try? socket.receive(dontWait: true) {
+        // The routing id and the envelope; frames past them are counted, not copied.
+        while n < 1000, let (frames, count, metadata) = try? socket.receiveWithMetadata(dontWait: true, keepingAtMost: 2) {
             n += 1
             requestsIn += 1
             guard let identity = frames.first else { continue }
             let client = [origin] + identity
-            guard frames.count == 2 else {
-                replyError(client, .badRequest("expected one envelope frame, got \(frames.count - 1) frames"), corr: nil)
+            guard count == 2 else {
+                refuseFrames(client, count: count - 1, metadata: metadata, origin: origin)
                 continue
             }
-            accept(client: client, bytes: frames[1])
+            accept(client: client, bytes: frames[1], metadata: metadata)
         }
+    }
+
+    /// A message with other than one envelope frame: 400, and its client
+    /// key may not connect again for `malformed_ban_ms`.
+    func refuseFrames(_ client: [UInt8], count: Int, metadata: MessageMetadata, origin: UInt8) {
+        malformed += 1
+        var why = "expected one envelope frame, got \(count) frames"
+        if origin == Broker.public, let key = metadata.userID, let authenticator, settings.malformedBanMs > 0 {
+            authenticator.ban(key, forMs: settings.malformedBanMs)
+            why += "; this client key may not open a new connection for \(settings.malformedBanMs) ms (malformed_ban_ms)"
+            throttled.info("malformed-\(key)", "client key \(key) sent a message of \(count) frames: refused, key banned for \(settings.malformedBanMs) ms",
+                           fields: ["address": metadata.peerAddress ?? ""])
+        }
+        replyError(client, .badRequest(why), corr: nil)
     }
 
     /// Sends `bytes` to the client at `route`.
     func deliver(_ route: [UInt8], _ bytes: [UInt8]) {
         guard let origin = route.first else { return }
+        if origin == Broker.own {
+            ownReply(bytes)
+            return
+        }
         let socket = origin == Broker.internal ? internalFrontend : frontend
         try? socket.send([Array(route.dropFirst()), bytes], dontWait: true)
     }
@@ -298,9 +476,9 @@ public final class Broker {
         deliver(client, Envelope.error(error, corr: corr, type: type, src: name).encoded())
     }
 
-    func accept(client: [UInt8], bytes: [UInt8]) {
+    func accept(client: [UInt8], bytes: [UInt8], metadata: MessageMetadata = MessageMetadata()) {
         var envelope: Envelope
-        do { envelope = try Envelope.decode(bytes, maxBytes: settings.maxMessageBytes) } catch {
+        do { envelope = try Envelope.decodeHeader(bytes, maxBytes: settings.maxMessageBytes) } catch {
             replyError(client, error, corr: Envelope.salvageID(bytes))
             return
         }
@@ -308,30 +486,42 @@ public final class Broker {
             replyError(client, .badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), corr: envelope.id, type: envelope.type)
             return
         }
-        var bytes = bytes
         let fromOutside = client.first == Broker.public
-        // A connection and a phone each get their own bucket: `src` is the
-        // client's word, the connection is not.
+        // Budgets a client cannot multiply: its connection, its CURVE key
+        // (libzmq's word, from the handshake), its address; `src` is the
+        // client's own word, so it only splits its address's budget.
+        // On ipc libzmq's Peer-Address is "host:uid:gid:pid", not a host:
+        // only a TCP frontend's peers have an address to budget.
+        let address = hasAddresses ? metadata.peerAddress ?? "" : ""
         if fromOutside && limiter.isOn {
             let now = Clock.monotonicMillis()
-            if let wait = limiter.take("c:" + hex(client), now: now) {
-                refuseRate(client, envelope, limiter.refusal("from this connection", scope: "connection", retryAfterMs: wait), key: "c:" + hex(client))
-                return
-            }
-            if let src = envelope.src, !src.isEmpty, let wait = limiter.take("s:" + src, now: now) {
-                refuseRate(client, envelope, limiter.refusal("from phone '\(src)'", scope: "src", retryAfterMs: wait), key: "s:" + src)
-                return
+            var buckets: [(key: String, who: String, scope: String)] = [("c:" + hex(client), "from this connection", "connection")]
+            if let key = metadata.userID { buckets.append(("k:" + key, "for client key \(key)", "key")) }
+            if let src = envelope.src, !src.isEmpty { buckets.append(("s:\(address)|" + src, "from phone '\(src)'", "src")) }
+            for b in buckets {
+                if let wait = limiter.take(b.key, now: now) {
+                    refuseRate(client, envelope, limiter.refusal(b.who, scope: b.scope, retryAfterMs: wait), key: b.key)
+                    return
+                }
             }
         }
-        // `user` and `role` are the broker's to set, never a client's: from
-        // the public frontend they come only from a verified token (which
-        // stops here). Services on the internal frontend pass theirs on.
-        if client.first == Broker.public && (envelope.user != nil || envelope.role != nil || envelope.token != nil) {
+        // `user`, `role` and `caller` are the broker's to set, never a
+        // client's: from the public frontend they come only from a verified
+        // token (which stops here) and the connection. Services on the
+        // internal frontend pass theirs on.
+        var header: [String: String?] = [:]
+        if fromOutside {
             envelope.user = nil
             envelope.role = nil
             if let token = envelope.token, !token.isEmpty {
-                do {
+                do throws(QuadError) {
                     let claims = try tokens.check(token)
+                    if revocations.isRevoked(claims) {
+                        throw .unauthorized("token revoked: this session was ended (logout, or a password or role change); log in again")
+                    }
+                    if !revocationsLoaded, revocationQuery != nil {
+                        throw .unavailable("the broker is loading token revocations from accounts: retry in a moment")
+                    }
                     envelope.user = claims.user
                     envelope.role = claims.role
                 } catch {
@@ -340,40 +530,93 @@ public final class Broker {
                 }
             }
             envelope.token = nil
-            bytes = envelope.encoded()
+            envelope.caller = metadata.userID.map { "key:" + $0 } ?? "conn:" + hex(Array(client.dropFirst()))
+            header = ["user": envelope.user, "role": envelope.role, "caller": envelope.caller, "token": nil]
+        } else if envelope.caller == nil {
+            envelope.caller = "service:" + (envelope.src ?? "?")
+            header = ["caller": envelope.caller]
         }
         if fromOutside, let user = envelope.user, limiter.isOn, let wait = limiter.take("u:" + user, now: Clock.monotonicMillis()) {
             refuseRate(client, envelope, limiter.refusal("for user '\(user)'", scope: "user", retryAfterMs: wait), key: "u:" + user)
             return
         }
+        // Anonymous requests share their address's budget (a signed-in
+        // user has one of its own); the operator's trusted keys do not.
+        if fromOutside, envelope.user == nil, !address.isEmpty, addressLimiter.isOn,
+           !(metadata.userID.map { authenticator?.trusted.contains($0) == true } ?? false),
+           let wait = addressLimiter.take("a:" + address, now: Clock.monotonicMillis()) {
+            refuseRate(client, envelope, addressLimiter.refusal("without a signed-in user from address \(address)", scope: "address", retryAfterMs: wait,
+                                                                names: "address_rate_per_second, address_rate_burst"), key: "a:" + address)
+            return
+        }
         if fromOutside && envelope.role != "admin" && isInternalOnly(envelope.type) {
-            let why = "\(envelope.type) is for Quad's services (the internal frontend) and admins only"
+            let why = "\(envelope.type) is for Quad's services and admins only"
             replyError(client, envelope.user == nil ? .unauthorized(why + ": sign in as an admin") : .forbidden(why), corr: envelope.id, type: envelope.type)
             return
         }
         let service = String(envelope.service)
         if service == "sys" {
-            deliver(client, system(envelope).encoded())
+            deliver(client, system(envelope, privileged: !fromOutside || envelope.role == "admin").encoded())
             return
         }
         if let c = casualties[envelope.id], c.count >= settings.maxDeliveries {
             replyError(client, poisoned(envelope.id, type: envelope.type, workers: c.count), corr: envelope.id, type: envelope.type)
             return
         }
-        let s = self.service(service)
-        if s.queue.count >= settings.maxQueue {
-            replyError(client, .unavailable("service '\(service)' has \(s.queue.count) requests queued, the limit max_queue=\(settings.maxQueue)"), corr: envelope.id, type: envelope.type)
+        let s: Service
+        if let known = services[service] {
+            s = known
+        } else if Clock.monotonicMillis() - started < settings.serviceGraceMs {
+            s = early
+        } else {
+            replyError(client, .notFound("no service named \(service): no worker of it ever registered with this broker"), corr: envelope.id, type: envelope.type)
             return
         }
-        let deadline = envelope.deadline ?? settings.defaultDeadlineMs
-        let pending = Pending(client: client, id: envelope.id, bytes: bytes, type: envelope.type, expires: Clock.monotonicMillis() + deadline)
-        // A retry of a request still queued replaces it rather than queueing twice.
-        if let k = s.queue.firstIndex(where: { $0.id == pending.id }) {
-            s.queue[k] = pending
-        } else {
-            s.queue.append(pending)
+        let spliced = header.isEmpty ? bytes : Envelope.rewritingHeader(bytes, set: header)
+        if spliced.count > settings.maxMessageBytes {
+            replyError(client, .tooLarge("message is \(spliced.count) bytes with the header the broker sets, over the limit max_message_bytes=\(settings.maxMessageBytes)",
+                                         details: ["limit": "max_message_bytes", "max": .int(Int64(settings.maxMessageBytes)), "actual": .int(Int64(spliced.count))]),
+                       corr: envelope.id, type: envelope.type)
+            return
         }
-        dispatch(s)
+        let deadline = min(envelope.deadline ?? settings.defaultDeadlineMs, settings.maxDeadlineMs)
+        let pending = Pending(client: client, id: envelope.id, bytes: spliced, type: envelope.type,
+                              expires: Clock.monotonicMillis() + deadline, owner: envelope.user.map { "user:" + $0 } ?? envelope.caller ?? "")
+        // A retry of a request still queued replaces it rather than queueing
+        // twice, when it is the same caller's; another caller's request with
+        // the same id is refused and never replaces the first.
+        if let k = s.queue.firstIndex(where: { $0.id == pending.id }) {
+            guard s.queue[k].owner == pending.owner else {
+                replyError(client, .conflict("this request id was used by another caller"), corr: envelope.id, type: envelope.type)
+                return
+            }
+            s.queuedBytes += pending.bytes.count - s.queue[k].bytes.count
+            s.queue[k] = pending
+            dispatch(s)
+            return
+        }
+        let what = s === early ? "service '\(service)' (not registered yet)" : "service '\(service)'"
+        if s.queue.count >= settings.maxQueue {
+            replyError(client, .unavailable("\(what) has \(s.queue.count) requests queued, the limit max_queue=\(settings.maxQueue)"), corr: envelope.id, type: envelope.type)
+            return
+        }
+        if s.queuedBytes + pending.bytes.count > settings.maxQueueBytes {
+            replyError(client, .unavailable("\(what) has \(s.queuedBytes) bytes of requests queued, the limit max_queue_bytes=\(settings.maxQueueBytes)"),
+                       corr: envelope.id, type: envelope.type)
+            return
+        }
+        s.enqueue(pending)
+        if s !== early { dispatch(s) }
+    }
+
+    /// The start-up grace is over: requests still waiting for a service
+    /// that never registered get 404.
+    func endGrace() {
+        while !early.queue.isEmpty {
+            let p = early.dequeue()
+            replyError(p.client, .notFound("no service named \(p.service): no worker of it registered within service_grace_ms=\(settings.serviceGraceMs) of the broker's start"),
+                       corr: p.id, type: p.type)
+        }
     }
 
     /// The answer to a request that took down `workers` workers.
@@ -407,25 +650,18 @@ public final class Broker {
         return String(decoding: out, as: UTF8.self)
     }
 
-    func service(_ name: String) -> Service {
-        if let s = services[name] { return s }
-        let s = Service(name: name)
-        services[name] = s
-        return s
-    }
-
     func dispatch(_ s: Service) {
         while !s.queue.isEmpty, !s.idle.isEmpty {
             let identity = s.idle.removeFirst()
             guard let worker = workers[identity] else { continue }
-            let pending = s.queue.removeFirst()
+            let pending = s.dequeue()
             worker.current = pending
             s.routed += 1
             do {
                 try backend.send([identity, WorkerProtocol.header, WorkerProtocol.request, pending.client, pending.bytes])
             } catch {
                 worker.current = nil
-                s.queue.insert(pending, at: 0)
+                s.enqueue(pending, front: true)
                 remove(worker, reason: "send failed: \(error)")
             }
         }
@@ -433,14 +669,13 @@ public final class Broker {
 
     func expireQueued() {
         let now = Clock.monotonicMillis()
-        for s in services.values where !s.queue.isEmpty {
-            let expired = s.queue.filter { $0.expires <= now }
+        for s in Array(services.values) + [early] where !s.queue.isEmpty {
+            let expired = s.removeExpired(now: now)
             guard !expired.isEmpty else { continue }
-            s.queue.removeAll { $0.expires <= now }
             s.expired += Int64(expired.count)
-            let live = workers.values.filter { $0.service == s.name }.count
             for p in expired {
-                let why = live == 0 ? "no live worker of service '\(s.name)'" : "all \(live) workers of service '\(s.name)' busy"
+                let live = workers.values.filter { $0.service == p.service }.count
+                let why = live == 0 ? "no live worker of service '\(p.service)'" : "all \(live) workers of service '\(p.service)' busy"
                 replyError(p.client, .unavailable("\(why) before the request's deadline"), corr: p.id, type: p.type)
             }
         }
@@ -460,7 +695,7 @@ public final class Broker {
             case WorkerProtocol.ready where frames.count >= 4:
                 register(identity: identity, service: String(decoding: frames[3], as: UTF8.self), info: frames.count > 4 ? frames[4] : [])
             case WorkerProtocol.reply where frames.count == 5:
-                guard let w = workers[identity] else {
+                guard let w = workers[identity], let s = services[w.service] else {
                     // A reply from a worker we dropped: still deliver it.
                     deliver(frames[3], frames[4])
                     try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
@@ -470,7 +705,6 @@ public final class Broker {
                 if let id = w.current?.id, casualties[id] != nil { casualties[id] = nil }
                 w.current = nil
                 w.served += 1
-                let s = service(w.service)
                 s.idle.append(identity)
                 dispatch(s)
             case WorkerProtocol.heartbeat:
@@ -496,9 +730,27 @@ public final class Broker {
         let w = Worker(identity: identity, service: name, instance: details["instance"]?.string ?? "\(name)/?",
                        pid: details["pid"]?.int ?? 0, expires: Clock.monotonicMillis() + settings.heartbeatMs * WorkerProtocol.liveness)
         workers[identity] = w
-        let s = service(name)
+        let s: Service
+        if let known = services[name] {
+            s = known
+        } else {
+            s = Service(name: name)
+            services[name] = s
+            // Requests that waited for this service's first worker.
+            let waiting = early.queue.filter { $0.service == name }
+            if !waiting.isEmpty {
+                early.queue.removeAll { $0.service == name }
+                early.queuedBytes -= waiting.reduce(0) { $0 + $1.bytes.count }
+                for p in waiting { s.enqueue(p) }
+            }
+        }
         s.idle.append(identity)
         Log.line(["src": self.name, "level": "info", "msg": "worker ready", "service": name, "instance": w.instance, "pid": w.pid])
+        if name == "accounts" {
+            // A new accounts worker may know of revocations the broker missed.
+            revocationQuery = nil
+            askRevocations()
+        }
         dispatch(s)
     }
 
@@ -507,7 +759,7 @@ public final class Broker {
     /// died holding it `max_deliveries` times, when it is answered 500.
     func remove(_ w: Worker, reason: String, died: Bool = false) {
         workers[w.identity] = nil
-        let s = service(w.service)
+        guard let s = services[w.service] else { return }
         s.idle.removeAll { $0 == w.identity }
         Log.line(["src": name, "level": "info", "msg": "worker removed", "service": w.service, "instance": w.instance, "reason": reason])
         if let p = w.current {
@@ -524,7 +776,7 @@ public final class Broker {
                 Log.line(["src": name, "level": "error", "msg": error.message, "service": w.service, "id": p.id, "type": p.type])
                 replyError(p.client, error, corr: p.id, type: p.type)
             } else if p.expires > now {
-                s.queue.insert(p, at: 0)
+                s.enqueue(p, front: true)
             }
         }
         dispatch(s)
@@ -543,7 +795,9 @@ public final class Broker {
 
     // MARK: sys.*
 
-    func system(_ request: Envelope) -> Envelope {
+    /// `privileged`: an admin or a service, who may see instance names and
+    /// pids; others see each service's name, workers (busy or not) and queue.
+    func system(_ request: Envelope, privileged: Bool) -> Envelope {
         switch request.type {
         case "sys.services":
             let list: [JSON] = services.values.sorted { $0.name < $1.name }.map { s in
@@ -552,17 +806,25 @@ public final class Broker {
                     "name": .string(s.name), "queue": .int(Int64(s.queue.count)), "routed": .int(s.routed),
                     "expired": .int(s.expired),
                     "workers": .array(ws.map { w in
-                        ["instance": .string(w.instance), "pid": .int(w.pid), "served": .int(w.served), "busy": .bool(w.current != nil)]
+                        privileged
+                            ? ["instance": .string(w.instance), "pid": .int(w.pid), "served": .int(w.served), "busy": .bool(w.current != nil)]
+                            : ["served": .int(w.served), "busy": .bool(w.current != nil)]
                     }),
                 ]
             }
             return request.reply(["services": .array(list)], src: name)
         case "sys.health":
-            return request.reply([
-                "status": "ok", "service": "broker", "pid": .int(Int64(getpid())), "uptime_ms": .int(Clock.monotonicMillis() - started),
+            var body: [String: JSON] = [
+                "status": "ok", "service": "broker", "uptime_ms": .int(Clock.monotonicMillis() - started),
                 "workers": .int(Int64(workers.count)), "requests": .int(requestsIn), "events": .int(eventsRelayed),
                 "curve": .bool(publicKey != nil), "rate_limited": .int(rateLimited),
-            ], src: name)
+            ]
+            if privileged {
+                body["pid"] = .int(Int64(getpid()))
+                body["malformed"] = .int(malformed)
+                body["revocations"] = .int(Int64(revocations.count))
+            }
+            return request.reply(.object(body), src: name)
         default:
             return request.error(.notFound("unknown request type '\(request.type)': the broker answers sys.services and sys.health"), src: name)
         }

@@ -1,6 +1,6 @@
 import QuadWire
 
-/// Token buckets by key (a user, a phone, a connection): each holds up to
+/// Token buckets by key (a user, a client key, a connection, an address, a phone): each holds up to
 /// `burst` tokens and refills at `perSecond`; a request takes one. A bucket
 /// that has refilled to the brim is the same as no bucket, so those are
 /// dropped on ``sweep(now:)`` and memory follows the senders of the last
@@ -53,12 +53,12 @@ struct RateLimiter {
     }
 
     /// The 429 for a request refused by the bucket of `who`.
-    func refusal(_ who: String, scope: String, retryAfterMs: Int64) -> QuadError {
+    func refusal(_ who: String, scope: String, retryAfterMs: Int64, names: String = "rate_per_second, rate_burst") -> QuadError {
         let rate = perSecond == perSecond.rounded() ? String(Int64(perSecond)) : String(perSecond)
         return .tooManyRequests(
-            "too many requests \(who): the limit is \(rate) per second with bursts of \(Int64(burst)) (rate_per_second, rate_burst); retry in \(retryAfterMs) ms",
+            "too many requests \(who): the limit is \(rate) per second with bursts of \(Int64(burst)) (\(names)); retry in \(retryAfterMs) ms",
             details: [
-                "retry_after_ms": .int(retryAfterMs), "limit": "rate_per_second", "scope": .string(scope),
+                "retry_after_ms": .int(retryAfterMs), "limit": .string(String(names.prefix { $0 != "," })), "scope": .string(scope),
                 "rate_per_second": .double(perSecond), "rate_burst": .int(Int64(burst)),
             ])
     }

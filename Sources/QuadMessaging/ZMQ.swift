@@ -210,6 +210,67 @@ public final class Socket {
     }
 }
 
+/// Who sent a message, as libzmq knows it (`zmq_msg_gets`).
+public struct MessageMetadata: Sendable, Equatable {
+    /// `User-Id`: what the ZAP handler returned for the connection (the
+    /// broker's returns the client's CURVE public key in Z85); nil without ZAP.
+    public var userID: String?
+    /// `Peer-Address`: the peer's IP address on TCP; nil on ipc and inproc.
+    public var peerAddress: String?
+
+    public init(userID: String? = nil, peerAddress: String? = nil) {
+        self.userID = userID
+        self.peerAddress = peerAddress
+    }
+}
+
+extension Socket {
+    /// Like ``receive(dontWait:)``, with the metadata of the connection the
+    /// message came in on, read from the first frame that carries it (a
+    /// ROUTER's routing-id frame is made by the socket and carries none).
+    /// Frames past `keepingAtMost` are received and dropped, not copied:
+    /// `count` says how many the message had.
+    public func receiveWithMetadata(dontWait: Bool = false, keepingAtMost: Int = .max) throws(ZMQError)
+        -> (frames: [[UInt8]], count: Int, metadata: MessageMetadata)?
+    {
+        var frames: [[UInt8]] = []
+        var count = 0
+        var metadata = MessageMetadata()
+        while true {
+            var msg = zmq_msg_t()
+            zmq_msg_init(&msg)
+            defer { zmq_msg_close(&msg) }
+            var rc: Int32
+            repeat {
+                rc = zmq_msg_recv(&msg, handle, dontWait && count == 0 ? ZMQ_DONTWAIT : 0)
+            } while rc < 0 && zmq_errno() == EINTR
+            if rc < 0 {
+                let e = ZMQError("zmq_msg_recv")
+                if e.wouldBlock && count == 0 { return nil }
+                throw e
+            }
+            count += 1
+            if metadata == MessageMetadata() {
+                func property(_ name: String) -> String? {
+                    guard let p = zmq_msg_gets(&msg, name) else { return nil }
+                    let s = String(cString: p)
+                    return s.isEmpty ? nil : s
+                }
+                metadata = MessageMetadata(userID: property("User-Id"), peerAddress: property("Peer-Address"))
+            }
+            let size = zmq_msg_size(&msg)
+            if frames.count >= keepingAtMost {
+            } else if size == 0 {
+                frames.append([])
+            } else {
+                let data = zmq_msg_data(&msg)!
+                frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))
+            }
+            if zmq_msg_more(&msg) == 0 { return (frames, count, metadata) }
+        }
+    }
+}
+
 /// Waits on several sockets at once (`zmq_poll`).
 public struct Poller {
     var sockets: [Socket] = []

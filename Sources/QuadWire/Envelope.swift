@@ -202,3 +202,161 @@ public struct Envelope: Sendable, Equatable {
         return id
     }
 }
+
+// MARK: Header splice
+
+extension Envelope {
+    /// `bytes` (an envelope that ``decode(_:maxBytes:)`` accepted) with the
+    /// top-level members named in `set` replaced: every occurrence of each
+    /// such key is dropped (duplicates included, and keys spelled with
+    /// escapes, compared by their decoded text), then each key whose value
+    /// is non-nil is appended as a JSON string. Every other member is copied
+    /// byte for byte, so the body is never decoded or re-encoded: a body
+    /// full of escapes arrives exactly as it was sent, no bigger. Bytes that
+    /// are not a JSON object come back unchanged.
+    public static func rewritingHeader(_ bytes: [UInt8], set: [String: String?]) -> [UInt8] {
+        var scanner = HeaderScanner(bytes: bytes)
+        guard let members = scanner.members() else { return bytes }
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count + 64 * set.count)
+        out.append(UInt8(ascii: "{"))
+        for m in members where set.index(forKey: m.key) == nil {
+            if out.count > 1 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: bytes[m.range])
+        }
+        for key in set.keys.sorted() {
+            guard let value = set[key] ?? nil else { continue }
+            if out.count > 1 { out.append(UInt8(ascii: ",")) }
+            JSON.writeString(key, into: &out)
+            out.append(UInt8(ascii: ":"))
+            JSON.writeString(value, into: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+}
+
+extension Envelope {
+    /// The header fields, which are all the broker reads.
+    static let headerKeys: Set<String> = ["v", "id", "type", "kind", "corr", "ts", "src", "deadline", "token", "user", "role", "caller", "seq"]
+
+    /// Decodes and validates an envelope's header as ``decode(_:maxBytes:)``
+    /// does, without building its body (`body` is `null` in the result):
+    /// the body's bytes are skipped, not parsed, so a megabyte body costs a
+    /// scan, not a tree of values. Its JSON is the receiving service's to
+    /// check (it answers 400 for a broken one). For a router that forwards
+    /// the bytes as they came, with ``rewritingHeader(_:set:)``.
+    public static func decodeHeader(_ bytes: [UInt8], maxBytes: Int = Envelope.defaultMaxBytes) throws(QuadError) -> Envelope {
+        if bytes.count > maxBytes {
+            throw .tooLarge("message is \(bytes.count) bytes, over the limit max_message_bytes=\(maxBytes)",
+                            details: ["limit": "max_message_bytes", "max": .int(Int64(maxBytes)), "actual": .int(Int64(bytes.count))])
+        }
+        if bytes.isEmpty { throw .badRequest("empty message: expected a JSON envelope") }
+        guard String(validating: bytes, as: UTF8.self) != nil else {
+            throw .badRequest("not UTF-8: the envelope must be UTF-8 JSON text")
+        }
+        var scanner = HeaderScanner(bytes: bytes)
+        guard let members = scanner.members() else {
+            // Not an object of members: the full parser says what is wrong.
+            return try decode(JSON.parse(bytes))
+        }
+        var fields: [String: JSON] = [:]
+        for m in members where headerKeys.contains(m.key) {
+            var parser = JSONParser(bytes: bytes)
+            parser.i = m.range.lowerBound
+            _ = try parser.parseString()
+            parser.skipSpace()
+            parser.i += 1  // the ':' the scanner found
+            parser.skipSpace()
+            fields[m.key] = try parser.parseValue()
+        }
+        return try decode(.object(fields))
+    }
+}
+
+/// Finds the members of a JSON text's top-level object without building
+/// their values: each key decoded, each member's byte range (key to end of
+/// value). Values are skipped structurally (strings to their closing quote,
+/// brackets by depth); the text was validated before, so this only has to
+/// be right on valid JSON and safe (nil, never a crash) on anything else.
+struct HeaderScanner {
+    let bytes: [UInt8]
+    var i = 0
+
+    init(bytes: [UInt8]) { self.bytes = bytes }
+
+    mutating func skipSpace() {
+        while i < bytes.count, bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09 { i += 1 }
+    }
+
+    /// Past the string starting at `i` (a quote); false when unterminated.
+    mutating func skipString() -> Bool {
+        i += 1
+        while i < bytes.count {
+            switch bytes[i] {
+            case UInt8(ascii: "\""): i += 1; return true
+            case UInt8(ascii: "\\"): i += 2
+            default: i += 1
+            }
+        }
+        return false
+    }
+
+    mutating func skipValue() -> Bool {
+        guard i < bytes.count else { return false }
+        switch bytes[i] {
+        case UInt8(ascii: "\""): return skipString()
+        case UInt8(ascii: "{"), UInt8(ascii: "["):
+            var depth = 0
+            while i < bytes.count {
+                switch bytes[i] {
+                case UInt8(ascii: "\""):
+                    if !skipString() { return false }
+                    continue
+                case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
+                case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                    depth -= 1
+                    if depth == 0 { i += 1; return true }
+                default: break
+                }
+                i += 1
+            }
+            return false
+        default:
+            // A number or a literal: up to the next delimiter.
+            let start = i
+            while i < bytes.count, !(bytes[i] == UInt8(ascii: ",") || bytes[i] == UInt8(ascii: "}") || bytes[i] == UInt8(ascii: "]")
+                                      || bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09) { i += 1 }
+            return i > start
+        }
+    }
+
+    mutating func members() -> [(key: String, range: Range<Int>)]? {
+        skipSpace()
+        guard i < bytes.count, bytes[i] == UInt8(ascii: "{") else { return nil }
+        i += 1
+        var out: [(key: String, range: Range<Int>)] = []
+        skipSpace()
+        if i < bytes.count, bytes[i] == UInt8(ascii: "}") { return out }
+        while true {
+            skipSpace()
+            guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return nil }
+            let start = i
+            guard skipString() else { return nil }
+            // Keys are short; the full parser decodes their escapes.
+            var keyParser = JSONParser(bytes: Array(bytes[start..<i]))
+            guard let key = try? keyParser.parseString() else { return nil }
+            skipSpace()
+            guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { return nil }
+            i += 1
+            skipSpace()
+            guard skipValue() else { return nil }
+            out.append((key, start..<i))
+            skipSpace()
+            guard i < bytes.count else { return nil }
+            if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+            if bytes[i] == UInt8(ascii: "}") { return out }
+            return nil
+        }
+    }
+}

@@ -51,16 +51,47 @@ struct BrokerTests {
         for _ in 0..<20 { #expect(try client.request("tally.whoami", timeoutMs: 2000)["by"]?.string == "tally/2") }
     }
 
-    @Test func aServiceWithNoWorkerGets503AtTheDeadline() throws {
-        let stack = try stackWithTally(workers: 0)
+    @Test func aServiceThatLostItsWorkersGets503AtTheDeadline() throws {
+        let stack = try stackWithTally(workers: 1)
+        stack.kill("tally/1")
+        #expect(try stack.waitForWorkers("tally", count: 0, timeoutMs: 5000))
         let client = try stack.client()
         let start = Clock.monotonicMillis()
-        let reply = try client.call(.request("nobody.here"), timeoutMs: 400, attempts: 1)
+        let reply = try client.call(.request("tally.whoami"), timeoutMs: 400, attempts: 1)
         let elapsed = Clock.monotonicMillis() - start
         let error = try #require(reply.quadError)
         #expect(error.status == 503 && error.code == "unavailable")
-        #expect(error.message.contains("no live worker of service 'nobody'"))
+        #expect(error.message.contains("no live worker of service 'tally'"))
         #expect(elapsed >= 400 && elapsed < 1500, "answered after \(elapsed) ms")
+    }
+
+    @Test func aRequestWaitsForAServiceDuringTheStartUpGraceAndGets404After() throws {
+        let stack = try TestStack(name: "grace")
+        try stack.startBroker(extra: ["--service-grace-ms", "2000"])
+        // Sent before tally's first worker is up: it waits for it.
+        let early = DispatchSemaphore(value: 0)
+        let got = NSLock()
+        nonisolated(unsafe) var by: String?
+        Thread {
+            let answer = try? stack.client().request("tally.whoami", timeoutMs: 4000, attempts: 1)
+            got.withLock { by = answer?["by"]?.string }
+            early.signal()
+        }.start()
+        usleep(300_000)
+        try stack.startWorker("quad-tally", instance: "tally/1")
+        early.wait()
+        #expect(got.withLock { by } == "tally/1")
+        // After the grace, a service that never registered is answered at once.
+        let client = try stack.client()
+        var answer = try client.call(.request("nobody.here"), timeoutMs: 3000, attempts: 1)
+        while answer.quadError?.status == 503 { answer = try client.call(.request("nobody.here"), timeoutMs: 3000, attempts: 1) }
+        let start = Clock.monotonicMillis()
+        answer = try client.call(.request("nobody.here"), timeoutMs: 3000, attempts: 1)
+        let error = try #require(answer.quadError)
+        #expect(error.status == 404 && error.message.contains("no service named nobody"), "\(error)")
+        #expect(Clock.monotonicMillis() - start < 1000)
+        let names = try stack.internalClient().request("sys.services")["services"]?.array?.compactMap { $0["name"]?.string }
+        #expect(names == ["tally"])
     }
 
     @Test func aRepeatedMutationIDHasOneEffectAndTheSameReply() throws {
@@ -175,7 +206,8 @@ struct BrokerTests {
 
     @Test func sysServicesListsWorkersAndQueueDepth() throws {
         let stack = try stackWithTally(workers: 2)
-        let reply = try stack.client().request("sys.services")
+        // Instance names and pids are for services and admins.
+        let reply = try stack.internalClient().request("sys.services")
         let tally = try #require(reply["services"]?.array?.first { $0["name"]?.string == "tally" })
         #expect(tally["queue"]?.int == 0)
         #expect(Set(tally["workers"]?.array?.compactMap { $0["instance"]?.string } ?? []) == ["tally/1", "tally/2"])
