@@ -160,6 +160,8 @@ python3 -c 'import json, sys; assert json.loads(sys.argv[1])["role"] == "admin"'
 for d in logs db keys run; do
     [[ $(stat -c %a "$QUAD_HOME/$d") == 700 ]] || fail "$QUAD_HOME/$d is mode $(stat -c %a "$QUAD_HOME/$d"), not 700"
 done
+open_files=$(find "$QUAD_HOME/logs" "$QUAD_HOME/db" "$QUAD_HOME/keys" "$QUAD_HOME/run" ! -type l ! -type s -perm /077 -printf '%m %p\n')
+[[ -z $open_files ]] || fail "files under $QUAD_HOME that others may read: $open_files"
 if ((EUID == 0)) && id nobody >/dev/null 2>&1; then
     for f in logs/broker.log logs/accounts.1.log db/accounts.db keys/admin.password keys/accounts.key keys/broker.key; do
         [[ -e $QUAD_HOME/$f ]] || fail "expected $QUAD_HOME/$f"
