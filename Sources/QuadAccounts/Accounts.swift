@@ -289,11 +289,19 @@ public enum Accounts: ServiceDomain {
                 guard let current = try db.queryOne("SELECT password_hash FROM users WHERE id = $1", .text(user)) else {
                     throw QuadError.notFound("no account for user '\(user)'")
                 }
-                let stored = current.string("password_hash")
-                newHash = try budget.spend(type) { () throws -> (old: String, new: String)? in
-                    guard PasswordHash.verify(old, hash: stored) else { throw QuadError.forbidden("body.current_password is not this account's password") }
-                    return (stored, try PasswordHash.hash(newPassword, strength: settings.hashing))
+                // A stolen token must not buy unthrottled guesses at the
+                // current password: its failures count like failed logins.
+                let guesser = "user:" + user
+                if let wait = accountsThrottle.wait(guesser, now: Int64(Clock.nowMillis())) {
+                    throw throttled("this account's current_password", wait: wait, limit: "login_account_max_delay_ms")
                 }
+                let stored = current.string("password_hash")
+                guard try budget.spend(type, { PasswordHash.verify(old, hash: stored) }) else {
+                    accountsThrottle.fail(guesser, now: Int64(Clock.nowMillis()))
+                    throw QuadError.forbidden("body.current_password is not this account's password")
+                }
+                accountsThrottle.succeed(guesser)
+                newHash = (stored, try budget.spend(type) { try PasswordHash.hash(newPassword, strength: settings.hashing) })
             }
             let categoriesText = categories.map { JSON.array($0.map { .string($0) }).text }
             return { () throws -> JSON in

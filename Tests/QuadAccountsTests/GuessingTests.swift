@@ -136,3 +136,20 @@ struct GuessingTests {
         #expect(timed.longestMicros < hashMicros / 2, "a transaction held the store \(timed.longestMicros) µs; one hash takes \(hashMicros) µs")
     }
 }
+
+@Suite("accounts resist guessing: the current password")
+struct CurrentPasswordGuessingTests {
+    @Test func wrongCurrentPasswordsWithAStolenTokenAreThrottledToo() throws {
+        let (h, _) = try accounts(limits: GuessingTests.quick)
+        let user = try #require(try h.call("accounts.register", ana())["user"]?.string)
+        func change(_ current: String) -> QuadError? {
+            refusal { try h.call("accounts.profile.update", ["password": "new password!", "current_password": .string(current)], user: user, role: "student") }
+        }
+        for k in 0..<4 { #expect(change("guess \(k) guess")?.status == 403) }
+        let throttled = try #require(change("correct horse"))
+        #expect(throttled.status == 429 && throttled.details["retry_after_ms"]?.int ?? 0 > 0, "\(throttled.message)")
+        // After the wait the owner's change goes through.
+        #expect(try waitUntil { change("correct horse") == nil })
+        #expect(try h.call("accounts.login", ["email": "ana@uni.edu", "password": "new password!"])["user"]?.string == user)
+    }
+}
