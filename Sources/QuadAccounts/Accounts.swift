@@ -1,3 +1,4 @@
+import Foundation
 import QuadAuth
 import QuadRuntime
 import QuadStore
@@ -24,8 +25,9 @@ public enum Accounts: ServiceDomain {
     public static let maxNameLength = 100
     /// A student's semester of study: an integer, 1 for the first semester.
     public static let semesters: ClosedRange<Int64> = 1...12
-    /// Token lifetime bounds, in seconds.
-    public static let defaultTokenTTLSeconds: Int64 = 86_400
+    /// Token lifetime bounds, in seconds (`token_ttl_seconds`): an hour by
+    /// default, `accounts.refresh` gives a new token before it ends.
+    public static let defaultTokenTTLSeconds: Int64 = 3600
     public static let maxTokenTTLSeconds: Int64 = 30 * 86_400
 
     public static let migrations: [Migration] = [
@@ -42,93 +44,187 @@ public enum Accounts: ServiceDomain {
                 updated_ms BIGINT NOT NULL
             );
             """),
+        // Ended sessions, until the tokens they name have expired: one row
+        // per token (`jti:<jti>`) or per user (`user:<user>`: every token
+        // issued before `before_ms`).
+        Migration(2, """
+            CREATE TABLE revocations (
+                id TEXT PRIMARY KEY,
+                user_id TEXT NOT NULL,
+                jti TEXT,
+                before_ms BIGINT,
+                until_ms BIGINT NOT NULL
+            );
+            CREATE INDEX revocations_until ON revocations (until_ms);
+            CREATE INDEX revocations_user ON revocations (user_id);
+            """),
     ]
 
     public static var options: [(String, String, String?)] {
-        [
-            ("token-ttl-seconds", "lifetime of a session token (1 to \(maxTokenTTLSeconds))", String(defaultTokenTTLSeconds)),
+        let d = Settings.Limits()
+        return [
+            ("token-ttl-seconds", "lifetime of a session token (1 to \(maxTokenTTLSeconds)); accounts.refresh renews it", String(defaultTokenTTLSeconds)),
             ("signing-key", "Ed25519 secret key file, created (0600) when missing; its public key is written beside it as .pub",
              KeyFiles.defaultSecretKeyPath()),
-            ("admin", "EMAIL:PASSWORD of an admin account to create at start, or to promote (and set its password) if it exists", nil),
-            ("password-hashing", "Argon2id cost: interactive (libsodium's OPSLIMIT/MEMLIMIT_INTERACTIVE), moderate, or minimum (tests only)",
+            ("admin-email", "email of the admin account, created at the first start with the password of --admin-password-file; never reset later", nil),
+            ("admin-password-file", "file (mode 0600) holding the admin's first password on one line (default: $QUAD_ADMIN_PASSWORD_FILE)",
+             ProcessInfo.processInfo.environment["QUAD_ADMIN_PASSWORD_FILE"]),
+            ("admin", "TESTS ONLY (the password shows in ps): EMAIL:PASSWORD of the admin account to create at the first start", nil),
+            ("password-hashing", "Argon2id cost: interactive (libsodium's OPSLIMIT/MEMLIMIT_INTERACTIVE, 64 MiB), moderate, or minimum (tests only)",
              PasswordHash.Strength.interactive.rawValue),
+            ("login-free-failures", "failed logins of one account or client before each further one makes it wait", String(d.freeFailures)),
+            ("login-account-max-delay-ms", "longest wait a run of failed logins puts on an account (what a stranger can lock a user out for)",
+             String(d.accountMaxDelayMs)),
+            ("login-client-max-delay-ms", "longest wait a run of failed logins puts on a client (its CURVE key, or src)", String(d.clientMaxDelayMs)),
+            ("login-throttle-entries", "most accounts, and most clients, whose failed logins are remembered", String(d.maxEntries)),
+            ("hash-ms-per-second", "milliseconds per second a worker may spend hashing passwords; past it logins get 429", String(d.hashMsPerSecond)),
         ]
     }
 
     /// What the handlers need besides the store.
     public struct Settings: Sendable {
+        /// The guessing limits: named settings, flags of quad-accounts.
+        public struct Limits: Sendable {
+            /// `login_free_failures`
+            public var freeFailures = 5
+            /// The first wait after the free failures; doubled per failure.
+            public var baseDelayMs: Int64 = 500
+            /// `login_account_max_delay_ms`: short, because anyone who knows
+            /// an email can fail its logins.
+            public var accountMaxDelayMs: Int64 = 5_000
+            /// `login_client_max_delay_ms`
+            public var clientMaxDelayMs: Int64 = 300_000
+            /// Failures are forgotten this long after the last one.
+            public var forgetAfterMs: Int64 = 900_000
+            /// `login_throttle_entries`, per table (accounts, clients).
+            public var maxEntries = 10_000
+            /// `hash_ms_per_second`
+            public var hashMsPerSecond: Int64 = 750
+            /// `max_revoked_tokens_per_user`: past it, a logout ends every
+            /// session of the user in one entry instead.
+            public var maxRevokedTokensPerUser = 100
+
+            public init() {}
+        }
+
         public var signingKey: SigningKey
         public var tokenTTLMillis: Int64
         public var hashing: PasswordHash.Strength
+        public var limits: Limits
         /// An Argon2id hash of no password anyone has: a login with an
         /// unknown email verifies against it, so it costs what a wrong
         /// password costs and the timing does not tell which emails exist.
         let decoyHash: String
 
         public init(signingKey: SigningKey, tokenTTLMillis: Int64 = Accounts.defaultTokenTTLSeconds * 1000,
-                    hashing: PasswordHash.Strength = .interactive) throws {
+                    hashing: PasswordHash.Strength = .interactive, limits: Limits = Limits()) throws {
             self.signingKey = signingKey
             self.tokenTTLMillis = tokenTTLMillis
             self.hashing = hashing
+            self.limits = limits
             decoyHash = try PasswordHash.hash(MessageID.make(), strength: hashing)
         }
     }
 
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
+        let usage = "Try: quad-accounts --help"
         let ttl = Int64(options["token-ttl-seconds"] ?? "") ?? -1
         guard (1...maxTokenTTLSeconds).contains(ttl) else {
-            Flags.usageError("--token-ttl-seconds must be an integer from 1 to \(maxTokenTTLSeconds)", usage: "Try: quad-accounts --help")
+            Flags.usageError("--token-ttl-seconds must be an integer from 1 to \(maxTokenTTLSeconds)", usage: usage)
         }
         guard let hashing = PasswordHash.Strength(rawValue: options["password-hashing"] ?? "") else {
-            Flags.usageError("--password-hashing must be one of \(PasswordHash.Strength.allCases.map(\.rawValue).joined(separator: ", "))",
-                             usage: "Try: quad-accounts --help")
+            Flags.usageError("--password-hashing must be one of \(PasswordHash.Strength.allCases.map(\.rawValue).joined(separator: ", "))", usage: usage)
         }
-        var admin: (email: String, password: String)?
-        if let spec = options["admin"], !spec.isEmpty {
-            guard let colon = spec.firstIndex(of: ":") else { Flags.usageError("--admin must be EMAIL:PASSWORD", usage: "Try: quad-accounts --help") }
-            do {
-                admin = (try Validation.email(String(spec[..<colon])), try Validation.password(String(spec[spec.index(after: colon)...])))
-            } catch {
-                Flags.usageError("--admin: \(error.message.replacingOccurrences(of: "body.", with: ""))", usage: "Try: quad-accounts --help")
+        var limits = Settings.Limits()
+        func number(_ flag: String, _ range: ClosedRange<Int64>) -> Int64 {
+            guard let n = Int64(options[flag] ?? ""), range.contains(n) else {
+                Flags.usageError("--\(flag) must be an integer from \(range.lowerBound) to \(range.upperBound)", usage: usage)
             }
+            return n
         }
+        limits.freeFailures = Int(number("login-free-failures", 1...1000))
+        limits.accountMaxDelayMs = number("login-account-max-delay-ms", 0...3_600_000)
+        limits.clientMaxDelayMs = number("login-client-max-delay-ms", 0...86_400_000)
+        limits.maxEntries = Int(number("login-throttle-entries", 1...10_000_000))
+        limits.hashMsPerSecond = number("hash-ms-per-second", 1...1000)
+        let admin = adminAccount(options, usage: usage)
         let keyPath = options["signing-key"] ?? KeyFiles.defaultSecretKeyPath()
         let (key, created) = try KeyFiles.loadOrCreateSigningKey(at: keyPath)
         Log.info(worker.handlers.instance, "\(created ? "created" : "loaded") signing key \(keyPath), public key \(KeyFiles.publicKeyPath(forSecretKey: keyPath))")
-        let settings = try Settings(signingKey: key, tokenTTLMillis: ttl * 1000, hashing: hashing)
+        let settings = try Settings(signingKey: key, tokenTTLMillis: ttl * 1000, hashing: hashing, limits: limits)
         if let admin {
-            let made = try ensureAdmin(db, email: admin.email, password: admin.password, hashing: hashing)
-            Log.info(worker.handlers.instance, "admin account \(admin.email) \(made ? "created" : "promoted")")
+            let outcome = try ensureAdmin(db, email: admin.email, password: admin.password, hashing: hashing)
+            Log.info(worker.handlers.instance, "admin account \(admin.email) \(outcome)")
         }
-        register(worker.handlers, db: db, settings: settings)
+        register(worker.handlers, db: db, settings: settings, relay: { [unowned worker] in worker.relayOutbox() })
+        worker.every(60_000) { try Sessions.prune(db) }
+    }
+
+    /// The admin account to make at start: `--admin-email` with the password
+    /// in `--admin-password-file` (or `QUAD_ADMIN_PASSWORD_FILE`), never on
+    /// the command line; `--admin EMAIL:PASSWORD` is for tests only.
+    static func adminAccount(_ options: [String: String], usage: String) -> (email: String, password: String)? {
+        func checked(_ email: String, _ password: String, from: String) -> (email: String, password: String) {
+            do { return (try Validation.email(email), try Validation.password(password)) } catch {
+                Flags.usageError("\(from): \(error.message.replacingOccurrences(of: "body.", with: ""))", usage: usage)
+            }
+        }
+        if let email = options["admin-email"], !email.isEmpty {
+            guard let file = options["admin-password-file"], !file.isEmpty else {
+                Flags.usageError("--admin-email needs --admin-password-file (or QUAD_ADMIN_PASSWORD_FILE)", usage: usage)
+            }
+            let password: String
+            do {
+                try KeyFile.requirePrivate(file, what: "the admin password file")
+                password = try KeyFile.readLine(file)
+            } catch {
+                Flags.usageError("--admin-password-file: \(error.message)", usage: usage)
+            }
+            return checked(email, password, from: "--admin-password-file")
+        }
+        if let spec = options["admin"], !spec.isEmpty {
+            guard let colon = spec.firstIndex(of: ":") else { Flags.usageError("--admin must be EMAIL:PASSWORD", usage: usage) }
+            return checked(String(spec[..<colon]), String(spec[spec.index(after: colon)...]), from: "--admin")
+        }
+        return nil
     }
 
     /// Registers the handlers; split from ``install`` so tests can drive
-    /// them without a broker.
-    public static func register(_ h: Handlers, db: Database, settings: Settings) {
-        h.mutation("accounts.register") { req in
-            let type = "accounts.register"
-            try Validation.onlyFields(req.body, ["email", "password", "name", "semester", "categories"], type: type)
+    /// them without a broker. `relay` publishes the outbox after the
+    /// handlers that commit their own transactions.
+    public static func register(_ h: Handlers, db: Database, settings: Settings, relay: @escaping () -> Void = {}) {
+        let limits = settings.limits
+        let accountsThrottle = FailureThrottle(freeFailures: limits.freeFailures, baseDelayMs: limits.baseDelayMs, maxDelayMs: limits.accountMaxDelayMs,
+                                               forgetAfterMs: limits.forgetAfterMs, maxEntries: limits.maxEntries)
+        let clientsThrottle = FailureThrottle(freeFailures: limits.freeFailures, baseDelayMs: limits.baseDelayMs, maxDelayMs: limits.clientMaxDelayMs,
+                                              forgetAfterMs: limits.forgetAfterMs, maxEntries: limits.maxEntries)
+        let budget = HashBudget(msPerSecond: limits.hashMsPerSecond)
+        let hashed = HashedMutation(handlers: h, db: db, relay: relay)
+
+        hashed.register("accounts.register", prepare: { req in
+            try Validation.onlyFields(req.body, ["email", "password", "name", "semester", "categories"], type: "accounts.register")
             let email = try Validation.email(try Validation.required(Validation.string(req.body, "email"), "email"))
             let password = try Validation.password(try Validation.required(Validation.string(req.body, "password"), "password"))
             let name = try Validation.name(try Validation.required(Validation.string(req.body, "name"), "name"))
             let semester = try Validation.required(Validation.semester(req.body), "semester")
             let categories = try Validation.categories(req.body) ?? []
-            let hash = try PasswordHash.hash(password, strength: settings.hashing)
-            let id = MessageID.make()
-            let now = Int64(Clock.nowMillis())
-            // The unique email decides, inside the store: no read-then-write.
-            guard let row = try db.queryOne("""
-                INSERT INTO users (id, email, password_hash, name, semester, categories, role, created_ms, updated_ms)
-                VALUES ($1, $2, $3, $4, $5, $6, 'student', $7, $7)
-                ON CONFLICT (email) DO NOTHING RETURNING *
-                """, .text(id), .text(email), .text(hash), .text(name), .int(semester), .text(JSON.array(categories.map { .string($0) }).text), .int(now))
-            else { throw QuadError.conflict("an account with email '\(email)' already exists", details: ["field": "email"]) }
-            try Outbox.append(db, type: "accounts.user.registered", body: [
-                "user": .string(id), "name": .string(name), "semester": .int(semester), "categories": .array(categories.map { .string($0) }),
-            ])
-            return profile(row)
-        }
+            let hash = try budget.spend("accounts.register") { try PasswordHash.hash(password, strength: settings.hashing) }
+            return { () throws -> JSON in
+                let id = MessageID.make()
+                let now = Int64(Clock.nowMillis())
+                // The unique email decides, inside the store: no read-then-write.
+                guard let row = try db.queryOne("""
+                    INSERT INTO users (id, email, password_hash, name, semester, categories, role, created_ms, updated_ms)
+                    VALUES ($1, $2, $3, $4, $5, $6, 'student', $7, $7)
+                    ON CONFLICT (email) DO NOTHING RETURNING *
+                    """, .text(id), .text(email), .text(hash), .text(name), .int(semester), .text(JSON.array(categories.map { .string($0) }).text), .int(now))
+                else { throw QuadError.conflict("an account with email '\(email)' already exists", details: ["field": "email"]) }
+                try Outbox.append(db, type: "accounts.user.registered", body: [
+                    "user": .string(id), "name": .string(name), "semester": .int(semester), "categories": .array(categories.map { .string($0) }),
+                ])
+                return profile(row)
+            }
+        })
 
         h.query("accounts.login") { req in
             try Validation.onlyFields(req.body, ["email", "password"], type: "accounts.login")
@@ -136,15 +232,29 @@ public enum Accounts: ServiceDomain {
             let password = try Validation.required(Validation.string(req.body, "password"), "password")
             let refused = QuadError.unauthorized("wrong email or password")
             guard rawEmail.utf8.count <= maxEmailLength, password.unicodeScalars.count <= maxPasswordLength else { throw refused }
-            let row = try db.queryOne("SELECT id, role, password_hash FROM users WHERE email = $1", .text(rawEmail.lowercased()))
-            let matches = PasswordHash.verify(password, hash: row?.string("password_hash") ?? settings.decoyHash)
-            guard let row, matches else { throw refused }
+            let account = rawEmail.lowercased()
+            let client = req.envelope.caller ?? "src:\(req.envelope.src ?? "")"
             let now = Int64(Clock.nowMillis())
-            let claims = TokenClaims(user: row.string("id"), role: row.string("role"), expiresAt: now + settings.tokenTTLMillis, issuedAt: now)
-            return [
-                "token": .string(settings.signingKey.sign(claims)), "user": .string(claims.user),
-                "role": .string(claims.role), "expires_at": .int(claims.expiresAt),
-            ]
+            // The client first: a guesser waits on its own key before it can
+            // make an account wait.
+            if let wait = clientsThrottle.wait(client, now: now) {
+                throw throttled("this client", wait: wait, limit: "login_client_max_delay_ms")
+            }
+            if let wait = accountsThrottle.wait(account, now: now) {
+                throw throttled("this account", wait: wait, limit: "login_account_max_delay_ms")
+            }
+            let row = try db.queryOne("SELECT id, role, password_hash FROM users WHERE email = $1", .text(account))
+            let matches = try budget.spend("accounts.login") { PasswordHash.verify(password, hash: row?.string("password_hash") ?? settings.decoyHash) }
+            guard let row, matches else {
+                let after = Int64(Clock.nowMillis())
+                clientsThrottle.fail(client, now: after)
+                accountsThrottle.fail(account, now: after)
+                throw refused
+            }
+            // The client's count stays: one success must not buy a
+            // credential-stuffing client a fresh budget for other accounts.
+            accountsThrottle.succeed(account)
+            return session(user: row.string("id"), role: row.string("role"), settings: settings)
         }
 
         h.query("accounts.profile.get") { req in
@@ -156,7 +266,7 @@ public enum Accounts: ServiceDomain {
             return profile(row)
         }
 
-        h.mutation("accounts.profile.update") { req in
+        hashed.register("accounts.profile.update", authorize: { req in _ = try ownUser(req) }, prepare: { req in
             let type = "accounts.profile.update"
             let user = try ownUser(req)
             try Validation.onlyFields(req.body, ["user", "name", "semester", "categories", "password", "current_password"], type: type)
@@ -167,32 +277,76 @@ public enum Accounts: ServiceDomain {
             guard name != nil || semester != nil || categories != nil || newPassword != nil else {
                 throw QuadError.badRequest("\(type) needs at least one of body.name, body.semester, body.categories, body.password")
             }
-            guard let current = try db.queryOne("SELECT * FROM users WHERE id = $1", .text(user)) else {
-                throw QuadError.notFound("no account for user '\(user)'")
-            }
-            var hash = current.string("password_hash")
+            // The password check and the new hash, before the transaction:
+            // the write lock is never held across an Argon2id hash. The
+            // UPDATE below applies the new hash only if the hash it was
+            // checked against is still the stored one.
+            var newHash: (old: String, new: String)?
             if let newPassword {
                 guard let old = try Validation.string(req.body, "current_password") else {
                     throw QuadError.badRequest("body.current_password is required to change body.password")
                 }
-                guard PasswordHash.verify(old, hash: hash) else { throw QuadError.forbidden("body.current_password is not this account's password") }
-                hash = try PasswordHash.hash(newPassword, strength: settings.hashing)
+                guard let current = try db.queryOne("SELECT password_hash FROM users WHERE id = $1", .text(user)) else {
+                    throw QuadError.notFound("no account for user '\(user)'")
+                }
+                // A stolen token must not buy unthrottled guesses at the
+                // current password: its failures count like failed logins.
+                let guesser = "user:" + user
+                if let wait = accountsThrottle.wait(guesser, now: Int64(Clock.nowMillis())) {
+                    throw throttled("this account's current_password", wait: wait, limit: "login_account_max_delay_ms")
+                }
+                let stored = current.string("password_hash")
+                guard try budget.spend(type, { PasswordHash.verify(old, hash: stored) }) else {
+                    accountsThrottle.fail(guesser, now: Int64(Clock.nowMillis()))
+                    throw QuadError.forbidden("body.current_password is not this account's password")
+                }
+                accountsThrottle.succeed(guesser)
+                newHash = (stored, try budget.spend(type) { try PasswordHash.hash(newPassword, strength: settings.hashing) })
             }
             let categoriesText = categories.map { JSON.array($0.map { .string($0) }).text }
-            guard let row = try db.queryOne("""
-                UPDATE users SET name = COALESCE($2, name), semester = COALESCE($3, semester), categories = COALESCE($4, categories),
-                    password_hash = $5, updated_ms = $6
-                WHERE id = $1 RETURNING *
-                """, .text(user), .of(name), .of(semester), .of(categoriesText), .text(hash), .int(Int64(Clock.nowMillis())))
-            else { throw QuadError.notFound("no account for user '\(user)'") }
-            if name != nil || semester != nil || categories != nil {
-                let p = profile(row)
-                try Outbox.append(db, type: "accounts.user.updated", body: [
-                    "user": .string(user), "name": p["name"]!, "semester": p["semester"]!, "categories": p["categories"]!,
-                ])
+            return { () throws -> JSON in
+                let now = Int64(Clock.nowMillis())
+                guard let row = try db.queryOne("""
+                    UPDATE users SET name = COALESCE($2, name), semester = COALESCE($3, semester), categories = COALESCE($4, categories),
+                        password_hash = COALESCE($5, password_hash), updated_ms = $6
+                    WHERE id = $1 AND password_hash = COALESCE($7, password_hash) RETURNING *
+                    """, .text(user), .of(name), .of(semester), .of(categoriesText), .of(newHash?.new), .int(now), .of(newHash?.old))
+                else {
+                    guard try db.queryOne("SELECT id FROM users WHERE id = $1", .text(user)) != nil else {
+                        throw QuadError.notFound("no account for user '\(user)'")
+                    }
+                    throw QuadError.conflict("the password was changed by another request meanwhile: send body.current_password again")
+                }
+                if newHash != nil {
+                    // Every session signed before the change ends.
+                    try Sessions.revoke(db, user: user, jti: nil, before: now, until: now + maxTokenTTLSeconds * 1000)
+                }
+                if name != nil || semester != nil || categories != nil {
+                    let p = profile(row)
+                    try Outbox.append(db, type: "accounts.user.updated", body: [
+                        "user": .string(user), "name": p["name"]!, "semester": p["semester"]!, "categories": p["categories"]!,
+                    ])
+                }
+                return profile(row)
             }
-            return profile(row)
-        }
+        })
+
+        Sessions.register(h, db: db, settings: settings)
+    }
+
+    static func throttled(_ who: String, wait: Int64, limit: String) -> QuadError {
+        .tooManyRequests("too many failed logins for \(who): retry in \(wait) ms (\(limit))",
+                         details: ["retry_after_ms": .int(wait), "limit": .string(limit)])
+    }
+
+    /// A new session token for `user`, as accounts.login and accounts.refresh answer.
+    static func session(user: String, role: String, settings: Settings) -> JSON {
+        let now = Int64(Clock.nowMillis())
+        let claims = TokenClaims(user: user, role: role, expiresAt: now + settings.tokenTTLMillis, issuedAt: now)
+        return [
+            "token": .string(settings.signingKey.sign(claims)), "user": .string(claims.user),
+            "role": .string(claims.role), "expires_at": .int(claims.expiresAt),
+        ]
     }
 
     /// The signed-in user; 403 when the body names another one: a profile is
@@ -205,10 +359,23 @@ public enum Accounts: ServiceDomain {
         return user
     }
 
-    /// Creates the admin account, or makes an existing account admin with
-    /// this password. Returns true when it created the account.
+    /// What ``ensureAdmin`` did.
+    public enum AdminOutcome: String, Sendable {
+        case created
+        /// An existing account became admin; its sessions (signed as
+        /// another role) ended.
+        case promoted
+        /// It was admin already: nothing changed, its password least of all.
+        case unchanged = "already admin (password kept)"
+    }
+
+    /// Creates the admin account with `password` once; later starts never
+    /// reset its password (a changed password stays changed). An existing
+    /// account that is not admin becomes admin, and every token it held
+    /// ends: a role change revokes the tokens signed with the old role.
     @discardableResult
-    public static func ensureAdmin(_ db: Database, email: String, password: String, hashing: PasswordHash.Strength) throws -> Bool {
+    public static func ensureAdmin(_ db: Database, email: String, password: String, hashing: PasswordHash.Strength) throws -> AdminOutcome {
+        // Hashed before the transaction, like every hash here.
         let hash = try PasswordHash.hash(password, strength: hashing)
         let id = MessageID.make()
         let now = Int64(Clock.nowMillis())
@@ -222,10 +389,13 @@ public enum Accounts: ServiceDomain {
                     try Outbox.append(db, type: "accounts.user.registered", body: [
                         "user": .string(id), "name": "Administrator", "semester": .null, "categories": [],
                     ])
-                    return true
+                    return .created
                 }
-                try db.execute("UPDATE users SET role = 'admin', password_hash = $2, updated_ms = $3 WHERE email = $1", .text(email), .text(hash), .int(now))
-                return false
+                guard let promoted = try db.queryOne("""
+                    UPDATE users SET role = 'admin', updated_ms = $2 WHERE email = $1 AND role <> 'admin' RETURNING id
+                    """, .text(email), .int(now)) else { return .unchanged }
+                try Sessions.revoke(db, user: promoted.string("id"), jti: nil, before: now, until: now + maxTokenTTLSeconds * 1000)
+                return .promoted
             }
         }
     }

@@ -19,8 +19,14 @@ var flags = Flags(program: "quadctl", summary: """
                            create a student account (SEMESTER 1 to 12; categories of
                            Study, Tech, Creative, Lab, Personal, Others)
       login EMAIL          log in; prints `export QUAD_TOKEN=...` for eval "$(quadctl login EMAIL)"
+      refresh              trade the session token (QUAD_TOKEN or --token) for a new one, which
+                           ends the old; prints `export QUAD_TOKEN=...` like login
+      logout [all]         end the session token (with all: every session of its user);
+                           prints `unset QUAD_TOKEN` for eval "$(quadctl logout)"
 
-    Passwords come from --password, else QUAD_PASSWORD, else a prompt on the terminal.
+    Passwords come from --password, else QUAD_PASSWORD, else a prompt on the terminal;
+    the admin's (QUAD_ADMIN_EMAIL, default admin@quad.campus) comes first from the file
+    QUAD_ADMIN_PASSWORD_FILE, else $QUAD_HOME/keys/admin.password (made by deploy/stack up).
     The broker's CURVE public key comes from --broker-key, else QUAD_BROKER_KEY (or
     QUAD_BROKER_KEY_FILE), else $QUAD_HOME/keys/broker.pub (deploy/stack keys prints it).
     With --as EMAIL, any command logs in first and sends its requests with that token.
@@ -86,14 +92,35 @@ func iso(_ ms: Int64) -> String {
     ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
 }
 
-/// The password: --password, QUAD_PASSWORD, or asked on the terminal.
+/// The password: --password; for the admin, the file deploy/stack made;
+/// QUAD_PASSWORD; or asked on the terminal.
 @MainActor func password(for email: String) -> String {
     if let p = flags["password"] { return p }
+    if let p = adminPassword(for: email) { return p }
     if let p = ProcessInfo.processInfo.environment["QUAD_PASSWORD"], !p.isEmpty { return p }
     guard isatty(STDIN_FILENO) == 1, let typed = getpass("Password for \(email): ") else {
         fail("a password is needed for \(email): give --password or set QUAD_PASSWORD", code: 64)
     }
     return String(cString: typed)
+}
+
+/// The admin's password from its file, when `email` is the admin's: the
+/// file is never on a command line, and QUAD_PASSWORD may hold a student's.
+func adminPassword(for email: String) -> String? {
+    let env = ProcessInfo.processInfo.environment
+    let admin = env["QUAD_ADMIN_EMAIL"].flatMap { $0.isEmpty ? nil : $0 } ?? "admin@quad.campus"
+    guard email.lowercased() == admin.lowercased() else { return nil }
+    let file = env["QUAD_ADMIN_PASSWORD_FILE"].flatMap { $0.isEmpty ? nil : $0 } ?? env["QUAD_HOME"].map { $0 + "/keys/admin.password" }
+    guard let file, let text = try? KeyFile.readLine(file), !text.isEmpty else { return nil }
+    return text
+}
+
+/// The session token of --token or QUAD_TOKEN, or exit 64 saying so.
+@MainActor func currentToken(for command: String) -> String {
+    guard let token = flags["token"], !token.isEmpty else {
+        fail("\(command) needs the session token: set QUAD_TOKEN (eval \"$(quadctl login EMAIL)\") or give --token", code: 64)
+    }
+    return token
 }
 
 /// Sends `request` and exits: the reply body (0), the error body (1), or no answer (2).
@@ -146,6 +173,37 @@ case "login":
     let expires = session["expires_at"]?.int.map(iso) ?? "?"
     FileHandle.standardError.write(Data("quadctl: logged in as \(args[1]) (user \(session["user"]?.string ?? "?"), role \(session["role"]?.string ?? "?")) until \(expires)\n".utf8))
     exit(0)
+case "refresh":
+    guard args.count == 1 else { Flags.usageError("refresh takes no arguments", usage: flags.usage) }
+    let old = currentToken(for: "refresh")
+    let c = client()
+    c.token = old
+    do {
+        let session = try c.request("accounts.refresh", ["token": .string(old)], timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
+        print("export QUAD_TOKEN=\(session["token"]?.string ?? "")")
+        let expires = session["expires_at"]?.int.map(iso) ?? "?"
+        FileHandle.standardError.write(Data("quadctl: new session token for user \(session["user"]?.string ?? "?") until \(expires); the old one is ended\n".utf8))
+        exit(0)
+    } catch {
+        if error.code == "timeout" { noAnswer(error.message) }
+        fail("cannot refresh the session: \(error.message)", code: 1)
+    }
+case "logout":
+    guard args.count == 1 || (args.count == 2 && args[1] == "all") else { Flags.usageError("logout takes nothing, or 'all'", usage: flags.usage) }
+    let old = currentToken(for: "logout")
+    let c = client()
+    c.token = old
+    var body: JSON = ["token": .string(old)]
+    if args.count == 2 { body = ["token": .string(old), "all": true] }
+    do {
+        _ = try c.request("accounts.logout", body, timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
+        print("unset QUAD_TOKEN")
+        FileHandle.standardError.write(Data("quadctl: logged out\(args.count == 2 ? " of every session" : "")\n".utf8))
+        exit(0)
+    } catch {
+        if error.code == "timeout" { noAnswer(error.message) }
+        fail("cannot log out: \(error.message)", code: 1)
+    }
 case "register":
     guard args.count >= 4 else {
         Flags.usageError("register takes EMAIL NAME SEMESTER [CATEGORY...], e.g. quadctl register ana@uni.edu \"Ana Ruiz\" 3 Tech Study", usage: flags.usage)

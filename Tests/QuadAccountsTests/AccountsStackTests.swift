@@ -145,7 +145,10 @@ struct AccountsStackTests {
         let waiting = try client(stack, token: early).call(.request("accounts.profile.get"), timeoutMs: 500, attempts: 1)
         #expect(waiting.quadError?.status == 503)
         #expect(waiting.quadError?.message.contains("no accounts public key") == true)
-        try stack.startWorker("quad-accounts", instance: "accounts/1", extra: ["--admin", "admin@quad.campus:quad-admin-pass"])
+        let passwordFile = stack.dir + "/admin.password"
+        #expect(FileManager.default.createFile(atPath: passwordFile, contents: Data("quad-admin-pass\n".utf8), attributes: [.posixPermissions: 0o600]))
+        try stack.startWorker("quad-accounts", instance: "accounts/1", extra: ["--admin-email", "admin@quad.campus"],
+                              environment: ["QUAD_ADMIN_PASSWORD_FILE": passwordFile])
         #expect(try stack.waitForWorkers("accounts", count: 1))
         let session = try stack.client().request("accounts.login", ["email": "admin@quad.campus", "password": "quad-admin-pass"], timeoutMs: 5000)
         #expect(session["role"]?.string == "admin")
@@ -195,5 +198,112 @@ struct AccountsStackTests {
         #expect(refused == 1 && why.contains("wrong email or password"))
         let (noPassword, _, asked) = try quadctl(["login", "ana@uni.edu"])
         #expect(noPassword == 64 && asked.contains("QUAD_PASSWORD"))
+
+        // refresh prints the new export line and ends the old token; logout ends the new one.
+        usleep(2_000)
+        let (refreshed, newExport, _) = try quadctl(["refresh"], env: ["QUAD_TOKEN": token])
+        #expect(refreshed == 0 && newExport.hasPrefix("export QUAD_TOKEN="))
+        let newToken = String(newExport.dropFirst("export QUAD_TOKEN=".count)).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(newToken != token && !newToken.isEmpty)
+        let (again, _, stale) = try quadctl(["refresh"], env: ["QUAD_TOKEN": token])
+        #expect(again == 1 && stale.contains("revoked"), "\(stale)")
+        let (out, unset, _) = try quadctl(["logout"], env: ["QUAD_TOKEN": newToken])
+        #expect(out == 0 && unset.trimmingCharacters(in: .whitespacesAndNewlines) == "unset QUAD_TOKEN")
+        let (ended, _, why2) = try quadctl(["refresh"], env: ["QUAD_TOKEN": newToken])
+        #expect(ended == 1 && why2.contains("revoked"), "\(why2)")
+        let (noToken, _, needs) = try quadctl(["logout"])
+        #expect(noToken == 64 && needs.contains("QUAD_TOKEN"))
+    }
+
+    @Test func quadctlFindsTheAdminPasswordInItsFile() throws {
+        let stack = try TestStack(name: "accounts-admin")
+        try stack.startBroker()
+        let passwordFile = stack.dir + "/keys/admin.password"
+        try FileManager.default.createDirectory(atPath: stack.dir + "/keys", withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: passwordFile, contents: Data("a random admin pass\n".utf8), attributes: [.posixPermissions: 0o600]))
+        try stack.startWorker("quad-accounts", instance: "accounts/1", extra: ["--admin-email", "admin@quad.campus", "--admin-password-file", passwordFile])
+        #expect(try stack.waitForWorkers("accounts", count: 1))
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: TestStack.binDir + "/quadctl")
+        p.arguments = ["--frontend", stack.endpoints.frontend, "--timeout", "5000", "--as", "admin@quad.campus", "call", "accounts.profile.get"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["QUAD_TOKEN"] = nil
+        environment["QUAD_PASSWORD"] = "a student's password"
+        environment["QUAD_ADMIN_PASSWORD_FILE"] = nil
+        environment["QUAD_HOME"] = stack.dir
+        p.environment = environment
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0 && output.contains("\"role\":\"admin\""), "\(output)")
+    }
+
+    @Test func anAdminPasswordFileOthersCanReadIsRefused() throws {
+        let stack = try TestStack(name: "accounts-open")
+        try stack.startBroker()
+        let passwordFile = stack.dir + "/admin.password"
+        #expect(FileManager.default.createFile(atPath: passwordFile, contents: Data("quad-admin-pass\n".utf8), attributes: [.posixPermissions: 0o644]))
+        let p = try stack.startWorker("quad-accounts", instance: "accounts/1", extra: ["--admin-email", "admin@quad.campus", "--admin-password-file", passwordFile])
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 64)
+        #expect(stack.log("accounts/1").contains("readable by others"))
+    }
+
+    @Test func failedLoginsAreThrottledPerCURVEKeyThroughTheBroker() throws {
+        let stack = try stack(extra: ["--password-hashing", "minimum", "--login-free-failures", "3"])
+        _ = try register(stack, "ana@uni.edu")
+        // One client, one CURVE key: its failures on any emails add up, and a
+        // new src in the envelope is no new budget.
+        let guesser = try stack.client(source: "edge/guesser")
+        for k in 0..<4 {
+            let reply = try guesser.call(.request("accounts.login", body: ["email": .string("guess\(k)@uni.edu"), "password": "wrong horse"], src: "edge/g\(k)"))
+            #expect(reply.quadError?.status == 401)
+        }
+        let refused = try guesser.call(.request("accounts.login", body: ["email": "ana@uni.edu", "password": "correct horse"], src: "edge/fresh"))
+        #expect(refused.quadError?.status == 429 && refused.quadError?.details["retry_after_ms"]?.int ?? 0 > 0, "\(refused.body)")
+        // Another client (another key) is not held back by the guesser.
+        #expect(try login(stack, "ana@uni.edu").isEmpty == false)
+    }
+
+    @Test func logoutAndRefreshThroughTheBrokerPublishTheirRevocations() throws {
+        let stack = try TestStack(name: "accounts-sessions")
+        try stack.startBroker()
+        let passwordFile = stack.dir + "/admin.password"
+        #expect(FileManager.default.createFile(atPath: passwordFile, contents: Data("quad-admin-pass\n".utf8), attributes: [.posixPermissions: 0o600]))
+        try stack.startWorker("quad-accounts", instance: "accounts/1", extra: ["--password-hashing", "minimum", "--admin-email", "admin@quad.campus",
+                                                                                "--admin-password-file", passwordFile])
+        #expect(try stack.waitForWorkers("accounts", count: 1))
+        let user = try register(stack, "ana@uni.edu")
+        let token = try login(stack, "ana@uni.edu")
+        // The broker reads accounts' public key within its retry interval.
+        let until = Clock.monotonicMillis() + 30_000
+        while try client(stack, token: token).call(.request("accounts.profile.get")).quadError?.status == 503 && Clock.monotonicMillis() < until {
+            usleep(50_000)
+        }
+        // The token travels in the envelope (for the broker) and in the body (for accounts).
+        let fresh = try client(stack, token: token).request("accounts.refresh", ["token": .string(token)])
+        let newToken = try #require(fresh["token"]?.string)
+        #expect(fresh["user"]?.string == user && newToken != token)
+        let ended = try client(stack, token: newToken).request("accounts.logout", ["token": .string(newToken)])
+        let newJTI = try Token.unverifiedClaims(newToken).tokenID
+        #expect(ended["user"]?.string == user && ended["jti"]?.string == newJTI)
+        // A student may not read the list; an admin and a service may.
+        let anas = try login(stack, "ana@uni.edu")
+        #expect(try client(stack, token: anas).call(.request("accounts.revocations")).quadError?.status == 403)
+        let admin = try login(stack, "admin@quad.campus", password: "quad-admin-pass")
+        let listed = try #require(try client(stack, token: admin).request("accounts.revocations")["revocations"]?.array)
+        let oldJTI = try Token.unverifiedClaims(token).tokenID
+        #expect(Set(listed.compactMap { $0["jti"]?.string }) == [oldJTI, newJTI])
+        // A service (the broker, after a restart) asks on the internal frontend.
+        let asked = try stack.internalClient().call(.request("accounts.revocations", role: "service"), timeoutMs: 5000)
+        let viaService = try #require(asked.body["revocations"]?.array, "\(asked.body)")
+        #expect(viaService.count == 2)
+        // The events went out on the bus, in order, for every broker to hear.
+        let events = try #require(try client(stack, token: admin).request("accounts.events.since", ["after": 0])["events"]?.array)
+        let revoked = events.filter { $0["type"]?.string == "accounts.session.revoked" }.compactMap { $0["body"] }
+        #expect(revoked.count == 2 && revoked.allSatisfy { $0["user"]?.string == user && $0["before_ms"] == .null && $0["until_ms"]?.int ?? 0 > 0 })
     }
 }

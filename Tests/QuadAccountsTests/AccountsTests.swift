@@ -151,24 +151,35 @@ struct AccountsHandlerTests {
         _ = try h.call("accounts.profile.update", ["password": "new password!", "current_password": "correct horse"], user: a)
         #expect(refusal { try h.call("accounts.login", ["email": "ana@uni.edu", "password": "correct horse"]) }?.status == 401)
         #expect(try h.call("accounts.login", ["email": "ana@uni.edu", "password": "new password!"])["user"]?.string == a)
-        // A password change alone publishes nothing.
-        #expect(try h.call("accounts.events.since", ["after": 0])["events"]?.array?.count == 1)
+        // A password change publishes no profile event, only the end of the earlier sessions.
+        let events = try #require(try h.call("accounts.events.since", ["after": 0])["events"]?.array)
+        #expect(events.map { $0["type"]?.string } == ["accounts.user.registered", "accounts.session.revoked"])
     }
 
-    @Test func theAdminOptionCreatesThenPromotesAndSetsThePassword() throws {
+    @Test func theAdminIsCreatedOnceAndItsChangedPasswordIsNeverReset() throws {
         let (h, db, key) = try accounts()
-        #expect(try Accounts.ensureAdmin(db, email: "admin@quad.campus", password: "quad-admin-pass", hashing: .minimum))
-        #expect(try !Accounts.ensureAdmin(db, email: "admin@quad.campus", password: "quad-admin-pass", hashing: .minimum))
-        let session = try h.call("accounts.login", ["email": "admin@quad.campus", "password": "quad-admin-pass"])
+        #expect(try Accounts.ensureAdmin(db, email: "admin@quad.campus", password: "first admin pass", hashing: .minimum) == .created)
+        #expect(try Accounts.ensureAdmin(db, email: "admin@quad.campus", password: "first admin pass", hashing: .minimum) == .unchanged)
+        let session = try h.call("accounts.login", ["email": "admin@quad.campus", "password": "first admin pass"])
         #expect(session["role"]?.string == "admin")
         #expect(try key.verifyingKey.verify(session["token"]!.string!).role == "admin")
-        let profile = try h.call("accounts.profile.get", user: session["user"]!.string!)
+        let admin = try #require(session["user"]?.string)
+        let profile = try h.call("accounts.profile.get", user: admin)
         #expect(profile["semester"] == .null && profile["role"]?.string == "admin")
-        // An existing student is promoted and takes the given password.
+        // The admin changes the password; the next start does not put the first one back.
+        _ = try h.call("accounts.profile.update", ["password": "changed admin pass", "current_password": "first admin pass"], user: admin, role: "admin")
+        #expect(try Accounts.ensureAdmin(db, email: "admin@quad.campus", password: "first admin pass", hashing: .minimum) == .unchanged)
+        #expect(refusal { try h.call("accounts.login", ["email": "admin@quad.campus", "password": "first admin pass"]) }?.status == 401)
+        #expect(try h.call("accounts.login", ["email": "admin@quad.campus", "password": "changed admin pass"])["user"]?.string == admin)
+        // An existing student is promoted, keeps its password, and its
+        // student tokens end (a role change).
         let a = try #require(try h.call("accounts.register", ana())["user"]?.string)
-        #expect(try !Accounts.ensureAdmin(db, email: "ana@uni.edu", password: "admin password", hashing: .minimum))
-        let promoted = try h.call("accounts.login", ["email": "ana@uni.edu", "password": "admin password"])
+        let student = try #require(try h.call("accounts.login", ["email": "ana@uni.edu", "password": "correct horse"])["token"]?.string)
+        usleep(2_000)  // tokens signed before the promotion's millisecond end
+        #expect(try Accounts.ensureAdmin(db, email: "ana@uni.edu", password: "admin password", hashing: .minimum) == .promoted)
+        let promoted = try h.call("accounts.login", ["email": "ana@uni.edu", "password": "correct horse"])
         #expect(promoted["user"]?.string == a && promoted["role"]?.string == "admin")
+        #expect(refusal { try h.call("accounts.refresh", ["token": .string(student)], user: a, role: "student") }?.status == 401)
         #expect(try db.queryOne("SELECT COUNT(*) AS n FROM users")?.int("n") == 2)
     }
 }

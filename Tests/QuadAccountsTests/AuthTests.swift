@@ -13,15 +13,18 @@ struct AuthTests {
 
     @Test func aSignedTokenVerifiesWithItsPublicKeyAndSaysWhoAndUntilWhen() throws {
         let key = SigningKey.generate()
-        let token = key.sign(claims(role: "admin"))
-        #expect(try key.verifyingKey.verify(token, now: now) == claims(role: "admin"))
-        // The payload is plain base64url JSON with sub, role, exp, iat.
+        let signed = claims(role: "admin")
+        let token = key.sign(signed)
+        #expect(try key.verifyingKey.verify(token, now: now) == signed)
+        #expect(signed.tokenID.count == 36, "a jti, a UUIDv7, in every token")
+        // The payload is plain base64url JSON with sub, role, exp, iat, jti.
         let payload = try #require(Base64URL.decode(token.split(separator: ".")[0]))
         let json = try JSON.parse(payload)
         #expect(json["sub"]?.string == claims().user)
         #expect(json["role"]?.string == "admin")
         #expect(json["exp"]?.int == now + 60_000)
         #expect(json["iat"]?.int == now)
+        #expect(json["jti"]?.string == signed.tokenID)
     }
 
     @Test func aTokenIsRefusedFromItsExpiryOn() throws {

@@ -60,6 +60,8 @@ struct OwnershipMatrixTests {
         var owner = "", ownerToken = "", other = "", otherToken = "", adminToken = ""
         let ownerEmail = "owner@uni.edu", otherEmail = "other@uni.edu", password = "owner-pass-2b7e41"
         var expiredToken = "", forgedToken = ""
+        /// Another session of the owner, for the rows that end one.
+        var spareToken = ""
         var products: [String] = []
         var n = 0
         var order = "", stockOrder = "", reservation = ""
@@ -79,6 +81,12 @@ struct OwnershipMatrixTests {
             if let error = answer.quadError { throw error }
             return answer.body
         }
+    }
+
+    /// A fresh session of the owner in `spareToken`: refresh and logout end
+    /// it, not the token the other rows use.
+    static func spareSession(_ f: Fixture) throws {
+        f.spareToken = try f.ok("accounts.login", ["email": .string(f.ownerEmail), "password": .string(f.password)], token: nil)["token"]?.string ?? ""
     }
 
     /// The table: every type, grouped by service, in an order where each row
@@ -107,6 +115,13 @@ struct OwnershipMatrixTests {
                 Row(type: "accounts.profile.update", access: .user, other: .refused,
                     body: { _ in ["semester": 4] }, otherBody: { f in ["user": .string(f.owner), "semester": 9] },
                     after: { reply, _ in #expect(reply["semester"]?.int == 4) }),
+                Row(type: "accounts.refresh", access: .user, other: .refused, prepare: Self.spareSession,
+                    body: { f in ["token": .string(f.spareToken)] },
+                    after: { reply, f in #expect(reply["user"]?.string == f.owner && reply["token"]?.string != f.spareToken) }),
+                Row(type: "accounts.logout", access: .user, other: .refused, prepare: Self.spareSession,
+                    body: { f in ["token": .string(f.spareToken)] },
+                    after: { reply, f in #expect(reply["user"]?.string == f.owner && reply["jti"]?.string != nil) }),
+                Row(type: "accounts.revocations", access: .admin, after: { reply, _ in #expect(reply["revocations"]?.array?.isEmpty == false) }),
             ],
             "catalog": [
                 Row(type: "catalog.products.list", access: .anyone, body: { _ in ["limit": 3] }),

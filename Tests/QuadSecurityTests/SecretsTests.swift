@@ -76,4 +76,31 @@ struct SecretsTests {
             }
         }
     }
+
+    @Test func theAdminPasswordComesFromAFileAndNeverFromACommandLine() throws {
+        let stack = try TestStack(name: "secrets-admin")
+        try stack.startBroker()
+        let password = "file-only-\(UInt32.random(in: 0...UInt32.max))"
+        let file = stack.dir + "/admin.password"
+        #expect(FileManager.default.createFile(atPath: file, contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600]))
+        let accounts = try stack.startWorker("quad-accounts", instance: "accounts/1",
+                                             extra: ["--password-hashing", "minimum", "--admin-email", FullStack.adminEmail, "--admin-password-file", file])
+        #expect(try stack.waitForWorkers("accounts", count: 1))
+        let session = try stack.client().request("accounts.login", ["email": .string(FullStack.adminEmail), "password": .string(password)], timeoutMs: 5000)
+        #expect(session["role"]?.string == "admin")
+        let cmdline = try #require(FileManager.default.contents(atPath: "/proc/\(accounts.processIdentifier)/cmdline"))
+        #expect(cmdline.range(of: Data(password.utf8)) == nil, "the admin's password is on quad-accounts' command line")
+        #expect(!stack.log("accounts/1").contains(password), "the admin's password is in the log")
+        // --admin EMAIL:PASSWORD still exists, for tests, and says so.
+        let help = Process()
+        help.executableURL = URL(fileURLWithPath: TestStack.binDir + "/quad-accounts")
+        help.arguments = ["--help"]
+        let out = Pipe()
+        help.standardOutput = out
+        help.standardError = out
+        try help.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        help.waitUntilExit()
+        #expect(text.contains("--admin-password-file") && text.contains("TESTS ONLY"), "\(text)")
+    }
 }

@@ -382,7 +382,9 @@ def frontend():
     if not os.access(stack, os.X_OK):
         pytest.fail(f"cannot start the stack: {stack} is missing or not executable (or set QUAD_FRONTEND)")
     home = tempfile.mkdtemp(prefix="quad-protos-")
-    env = dict(os.environ, QUAD_HOME=home, QUAD_PORT_BASE=str(PORT_BASE))
+    # The admin's first password is the one protos/examples/accounts/login.request.json shows
+    # (deploy/stack up makes a random one otherwise).
+    env = dict(os.environ, QUAD_HOME=home, QUAD_PORT_BASE=str(PORT_BASE), QUAD_ADMIN_PASSWORD="quad-admin-pass")
     endpoint = f"tcp://127.0.0.1:{PORT_BASE}"
 
     def down():

@@ -92,6 +92,9 @@ print(len(services.get(sys.argv[2], {}).get("workers", [])))
 }
 
 step="deploy/stack up"
+# A log left readable by an older launcher: up makes it private.
+mkdir -p "$QUAD_HOME/logs"
+(umask 022 && printf 'old\n' >"$QUAD_HOME/logs/old.log")
 "$STACK" up || fail "deploy/stack up exited $?"
 eval "$("$STACK" env)"
 command -v quadctl >/dev/null || fail "quadctl is not on PATH after eval \"\$(deploy/stack env)\""
@@ -128,6 +131,46 @@ sys.exit(1)
     ok "internal sockets are ipc:// in a mode-700 folder; user nobody gets $why on the backend"
 else
     ok "internal sockets are ipc:// in a mode-700 folder"
+fi
+
+step="no default secrets"
+password_file=$QUAD_HOME/keys/admin.password
+[[ -s $password_file ]] || fail "deploy/stack up made no $password_file"
+[[ $(stat -c %a "$password_file") == 600 ]] || fail "$password_file is mode $(stat -c %a "$password_file"), not 600"
+[[ $QUAD_ADMIN_PASSWORD_FILE == "$password_file" ]] || fail "deploy/stack env exports QUAD_ADMIN_PASSWORD_FILE=${QUAD_ADMIN_PASSWORD_FILE:-}, not $password_file"
+[[ $(<"$password_file") != quad-admin-pass ]] || fail "the admin's password is the old published default"
+# No command line of any process holds it (read from the file here, never
+# passed as an argument, so this check cannot find itself).
+holders=$(python3 - "$password_file" <<'PY'
+import os, sys
+secret = open(sys.argv[1], "rb").read().strip()
+for entry in os.listdir("/proc"):
+    if entry.isdigit():
+        try:
+            if secret in open(f"/proc/{entry}/cmdline", "rb").read():
+                print(entry)
+        except OSError:
+            pass
+PY
+) || fail "could not read the processes' command lines"
+[[ -z $holders ]] || fail "the admin's password is on the command line of: $(ps -o pid=,comm= -p "${holders//$'\n'/,}")"
+profile=$(quadctl --as admin@quad.campus call accounts.profile.get) || fail "the admin cannot sign in with the password in $password_file: $profile"
+python3 -c 'import json, sys; assert json.loads(sys.argv[1])["role"] == "admin"' "$profile" || fail "admin@quad.campus is not admin: $profile"
+[[ $(stat -c %a "$QUAD_HOME/logs/old.log") == 600 ]] || fail "a log made before up is still mode $(stat -c %a "$QUAD_HOME/logs/old.log")"
+for d in logs db keys run; do
+    [[ $(stat -c %a "$QUAD_HOME/$d") == 700 ]] || fail "$QUAD_HOME/$d is mode $(stat -c %a "$QUAD_HOME/$d"), not 700"
+done
+open_files=$(find "$QUAD_HOME/logs" "$QUAD_HOME/db" "$QUAD_HOME/keys" "$QUAD_HOME/run" ! -type l ! -type s -perm /077 -printf '%m %p\n')
+[[ -z $open_files ]] || fail "files under $QUAD_HOME that others may read: $open_files"
+if ((EUID == 0)) && id nobody >/dev/null 2>&1; then
+    for f in logs/broker.log logs/accounts.1.log db/accounts.db keys/admin.password keys/accounts.key keys/broker.key; do
+        [[ -e $QUAD_HOME/$f ]] || fail "expected $QUAD_HOME/$f"
+        runuser -u nobody -- cat "$QUAD_HOME/$f" >/dev/null 2>&1 && fail "the user nobody can read $QUAD_HOME/$f"
+    done
+    runuser -u nobody -- ls "$QUAD_HOME/logs" >/dev/null 2>&1 && fail "the user nobody can list $QUAD_HOME/logs"
+    ok "admin password in a mode-600 file, on no command line, signs in; nobody reads no log, database or key"
+else
+    ok "admin password in a mode-600 file, on no command line, signs in"
 fi
 
 step="second up"
@@ -198,6 +241,20 @@ sleep 3
 pgrep -f -- "catalog/2 .*$QUAD_HOME/" >/dev/null && fail "a catalog/2 process runs again after kill"
 quadctl call catalog.products.list '{"limit":5}' >/dev/null || fail "the catalog does not answer after one worker was killed"
 ok "deploy/stack kill catalog: catalog/2 is gone for good, catalog/1 still answers"
+
+step="a changed admin password survives up"
+old=$(<"$password_file")
+new="changed-$RANDOM-admin-pass"
+body=$(python3 -c 'import json, sys; print(json.dumps({"password": sys.argv[2], "current_password": open(sys.argv[1]).read().strip()}))' "$password_file" "$new")
+quadctl --as admin@quad.campus call accounts.profile.update "$body" >/dev/null || fail "the admin could not change its password"
+"$STACK" down >/dev/null || fail "deploy/stack down exited $?"
+"$STACK" up >/dev/null || fail "deploy/stack up after the password change exited $?"
+[[ $(<"$password_file") == "$old" ]] || fail "up replaced $password_file"
+QUAD_ADMIN_PASSWORD_FILE=/nonexistent QUAD_PASSWORD=$new quadctl --as admin@quad.campus call accounts.profile.get >/dev/null ||
+    fail "after down and up the admin's changed password no longer signs in"
+QUAD_ADMIN_PASSWORD_FILE=/nonexistent QUAD_PASSWORD=$old quadctl --as admin@quad.campus call accounts.profile.get >/dev/null 2>&1 &&
+    fail "after down and up the admin's first password signs in again: up reset it"
+ok "a second up after a password change keeps the changed password"
 
 step="down"
 pids=$(cat "$QUAD_HOME"/run/*.pid)

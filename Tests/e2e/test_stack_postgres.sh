@@ -102,7 +102,7 @@ for _ in $(seq 150); do
     sleep 0.2
 done
 [[ $seen == "$EXPECTED" ]] || fail "quad_analytics.tel_events holds $seen of the $EXPECTED events after 30 s"
-summary=$(quadctl --as admin@quad.campus --password quad-admin-pass call analytics.summary) || fail "analytics.summary exited $?: $summary"
+summary=$(quadctl --as admin@quad.campus call analytics.summary) || fail "analytics.summary exited $?: $summary"
 python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["questions"], d' "$summary" ||
     fail "analytics.summary has no questions: ${summary:0:500}"
 ok "analytics caught up: $seen events in quad_analytics.tel_events; analytics.summary answers"

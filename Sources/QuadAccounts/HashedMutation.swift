@@ -1,0 +1,80 @@
+import QuadRuntime
+import QuadStore
+import QuadWire
+
+/// A mutation whose costly part, a password hash, runs before the store's
+/// transaction, so no worker holds the write lock across 64 MiB of Argon2id
+/// (every other worker of the service would wait on it). The runtime's
+/// mutations run their handler inside the transaction, so these are
+/// registered as queries that keep the idempotency record themselves, as
+/// the orders saga does: `prepare` validates and hashes, outside any
+/// transaction, and returns the write; the write runs in one transaction
+/// with the record of the request id. Idempotency is used through
+/// ``Idempotency/storedReply(_:id:)`` and ``Idempotency/store(_:id:type:reply:)``
+/// only, in ``stored(_:)`` and ``store(_:_:)``.
+struct HashedMutation {
+    let handlers: Handlers
+    let db: Database
+    let relay: () -> Void
+
+    typealias Write = () throws -> JSON
+
+    /// `authorize` runs before any stored reply is returned.
+    func register(_ type: String, authorize: @escaping (Request) throws -> Void = { _ in }, prepare: @escaping (Request) throws -> Write) {
+        let db = db, relay = relay, src = handlers.instance
+        handlers.query(type) { req in
+            try authorize(req)
+            // A repeat is answered before any hash is spent on it.
+            if let earlier = try Self.stored(db, req) { return try Self.answer(earlier) }
+            let reply: Envelope
+            do {
+                let write = try prepare(req)
+                reply = try db.transaction {
+                    if let earlier = try Self.stored(db, req) { return earlier }
+                    let reply = req.envelope.reply(try write(), src: src)
+                    try Self.store(db, req, reply)
+                    return reply
+                }
+            } catch {
+                // The same id may have run on another worker at the same time.
+                if let earlier = try? Self.stored(db, req) { return try Self.answer(earlier) }
+                let refusal = Self.quadError(error)
+                // A refusal is this id's answer, as for the runtime's
+                // mutations; a 429 (try later) or a failure is not kept, so
+                // a retry under the same id runs again.
+                guard refusal.status < 500, refusal.status != 429 else { throw refusal }
+                let kept = try db.transaction { () throws -> Envelope in
+                    if let earlier = try Self.stored(db, req) { return earlier }
+                    let reply = req.envelope.error(refusal, src: src)
+                    try Self.store(db, req, reply)
+                    return reply
+                }
+                return try Self.answer(kept)
+            }
+            relay()
+            return try Self.answer(reply)
+        }
+    }
+
+    static func stored(_ db: Database, _ req: Request) throws -> Envelope? {
+        try Idempotency.storedReply(db, id: req.id)
+    }
+
+    static func store(_ db: Database, _ req: Request, _ reply: Envelope) throws {
+        try Idempotency.store(db, id: req.id, type: req.envelope.type, reply: reply)
+    }
+
+    /// A stored reply as a handler's result: its body, or its error thrown.
+    static func answer(_ e: Envelope) throws -> JSON {
+        if let error = e.quadError { throw error }
+        return e.body
+    }
+
+    static func quadError(_ error: Error) -> QuadError {
+        switch error {
+        case let e as QuadError: return e
+        case let e as StoreError: return e.quadError
+        default: return .internal("\(error)")
+        }
+    }
+}
