@@ -1,6 +1,7 @@
 import Foundation
 import QuadRuntime
 import QuadStore
+import QuadTestSupport
 import QuadWire
 import Testing
 @testable import QuadTelemetry
@@ -284,5 +285,41 @@ struct EventRuleTests {
                 }
             }
         }
+    }
+}
+
+@Suite("Telemetry's reply records under load, as processes", .serialized)
+struct PruneUnderLoadTests {
+    @Test func theReplyRecordTableStopsGrowingUnderASteadyLoad() throws {
+        let stack = try TestStack(name: "prune")
+        try stack.startBroker()
+        try stack.startWorker("quad-telemetry", instance: "telemetry/1", extra: ["--reply-retention-ms", "300", "--prune-every-ms", "100"])
+        #expect(try stack.waitForWorkers("telemetry", count: 1))
+        let phone = try stack.client(source: "edge/load")
+        let db = try SQLiteDatabase(path: stack.dir + "/telemetry.db")
+        var samples: [Int64] = []
+        var sent = 0
+        let started = Clock.monotonicMillis()
+        var nextSample = started + 250
+        // A steady load for 6 s: a batch of one new event per request.
+        while Clock.monotonicMillis() - started < 6000 {
+            _ = try phone.request("telemetry.ingest", ["events": [event(sent)]], timeoutMs: 2000, attempts: 5)
+            sent += 1
+            if Clock.monotonicMillis() >= nextSample {
+                samples.append(try count(db, "idempotency"))
+                nextSample += 250
+            }
+        }
+        let final = try count(db, "idempotency")
+        Log.info("test", "prune: \(sent) batches in 6 s, reply records sampled \(samples), \(final) at the end")
+        #expect(sent >= 200, "too little load to tell: \(sent) batches")
+        // Every event is kept; the replies are not.
+        #expect(try count(db, "events") == Int64(sent))
+        #expect(final <= Int64(sent / 4), "\(final) reply records kept of \(sent)")
+        // Flat, not growing: the second half never holds much more than the first.
+        let half = samples.count / 2
+        let early = samples[..<half].max() ?? 0, late = samples[half...].max() ?? 0
+        #expect(late <= early * 2 + 50, "early \(early), late \(late): \(samples)")
+        #expect(stack.log("telemetry/1").contains("pruned "))
     }
 }
