@@ -287,3 +287,40 @@ struct AttributionStackTests {
         #expect(try analytics.queryOne("SELECT COUNT(*) AS n FROM tel_events WHERE user_id = $1 OR driver = $1", .text(victim.user))?.int("n") == 0)
     }
 }
+
+@Suite("The dashboard over HTTPS")
+struct DashboardTLSTests {
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") && FileManager.default.isExecutableFile(atPath: "/usr/bin/curl"),
+                   "needs openssl and curl"))
+    func overTLSTheSessionCookieIsSecure() throws {
+        let dir = NSTemporaryDirectory() + "quad-tls-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        func run(_ tool: String, _ arguments: [String]) throws -> String {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: tool)
+            p.arguments = arguments
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+            try p.run()
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            return String(decoding: data, as: UTF8.self)
+        }
+        _ = try run("/usr/bin/openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                                         "-keyout", dir + "/key.pem", "-out", dir + "/cert.pem"])
+        let tls = (key: try String(contentsOfFile: dir + "/key.pem", encoding: .utf8), cert: try String(contentsOfFile: dir + "/cert.pem", encoding: .utf8))
+        let server = DashboardServer(snapshot: DashboardSnapshot(), token: testToken, signIn: { _, _ in
+            .init(user: "u-admin", role: "admin", expiresAt: Int64(Clock.nowMillis()) + 600_000)
+        }, tls: tls)
+        let port = try server.start("127.0.0.1:0")
+        defer { server.stop() }
+        let health = try run("/usr/bin/curl", ["-sk", "https://127.0.0.1:\(port)/healthz"])
+        #expect(health == "ok\n")
+        let head = try run("/usr/bin/curl", ["-sk", "-o", "/dev/null", "-D", "-", "--data", "email=a%40b.c&password=x", "https://127.0.0.1:\(port)/signin"])
+        let cookie = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("set-cookie:") }.map(String.init) ?? ""
+        #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.hasSuffix("; Secure"), "\(head)")
+        // Plain HTTP to the HTTPS port gets no page.
+        #expect(try run("/usr/bin/curl", ["-s", "--max-time", "3", "http://127.0.0.1:\(port)/healthz"]) != "ok\n")
+    }
+}
