@@ -93,7 +93,7 @@ public enum Analytics: ServiceDomain {
         worker.every(refresh) { if state.changed { try refreshSnapshot() } }
         let (token, source) = try AdminToken.resolve(option: options["admin-token"])
         let server = DashboardServer(snapshot: snapshot, token: token,
-                                     signIn: AccountsSignIn.through(endpoint: worker.endpoints.internal, source: instance), limits: limits, tls: tls)
+                                     signIn: AccountsSignIn.through(endpoint: worker.endpoints.internal, source: instance), limits: limits, tls: tls, name: instance)
         do {
             let port = try server.start(address)
             state.server = server

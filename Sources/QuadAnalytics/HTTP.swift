@@ -1,5 +1,6 @@
 import CMicroHTTPD
 import Foundation
+import QuadRuntime
 import QuadWire
 
 /// What the HTTP thread serves: the summary JSON and the dashboard page,
@@ -84,6 +85,8 @@ public final class DashboardServer: @unchecked Sendable {
     let token: [UInt8]
     let signIn: SignIn?
     public let limits: Limits
+    /// The `src` of the server's log lines: the worker's instance.
+    let name: String
     let tls: (key: String, cert: String)?
     let sessions: Sessions
     let throttle = SignInThrottle()
@@ -136,8 +139,9 @@ public final class DashboardServer: @unchecked Sendable {
     static let credentialArguments: Set<String> = ["token", "access_token", "admin_token", "session", "quad_session", "password", "email"]
 
     public init(snapshot: DashboardSnapshot, token: String, signIn: SignIn? = nil, limits: Limits = Limits(),
-                tls: (key: String, cert: String)? = nil) {
+                tls: (key: String, cert: String)? = nil, name: String = "analytics") {
         self.snapshot = snapshot
+        self.name = name
         self.token = Array(token.utf8)
         self.signIn = signIn
         self.limits = limits
@@ -315,6 +319,7 @@ public final class DashboardServer: @unchecked Sendable {
         let expires = min(now + Int64(limits.sessionSeconds) * 1000, who.expiresAt)
         guard expires > now else { return refuse(401, "the session accounts gave has already ended") }
         let id = sessions.start(user: who.user, expires: expires)
+        Log.line(["src": name, "level": "info", "msg": "dashboard sign-in", "user": who.user, "client": r.client, "until": expires])
         headers["Set-Cookie"] = cookie(id, maxAge: Int((expires - now) / 1000))
         headers["Location"] = "/dashboard/"
         return HTTPAnswer(status: 303, contentType: "text/plain; charset=utf-8", body: Array("signed in: see /dashboard/\n".utf8), headers: headers)
