@@ -15,21 +15,69 @@ typedef enum MHD_Result (*quad_mhd_handler)(void *cls, struct MHD_Connection *co
                                             const char *method, const char *version, const char *upload_data,
                                             size_t *upload_data_size, void **con_cls);
 
+/// Called when a request ends, finished or not: frees what the handler
+/// kept in `*con_cls` (a sign-in form being uploaded).
+typedef void (*quad_mhd_completed)(void *cls, struct MHD_Connection *connection, void **con_cls,
+                                   enum MHD_RequestTerminationCode toe);
+
+/// What bounds the server, so one client cannot hold it.
+struct quad_mhd_limits {
+    /// Open connections in all (MHD_OPTION_CONNECTION_LIMIT).
+    unsigned int connections;
+    /// Open connections from one client address (MHD_OPTION_PER_IP_CONNECTION_LIMIT).
+    unsigned int connections_per_address;
+    /// Seconds a connection may stay idle (MHD_OPTION_CONNECTION_TIMEOUT).
+    unsigned int timeout_seconds;
+};
+
 /// MHD_start_daemon is variadic, which Swift cannot call: starts a daemon
-/// with its own polling thread, listening on IPv4 address `ip` and `port`
-/// (0 for any free port). NULL when the address is bad or the port taken.
-static inline struct MHD_Daemon *quad_mhd_start(const char *ip, uint16_t port, quad_mhd_handler handler, void *cls) {
+/// with a thread per connection (a sign-in waits on accounts without
+/// holding other clients), listening on IPv4 address `ip` and `port` (0 for
+/// any free port), within `limits`; with `tls_key` and `tls_cert` (PEM
+/// text, both or neither) it speaks HTTPS. NULL when the address is bad,
+/// the port taken or the key unusable. No MHD_USE_ERROR_LOG: refused
+/// connections would each write a line, and a stranger could fill the log.
+static inline struct MHD_Daemon *quad_mhd_start(const char *ip, uint16_t port, quad_mhd_handler handler, void *cls,
+                                                struct quad_mhd_limits limits, quad_mhd_completed completed,
+                                                const char *tls_key, const char *tls_cert) {
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
     if (inet_pton(AF_INET, ip, &addr.sin_addr) != 1) return NULL;
-    return MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, port, NULL, NULL, handler, cls,
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION;
+    if (tls_key && tls_cert) {
+        return MHD_start_daemon(flags | MHD_USE_TLS, port, NULL, NULL, handler, cls,
+                                MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                MHD_OPTION_CONNECTION_TIMEOUT, limits.timeout_seconds,
+                                MHD_OPTION_CONNECTION_LIMIT, limits.connections,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits.connections_per_address,
+                                MHD_OPTION_NOTIFY_COMPLETED, completed, cls,
+                                MHD_OPTION_HTTPS_MEM_KEY, tls_key,
+                                MHD_OPTION_HTTPS_MEM_CERT, tls_cert,
+                                MHD_OPTION_END);
+    }
+    return MHD_start_daemon(flags, port, NULL, NULL, handler, cls,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64,
+                            MHD_OPTION_CONNECTION_TIMEOUT, limits.timeout_seconds,
+                            MHD_OPTION_CONNECTION_LIMIT, limits.connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits.connections_per_address,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, cls,
                             MHD_OPTION_END);
 }
+
+/// Whether this libmicrohttpd was built with TLS.
+static inline int quad_mhd_has_tls(void) { return MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES; }
+
+/// The client's IPv4 address as text into `out` (16 bytes); 0 when unknown.
+static inline int quad_mhd_client_address(struct MHD_Connection *connection, char *out, size_t size) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!info || !info->client_addr || info->client_addr->sa_family != AF_INET) return 0;
+    return inet_ntop(AF_INET, &((const struct sockaddr_in *)info->client_addr)->sin_addr, out, (socklen_t)size) != NULL;
+}
+
+/// MHD_YES, for a handler that wants the next piece of an upload.
+static inline enum MHD_Result quad_mhd_yes(void) { return MHD_YES; }
 
 /// The port a daemon listens on (MHD_get_daemon_info is variadic too).
 static inline uint16_t quad_mhd_port(struct MHD_Daemon *daemon) {

@@ -15,7 +15,15 @@ public enum Analytics: ServiceDomain {
 
     public static let options: [(String, String, String?)] = [
         ("http", "dashboard address HOST:PORT, or off (default: $QUAD_ANALYTICS_HTTP, else 127.0.0.1:7780)", nil),
-        ("admin-token", "token the dashboard asks for (default: $QUAD_ADMIN_TOKEN, else one kept in $QUAD_HOME/keys/analytics.token)", nil),
+        ("admin-token", "token scripts send as Authorization: Bearer (default: $QUAD_ADMIN_TOKEN, else one kept in $QUAD_HOME/keys/analytics.token); people sign in at /signin", nil),
+        ("http-max-connections", "open dashboard connections in all (http_max_connections)", "64"),
+        ("http-max-connections-per-address", "open dashboard connections from one client address (http_max_connections_per_address)", "8"),
+        ("http-connection-timeout-seconds", "seconds a dashboard connection may stay idle (http_connection_timeout_seconds)", "10"),
+        ("http-max-signins", "sign-ins checked with accounts at once (http_max_signins)", "4"),
+        ("http-max-sessions", "dashboard sessions kept; past it the one ending soonest goes (http_max_sessions)", "256"),
+        ("http-session-seconds", "longest dashboard session, also ended by its token's end (http_session_seconds)", "3600"),
+        ("http-tls-cert", "PEM certificate file: serve the dashboard over HTTPS (cookies then Secure); with --http-tls-key", nil),
+        ("http-tls-key", "PEM private key file for --http-tls-cert", nil),
         ("refresh-ms", "how often the dashboard's answers are recomputed when facts changed", "5000"),
         ("utc-offset-minutes", "campus time zone, for the day, week and hour the questions group by", "-300"),
     ]
@@ -27,17 +35,35 @@ public enum Analytics: ServiceDomain {
 
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
         let instance = worker.handlers.instance
-        guard let offset = Int64(options["utc-offset-minutes"] ?? "-300"), (-720...840).contains(offset) else {
-            Flags.usageError("--utc-offset-minutes must be an integer from -720 to 840", usage: "Run quad-analytics --help for the options.\n")
+        /// A bad setting stops the worker with a message naming the flag (libraries never exit).
+        func integer(_ name: String, _ d: Int64, _ range: ClosedRange<Int64>) throws -> Int64 {
+            guard let text = options[name] else { return d }
+            guard let v = Int64(text), range.contains(v) else {
+                throw QuadError.badRequest("--\(name) must be an integer from \(range.lowerBound) to \(range.upperBound), got '\(text)'")
+            }
+            return v
         }
-        guard let refresh = Int64(options["refresh-ms"] ?? "5000"), refresh >= 100 else {
-            Flags.usageError("--refresh-ms must be an integer of at least 100", usage: "Run quad-analytics --help for the options.\n")
+        let offset = try integer("utc-offset-minutes", -300, -720...840)
+        let refresh = try integer("refresh-ms", 5000, 100...86_400_000)
+        var limits = DashboardServer.Limits()
+        limits.connections = Int(try integer("http-max-connections", Int64(limits.connections), 1...10_000))
+        limits.connectionsPerAddress = Int(try integer("http-max-connections-per-address", Int64(limits.connectionsPerAddress), 1...10_000))
+        limits.timeoutSeconds = Int(try integer("http-connection-timeout-seconds", Int64(limits.timeoutSeconds), 1...3600))
+        limits.signInsAtOnce = Int(try integer("http-max-signins", Int64(limits.signInsAtOnce), 1...1000))
+        limits.sessions = Int(try integer("http-max-sessions", Int64(limits.sessions), 1...1_000_000))
+        limits.sessionSeconds = Int(try integer("http-session-seconds", Int64(limits.sessionSeconds), 60...604_800))
+        var tls: (key: String, cert: String)?
+        switch (options["http-tls-key"], options["http-tls-cert"]) {
+        case (nil, nil): tls = nil
+        case let (key?, cert?):
+            do {
+                tls = (try String(contentsOfFile: key, encoding: .utf8), try String(contentsOfFile: cert, encoding: .utf8))
+            } catch { throw QuadError.badRequest("--http-tls-key/--http-tls-cert: cannot read \(key) or \(cert): \(error)") }
+        default: throw QuadError.badRequest("--http-tls-cert and --http-tls-key go together")
         }
         let env = ProcessInfo.processInfo.environment
         let address = options["http"] ?? env["QUAD_ANALYTICS_HTTP"].flatMap { $0.isEmpty ? nil : $0 } ?? "127.0.0.1:7780"
-        if address != "off" {
-            do { _ = try DashboardServer.parse(address) } catch { Flags.usageError(error.message, usage: "Run quad-analytics --help for the options.\n") }
-        }
+        if address != "off" { _ = try DashboardServer.parse(address) }
         let clock = CampusClock(offsetMinutes: offset)
         let questions = try shipped.get()
         let state = State()
@@ -66,13 +92,16 @@ public enum Analytics: ServiceDomain {
         try refreshSnapshot()
         worker.every(refresh) { if state.changed { try refreshSnapshot() } }
         let (token, source) = try AdminToken.resolve(option: options["admin-token"])
-        let server = DashboardServer(snapshot: snapshot, token: token)
+        let server = DashboardServer(snapshot: snapshot, token: token,
+                                     signIn: AccountsSignIn.through(endpoint: worker.endpoints.internal, source: instance), limits: limits, tls: tls, name: instance)
         do {
             let port = try server.start(address)
             state.server = server
             let host = address.split(separator: ":").first.map(String.init) ?? "127.0.0.1"
-            Log.line(["src": instance, "level": "info", "msg": "dashboard on http://\(host):\(port)/dashboard/ (admin token from \(source))",
-                      "http": "http://\(host):\(port)", "token_source": source])
+            let scheme = tls == nil ? "http" : "https"
+            Log.line(["src": instance, "level": "info",
+                      "msg": "dashboard on \(scheme)://\(host):\(port)/dashboard/ (sign in at /signin; admin token for scripts from \(source))",
+                      "http": "\(scheme)://\(host):\(port)", "token_source": source])
         } catch {
             // A second worker on one host finds the port taken: it still
             // serves the questions over ZeroMQ; the first serves the page.

@@ -29,6 +29,8 @@ public enum Dashboard {
             header { padding: 16px 24px; background: #1e2330; color: #fff; }
             header h1 { margin: 0; font-size: 20px; }
             header p { margin: 4px 0 0; color: #c7cbd6; }
+            header form { float: right; margin: 0; }
+            header button { font: inherit; background: transparent; color: #fff; border: 1px solid #8a91a3; border-radius: 4px; padding: 3px 10px; cursor: pointer; }
             main { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 16px; padding: 16px 24px; }
             .card { background: #fff; border-radius: 8px; padding: 16px; box-shadow: 0 1px 3px rgba(0,0,0,.12); overflow-x: auto; }
             .card h2 { font-size: 15px; margin: 0 0 4px; }
@@ -43,7 +45,7 @@ public enum Dashboard {
             </style>
             </head>
             <body>
-            <header><h1>Quad analytics</h1><p>\(questions.count) business questions · generated <time id="generated" datetime="\(generated)">\(escape(iso(generated)))</time> · refreshed every 30 s while this tab is visible · aggregates only</p></header>
+            <header><form method="post" action="/signout"><button type="submit">Sign out</button></form><h1>Quad analytics</h1><p>\(questions.count) business questions · generated <time id="generated" datetime="\(generated)">\(escape(iso(generated)))</time> · refreshed every 30 s while this tab is visible · aggregates only</p></header>
             <main id="cards">
             \(cards)</main>
             <script nonce="\(nonceMark)">

@@ -1,5 +1,6 @@
 import CMicroHTTPD
 import Foundation
+import QuadRuntime
 import QuadWire
 
 /// What the HTTP thread serves: the summary JSON and the dashboard page,
@@ -29,6 +30,34 @@ public final class DashboardSnapshot: @unchecked Sendable {
     }
 }
 
+/// One HTTP request as the dashboard reads it: the few headers it uses,
+/// the names of the URL's query arguments (only to refuse credentials
+/// there), the body of a form, and the client's address.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    public var path: String
+    public var authorization: String?
+    public var cookie: String?
+    public var contentType: String?
+    public var arguments: Set<String>
+    public var body: [UInt8]
+    public var client: String
+
+    /// `target` is the path with its query string, as a browser sends it.
+    public init(_ method: String, _ target: String, authorization: String? = nil, cookie: String? = nil,
+                contentType: String? = nil, body: [UInt8] = [], client: String = "127.0.0.1") {
+        let parts = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        self.method = method
+        path = parts.first.map(String.init) ?? target
+        arguments = Set((parts.count > 1 ? parts[1] : "").split(separator: "&").map { String($0.split(separator: "=", maxSplits: 1).first ?? "") })
+        self.authorization = authorization
+        self.cookie = cookie
+        self.contentType = contentType
+        self.body = body
+        self.client = client
+    }
+}
+
 /// An HTTP answer before it goes to microhttpd.
 public struct HTTPAnswer: Sendable, Equatable {
     public var status: Int
@@ -37,22 +66,87 @@ public struct HTTPAnswer: Sendable, Equatable {
     public var headers: [String: String] = [:]
 }
 
-/// The dashboard's HTTP server, on libmicrohttpd with its own polling
-/// thread: `GET /api/v1/analytics/summary` (JSON), `GET /dashboard/`
-/// (HTML) behind the admin token (`Authorization: Bearer` or `?token=`),
-/// and `GET /healthz` without one.
+/// The dashboard's HTTP server, on libmicrohttpd with a thread per
+/// connection: `GET /dashboard/` (HTML) and `GET /api/v1/analytics/summary`
+/// (JSON) for a signed-in admin, `GET /healthz` for anyone.
+///
+/// The credential travels only in a header: `Authorization: Bearer` with
+/// the admin token (for scripts), or the `quad_session` cookie (HttpOnly,
+/// SameSite=Strict, Secure under TLS) that `POST /signin` sets after
+/// accounts accepted an admin's email and password; `POST /signout` ends
+/// it. A credential in a URL (`?token=`) is refused, never followed: URLs
+/// are kept in browser history, proxy logs and Referer headers.
 public final class DashboardServer: @unchecked Sendable {
-    // Shared with microhttpd's thread: `snapshot` locks itself, `token` is
-    // immutable, `daemon` is only touched by the thread that starts and stops.
+    // Shared with microhttpd's threads: `snapshot`, `sessions` and
+    // `throttle` lock themselves, `running` is guarded by `lock`, the rest is
+    // immutable after init; `daemon` is only touched by the thread that
+    // starts and stops.
     public let snapshot: DashboardSnapshot
     let token: [UInt8]
+    let signIn: SignIn?
+    public let limits: Limits
+    /// The `src` of the server's log lines: the worker's instance.
+    let name: String
+    let tls: (key: String, cert: String)?
+    let sessions: Sessions
+    let throttle = SignInThrottle()
+    let lock = NSLock()
+    var running = 0
     var daemon: OpaquePointer?
     var retained: Unmanaged<DashboardServer>?
     public private(set) var port: UInt16 = 0
 
-    public init(snapshot: DashboardSnapshot, token: String) {
+    /// Who accounts says signed in.
+    public struct SignedIn: Sendable, Equatable {
+        public var user: String
+        public var role: String
+        /// When the token accounts issued ends, ms since 1970: the session ends no later.
+        public var expiresAt: Int64
+        public init(user: String, role: String, expiresAt: Int64) {
+            self.user = user
+            self.role = role
+            self.expiresAt = expiresAt
+        }
+    }
+
+    /// Checks an email and password (``AccountsSignIn`` asks accounts);
+    /// throws the ``QuadError`` accounts answered.
+    public typealias SignIn = @Sendable (_ email: String, _ password: String) throws -> SignedIn
+
+    /// What bounds the server, each a setting of quad-analytics.
+    public struct Limits: Sendable {
+        /// Open connections in all (`http_max_connections`).
+        public var connections: Int = 64
+        /// Open connections from one address (`http_max_connections_per_address`).
+        public var connectionsPerAddress: Int = 8
+        /// Seconds a connection may stay idle (`http_connection_timeout_seconds`).
+        public var timeoutSeconds: Int = 10
+        /// Sign-ins checked with accounts at once (`http_max_signins`).
+        public var signInsAtOnce: Int = 4
+        /// Sessions kept; past it the one ending soonest goes (`http_max_sessions`).
+        public var sessions: Int = 256
+        /// Longest session, also bounded by the token's lifetime (`http_session_seconds`).
+        public var sessionSeconds: Int = 3600
+        /// Largest sign-in form, in bytes.
+        public static let formBytes = 4096
+
+        public init() {}
+    }
+
+    /// The cookie that holds a session id.
+    public static let cookieName = "quad_session"
+    /// Query arguments that look like a credential: refused in any URL.
+    static let credentialArguments: Set<String> = ["token", "access_token", "admin_token", "session", "quad_session", "password", "email"]
+
+    public init(snapshot: DashboardSnapshot, token: String, signIn: SignIn? = nil, limits: Limits = Limits(),
+                tls: (key: String, cert: String)? = nil, name: String = "analytics") {
         self.snapshot = snapshot
+        self.name = name
         self.token = Array(token.utf8)
+        self.signIn = signIn
+        self.limits = limits
+        self.tls = tls
+        sessions = Sessions(max: limits.sessions)
     }
 
     deinit { stop() }
@@ -61,10 +155,14 @@ public final class DashboardServer: @unchecked Sendable {
     @discardableResult
     public func start(_ address: String) throws -> UInt16 {
         let (host, port) = try DashboardServer.parse(address)
+        if tls != nil && quad_mhd_has_tls() == 0 { throw QuadError.unavailable("this libmicrohttpd was built without TLS") }
         let me = Unmanaged.passRetained(self)
-        guard let d = quad_mhd_start(host, port, DashboardServer.handler, me.toOpaque()) else {
+        let bounds = quad_mhd_limits(connections: UInt32(limits.connections), connections_per_address: UInt32(limits.connectionsPerAddress),
+                                     timeout_seconds: UInt32(limits.timeoutSeconds))
+        guard let d = quad_mhd_start(host, port, DashboardServer.handler, me.toOpaque(), bounds, DashboardServer.completed,
+                                     tls?.key, tls?.cert) else {
             me.release()
-            throw QuadError.unavailable("cannot listen on http://\(address) (address in use, or not an IPv4 address of this host)")
+            throw QuadError.unavailable("cannot listen on http\(tls == nil ? "" : "s")://\(address) (address in use, not an IPv4 address of this host, or an unusable TLS key)")
         }
         daemon = d
         retained = me
@@ -97,39 +195,134 @@ public final class DashboardServer: @unchecked Sendable {
         return diff == 0 && !token.isEmpty
     }
 
-    /// The answer to one request: pure, so tests call it without a socket.
-    public func answer(method: String, path: String, authorization: String?, queryToken: String?) -> HTTPAnswer {
+    /// The session id in a Cookie header, if any.
+    static func sessionID(_ cookie: String?) -> String? {
+        guard let cookie else { return nil }
+        for pair in cookie.split(separator: ";") {
+            let kv = pair.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
+            if kv.count == 2 && kv[0] == cookieName { return String(kv[1]) }
+        }
+        return nil
+    }
+
+    func cookie(_ value: String, maxAge: Int) -> String {
+        "\(DashboardServer.cookieName)=\(value); Path=/; Max-Age=\(maxAge); HttpOnly; SameSite=Strict" + (tls == nil ? "" : "; Secure")
+    }
+
+    /// The answer to one request: no socket, so tests call it directly.
+    public func answer(_ r: HTTPRequest) -> HTTPAnswer {
         var headers = ["Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"]
         func plain(_ status: Int, _ text: String) -> HTTPAnswer {
             HTTPAnswer(status: status, contentType: "text/plain; charset=utf-8", body: Array((text + "\n").utf8), headers: headers)
         }
-        guard method == "GET" || method == "HEAD" else {
-            headers["Allow"] = "GET, HEAD"
-            return plain(405, "only GET is served here")
+        func see(_ location: String, _ status: Int = 303) -> HTTPAnswer {
+            headers["Location"] = location
+            return plain(status, "see \(location)")
         }
-        let route = path.split(separator: "?", maxSplits: 1).first.map(String.init) ?? path
-        if route == "/healthz" { return plain(200, "ok") }
-        guard ["/api/v1/analytics/summary", "/dashboard", "/dashboard/"].contains(route) else {
+        func only(_ methods: [String]) -> HTTPAnswer? {
+            if methods.contains(r.method) { return nil }
+            headers["Allow"] = methods.joined(separator: ", ")
+            return plain(405, "only \(methods.joined(separator: " and ")) is served at \(r.path)")
+        }
+        if r.path == "/healthz" { return only(["GET", "HEAD"]) ?? plain(200, "ok") }
+        if let named = r.arguments.intersection(DashboardServer.credentialArguments).sorted().first {
+            return plain(401, "a credential in a URL is refused (?\(named)=): URLs are kept in history, logs and Referer headers. "
+                + "Sign in at /signin, or send Authorization: Bearer TOKEN")
+        }
+        switch r.path {
+        case "/signin":
+            if let refused = only(["GET", "HEAD", "POST"]) { return refused }
+            return r.method == "POST" ? signingIn(r, headers: headers) : page(SignInPage.html(message: nil), status: 200, headers: headers)
+        case "/signout":
+            if let refused = only(["POST"]) { return refused }
+            if let id = DashboardServer.sessionID(r.cookie) { sessions.end(id) }
+            headers["Set-Cookie"] = cookie("", maxAge: 0)
+            return see("/signin")
+        case "/", "/dashboard", "/dashboard/", "/api/v1/analytics/summary":
+            if let refused = only(["GET", "HEAD"]) { return refused }
+        default:
             return plain(404, "not found: try /dashboard/ or /api/v1/analytics/summary")
         }
         var bearer: String?
-        if let a = authorization, a.lowercased().hasPrefix("bearer ") { bearer = String(a.dropFirst(7)).trimmingCharacters(in: .whitespaces) }
-        guard tokenMatches(bearer) || tokenMatches(queryToken) else {
-            headers["WWW-Authenticate"] = "Bearer realm=\"quad-analytics\""
-            return plain(401, "an admin token is needed: Authorization: Bearer TOKEN, or ?token=TOKEN")
+        if let a = r.authorization, a.lowercased().hasPrefix("bearer ") { bearer = String(a.dropFirst(7)).trimmingCharacters(in: .whitespaces) }
+        let signedIn = tokenMatches(bearer) || DashboardServer.sessionID(r.cookie).flatMap { sessions.user($0) } != nil
+        guard signedIn else {
+            if r.path == "/api/v1/analytics/summary" {
+                headers["WWW-Authenticate"] = "Bearer realm=\"quad-analytics\""
+                return plain(401, "an admin is needed: sign in at /signin, or send Authorization: Bearer TOKEN")
+            }
+            return see("/signin")
         }
-        if route == "/dashboard" {
-            headers["Location"] = "/dashboard/" + (queryToken == nil ? "" : "?token=" + (queryToken!.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""))
-            return plain(301, "see /dashboard/")
-        }
+        if r.path == "/" || r.path == "/dashboard" { return see("/dashboard/", 301) }
         let current = snapshot.read()
-        if route == "/api/v1/analytics/summary" {
+        if r.path == "/api/v1/analytics/summary" {
             return HTTPAnswer(status: 200, contentType: "application/json", body: current.summary, headers: headers)
         }
+        return page(current.page, status: 200, headers: headers)
+    }
+
+    /// An HTML page with a fresh nonce in it and in its CSP header.
+    func page(_ html: String, status: Int, headers: [String: String]) -> HTTPAnswer {
+        var headers = headers
         let nonce = DashboardServer.nonce()
-        headers["Content-Security-Policy"] = "default-src 'none'; img-src 'self' data:; style-src 'nonce-\(nonce)'; script-src 'nonce-\(nonce)'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-        let page = current.page.replacingOccurrences(of: Dashboard.nonceMark, with: nonce)
-        return HTTPAnswer(status: 200, contentType: "text/html; charset=utf-8", body: Array(page.utf8), headers: headers)
+        headers["Content-Security-Policy"] = "default-src 'none'; img-src 'self' data:; style-src 'nonce-\(nonce)'; script-src 'nonce-\(nonce)'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        let text = html.replacingOccurrences(of: Dashboard.nonceMark, with: nonce)
+        return HTTPAnswer(status: status, contentType: "text/html; charset=utf-8", body: Array(text.utf8), headers: headers)
+    }
+
+    /// `POST /signin`: the form's email and password, checked by accounts;
+    /// an admin gets a session cookie and is sent to the dashboard.
+    func signingIn(_ r: HTTPRequest, headers: [String: String]) -> HTTPAnswer {
+        var headers = headers
+        func refuse(_ status: Int, _ message: String) -> HTTPAnswer { page(SignInPage.html(message: message), status: status, headers: headers) }
+        guard r.contentType?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true else {
+            return refuse(415, "the sign-in form is sent as application/x-www-form-urlencoded")
+        }
+        guard r.body.count <= Limits.formBytes else { return refuse(413, "the sign-in form is over \(Limits.formBytes) bytes") }
+        let form = SignInPage.form(r.body)
+        guard let email = form["email"], !email.isEmpty, let password = form["password"], !password.isEmpty else {
+            return refuse(400, "an email and a password are needed")
+        }
+        guard let signIn else { return refuse(503, "sign-in is not available: this dashboard has no way to reach accounts") }
+        let now = Int64(Clock.nowMillis())
+        if let wait = throttle.wait(r.client, now: now) {
+            headers["Retry-After"] = String((wait + 999) / 1000)
+            return refuse(429, "too many failed sign-ins from this address: try again in \((wait + 999) / 1000) s")
+        }
+        let admitted = lock.withLock { () -> Bool in
+            guard running < limits.signInsAtOnce else { return false }
+            running += 1
+            return true
+        }
+        guard admitted else {
+            headers["Retry-After"] = "1"
+            return refuse(503, "too many sign-ins at once (http_max_signins=\(limits.signInsAtOnce)): try again in a second")
+        }
+        defer { lock.withLock { running -= 1 } }
+        let who: SignedIn
+        do {
+            who = try signIn(email, password)
+        } catch let e as QuadError where e.status == 401 {
+            throttle.failed(r.client, now: now)
+            return refuse(401, "wrong email or password")
+        } catch let e as QuadError where e.status == 429 {
+            headers["Retry-After"] = e.details["retry_after_ms"]?.int.map { String(($0 + 999) / 1000) } ?? "1"
+            return refuse(429, e.message)
+        } catch let e as QuadError where e.status < 500 {
+            throttle.failed(r.client, now: now)
+            return refuse(401, "wrong email or password")
+        } catch {
+            return refuse(503, "accounts did not answer: try again")
+        }
+        throttle.succeeded(r.client)
+        guard who.role == "admin" else { return refuse(403, "the dashboard is for admins only") }
+        let expires = min(now + Int64(limits.sessionSeconds) * 1000, who.expiresAt)
+        guard expires > now else { return refuse(401, "the session accounts gave has already ended") }
+        let id = sessions.start(user: who.user, expires: expires)
+        Log.line(["src": name, "level": "info", "msg": "dashboard sign-in", "user": who.user, "client": r.client, "until": expires])
+        headers["Set-Cookie"] = cookie(id, maxAge: Int((expires - now) / 1000))
+        headers["Location"] = "/dashboard/"
+        return HTTPAnswer(status: 303, contentType: "text/plain; charset=utf-8", body: Array("signed in: see /dashboard/\n".utf8), headers: headers)
     }
 
     static func nonce() -> String {
@@ -137,16 +330,69 @@ public final class DashboardServer: @unchecked Sendable {
         return (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &g)) }.joined()
     }
 
-    /// microhttpd's access handler, on its polling thread.
-    static let handler: quad_mhd_handler = { cls, connection, url, method, _, _, _, _ in
-        guard let cls, let connection else { return quad_mhd_no() }
+    /// A sign-in form while it is uploaded, kept in microhttpd's per-request slot.
+    final class Upload {
+        var bytes: [UInt8] = []
+        var tooLarge = false
+    }
+
+    /// microhttpd's access handler, on the connection's thread. A POST is
+    /// called first with its headers, then once per piece of body, then
+    /// once more with none: the answer goes on that last call.
+    static let handler: quad_mhd_handler = { cls, connection, url, method, _, uploadData, uploadSize, slot in
+        guard let cls, let connection, let slot, let uploadSize else { return quad_mhd_no() }
         let server = Unmanaged<DashboardServer>.fromOpaque(cls).takeUnretainedValue()
-        let authorization = quad_mhd_header(connection, "Authorization").map { String(cString: $0) }
-        let queryToken = quad_mhd_argument(connection, "token").map { String(cString: $0) }
         let methodText = method.map { String(cString: $0) } ?? ""
-        let a = server.answer(method: methodText, path: url.map { String(cString: $0) } ?? "/",
-                              authorization: authorization, queryToken: queryToken)
-        let body = methodText == "HEAD" ? [] : a.body
+        var body: [UInt8] = []
+        if methodText == "POST" {
+            guard let kept = slot.pointee else {
+                let declared = quad_mhd_header(connection, "Content-Length").flatMap { Int(String(cString: $0)) } ?? 0
+                if declared <= Limits.formBytes {
+                    slot.pointee = Unmanaged.passRetained(Upload()).toOpaque()
+                    return quad_mhd_yes()
+                }
+                // Over the limit as declared: answered before reading any of it.
+                return queue(connection, server.answer(request(connection, url, methodText, body: [UInt8](repeating: 0, count: Limits.formBytes + 1))), head: false)
+            }
+            let upload = Unmanaged<Upload>.fromOpaque(kept).takeUnretainedValue()
+            if uploadSize.pointee > 0 {
+                if !upload.tooLarge, let uploadData {
+                    if upload.bytes.count + uploadSize.pointee > Limits.formBytes {
+                        upload.tooLarge = true
+                        upload.bytes = []
+                    } else {
+                        uploadData.withMemoryRebound(to: UInt8.self, capacity: uploadSize.pointee) {
+                            upload.bytes += UnsafeBufferPointer(start: $0, count: uploadSize.pointee)
+                        }
+                    }
+                }
+                uploadSize.pointee = 0
+                return quad_mhd_yes()
+            }
+            body = upload.tooLarge ? [UInt8](repeating: 0, count: Limits.formBytes + 1) : upload.bytes
+        }
+        return queue(connection, server.answer(request(connection, url, methodText, body: body)), head: methodText == "HEAD")
+    }
+
+    /// Frees an upload's state however its request ended.
+    static let completed: quad_mhd_completed = { _, _, slot, _ in
+        guard let slot, let kept = slot.pointee else { return }
+        Unmanaged<Upload>.fromOpaque(kept).release()
+        slot.pointee = nil
+    }
+
+    static func request(_ connection: OpaquePointer, _ url: UnsafePointer<CChar>?, _ method: String, body: [UInt8]) -> HTTPRequest {
+        func header(_ name: String) -> String? { quad_mhd_header(connection, name).map { String(cString: $0) } }
+        var r = HTTPRequest(method, url.map { String(cString: $0) } ?? "/", authorization: header("Authorization"), cookie: header("Cookie"),
+                            contentType: header("Content-Type"), body: body)
+        r.arguments = Set(credentialArguments.filter { quad_mhd_argument(connection, $0) != nil })
+        var address = [CChar](repeating: 0, count: 16)
+        r.client = quad_mhd_client_address(connection, &address, address.count) != 0 ? String(decoding: address.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
+        return r
+    }
+
+    static func queue(_ connection: OpaquePointer, _ a: HTTPAnswer, head: Bool) -> MHD_Result {
+        let body = head ? [] : a.body
         let response = body.withUnsafeBytes { buf in
             quad_mhd_response(buf.count, buf.baseAddress)
         }
@@ -159,7 +405,7 @@ public final class DashboardServer: @unchecked Sendable {
     }
 }
 
-/// The admin token the dashboard asks for: `--admin-token`, else
+/// The admin token scripts send in `Authorization: Bearer`: `--admin-token`, else
 /// `QUAD_ADMIN_TOKEN`, else a random one kept in
 /// `$QUAD_HOME/keys/analytics.token` (mode 0600, made once). The token
 /// itself is never logged; the file's path is.

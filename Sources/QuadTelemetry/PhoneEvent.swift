@@ -5,10 +5,18 @@ import QuadWire
 /// schemas in `protos/telemetry/events/`. The two are kept in agreement by
 /// tests on both sides (the Swift tests and `Tests/e2e/test_telemetry_schemas.py`
 /// validate the same examples, and the Python test fuzzes both validators).
+///
+/// The user an event is attributed to is never the phone's word: ``user`` is
+/// nil when an event is read from a body, and ``Telemetry`` sets it from the
+/// envelope's `user`, which the broker takes from the verified token. A
+/// `user` field in the body is still accepted (older phones send one) and
+/// checked for shape, then ignored.
 public struct PhoneEvent: Sendable, Equatable {
     public let id: String
     public let phone: String
-    public let user: String?
+    /// The verified user the event is attributed to; nil for a guest, and
+    /// for an event just read from a body.
+    public private(set) var user: String?
     public let session: String
     public let name: String
     public let ts: Int64
@@ -82,8 +90,9 @@ public struct PhoneEvent: Sendable, Equatable {
         let id = try string("id", max: 36)
         guard PhoneEvent.isUUID(id) else { throw .badRequest("id must be a UUID (8-4-4-4-12 hexadecimal digits), got '\(id)'") }
         phone = try string("phone", max: PhoneEvent.maxIDLength)
-        guard let u = f["user"] else { throw .badRequest("user is required (null for a guest)") }
-        if u.isNull { user = nil } else { user = try string("user", max: PhoneEvent.maxIDLength) }
+        // Checked for shape only: attribution comes from the token.
+        if let u = f["user"], !u.isNull { _ = try string("user", max: PhoneEvent.maxIDLength) }
+        user = nil
         session = try string("session", max: PhoneEvent.maxIDLength)
         guard let nv = f["name"] else { throw .badRequest("name is required") }
         guard let name = nv.string else { throw .badRequest("name must be a string, got \(nv.typeName)") }
@@ -135,6 +144,14 @@ public struct PhoneEvent: Sendable, Equatable {
         self.offline = offline
         self.queuedMs = queuedMs
         self.props = props
+    }
+
+    /// The same event attributed to `user`, the verified user of the
+    /// envelope that carried it (nil: a guest).
+    public func attributed(to user: String?) -> PhoneEvent {
+        var e = self
+        e.user = user
+        return e
     }
 
     static func check(_ v: JSON, _ kind: Kind) -> Bool {

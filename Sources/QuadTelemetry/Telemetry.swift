@@ -61,14 +61,77 @@ public enum Telemetry: ServiceDomain {
             """),
     ]
 
+    /// How long the reply record of a `telemetry.ingest` is kept
+    /// (`reply_retention_ms`): a phone's retry of a batch within it gets the
+    /// stored reply; a later resend runs again and finds every event already
+    /// stored, so it is counted as duplicates, never stored twice. Short is
+    /// safe; the default is an hour.
+    public static let defaultReplyRetentionMs: Int64 = 3_600_000
+    /// How long a conflicting delivery kept aside in `event_conflicts` stays
+    /// after it was last seen (`conflict_retention_ms`), a week.
+    public static let defaultConflictRetentionMs: Int64 = 7 * 86_400_000
+    /// How often the expired records are deleted (`prune_every_ms`).
+    public static let defaultPruneEveryMs: Int64 = 60_000
+    /// Rows deleted per statement, so a prune never holds the store for long.
+    static let pruneChunk = 5000
+
+    public static let options: [(String, String, String?)] = [
+        ("reply-retention-ms", "how long a telemetry.ingest reply record is kept for a retried batch (reply_retention_ms; a later resend is counted as duplicates)",
+         String(defaultReplyRetentionMs)),
+        ("conflict-retention-ms", "how long a conflicting delivery kept aside stays after it was last seen (conflict_retention_ms)",
+         String(defaultConflictRetentionMs)),
+        ("prune-every-ms", "how often expired reply and conflict records are deleted (prune_every_ms)", String(defaultPruneEveryMs)),
+    ]
+
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
+        func setting(_ name: String, _ d: Int64, min: Int64) throws -> Int64 {
+            guard let text = options[name] else { return d }
+            guard let v = Int64(text), v >= min else { throw QuadError.badRequest("--\(name) must be an integer of at least \(min), got '\(text)'") }
+            return v
+        }
+        let replies = try setting("reply-retention-ms", defaultReplyRetentionMs, min: 0)
+        let conflicts = try setting("conflict-retention-ms", defaultConflictRetentionMs, min: 0)
+        let every = try setting("prune-every-ms", defaultPruneEveryMs, min: 10)
         register(worker.handlers, db: db)
+        let instance = worker.handlers.instance
+        worker.every(every) {
+            let n = try prune(db, replyRetentionMs: replies, conflictRetentionMs: conflicts, now: Int64(Clock.nowMillis()))
+            if n.replies + n.conflicts > 0 { Log.info(instance, "pruned \(n.replies) reply records and \(n.conflicts) conflict records") }
+        }
+    }
+
+    /// Deletes the reply records of `telemetry.ingest` older than
+    /// `replyRetentionMs` and the conflicts last seen before
+    /// `conflictRetentionMs`, a chunk per statement. Raw events are the
+    /// product's data and are never pruned here.
+    @discardableResult
+    public static func prune(_ db: Database, replyRetentionMs: Int64, conflictRetentionMs: Int64, now: Int64) throws -> (replies: Int, conflicts: Int) {
+        var replies = 0, conflicts = 0
+        while true {
+            let n = try db.execute("""
+                DELETE FROM idempotency WHERE id IN
+                    (SELECT id FROM idempotency WHERE type = 'telemetry.ingest' AND created_ms < $1 LIMIT \(pruneChunk))
+                """, .int(now - replyRetentionMs))
+            replies += n
+            if n < pruneChunk { break }
+        }
+        while true {
+            let n = try db.execute("""
+                DELETE FROM event_conflicts WHERE (id, digest) IN
+                    (SELECT id, digest FROM event_conflicts WHERE last_ms < $1 LIMIT \(pruneChunk))
+                """, .int(now - conflictRetentionMs))
+            conflicts += n
+            if n < pruneChunk { break }
+        }
+        return (replies, conflicts)
     }
 
     /// Registers the handlers; split from ``install`` so tests drive them without a broker.
     public static func register(_ h: Handlers, db: Database) {
         h.mutation("telemetry.ingest") { req in
-            let result = try ingest(db, req.body, batch: req.id)
+            // Attributed by the token: the broker's verified user, never a
+            // `user` field of an event (see ``PhoneEvent``).
+            let result = try ingest(db, req.body, batch: req.id, user: req.user)
             return result.json
         }
         h.query("telemetry.raw.since") { req in
@@ -116,8 +179,10 @@ public enum Telemetry: ServiceDomain {
         }
     }
 
-    /// Validates, stores and counts one batch, in the caller's transaction.
-    static func ingest(_ db: Database, _ body: JSON, batch: String) throws -> Outcome {
+    /// Validates, stores and counts one batch, in the caller's transaction;
+    /// every event is attributed to `user`, the envelope's verified user
+    /// (nil: a guest).
+    static func ingest(_ db: Database, _ body: JSON, batch: String, user: String?) throws -> Outcome {
         guard case .object(let fields) = body else { throw QuadError.badRequest("the body must be an object with events") }
         if let extra = fields.keys.first(where: { $0 != "events" }) {
             throw QuadError.badRequest("body.\(extra) is not a field of telemetry.ingest")
@@ -131,7 +196,8 @@ public enum Telemetry: ServiceDomain {
         }
         // Each event encoded once (keys sorted, compact): the size of the
         // list is theirs plus the brackets and commas, and an event whose id
-        // is already in lower case is its own canonical payload.
+        // is already in lower case and whose `user` is the verified one is
+        // its own canonical payload.
         let encoded = events.map { $0.encoded() }
         let bytes = encoded.reduce(1 + events.count) { $0 + $1.count }
         guard bytes <= maxBatchBytes else {
@@ -146,13 +212,15 @@ public enum Telemetry: ServiceDomain {
         var fresh: [(event: PhoneEvent, payload: String, digest: String)] = []
         var seen: Set<String> = []
         var repeats: [(id: String, payload: String, digest: String)] = []
+        let verified: JSON = user.map { .string($0) } ?? .null
         for (index, value) in events.enumerated() {
             let event: PhoneEvent
-            do { event = try PhoneEvent(value) } catch {
+            do { event = try PhoneEvent(value).attributed(to: user) } catch {
                 outcome.rejected.append((index, value["id"]?.string, error.message))
                 continue
             }
-            let payload = value["id"]?.string == event.id ? String(decoding: encoded[index], as: UTF8.self) : event.canonical
+            let own = value["id"]?.string == event.id && value["user"] == verified
+            let payload = own ? String(decoding: encoded[index], as: UTF8.self) : event.canonical
             if seen.contains(event.id) {
                 repeats.append((event.id, payload, digest(payload)))
             } else {

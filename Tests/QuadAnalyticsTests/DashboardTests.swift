@@ -5,21 +5,32 @@ import QuadWire
 import Testing
 @testable import QuadAnalytics
 
-/// A plain HTTP/1.1 GET over a socket; returns the status, headers and body.
-func httpGet(port: UInt16, path: String, headers: [String: String] = [:]) throws -> (Int, [String: String], String) {
+/// A TCP connection to 127.0.0.1:`port`, from the loopback address `from`
+/// (any 127.x.y.z works on Linux without setup), or -1.
+func connectLoopback(port: UInt16, from: String = "127.0.0.1") -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    try #require(fd >= 0)
-    defer { close(fd) }
+    guard fd >= 0 else { return -1 }
+    var local = sockaddr_in()
+    local.sin_family = sa_family_t(AF_INET)
+    local.sin_addr.s_addr = inet_addr(from)
+    let bound = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
     var addr = sockaddr_in()
     addr.sin_family = sa_family_t(AF_INET)
     addr.sin_port = port.bigEndian
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     let ok = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-    try #require(ok == 0, "cannot connect to 127.0.0.1:\(port)")
-    var request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-    for (k, v) in headers { request += "\(k): \(v)\r\n" }
-    request += "\r\n"
-    _ = request.withCString { send(fd, $0, strlen($0), 0) }
+    guard bound == 0, ok == 0 else {
+        close(fd)
+        return -1
+    }
+    // No answer within 10 s is a failure of the test, not a hang.
+    var tv = timeval(tv_sec: 10, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    return fd
+}
+
+/// Reads until the peer closes (or 10 s pass): what a server answered.
+func readAll(_ fd: Int32) -> [UInt8] {
     var data = [UInt8]()
     var buffer = [UInt8](repeating: 0, count: 65536)
     while true {
@@ -27,19 +38,37 @@ func httpGet(port: UInt16, path: String, headers: [String: String] = [:]) throws
         if n <= 0 { break }
         data += buffer[0..<n]
     }
-    let text = String(decoding: data, as: UTF8.self)
+    return data
+}
+
+/// A plain HTTP/1.1 request over a socket; returns the status, headers and body.
+func httpRequest(port: UInt16, method: String = "GET", path: String, headers: [String: String] = [:], body: String? = nil,
+                 from: String = "127.0.0.1") throws -> (Int, [String: String], String) {
+    let fd = connectLoopback(port: port, from: from)
+    try #require(fd >= 0, "cannot connect to 127.0.0.1:\(port) from \(from)")
+    defer { close(fd) }
+    var request = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+    for (k, v) in headers { request += "\(k): \(v)\r\n" }
+    if let body { request += "Content-Length: \(body.utf8.count)\r\n" }
+    request += "\r\n" + (body ?? "")
+    _ = request.withCString { send(fd, $0, strlen($0), 0) }
+    let text = String(decoding: readAll(fd), as: UTF8.self)
     let parts = text.components(separatedBy: "\r\n\r\n")
     let head = parts[0].components(separatedBy: "\r\n")
-    let status = Int(head[0].split(separator: " ")[1]) ?? 0
+    let status = head[0].split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
     var fields: [String: String] = [:]
     for line in head.dropFirst() {
         if let colon = line.firstIndex(of: ":") {
             fields[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         }
     }
-    var body = parts.dropFirst().joined(separator: "\r\n\r\n")
-    if fields["transfer-encoding"] == "chunked" { body = dechunk(body) }
-    return (status, fields, body)
+    var text2 = parts.dropFirst().joined(separator: "\r\n\r\n")
+    if fields["transfer-encoding"] == "chunked" { text2 = dechunk(text2) }
+    return (status, fields, text2)
+}
+
+func httpGet(port: UInt16, path: String, headers: [String: String] = [:]) throws -> (Int, [String: String], String) {
+    try httpRequest(port: port, path: path, headers: headers)
 }
 
 func dechunk(_ s: String) -> String {
@@ -83,8 +112,8 @@ struct DashboardTests {
         let snapshot = DashboardSnapshot()
         snapshot.update(summary: summary)
         let server = DashboardServer(snapshot: snapshot, token: "t0ken-for-tests-0123456789")
-        let api = server.answer(method: "GET", path: "/api/v1/analytics/summary", authorization: "Bearer t0ken-for-tests-0123456789", queryToken: nil)
-        let page = server.answer(method: "GET", path: "/dashboard/", authorization: nil, queryToken: "t0ken-for-tests-0123456789")
+        let api = server.answer(HTTPRequest("GET", "/api/v1/analytics/summary", authorization: "Bearer t0ken-for-tests-0123456789"))
+        let page = server.answer(HTTPRequest("GET", "/dashboard/", authorization: "Bearer t0ken-for-tests-0123456789"))
         #expect(api.status == 200 && page.status == 200)
         var questionsPerSummary: [String] = []
         for q in p.questions { questionsPerSummary.append(try p.handlers.call("analytics.question", ["id": .string(q.id)], role: "admin").text) }
@@ -103,13 +132,13 @@ struct DashboardTests {
         let snapshot = DashboardSnapshot()
         snapshot.update(summary: try Analytics.summarize(p.db, questions: p.questions, from: 0, to: Int64.max))
         let server = DashboardServer(snapshot: snapshot, token: "t0ken-for-tests-0123456789")
-        #expect(server.answer(method: "GET", path: "/dashboard/", authorization: nil, queryToken: nil).status == 401)
-        #expect(server.answer(method: "GET", path: "/dashboard/", authorization: "Bearer wrong", queryToken: "nope").status == 401)
-        #expect(server.answer(method: "GET", path: "/api/v1/analytics/summary", authorization: "Bearer t0ken-for-tests-012345678", queryToken: nil).status == 401)
-        #expect(server.answer(method: "POST", path: "/dashboard/", authorization: nil, queryToken: nil).status == 405)
-        #expect(server.answer(method: "GET", path: "/etc/passwd", authorization: nil, queryToken: nil).status == 404)
-        #expect(server.answer(method: "GET", path: "/healthz", authorization: nil, queryToken: nil).status == 200)
-        let page = server.answer(method: "GET", path: "/dashboard/", authorization: "Bearer t0ken-for-tests-0123456789", queryToken: nil)
+        #expect(server.answer(HTTPRequest("GET", "/dashboard/")).headers["Location"] == "/signin")
+        #expect(server.answer(HTTPRequest("GET", "/dashboard/", authorization: "Bearer wrong")).status == 303)
+        #expect(server.answer(HTTPRequest("GET", "/api/v1/analytics/summary", authorization: "Bearer t0ken-for-tests-012345678")).status == 401)
+        #expect(server.answer(HTTPRequest("POST", "/dashboard/")).status == 405)
+        #expect(server.answer(HTTPRequest("GET", "/etc/passwd")).status == 404)
+        #expect(server.answer(HTTPRequest("GET", "/healthz")).status == 200)
+        let page = server.answer(HTTPRequest("GET", "/dashboard/", authorization: "Bearer t0ken-for-tests-0123456789"))
         let html = String(decoding: page.body, as: UTF8.self)
         #expect(page.contentType == "text/html; charset=utf-8")
         #expect(html.components(separatedBy: "<section class=\"card\"").count - 1 == p.questions.count)
@@ -122,7 +151,7 @@ struct DashboardTests {
         let nonce = try #require(csp.components(separatedBy: "'nonce-").dropFirst().first?.prefix(32))
         #expect(html.contains("<script nonce=\"\(nonce)\">") && !html.contains(Dashboard.nonceMark))
         #expect(csp.hasPrefix("default-src 'none'"))
-        let again = server.answer(method: "GET", path: "/dashboard/", authorization: "Bearer t0ken-for-tests-0123456789", queryToken: nil)
+        let again = server.answer(HTTPRequest("GET", "/dashboard/", authorization: "Bearer t0ken-for-tests-0123456789"))
         #expect(again.headers["Content-Security-Policy"] != csp)
         // Bars and heat cells are drawn with their values in tooltips.
         #expect(html.contains("<rect class=\"bar\"") && html.contains("<rect class=\"cell\""))
@@ -141,11 +170,11 @@ struct DashboardTests {
         let (s2, h2, b2) = try httpGet(port: port, path: "/api/v1/analytics/summary", headers: ["Authorization": "Bearer t0ken-for-tests-0123456789"])
         #expect(s2 == 200 && h2["content-type"] == "application/json")
         #expect(try JSON.parse(b2)["generated_at"] == 1)
-        let (s3, h3, b3) = try httpGet(port: port, path: "/dashboard/?token=t0ken-for-tests-0123456789")
+        let (s3, h3, b3) = try httpGet(port: port, path: "/dashboard/", headers: ["Authorization": "Bearer t0ken-for-tests-0123456789"])
         #expect(s3 == 200 && b3.hasPrefix("<!doctype html>") && h3["content-security-policy"] != nil)
         // The snapshot swaps under a running server.
         snapshot.update(summary: ["generated_at": 2, "questions": [], "facts": [:]])
-        let (_, _, b4) = try httpGet(port: port, path: "/api/v1/analytics/summary?token=t0ken-for-tests-0123456789")
+        let (_, _, b4) = try httpGet(port: port, path: "/api/v1/analytics/summary", headers: ["Authorization": "Bearer t0ken-for-tests-0123456789"])
         #expect(try JSON.parse(b4)["generated_at"] == 2)
         // A second server on the same port is refused, naming the address.
         let other = DashboardServer(snapshot: snapshot, token: "x")

@@ -84,7 +84,7 @@ struct PipelineTests {
             body = text
             return status == 200 && (try? JSON.parse(text))?["facts"]?["tel_events"] == 200
         })
-        let (status, _, html) = try httpGet(port: port, path: "/dashboard/?token=\(token)")
+        let (status, _, html) = try httpGet(port: port, path: "/dashboard/", headers: ["Authorization": "Bearer \(token)"])
         #expect(status == 200 && html.contains("Actions made offline"))
         #expect(!body.contains("stack-user") && !html.contains("stack-user") && !html.contains("ph-"))
     }

@@ -1,6 +1,7 @@
 import Foundation
 import QuadRuntime
 import QuadStore
+import QuadTestSupport
 import QuadWire
 import Testing
 @testable import QuadTelemetry
@@ -180,6 +181,66 @@ struct IngestTests {
     }
 }
 
+@Suite("Telemetry is attributed by the token")
+struct AttributionTests {
+    @Test(arguments: stores)
+    func aUserInTheBodyIsNeverTheAttribution(postgres: Bool) throws {
+        let (h, db) = try telemetry(postgres: postgres)
+        // A student claims another user's id in the body, and a guest does too.
+        let claimed: JSON = "u-victim-0001"
+        let mine = try h.call("telemetry.ingest", ["events": [event(1, user: claimed), event(2, user: claimed)]], user: "u-student-7", role: "student")
+        #expect(mine["accepted"] == 2)
+        let anon = try h.call("telemetry.ingest", ["events": [event(3, user: claimed)]])
+        #expect(anon["accepted"] == 1)
+        // Without a user field at all: still accepted (the field is optional now).
+        var bare = event(4).object!
+        bare["user"] = nil
+        #expect(try h.call("telemetry.ingest", ["events": [.object(bare)]], user: "u-student-7", role: "student")["accepted"] == 1)
+        let rows = try db.query("SELECT id, user_id FROM events ORDER BY seq")
+        #expect(rows.map { $0.optionalString("user_id") } == ["u-student-7", "u-student-7", nil, "u-student-7"])
+        #expect(try count(db, "events") == 4)
+        #expect(try db.queryOne("SELECT COUNT(*) AS n FROM events WHERE user_id = 'u-victim-0001'")?.int("n") == 0)
+        // What analytics pulls carries the verified user only.
+        let page = try h.call("telemetry.raw.since", [:], role: "service")
+        #expect(page["events"]?.array?.map { $0["user"] ?? "missing" } == ["u-student-7", "u-student-7", .null, "u-student-7"])
+        #expect(!page.text.contains("u-victim"))
+        // The same events resent by the same student are duplicates; the
+        // claimed user changing in the body changes nothing.
+        let again = try h.call("telemetry.ingest", ["events": [event(1, user: "u-someone-else"), event(2, user: .null)]], user: "u-student-7", role: "student")
+        #expect(again == ["accepted": 0, "duplicate": 2, "conflicting": 0, "rejected": []])
+        // A body user of the wrong shape is still refused, as before.
+        let bad = try h.call("telemetry.ingest", ["events": [event(5, user: 7)]], user: "u-student-7", role: "student")
+        #expect(bad["rejected"]?.array?.first?["reason"] == "user must be a string, got number")
+    }
+}
+
+@Suite("Telemetry's reply records are pruned")
+struct PruneTests {
+    @Test(arguments: stores)
+    func replyAndConflictRecordsPastTheirRetentionAreDeletedAndEventsKept(postgres: Bool) throws {
+        let (h, db) = try telemetry(postgres: postgres)
+        for k in 0..<30 { _ = try h.call("telemetry.ingest", ["events": [event(k)]]) }
+        _ = try h.call("telemetry.ingest", ["events": [event(0, props: ["view": "cart"])]])
+        _ = try h.call("telemetry.stats", role: "service")
+        #expect(try count(db, "idempotency") == 31)
+        #expect(try count(db, "event_conflicts") == 1)
+        // Another service's record (if one shared the store) is not touched.
+        try db.execute("INSERT INTO idempotency (id, type, reply, created_ms) VALUES ('other', 'orders.place', '{}', 0)")
+        let now = Int64(Clock.nowMillis())
+        // Nothing is old enough yet.
+        #expect(try Telemetry.prune(db, replyRetentionMs: 60_000, conflictRetentionMs: 60_000, now: now) == (replies: 0, conflicts: 0))
+        // Records made before the cut go; the events stay.
+        try db.execute("UPDATE idempotency SET created_ms = created_ms - 120000 WHERE id IN (SELECT id FROM idempotency WHERE type = 'telemetry.ingest' ORDER BY id LIMIT 20)")
+        #expect(try Telemetry.prune(db, replyRetentionMs: 60_000, conflictRetentionMs: 60_000, now: now) == (20, 0))
+        #expect(try Telemetry.prune(db, replyRetentionMs: 0, conflictRetentionMs: 0, now: now + 1) == (11, 1))
+        #expect(try count(db, "idempotency") == 1)
+        #expect(try count(db, "event_conflicts") == 0)
+        #expect(try count(db, "events") == 30)
+        // A resend of a batch whose record was pruned stores nothing twice.
+        #expect(try h.call("telemetry.ingest", ["events": [event(3)]]) == ["accepted": 0, "duplicate": 1, "conflicting": 0, "rejected": []])
+    }
+}
+
 @Suite("Telemetry event rules")
 struct EventRuleTests {
     /// The same files Tests/e2e/test_telemetry_schemas.py checks with jsonschema.
@@ -197,7 +258,7 @@ struct EventRuleTests {
         // its id is in lower case: the two must be the same text.
         for f in files {
             let e = try JSON.parse(Array(try Data(contentsOf: examples.appendingPathComponent(f))))
-            #expect(String(decoding: e.encoded(), as: UTF8.self) == (try PhoneEvent(e)).canonical, "\(f)")
+            #expect(String(decoding: e.encoded(), as: UTF8.self) == (try PhoneEvent(e)).attributed(to: e["user"]?.string).canonical, "\(f)")
         }
         let withDoubles = try JSON.parse(#"{"id":"019ad9a2-0000-7000-8000-000000000001","phone":"p","user":null,"session":"s","name":"offline.ended","ts":1.7645832e12,"offline":true,"queued_ms":5.0,"props":{"duration_ms":3000.0}}"#)
         #expect(String(decoding: withDoubles.encoded(), as: UTF8.self) == (try PhoneEvent(withDoubles)).canonical)
@@ -224,5 +285,41 @@ struct EventRuleTests {
                 }
             }
         }
+    }
+}
+
+@Suite("Telemetry's reply records under load, as processes", .serialized)
+struct PruneUnderLoadTests {
+    @Test func theReplyRecordTableStopsGrowingUnderASteadyLoad() throws {
+        let stack = try TestStack(name: "prune")
+        try stack.startBroker()
+        try stack.startWorker("quad-telemetry", instance: "telemetry/1", extra: ["--reply-retention-ms", "300", "--prune-every-ms", "100"])
+        #expect(try stack.waitForWorkers("telemetry", count: 1))
+        let phone = try stack.client(source: "edge/load")
+        let db = try SQLiteDatabase(path: stack.dir + "/telemetry.db")
+        var samples: [Int64] = []
+        var sent = 0
+        let started = Clock.monotonicMillis()
+        var nextSample = started + 250
+        // A steady load for 6 s: a batch of one new event per request.
+        while Clock.monotonicMillis() - started < 6000 {
+            _ = try phone.request("telemetry.ingest", ["events": [event(sent)]], timeoutMs: 2000, attempts: 5)
+            sent += 1
+            if Clock.monotonicMillis() >= nextSample {
+                samples.append(try count(db, "idempotency"))
+                nextSample += 250
+            }
+        }
+        let final = try count(db, "idempotency")
+        Log.info("test", "prune: \(sent) batches in 6 s, reply records sampled \(samples), \(final) at the end")
+        #expect(sent >= 200, "too little load to tell: \(sent) batches")
+        // Every event is kept; the replies are not.
+        #expect(try count(db, "events") == Int64(sent))
+        #expect(final <= Int64(sent / 4), "\(final) reply records kept of \(sent)")
+        // Flat, not growing: the second half never holds much more than the first.
+        let half = samples.count / 2
+        let early = samples[..<half].max() ?? 0, late = samples[half...].max() ?? 0
+        #expect(late <= early * 2 + 50, "early \(early), late \(late): \(samples)")
+        #expect(stack.log("telemetry/1").contains("pruned "))
     }
 }
