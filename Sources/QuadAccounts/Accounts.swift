@@ -233,11 +233,15 @@ public enum Accounts: ServiceDomain {
             let refused = QuadError.unauthorized("wrong email or password")
             guard rawEmail.utf8.count <= maxEmailLength, password.unicodeScalars.count <= maxPasswordLength else { throw refused }
             let account = rawEmail.lowercased()
-            let client = req.envelope.caller ?? "src:\(req.envelope.src ?? "")"
+            // A service signing someone in (the dashboard's sign-in page)
+            // speaks for many clients, and throttles them per address
+            // itself: a stranger must not lock every admin out through it.
+            let caller = req.envelope.caller ?? "src:\(req.envelope.src ?? "")"
+            let client: String? = caller.hasPrefix("service:") ? nil : caller
             let now = Int64(Clock.nowMillis())
             // The client first: a guesser waits on its own key before it can
             // make an account wait.
-            if let wait = clientsThrottle.wait(client, now: now) {
+            if let client, let wait = clientsThrottle.wait(client, now: now) {
                 throw throttled("this client", wait: wait, limit: "login_client_max_delay_ms")
             }
             if let wait = accountsThrottle.wait(account, now: now) {
@@ -247,7 +251,7 @@ public enum Accounts: ServiceDomain {
             let matches = try budget.spend("accounts.login") { PasswordHash.verify(password, hash: row?.string("password_hash") ?? settings.decoyHash) }
             guard let row, matches else {
                 let after = Int64(Clock.nowMillis())
-                clientsThrottle.fail(client, now: after)
+                if let client { clientsThrottle.fail(client, now: after) }
                 accountsThrottle.fail(account, now: after)
                 throw refused
             }

@@ -42,6 +42,7 @@ flags.option("password", "password for --as, login and register (default: QUAD_P
 flags.option("broker-key", "the broker's CURVE public key: Z85 text, @FILE, or off (default: QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE, $QUAD_HOME/keys/broker.pub)")
 flags.option("count", "with watch: stop after this many events (0: never)", default: "0")
 flags.flag("envelope", "with call: print the whole reply envelope, not only the body")
+flags.flag("internal", "speak on the broker's internal frontend (QUAD_INTERNAL, the stack's own socket: no token, no rate limit, instances and pids shown), as deploy/stack does for health and status")
 // `quadctl phone ...` has flags of its own (the phones' control socket).
 if CommandLine.arguments.dropFirst().first == "phone" { PhoneCommand.run(Array(CommandLine.arguments.dropFirst(2))) }
 flags.parse(allowPositional: true)
@@ -74,6 +75,9 @@ let brokerKey: [UInt8]? = {
 /// --as (after logging in) or of --token / QUAD_TOKEN.
 @MainActor func client(signedIn: Bool = true) -> Client {
     do {
+        if flags.bool("internal") {
+            return try Client(endpoint: defaults.internal, source: "quadctl/\(NSUserName())", isInternal: true)
+        }
         let c = try Client(endpoint: flags["frontend"]!, source: "quadctl/\(NSUserName())", serverKey: brokerKey)
         guard signedIn else { return c }
         if let email = flags["as"] {
