@@ -23,7 +23,7 @@ struct Body {
     func string(_ key: String, max: Int = 64) throws(QuadError) -> String? {
         guard let v = present(key) else { return nil }
         guard let s = v.string else { throw .badRequest("body.\(key) must be a string, got \(v.typeName)") }
-        guard !s.isEmpty, s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters (Unicode scalars)") }
+        guard !s.isEmpty, s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
         return s
     }
 
@@ -35,7 +35,7 @@ struct Body {
     func text(_ key: String, max: Int) throws(QuadError) -> String? {
         guard let v = present(key) else { return nil }
         guard let s = v.string else { throw .badRequest("body.\(key) must be a string, got \(v.typeName)") }
-        guard s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) is longer than \(max) characters (Unicode scalars)") }
+        guard s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) is longer than \(max) characters") }
         return s
     }
 
