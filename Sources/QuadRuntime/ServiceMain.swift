@@ -39,17 +39,21 @@ public enum ServiceMain {
         flags.option("internal", "broker endpoint for requests to other services", default: defaults.internal)
         flags.option("heartbeat-ms", "heartbeat interval with the broker", default: String(WorkerProtocol.heartbeatMs))
         flags.option("max-message-bytes", "largest envelope accepted", default: String(Envelope.defaultMaxBytes))
+        // The runtime's retention settings, on every service; a service
+        // that declares one of these names itself (telemetry's
+        // prune-every-ms) keeps its own help and default.
         let keep = Retention.defaults
-        flags.option("idempotency-retention-ms", "how long a mutation's reply is kept for repeats of its id (QUAD_IDEMPOTENCY_RETENTION_MS)",
-                     default: env["QUAD_IDEMPOTENCY_RETENTION_MS"] ?? String(keep.idempotencyMs))
-        flags.option("outbox-retention-ms", "how long a published event is kept for events.since (QUAD_OUTBOX_RETENTION_MS)",
-                     default: env["QUAD_OUTBOX_RETENTION_MS"] ?? String(keep.outboxMs))
-        flags.option("outbox-max-rows", "most events kept for events.since, the newest (QUAD_OUTBOX_MAX_ROWS)",
-                     default: env["QUAD_OUTBOX_MAX_ROWS"] ?? String(keep.outboxMaxRows))
-        flags.option("prune-every-ms", "how often old idempotency records and events are deleted (QUAD_PRUNE_EVERY_MS)",
-                     default: env["QUAD_PRUNE_EVERY_MS"] ?? String(keep.everyMs))
-        flags.option("prune-batch", "rows deleted per pruning transaction (QUAD_PRUNE_BATCH)",
-                     default: env["QUAD_PRUNE_BATCH"] ?? String(keep.batch))
+        let retentionOptions: [(String, String, String)] = [
+            ("idempotency-retention-ms", "how long a mutation's reply is kept for repeats of its id (idempotency_retention_ms)", String(keep.idempotencyMs)),
+            ("outbox-retention-ms", "how long a published event is kept for events.since (outbox_retention_ms)", String(keep.outboxMs)),
+            ("outbox-max-rows", "most events kept for events.since, the newest (outbox_max_rows)", String(keep.outboxMaxRows)),
+            ("prune-every-ms", "how often old idempotency records and events are deleted (prune_every_ms)", String(keep.everyMs)),
+            ("prune-batch", "rows deleted per pruning transaction (prune_batch)", String(keep.batch)),
+        ]
+        for (name, help, d) in retentionOptions where !D.options.contains(where: { $0.0 == name }) {
+            let variable = "QUAD_" + name.uppercased().replacingOccurrences(of: "-", with: "_")
+            flags.option(name, help + " [\(variable)]", default: env[variable] ?? d)
+        }
         for (name, help, d) in D.options { flags.option(name, help, default: d) }
         flags.parse(arguments)
 
