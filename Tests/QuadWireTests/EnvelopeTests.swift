@@ -138,6 +138,12 @@ struct NULStringTests {
         do { _ = try JSON.parse(bytes) } catch { #expect(error.message.contains("U+0000")) }
     }
 
+    /// The refusal still reaches its sender: the id is found for `corr`.
+    @Test func theRefusalCarriesTheIDOfTheRequest() {
+        let text = #"{"v":1,"id":"req-7","type":"orders.place","kind":"request","body":{"product":"p-0001\u0000"}}"#
+        #expect(Envelope.salvageID(Array(text.utf8)) == "req-7")
+    }
+
     @Test func otherEscapesStillDecode() throws {
         #expect(try JSON.parse(#""\u0001\u00e9\ud83d\ude00""#) == .string("\u{1}é😀"))
     }
