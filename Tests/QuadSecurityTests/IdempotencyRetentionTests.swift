@@ -22,7 +22,7 @@ struct IdempotencyRetentionTests {
         try stack.startWorker("quad-favorites", instance: "favorites/1", extra: [
             "--idempotency-retention-ms", "300", "--outbox-retention-ms", "300", "--prune-every-ms", "50", "--prune-batch", "200",
         ])
-        #expect(try stack.waitForWorkers("favorites", count: 1, timeoutMs: 30_000))
+        try #require(try stack.waitForWorkers("favorites", count: 1, timeoutMs: 30_000), "favorites did not start: \(stack.log("favorites/1").suffix(500))")
         // A service calling for a user: no accounts needed.
         let client = try stack.internalClient()
         let db = try SQLiteDatabase(path: stack.dir + "/favorites.db")
