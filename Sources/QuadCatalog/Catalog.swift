@@ -105,14 +105,14 @@ public enum Catalog: ServiceDomain {
     static func requiredString(_ body: JSON, _ key: String, max: Int) throws(QuadError) -> String {
         guard let value = body[key] else { throw .badRequest("body.\(key) is required") }
         guard let s = value.string else { throw .badRequest("body.\(key) must be a string, got \(value.typeName)") }
-        guard !s.isEmpty, s.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
+        guard !s.isEmpty, s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
         return s
     }
 
     static func optionalString(_ body: JSON, _ key: String, max: Int) throws(QuadError) -> String? {
         guard let value = body[key], !value.isNull else { return nil }
         guard let s = value.string else { throw .badRequest("body.\(key) must be a string, got \(value.typeName)") }
-        guard s.count <= max else { throw .badRequest("body.\(key) is longer than \(max) characters (max_query_length)") }
+        guard s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) is longer than \(max) characters (max_query_length)") }
         return s
     }
 

@@ -25,7 +25,23 @@ extension Catalog {
                 PRIMARY KEY (order_id, product)
             );
             """),
+        // A hold belongs to the user the order is for (issue 12): a service
+        // asking for another user under the same order id learns nothing.
+        Migration(4, "ALTER TABLE holds ADD COLUMN user_id TEXT NOT NULL DEFAULT ''"),
     ]
+
+    /// 409 unless the hold of `order` is for the user the request acts for.
+    /// Admins may act on any hold (an operator releasing stock by hand), and
+    /// so may a service acting for no user (a check of the whole system).
+    static func checkHolder(_ db: Database, _ req: Request, order: String) throws {
+        guard req.role != "admin", let user = req.user, !user.isEmpty,
+              let row = try db.queryOne("SELECT user_id FROM holds WHERE order_id = $1", .text(order)) else { return }
+        // Holds made before holders were recorded have none, and stay usable.
+        let holder = row.string("user_id")
+        if !holder.isEmpty && holder != user {
+            throw QuadError.conflict("order '\(order)' is another user's: its stock hold is not yours to see or change")
+        }
+    }
 
     /// Most lines in one hold (`max_hold_items`) and units per line (`max_hold_quantity`).
     public static let maxHoldItems = 50
@@ -35,14 +51,15 @@ extension Catalog {
         h.mutation("catalog.stock.hold") { req in
             try req.requireService()
             let order = try requiredString(req.body, "order", max: 64)
+            try checkHolder(db, req, order: order)
             if let existing = try holdState(db, order) { return existing }
             guard let list = req.body["items"]?.array, !list.isEmpty, list.count <= maxHoldItems else {
                 throw QuadError.badRequest("body.items must be a list of 1 to \(maxHoldItems) items (max_hold_items)")
             }
             var wanted: [(String, Int64)] = []
             for (k, item) in list.enumerated() {
-                guard let product = item["product"]?.string, !product.isEmpty, product.count <= 64 else {
-                    throw QuadError.badRequest("body.items[\(k)].product must be a product id")
+                guard let product = item["product"]?.string, !product.isEmpty, product.utf8.count <= 64 else {
+                    throw QuadError.badRequest("body.items[\(k)].product must be a product id of 1 to 64 bytes")
                 }
                 guard let q = item["quantity"]?.int, (1...maxHoldQuantity).contains(q) else {
                     throw QuadError.badRequest("body.items[\(k)].quantity must be an integer from 1 to \(maxHoldQuantity) (max_hold_quantity)")
@@ -65,8 +82,8 @@ extension Catalog {
                 throw QuadError.conflict("not enough stock: \(names.joined(separator: ", "))", details: ["short": .array(short)])
             }
             let now = Int64(Clock.nowMillis())
-            try db.execute("INSERT INTO holds (order_id, status, created_ms, expires_ms) VALUES ($1, 'held', $2, $3)",
-                           .text(order), .int(now), .int(now + holdTTLms))
+            try db.execute("INSERT INTO holds (order_id, status, created_ms, expires_ms, user_id) VALUES ($1, 'held', $2, $3, $4)",
+                           .text(order), .int(now), .int(now + holdTTLms), .text(req.user ?? ""))
             for (product, q) in wanted {
                 let row = try db.queryOne("SELECT price_value, category, stock FROM products WHERE id = $1", .text(product))!
                 try db.execute("INSERT INTO hold_items (order_id, product, quantity, price, category) VALUES ($1, $2, $3, $4, $5)",
@@ -79,6 +96,7 @@ extension Catalog {
         h.mutation("catalog.stock.confirm") { req in
             try req.requireService()
             let order = try requiredString(req.body, "order", max: 64)
+            try checkHolder(db, req, order: order)
             let now = Int64(Clock.nowMillis())
             if try db.execute("UPDATE holds SET status = 'confirmed' WHERE order_id = $1 AND status = 'held' AND expires_ms > $2", .text(order), .int(now)) == 0 {
                 try expireDue(db, order: order)
@@ -93,6 +111,7 @@ extension Catalog {
         h.mutation("catalog.stock.release") { req in
             try req.requireService()
             let order = try requiredString(req.body, "order", max: 64)
+            try checkHolder(db, req, order: order)
             guard try holdState(db, order) != nil else { throw QuadError.notFound("no stock hold for order '\(order)'") }
             try returnStock(db, order: order, from: ["held", "confirmed"], to: "released")
             return try holdState(db, order)!
@@ -101,6 +120,7 @@ extension Catalog {
         h.query("catalog.stock.get") { req in
             try req.requireService()
             let order = try requiredString(req.body, "order", max: 64)
+            try checkHolder(db, req, order: order)
             guard let state = try holdState(db, order) else { throw QuadError.notFound("no stock hold for order '\(order)'") }
             return state
         }

@@ -73,12 +73,15 @@ final class OrderSaga {
     func place(_ req: Request) throws -> JSON {
         let user = try req.requireUser()
         let id = req.id
-        if let stored = try Idempotency.storedReply(db, id: id) { return try Self.answer(stored) }
+        let owner = Self.owner(user)
+        // Someone else's id, or an id of another type, is a 409 here, before
+        // anything of its order is read.
+        if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return try Self.answer(stored) }
         let start: Start
         do {
             let plan = try PlacePlan(req)
             start = try db.transaction { () throws -> Start in
-                if let stored = try Idempotency.storedReply(db, id: id) { return .answered(stored) }
+                if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return .answered(stored) }
                 if let existing = try OrderRecord.load(db, id) {
                     guard existing.user == user else { return .foreign }
                     return try claim(id) ? .drive : .busy
@@ -95,7 +98,7 @@ final class OrderSaga {
             }
         } catch let error as QuadError where error.status < 500 {
             // A refusal is the answer to this id, as for any mutation.
-            throw try remember(id, Envelope.request("orders.place", id: id).error(error, src: source)).quadError ?? error
+            throw try remember(id, Envelope.request("orders.place", id: id).error(error, src: source), owner: owner).quadError ?? error
         }
         switch start {
         case .answered(let stored):
@@ -107,7 +110,7 @@ final class OrderSaga {
             // attempt): wait a while for its outcome rather than answer nothing.
             let until = Clock.monotonicMillis() + settings.callTimeoutMs * Int64(settings.callAttempts)
             while Clock.monotonicMillis() < until {
-                if let stored = try Idempotency.storedReply(db, id: id) { return try Self.answer(stored) }
+                if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return try Self.answer(stored) }
                 usleep(20_000)
             }
             throw QuadError.unavailable("order '\(id)' is being placed by another worker: retry with the same id for its outcome")
@@ -125,12 +128,17 @@ final class OrderSaga {
         return e.body
     }
 
-    /// Stores `reply` as the answer to `id` unless one is stored; returns the one kept.
+    /// The owner of the records of `user`'s orders: the same whether the
+    /// user's request or the recovery of another worker writes them.
+    static func owner(_ user: String) -> String { Idempotency.owner(user: user, role: nil, caller: nil) }
+
+    /// Stores `reply` as `owner`'s answer to `id` unless one is stored;
+    /// returns the one kept (a 409 when the id is someone else's).
     @discardableResult
-    func remember(_ id: String, _ reply: Envelope) throws -> Envelope {
+    func remember(_ id: String, _ reply: Envelope, owner: String) throws -> Envelope {
         try db.transaction {
-            if let earlier = try Idempotency.storedReply(db, id: id) { return earlier }
-            try Idempotency.store(db, id: id, type: reply.type, reply: reply)
+            if let earlier = try Idempotency.claim(db, id: id, type: reply.type, owner: owner) { return earlier }
+            try Idempotency.store(db, id: id, type: reply.type, owner: owner, reply: reply)
             return reply
         }
     }
@@ -161,6 +169,19 @@ final class OrderSaga {
             case .success(let hold):
                 switch hold["status"]?.string {
                 case "held", "confirmed":
+                    // Every line must come back priced: a line the hold did
+                    // not price is refused, never sold at 0. What the hold
+                    // took goes back first.
+                    let unpriced = Self.unpriced(order.items, hold)
+                    if !unpriced.isEmpty {
+                        guard let released = try ask("catalog.stock.release", ["order": .string(id)], order: order) else { return nil }
+                        if case .failure(let refusal) = released, refusal.status != 404 {
+                            Log.error(source, "order \(id): release refused: \(refusal)")
+                        }
+                        let names = unpriced.map { "'\($0)'" }.joined(separator: ", ")
+                        return try reject(order, .conflict("the catalog's stock hold for order '\(id)' did not price \(names): the order is refused and nothing is held",
+                                                           details: ["unpriced": .array(unpriced.map { .string($0) })]))
+                    }
                     order = try recordHeld(order, hold)
                 case let status:
                     return try reject(order, .conflict("the stock hold for order '\(id)' has \(status == "expired" ? "expired" : "been released")"))
@@ -203,13 +224,26 @@ final class OrderSaga {
         return nil
     }
 
+    /// The products of `items` that the hold did not price: missing from
+    /// it, or with no price, or one that is not a finite amount of at least 0.
+    static func unpriced(_ items: [OrderItem], _ hold: JSON) -> [String] {
+        let fromCatalog = (hold["items"]?.array ?? []).compactMap(OrderItem.init)
+        return items.map(\.product).filter { product in
+            guard let price = fromCatalog.first(where: { $0.product == product })?.price else { return true }
+            return !price.isFinite || price < 0 || price > 1e12
+        }
+    }
+
     /// The catalog holds the stock: price the order at the prices it holds
-    /// at, publish `orders.placed`.
+    /// at, publish `orders.placed`. Every line is priced (``unpriced(_:_:)``
+    /// was empty).
     func recordHeld(_ order: OrderRecord, _ hold: JSON) throws -> OrderRecord {
         var priced: [OrderItem] = []
         let fromCatalog = (hold["items"]?.array ?? []).compactMap(OrderItem.init)
         for asked in order.items {
-            var item = fromCatalog.first { $0.product == asked.product } ?? asked
+            guard var item = fromCatalog.first(where: { $0.product == asked.product }), item.price != nil else {
+                throw QuadError.internal("order '\(order.id)': product '\(asked.product)' has no price in the catalog's hold")
+            }
             item.quantity = asked.quantity
             let category = item.category ?? "Others"
             item.category = category
@@ -262,7 +296,7 @@ final class OrderSaga {
                 details["order"] = .string(order.id)
                 var answer = refusal
                 answer.details = .object(details)
-                return try remember(order.id, Envelope.request("orders.place", id: order.id).error(answer, src: source))
+                return try remember(order.id, Envelope.request("orders.place", id: order.id).error(answer, src: source), owner: Self.owner(order.user))
             }
             return try finalAnswer(current)
         }
@@ -281,13 +315,14 @@ final class OrderSaga {
     /// The stored answer of a finished order; built from the order if none is
     /// stored (an order finished by a worker that died before storing it).
     func finalAnswer(_ order: OrderRecord) throws -> Envelope? {
-        if let stored = try Idempotency.storedReply(db, id: order.id) { return stored }
+        let owner = Self.owner(order.user)
+        if let stored = try Idempotency.claim(db, id: order.id, type: "orders.place", owner: owner) { return stored }
         let request = Envelope.request("orders.place", id: order.id)
         switch order.status {
         case "confirmed", "cancelled":
-            return try remember(order.id, request.reply(order.json, src: source))
+            return try remember(order.id, request.reply(order.json, src: source), owner: owner)
         case "rejected":
-            return try remember(order.id, request.error(.conflict(order.reason ?? "rejected", details: ["order": .string(order.id)]), src: source))
+            return try remember(order.id, request.error(.conflict(order.reason ?? "rejected", details: ["order": .string(order.id)]), src: source), owner: owner)
         default:
             return nil
         }
@@ -301,13 +336,15 @@ final class OrderSaga {
     /// catalog does not answer, again by the recovery until it does.
     func cancel(_ req: Request) throws -> JSON {
         let user = try req.requireUser()
-        if let stored = try Idempotency.storedReply(db, id: req.id) { return try Self.answer(stored) }
+        let owner = Self.owner(user)
+        let type = req.envelope.type
+        if let stored = try Idempotency.claim(db, id: req.id, type: type, owner: owner) { return try Self.answer(stored) }
         let reply: Envelope
         let id: String
         do {
             id = try Fields(req, allowed: ["order"]).string("order")
             reply = try db.transaction {
-                if let stored = try Idempotency.storedReply(db, id: req.id) { return stored }
+                if let stored = try Idempotency.claim(db, id: req.id, type: type, owner: owner) { return stored }
                 guard let order = try OrderRecord.load(db, id), order.user == user else { throw QuadError.notFound("you have no order '\(id)'") }
                 switch order.status {
                 case "confirmed":
@@ -318,7 +355,7 @@ final class OrderSaga {
                         """, .text(id), .int(now), .int(now + settings.leaseMs))
                     try Outbox.append(db, type: "orders.cancelled", body: ["order": .string(id), "user": .string(user)])
                     let answer = req.envelope.reply(try OrderRecord.load(db, id)!.json, src: source)
-                    try Idempotency.store(db, id: req.id, type: req.envelope.type, reply: answer)
+                    try Idempotency.store(db, id: req.id, type: type, owner: owner, reply: answer)
                     return answer
                 case "cancelled":
                     throw QuadError.conflict("order '\(id)' is already cancelled")
@@ -329,7 +366,7 @@ final class OrderSaga {
                 }
             }
         } catch let error as QuadError where error.status < 500 {
-            throw try remember(req.id, req.envelope.error(error, src: source)).quadError ?? error
+            throw try remember(req.id, req.envelope.error(error, src: source), owner: owner).quadError ?? error
         }
         if reply.kind == .reply { try release(id) }
         return try Self.answer(reply)
@@ -425,7 +462,7 @@ struct PlacePlan {
     /// A return date is a real calendar day after today (UTC), at most `maxRentDays` ahead.
     static func checkReturnDate(_ date: String, today: Date) throws(QuadError) {
         let days = dayFormatter()
-        guard date.count == 10, let day = days.date(from: date), days.string(from: day) == date else {
+        guard date.utf8.count == 10, let day = days.date(from: date), days.string(from: day) == date else {
             throw .badRequest("body.return_date must be an ISO date YYYY-MM-DD, got '\(date)'")
         }
         let first = days.string(from: today.addingTimeInterval(86_400))

@@ -23,7 +23,7 @@ struct Body {
     func string(_ key: String, max: Int = 64) throws(QuadError) -> String? {
         guard let v = present(key) else { return nil }
         guard let s = v.string else { throw .badRequest("body.\(key) must be a string, got \(v.typeName)") }
-        guard !s.isEmpty, s.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
+        guard !s.isEmpty, s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
         return s
     }
 
@@ -35,7 +35,7 @@ struct Body {
     func text(_ key: String, max: Int) throws(QuadError) -> String? {
         guard let v = present(key) else { return nil }
         guard let s = v.string else { throw .badRequest("body.\(key) must be a string, got \(v.typeName)") }
-        guard s.count <= max else { throw .badRequest("body.\(key) is longer than \(max) characters") }
+        guard s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) is longer than \(max) characters") }
         return s
     }
 
@@ -69,13 +69,16 @@ struct Body {
     /// it has no offset), or `HH:MM` for that time today on campus.
     func time(_ key: String, clock: CampusTime, now: Int64) throws(QuadError) -> Int64? {
         guard let v = present(key) else { return nil }
+        if let s = v.string, s.utf8.count > 64 {
+            throw .badRequest("body.\(key) is longer than 64 bytes: a date-time is epoch milliseconds, ISO 8601 or HH:MM")
+        }
         if let ms = v.int {
             guard (0...4_102_444_800_000).contains(ms) else { throw .badRequest("body.\(key) must be epoch milliseconds before the year 2100") }
             return ms
         }
         guard let s = v.string else { throw .badRequest("body.\(key) must be epoch milliseconds or a date-time string, got \(v.typeName)") }
         guard let ms = Body.parseTime(s, clock: clock, now: now) else {
-            throw .badRequest("body.\(key) must be epoch milliseconds, an ISO 8601 date-time (2025-03-03T08:30:00-05:00) or HH:MM, got '\(s.prefix(40))'")
+            throw .badRequest("body.\(key) must be epoch milliseconds, an ISO 8601 date-time (2025-03-03T08:30:00-05:00) or HH:MM, got '\(String(String.UnicodeScalarView(s.unicodeScalars.prefix(40))))'")
         }
         return ms
     }

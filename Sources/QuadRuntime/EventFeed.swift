@@ -22,6 +22,10 @@ public final class EventFeed {
     /// The catch-up request in flight per source: its id and when it expires.
     var inFlight: [String: (id: String, expires: Int64)] = [:]
     public private(set) var applied: Int64 = 0
+    /// Events a source pruned before this feed applied them (its cursor
+    /// was older than the source's `outbox_retention_ms`): lost to this
+    /// subscriber, counted and logged, never waited for.
+    public private(set) var missed: Int64 = 0
     /// Page size of a catch-up request, and how long to wait for one.
     static let page: Int64 = 500
     static let catchUpTimeoutMs: Int64 = 3000
@@ -105,8 +109,21 @@ public final class EventFeed {
             }
             do {
                 let events = try (reply.body["events"]?.array ?? []).map { try Envelope.decode($0) }
+                let oldest = reply.body["oldest"]?.int
                 try db.transaction {
                     var last = try cursor(src)
+                    // The source no longer keeps what follows our cursor: say
+                    // so, and go on from what it keeps, or a feed that was
+                    // away too long would ask for the same gap for ever.
+                    if let oldest, oldest > last + 1 {
+                        missed += oldest - last - 1
+                        Log.error(name, "events \(last + 1)...\(oldest - 1) of \(src) were pruned before this worker applied them (outbox_retention_ms of \(src)): going on from \(oldest)")
+                        try db.execute("""
+                            INSERT INTO event_cursors (source, seq) VALUES ($1, $2)
+                            ON CONFLICT (source) DO UPDATE SET seq = excluded.seq
+                            """, .text(src), .int(oldest - 1))
+                        last = oldest - 1
+                    }
                     for e in events {
                         guard let seq = e.seq, seq > last else { continue }
                         try record(e, src: src, seq: seq)

@@ -23,8 +23,8 @@ enum Faults {
     #endif
 
     /// The broken build's record: keeps the first reply instead of failing on the repeated id.
-    static func storeSkippingCheck(_ db: Database, id: String, type: String, reply: Envelope) throws {
-        try db.execute("INSERT INTO idempotency (id, type, reply, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING",
-                       .text(id), .text(type), .text(String(decoding: reply.encoded(), as: UTF8.self)), .int(Int64(Clock.nowMillis())))
+    static func storeSkippingCheck(_ db: Database, id: String, type: String, owner: String, reply: Envelope) throws {
+        try db.execute("INSERT INTO idempotency (id, type, owner, reply, created_ms) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
+                       .text(id), .text(type), .text(owner), .text(String(decoding: reply.encoded(), as: UTF8.self)), .int(Int64(Clock.nowMillis())))
     }
 }

@@ -16,17 +16,20 @@ public struct Fields {
         values = f
     }
 
+    /// Lengths count Unicode scalars, never grapheme clusters
+    /// (`String.count`): one letter followed by a megabyte of combining
+    /// marks is one cluster, and would pass any limit.
     public func string(_ key: String, max: Int = 64) throws(QuadError) -> String {
         guard let value = values[key], !value.isNull else { throw .badRequest("body.\(key) is required") }
         guard let s = value.string else { throw .badRequest("body.\(key) must be a string, got \(value.typeName)") }
-        guard !s.isEmpty, s.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
+        guard !s.isEmpty, s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
         return s
     }
 
     public func optionalString(_ key: String, max: Int = 64) throws(QuadError) -> String? {
         guard let value = values[key], !value.isNull else { return nil }
         guard let s = value.string else { throw .badRequest("body.\(key) must be a string, got \(value.typeName)") }
-        guard !s.isEmpty, s.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
+        guard !s.isEmpty, s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
         return s
     }
 

@@ -77,11 +77,21 @@ public final class Handlers {
                 guard (1...Int64(Handlers.maxEventsPage)).contains(limit) else {
                     throw QuadError.badRequest("body.limit must be between 1 and \(Handlers.maxEventsPage) (max_events_page)")
                 }
-                let events = try Outbox.since(db, after: after, limit: Int(limit))
-                return [
-                    "events": .array(events.map { $0.envelope(src: self.service).json }),
-                    "last": .int(try Outbox.lastSeq(db)),
-                ]
+                // Read in one transaction, so `oldest` and the events agree
+                // while the pruning runs on another worker.
+                return try db.transaction(immediate: false) { () throws -> JSON in
+                    let events = try Outbox.since(db, after: after, limit: Int(limit))
+                    let oldest = try Outbox.oldestSeq(db)
+                    var reply: [String: JSON] = [
+                        "events": .array(events.map { $0.envelope(src: self.service).json }),
+                        "last": .int(try Outbox.lastSeq(db)),
+                        "oldest": .int(oldest),
+                    ]
+                    // Events after `after` that were pruned: the subscriber
+                    // cannot have them any more and must know it.
+                    if after + 1 < oldest { reply["missed"] = .int(oldest - after - 1) }
+                    return .object(reply)
+                }
             }
         }
     }
@@ -130,14 +140,22 @@ public final class Handlers {
         guard let db else {
             do { return envelope.reply(try handler(request), src: src) } catch { return envelope.error(Handlers.quadError(error), src: src) }
         }
+        // The record of this id is bound to who sent it and to its type:
+        // `claim` answers the stored reply only to that owner, and a 409
+        // that says nothing of it to anyone else. The handler's own checks
+        // (a signed-in user, ownership) run on every first attempt; a
+        // repeat gets the reply only when it comes from the same owner,
+        // who passed them.
+        let owner = Idempotency.owner(of: envelope)
         do {
             let reply = try db.transaction {
-                if !Faults.skipIdempotency, let stored = try Idempotency.storedReply(db, id: envelope.id) { return stored }
+                if !Faults.skipIdempotency,
+                   let stored = try Idempotency.claim(db, id: envelope.id, type: envelope.type, owner: owner) { return stored }
                 let reply = envelope.reply(try handler(request), src: src)
                 if Faults.skipIdempotency {
-                    try Faults.storeSkippingCheck(db, id: envelope.id, type: envelope.type, reply: reply)
+                    try Faults.storeSkippingCheck(db, id: envelope.id, type: envelope.type, owner: owner, reply: reply)
                 } else {
-                    try Idempotency.store(db, id: envelope.id, type: envelope.type, reply: reply)
+                    try Idempotency.store(db, id: envelope.id, type: envelope.type, owner: owner, reply: reply)
                 }
                 return reply
             }
@@ -147,19 +165,29 @@ public final class Handlers {
             // The same id may have run on another worker at the same time
             // (a client's retry and the broker's redelivery): its stored
             // reply is the answer, and this attempt's failure is not.
-            if let stored = try? Idempotency.storedReply(db, id: envelope.id) { return stored }
+            // Someone else's record is a 409, whichever attempt saw it.
+            do {
+                if let stored = try Idempotency.claim(db, id: envelope.id, type: envelope.type, owner: owner) { return stored }
+            } catch let taken as QuadError {
+                return envelope.error(taken, src: src)
+            } catch {}
             let quadError = Handlers.quadError(error)
             let reply = envelope.error(quadError, src: src)
             // A refusal (4xx) is the request's answer too: a retry of the
             // same id gets the same refusal. Failures (5xx) are not kept, so
-            // a retry runs again.
-            if quadError.status < 500 {
-                let stored = try? db.transaction { () throws -> Envelope? in
-                    if let earlier = try Idempotency.storedReply(db, id: envelope.id) { return earlier }
-                    try Idempotency.store(db, id: envelope.id, type: envelope.type, reply: reply)
-                    return nil
-                }
-                if let earlier = stored { return earlier }
+            // a retry runs again; nor is a 401, so an anonymous stranger
+            // cannot fill the store with records of requests that did nothing.
+            if quadError.status < 500 && quadError.status != 401 {
+                do {
+                    let earlier = try db.transaction { () throws -> Envelope? in
+                        if let earlier = try Idempotency.claim(db, id: envelope.id, type: envelope.type, owner: owner) { return earlier }
+                        try Idempotency.store(db, id: envelope.id, type: envelope.type, owner: owner, reply: reply)
+                        return nil
+                    }
+                    if let earlier { return earlier }
+                } catch let taken as QuadError {
+                    return envelope.error(taken, src: src)
+                } catch {}
             }
             return reply
         }

@@ -39,6 +39,21 @@ public enum ServiceMain {
         flags.option("internal", "broker endpoint for requests to other services", default: defaults.internal)
         flags.option("heartbeat-ms", "heartbeat interval with the broker", default: String(WorkerProtocol.heartbeatMs))
         flags.option("max-message-bytes", "largest envelope accepted", default: String(Envelope.defaultMaxBytes))
+        // The runtime's retention settings, on every service; a service
+        // that declares one of these names itself (telemetry's
+        // prune-every-ms) keeps its own help and default.
+        let keep = Retention.defaults
+        let retentionOptions: [(String, String, String)] = [
+            ("idempotency-retention-ms", "how long a mutation's reply is kept for repeats of its id (idempotency_retention_ms)", String(keep.idempotencyMs)),
+            ("outbox-retention-ms", "how long a published event is kept for events.since (outbox_retention_ms)", String(keep.outboxMs)),
+            ("outbox-max-rows", "most events kept for events.since, the newest (outbox_max_rows)", String(keep.outboxMaxRows)),
+            ("prune-every-ms", "how often old idempotency records and events are deleted (prune_every_ms)", String(keep.everyMs)),
+            ("prune-batch", "rows deleted per pruning transaction (prune_batch)", String(keep.batch)),
+        ]
+        for (name, help, d) in retentionOptions where !D.options.contains(where: { $0.0 == name }) {
+            let variable = "QUAD_" + name.uppercased().replacingOccurrences(of: "-", with: "_")
+            flags.option(name, help + " [\(variable)]", default: env[variable] ?? d)
+        }
         for (name, help, d) in D.options { flags.option(name, help, default: d) }
         flags.parse(arguments)
 
@@ -49,6 +64,17 @@ public enum ServiceMain {
         let maxBytes = flags.int("max-message-bytes")
         guard heartbeat >= 10 else { Flags.usageError("--heartbeat-ms must be at least 10", usage: flags.usage) }
         guard maxBytes >= 1024 else { Flags.usageError("--max-message-bytes must be at least 1024", usage: flags.usage) }
+        var retention = Retention.defaults
+        retention.idempotencyMs = Int64(flags.int("idempotency-retention-ms"))
+        retention.outboxMs = Int64(flags.int("outbox-retention-ms"))
+        retention.outboxMaxRows = Int64(flags.int("outbox-max-rows"))
+        retention.everyMs = Int64(flags.int("prune-every-ms"))
+        retention.batch = flags.int("prune-batch")
+        guard retention.idempotencyMs >= 1 else { Flags.usageError("--idempotency-retention-ms must be at least 1", usage: flags.usage) }
+        guard retention.outboxMs >= 1 else { Flags.usageError("--outbox-retention-ms must be at least 1", usage: flags.usage) }
+        guard retention.outboxMaxRows >= 1 else { Flags.usageError("--outbox-max-rows must be at least 1", usage: flags.usage) }
+        guard retention.everyMs >= 10 else { Flags.usageError("--prune-every-ms must be at least 10", usage: flags.usage) }
+        guard (1...100_000).contains(retention.batch) else { Flags.usageError("--prune-batch must be from 1 to 100000", usage: flags.usage) }
         do {
             if let keys = try InternalCurve.fromEnvironment() {
                 Log.info(instance, "internal sockets: CURVE with the services' key \(Curve.encode(keys.publicKey) ?? "?") (QUAD_SERVICE_KEY_FILE)")
@@ -63,6 +89,7 @@ public enum ServiceMain {
             let handlers = Handlers(service: D.name, instance: instance, db: db)
             let worker = try Worker(handlers: handlers, endpoints: endpoints, heartbeatMs: Int64(heartbeat))
             worker.maxMessageBytes = maxBytes
+            worker.retention = retention
             try D.install(on: worker, db: db, options: flags.values)
             Log.info(instance, "store \(location.contains("://") ? "postgres" : location)")
             exit(worker.run())

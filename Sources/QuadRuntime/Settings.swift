@@ -41,6 +41,31 @@ public struct Endpoints: Sendable {
     }
 }
 
+/// How long a service keeps what only guards against repeats and lets
+/// subscribers catch up. Both tables would otherwise grow with every
+/// mutation for ever; a worker prunes them on its loop, in small batches,
+/// each its own short transaction.
+public struct Retention: Sendable, Equatable {
+    /// Idempotency records older than this are deleted (`idempotency_retention_ms`):
+    /// a request repeated later than this runs again.
+    public var idempotencyMs: Int64 = 86_400_000
+    /// Published events older than this are deleted (`outbox_retention_ms`):
+    /// the catch-up window of `events.since`.
+    public var outboxMs: Int64 = 86_400_000
+    /// At most this many events are kept (`outbox_max_rows`), the newest;
+    /// never one not yet published.
+    public var outboxMaxRows: Int64 = 1_000_000
+    /// How often a worker prunes (`prune_every_ms`), and rows per
+    /// transaction (`prune_batch`). A full batch prunes again on the loop's
+    /// next turn, so pruning keeps up with any steady load.
+    public var everyMs: Int64 = 10_000
+    public var batch: Int = 500
+
+    public init() {}
+
+    public static let defaults = Retention()
+}
+
 /// A small command-line parser: `--name value`, `--name=value` and boolean
 /// `--flag`. Unknown flags are usage errors (exit 64).
 public struct Flags {

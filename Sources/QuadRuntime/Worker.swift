@@ -28,6 +28,11 @@ public final class Worker {
     static let relayPages = 10
     /// A relay is due on the loop's next turn (a backlog is going out).
     var relayAgain = false
+    /// What the store keeps, and how the worker prunes the rest.
+    public var retention = Retention.defaults
+    var pruneAgain = false
+    /// Rows pruned since start (idempotency records, events).
+    public private(set) var pruned: (records: Int, events: Int) = (0, 0)
 
     public lazy var services: Client = {
         // Creating a DEALER only fails when the context is gone.
@@ -103,6 +108,30 @@ public final class Worker {
         }
     }
 
+    /// Deletes one batch of idempotency records past `idempotency_retention_ms`
+    /// and one of published events past `outbox_retention_ms` (or beyond
+    /// `outbox_max_rows`), each in its own short transaction; a full batch
+    /// runs again on the loop's next turn, so requests are served in between.
+    public func prune() {
+        guard let db = handlers.db else { return }
+        let now = Int64(Clock.nowMillis())
+        do {
+            let records = try Idempotency.prune(db, before: now - retention.idempotencyMs, limit: retention.batch)
+            let events = try Outbox.prune(db, before: now - retention.outboxMs, maxRows: retention.outboxMaxRows, limit: retention.batch)
+            pruned.records += records
+            pruned.events += events
+            if (records == retention.batch || events == retention.batch) && !pruneAgain {
+                pruneAgain = true
+                timers.after(0) { [unowned self] in
+                    self.pruneAgain = false
+                    self.prune()
+                }
+            }
+        } catch {
+            Log.error(handlers.instance, "pruning: \(error)")
+        }
+    }
+
     /// Runs until SIGTERM or SIGINT; returns the exit code.
     public func run() -> Int32 {
         Shutdown.install()
@@ -120,6 +149,7 @@ public final class Worker {
             }
         }
         timers.every(100) { [unowned self] in self.relayOutbox() }
+        if handlers.db != nil { timers.every(retention.everyMs) { [unowned self] in self.prune() } }
 
         while !Shutdown.isRequested {
             var poller = Poller()

@@ -23,22 +23,76 @@ public enum ServiceTables {
             CREATE TABLE outbox_seq (one INTEGER PRIMARY KEY CHECK (one = 1), seq BIGINT NOT NULL);
             INSERT INTO outbox_seq (one, seq) VALUES (1, 0);
             """),
+        // Records belong to whoever made them (issue 12). Records written
+        // before this have no owner: nobody's, so a repeat of their id is
+        // refused rather than answered to a stranger.
+        Migration(2, """
+            ALTER TABLE idempotency ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+            CREATE INDEX idempotency_created ON idempotency (created_ms);
+            """),
     ]
 }
 
-/// Idempotency records: a mutation's id and its reply, written in the same
-/// transaction as the change, so a repeated id gets the stored reply and
-/// never a second effect.
+/// Idempotency records: a mutation's id, its type, who sent it and its
+/// reply, written in the same transaction as the change, so a repeated id
+/// gets the stored reply and never a second effect. A record belongs to its
+/// owner: the same id from anyone else, or with another type, is refused
+/// with 409 and learns nothing of the first reply.
 public enum Idempotency {
-    /// The reply stored for `id`, if this request was already applied.
-    public static func storedReply(_ db: Database, id: String) throws -> Envelope? {
-        guard let row = try db.queryOne("SELECT reply FROM idempotency WHERE id = $1", .text(id)) else { return nil }
+    /// Whom a request's record belongs to: `user:<id>` when the broker
+    /// verified a user; else the broker's `caller` header (`key:<Z85>` for
+    /// an anonymous client, `service:<src>` on the internal frontend); else
+    /// `anonymous`. A service acting for a user (role `service`) owns its
+    /// records together with that user, so neither alone can replay them.
+    public static func owner(user: String?, role: String?, caller: String?) -> String {
+        let who: String? = user.flatMap { $0.isEmpty ? nil : "user:" + $0 }
+        if role == "service" {
+            let service = caller.flatMap { $0.isEmpty ? nil : $0 } ?? "service"
+            return who.map { service + " for " + $0 } ?? service
+        }
+        return who ?? caller.flatMap { $0.isEmpty ? nil : $0 } ?? "anonymous"
+    }
+
+    public static func owner(of envelope: Envelope) -> String {
+        owner(user: envelope.user, role: envelope.role, caller: envelope.caller)
+    }
+
+    /// The 409 for an id that someone else used, or used for another type.
+    /// It says nothing of the first request beyond that the id is taken.
+    public static func taken(type: String, storedType: String) -> QuadError {
+        if storedType != type {
+            return .conflict("this request id was used for another request type: send a new id for \(type)")
+        }
+        return .conflict("this request id was used by another caller: send a new id")
+    }
+
+    /// The reply stored for `id` when `owner` sent it as `type`; nil when
+    /// the id is unused; a 409 ``QuadError`` when the record is someone
+    /// else's or of another type (the check runs before anything of the
+    /// stored reply is read).
+    public static func claim(_ db: Database, id: String, type: String, owner: String) throws -> Envelope? {
+        guard let row = try db.queryOne("SELECT type, owner, reply FROM idempotency WHERE id = $1", .text(id)) else { return nil }
+        let storedType = row.string("type")
+        guard storedType == type, row.string("owner") == owner else { throw taken(type: type, storedType: storedType) }
         return try? Envelope.decode(Array(row.string("reply").utf8), maxBytes: .max)
     }
 
-    public static func store(_ db: Database, id: String, type: String, reply: Envelope) throws {
-        try db.execute("INSERT INTO idempotency (id, type, reply, created_ms) VALUES ($1, $2, $3, $4)",
-                       .text(id), .text(type), .text(String(decoding: reply.encoded(), as: UTF8.self)), .int(Int64(Clock.nowMillis())))
+    public static func store(_ db: Database, id: String, type: String, owner: String, reply: Envelope) throws {
+        try db.execute("INSERT INTO idempotency (id, type, owner, reply, created_ms) VALUES ($1, $2, $3, $4, $5)",
+                       .text(id), .text(type), .text(owner), .text(String(decoding: reply.encoded(), as: UTF8.self)),
+                       .int(Int64(Clock.nowMillis())))
+    }
+
+    /// Deletes records older than `before` (ms since epoch), at most
+    /// `limit` in one short transaction; returns how many went.
+    @discardableResult
+    public static func prune(_ db: Database, before: Int64, limit: Int) throws -> Int {
+        try db.transaction {
+            try db.execute("""
+                DELETE FROM idempotency WHERE id IN (
+                    SELECT id FROM idempotency WHERE created_ms < $1 ORDER BY created_ms LIMIT $2)
+                """, .int(before), .int(Int64(limit)))
+        }
     }
 }
 
@@ -81,6 +135,34 @@ public enum Outbox {
     /// Events after `after`, in seq order, at most `limit`: the catch-up read.
     public static func since(_ db: Database, after: Int64, limit: Int) throws -> [StoredEvent] {
         events(try db.query("SELECT seq, id, type, ts, body FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2", .int(after), .int(Int64(limit))))
+    }
+
+    /// The lowest seq still kept, or `lastSeq + 1` when none is: a
+    /// subscriber whose cursor is below this minus one missed events that
+    /// were pruned (``prune(_:before:maxRows:limit:)``).
+    public static func oldestSeq(_ db: Database) throws -> Int64 {
+        if let row = try db.queryOne("SELECT MIN(seq) AS seq FROM outbox"), !row["seq"].isNull { return row.int("seq") }
+        return try lastSeq(db) + 1
+    }
+
+    /// Deletes published events written before `before` (ms since epoch),
+    /// and published events beyond the newest `maxRows`, oldest first, at
+    /// most `limit` in one short transaction. It reads only the first
+    /// `limit` rows by seq and stops at the first that must stay (not yet
+    /// published, or young), so it never scans the table. Returns how many went.
+    @discardableResult
+    public static func prune(_ db: Database, before: Int64, maxRows: Int64, limit: Int) throws -> Int {
+        try db.transaction {
+            let last = try lastSeq(db)
+            var upTo: Int64?
+            for row in try db.query("SELECT seq, ts, published FROM outbox ORDER BY seq LIMIT $1", .int(Int64(limit))) {
+                let seq = row.int("seq")
+                guard row.int("published") == 1, row.int("ts") < before || last - seq >= maxRows else { break }
+                upTo = seq
+            }
+            guard let upTo else { return 0 }
+            return try db.execute("DELETE FROM outbox WHERE seq <= $1 AND published = 1", .int(upTo))
+        }
     }
 
     /// The highest seq written.

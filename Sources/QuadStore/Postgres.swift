@@ -29,20 +29,51 @@ public final class PostgresDatabase: Database {
     }
 
     func run(_ sql: String, _ params: [SQLValue]) throws -> OpaquePointer {
-        let texts: [String?] = params.map { p in
+        // Text goes in libpq's text format, which ends each value at its
+        // first NUL: a string holding one would be stored cut, so it is
+        // refused here (PostgreSQL's text cannot hold U+0000 anyway).
+        // Blobs go in binary format with their length, as bytea.
+        var values: [[UInt8]?] = []
+        var lengths: [Int32] = []
+        var formats: [Int32] = []
+        var types: [UInt32] = []
+        for (n, p) in params.enumerated() {
+            var bytes: [UInt8]?
+            var format: Int32 = 0
+            var type: UInt32 = 0
             switch p {
-            case .null: return nil
-            case .int(let i): return String(i)
-            case .double(let d): return String(d)
-            case .text(let t): return t
-            case .blob(let b): return "\\x" + b.map { String(format: "%02x", $0) }.joined()
+            case .null: bytes = nil
+            case .int(let i): bytes = Array(String(i).utf8)
+            case .double(let d): bytes = Array(String(d).utf8)
+            case .text(let t):
+                bytes = Array(t.utf8)
+                if bytes!.contains(0) {
+                    throw StoreError(.other, "postgres: parameter $\(n + 1) holds U+0000 (NUL), which PostgreSQL text cannot store: refused, not cut")
+                }
+            case .blob(let b):
+                bytes = b
+                format = 1
+                type = 17  // bytea
             }
+            guard (bytes?.count ?? 0) < Int32.max else { throw StoreError(.other, "postgres: parameter $\(n + 1) is too large") }
+            if format == 0 { bytes?.append(0) }  // text format is NUL-terminated
+            values.append(bytes)
+            lengths.append(Int32(bytes?.count ?? 0))
+            formats.append(format)
+            types.append(type)
         }
-        let cStrings: [UnsafeMutablePointer<CChar>?] = texts.map { $0.map { strdup($0) } ?? nil }
-        defer { cStrings.forEach { free($0) } }
-        let result: OpaquePointer? = cStrings.withUnsafeBufferPointer { buf in
+        let buffers: [UnsafeMutablePointer<CChar>?] = values.map { bytes in
+            guard let bytes else { return nil }
+            let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(bytes.count, 1))
+            bytes.withUnsafeBufferPointer { src in
+                src.withMemoryRebound(to: CChar.self) { buffer.update(from: $0.baseAddress!, count: bytes.count) }
+            }
+            return buffer
+        }
+        defer { buffers.forEach { $0?.deallocate() } }
+        let result: OpaquePointer? = buffers.withUnsafeBufferPointer { buf in
             buf.withMemoryRebound(to: UnsafePointer<CChar>?.self) { ptrs in
-                PQexecParams(conn, sql, Int32(params.count), nil, ptrs.baseAddress, nil, nil, 0)
+                PQexecParams(conn, sql, Int32(params.count), types, ptrs.baseAddress, lengths, formats, 0)
             }
         }
         guard let result else { throw StoreError(.connection, "postgres: \(String(cString: PQerrorMessage(conn)))") }
@@ -78,8 +109,13 @@ public final class PostgresDatabase: Database {
             var values: [SQLValue] = []
             for c in 0..<nCols {
                 if PQgetisnull(result, r, c) == 1 { values.append(.null); continue }
-                let text = String(cString: PQgetvalue(result, r, c))
+                // Read by length: never cut at a NUL.
+                let length = Int(PQgetlength(result, r, c))
+                let text = PQgetvalue(result, r, c).map {
+                    String(decoding: UnsafeRawBufferPointer(start: $0, count: length), as: UTF8.self)
+                } ?? ""
                 switch types[Int(c)] {
+                case 17: values.append(.blob(PostgresDatabase.bytea(text)))
                 case 20, 21, 23: values.append(Int64(text).map { .int($0) } ?? .text(text))  // int8, int2, int4
                 case 700, 701, 1700: values.append(Double(text).map { .double($0) } ?? .text(text))  // float4, float8, numeric
                 case 16: values.append(.int(text == "t" ? 1 : 0))  // bool
@@ -89,6 +125,27 @@ public final class PostgresDatabase: Database {
             rows.append(Row(columns: columns, values: values))
         }
         return rows
+    }
+
+    /// A bytea in PostgreSQL's text output (`\\x` and hex digits) as bytes.
+    static func bytea(_ text: String) -> [UInt8] {
+        var out: [UInt8] = []
+        let hex = Array(text.utf8.dropFirst(2))
+        out.reserveCapacity(hex.count / 2)
+        func nibble(_ c: UInt8) -> UInt8 {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+            default: return 0
+            }
+        }
+        var k = 0
+        while k + 1 < hex.count {
+            out.append(nibble(hex[k]) << 4 | nibble(hex[k + 1]))
+            k += 2
+        }
+        return out
     }
 
     public func executeScript(_ sql: String) throws {

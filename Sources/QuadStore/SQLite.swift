@@ -93,8 +93,26 @@ public final class SQLiteDatabase: Database {
             case .null: rc = sqlite3_bind_null(stmt, k)
             case .int(let i): rc = sqlite3_bind_int64(stmt, k, i)
             case .double(let d): rc = sqlite3_bind_double(stmt, k, d)
-            case .text(let t): rc = sqlite3_bind_text(stmt, k, t, -1, quad_sqlite_transient())
-            case .blob(let b): rc = b.withUnsafeBytes { sqlite3_bind_blob(stmt, k, $0.baseAddress, Int32($0.count), quad_sqlite_transient()) }
+            case .text(let t):
+                // Bound with its byte length, never -1 (which makes SQLite
+                // stop at the first NUL and store a shorter string).
+                var t = t
+                rc = t.withUTF8 { utf8 -> Int32 in
+                    guard utf8.count <= Int32.max else { return SQLITE_TOOBIG }
+                    return utf8.withMemoryRebound(to: CChar.self) { chars in
+                        // An empty buffer may have no address; SQLite reads a
+                        // null pointer as NULL, not as ''.
+                        guard let base = chars.baseAddress else { return sqlite3_bind_text(stmt, k, "", 0, quad_sqlite_transient()) }
+                        return sqlite3_bind_text(stmt, k, base, Int32(chars.count), quad_sqlite_transient())
+                    }
+                }
+            case .blob(let b):
+                guard b.count <= Int32.max else { throw StoreError(.other, "bind $\(k): a blob of \(b.count) bytes is too large") }
+                rc = b.withUnsafeBytes { raw in
+                    // The same for an empty blob: zero bytes, not NULL.
+                    guard let base = raw.baseAddress else { return sqlite3_bind_zeroblob(stmt, k, 0) }
+                    return sqlite3_bind_blob(stmt, k, base, Int32(raw.count), quad_sqlite_transient())
+                }
             }
             if rc != SQLITE_OK { throw error("bind $\(k)", rc) }
         }
@@ -128,7 +146,13 @@ public final class SQLiteDatabase: Database {
                 switch sqlite3_column_type(stmt, c) {
                 case SQLITE_INTEGER: values.append(.int(sqlite3_column_int64(stmt, c)))
                 case SQLITE_FLOAT: values.append(.double(sqlite3_column_double(stmt, c)))
-                case SQLITE_TEXT: values.append(.text(String(cString: sqlite3_column_text(stmt, c))))
+                case SQLITE_TEXT:
+                    // Read by its byte count, so a NUL inside does not end it.
+                    let n = Int(sqlite3_column_bytes(stmt, c))
+                    if n == 0 { values.append(.text("")) } else {
+                        let bytes = UnsafeRawBufferPointer(start: sqlite3_column_text(stmt, c), count: n)
+                        values.append(.text(String(decoding: bytes, as: UTF8.self)))
+                    }
                 case SQLITE_BLOB:
                     let n = Int(sqlite3_column_bytes(stmt, c))
                     if n == 0 { values.append(.blob([])) } else {

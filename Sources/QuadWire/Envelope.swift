@@ -197,7 +197,7 @@ public struct Envelope: Sendable, Equatable {
     /// Best effort to find the `id` of a message that failed to decode, so the
     /// error reply can still be correlated by the sender.
     public static func salvageID(_ bytes: [UInt8]) -> String? {
-        guard bytes.count <= defaultMaxBytes * 16, let value = try? JSON.parse(bytes), let id = value["id"]?.string,
+        guard bytes.count <= defaultMaxBytes * 16, let value = try? JSON.parseForSalvage(bytes), let id = value["id"]?.string,
               id.utf8.count <= maxIDLength else { return nil }
         return id
     }

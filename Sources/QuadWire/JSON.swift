@@ -104,6 +104,15 @@ extension JSON {
         return try parser.parseDocument()
     }
 
+    /// Parses text that is being refused anyway, to find what to answer
+    /// it with (its `id`): strings may hold U+0000 here, and nothing
+    /// parsed this way may be stored or acted on.
+    static func parseForSalvage(_ bytes: [UInt8]) throws(QuadError) -> JSON {
+        var parser = JSONParser(bytes: bytes)
+        parser.allowsNUL = true
+        return try parser.parseDocument()
+    }
+
     public static func parse(_ text: String) throws(QuadError) -> JSON {
         try parse(Array(text.utf8))
     }
@@ -116,6 +125,8 @@ struct JSONParser {
     let bytes: [UInt8]
     var i = 0
     var depth = 0
+    /// Only for salvaging the id of a message refused for its NULs.
+    var allowsNUL = false
 
     init(bytes: [UInt8]) { self.bytes = bytes }
 
@@ -218,7 +229,7 @@ struct JSONParser {
                 return s
             }
             if c == UInt8(ascii: "\\") { break }
-            if c < 0x20 { throw fail("control character in string") }
+            if c < 0x20 { throw c == 0 && !allowsNUL ? .badRequest("strings must not contain U+0000 (NUL): a NUL byte at byte \(i)") : fail("control character in string") }
             i += 1
         }
         var out = [UInt8](bytes[start..<i])
@@ -229,7 +240,7 @@ struct JSONParser {
                 guard let s = String(validating: out, as: UTF8.self) else { throw .badRequest("not UTF-8: invalid byte sequence in a string before byte \(i)") }
                 return s
             }
-            if c < 0x20 { throw fail("control character in string") }
+            if c < 0x20 { throw c == 0 && !allowsNUL ? .badRequest("strings must not contain U+0000 (NUL): a NUL byte at byte \(i)") : fail("control character in string") }
             if c != UInt8(ascii: "\\") { out.append(c); i += 1; continue }
             i += 1
             guard i < bytes.count else { throw fail("unexpected end") }
@@ -254,6 +265,12 @@ struct JSONParser {
                     scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
                 } else if (0xDC00...0xDFFF).contains(scalar) {
                     throw fail("lone surrogate")
+                }
+                // A C API (SQLite, libpq, strlen) would cut the string at a
+                // NUL and store or compare a shorter one than was checked:
+                // such strings are refused here, for every envelope at once.
+                if scalar == 0 && !allowsNUL {
+                    throw .badRequest("strings must not contain U+0000 (NUL): \\u0000 at byte \(i - 6)")
                 }
                 guard let u = Unicode.Scalar(scalar) else { throw fail("invalid escape") }
                 out.append(contentsOf: Array(String(Character(u)).utf8))

@@ -59,6 +59,9 @@ struct FavoritesHandlerTests {
             (.call("favorites.list", ["user": "bob"], user: "ana"), 403, "favorites.list acts on the signed-in user only: body.user cannot name a user"),
             (.call("favorites.remove", ["product": "p-1", "extra": 1], user: "ana"), 400, "body.extra is not a field of favorites.remove: expected product"),
             (.call("favorites.top", ["limit": 51]), 400, "body.limit must be between 1 and 50 (max_top)"),
+            // One grapheme cluster of 100,001 Unicode scalars: over the limit of 64.
+            (.call("favorites.add", ["product": .string("p" + String(repeating: "\u{0301}", count: 100_000))], user: "ana"), 400,
+             "body.product must be 1 to 64 characters"),
         ]
         for (request, status, message) in cases {
             let error = h.handle(request).quadError

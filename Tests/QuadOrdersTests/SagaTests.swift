@@ -14,6 +14,9 @@ final class FakeCatalog {
     var holds: [String: (status: String, items: [(String, Int64)])] = [:]
     /// Request types that get no answer (the caller times out).
     var silent: Set<String> = []
+    /// Products whose hold lines come back without a price, or not at all.
+    var unpriced: Set<String> = []
+    var dropped: Set<String> = []
     var calls: [String] = []
 
     func call(_ e: Envelope) throws -> Envelope {
@@ -54,8 +57,9 @@ final class FakeCatalog {
 
     func state(_ order: String) -> JSON {
         let hold = holds[order]!
-        return ["order": .string(order), "status": .string(hold.status), "expires_at": 0, "items": .array(hold.items.map { p, q in
-            ["product": .string(p), "quantity": .int(q), "price": .double(prices[p]?.0 ?? 1), "category": .string(prices[p]?.1 ?? "Others")]
+        return ["order": .string(order), "status": .string(hold.status), "expires_at": 0, "items": .array(hold.items.filter { !dropped.contains($0.0) }.map { p, q in
+            unpriced.contains(p) ? ["product": .string(p), "quantity": .int(q), "category": .string(prices[p]?.1 ?? "Others")]
+                : ["product": .string(p), "quantity": .int(q), "price": .double(prices[p]?.0 ?? 1), "category": .string(prices[p]?.1 ?? "Others")]
         })]
     }
 }
@@ -172,6 +176,31 @@ struct SagaTests {
         // Events: placed, then confirmed, once each.
         let types = try Outbox.since(db, after: 0, limit: 100).map(\.type)
         #expect(types == ["orders.placed", "orders.confirmed"])
+    }
+
+    /// A line the catalog's hold did not price is a refusal, never a line
+    /// at 0: the order is rejected with the reason and the stock released.
+    @Test(arguments: ["no price", "no line"])
+    func anOrderLineTheHoldDidNotPriceIsRefused(_ how: String) throws {
+        let catalog = FakeCatalog()
+        catalog.stock = ["p-1": 3, "p-2": 3]
+        catalog.prices = ["p-1": (10, "Study"), "p-2": (20, "Tech")]
+        if how == "no price" { catalog.unpriced = ["p-2"] } else { catalog.dropped = ["p-2"] }
+        let (h, _, db) = try ordersService(catalog)
+        #expect(h.send("orders.cart.add", ["product": "p-1", "quantity": 1], user: "ana").kind == .reply)
+        #expect(h.send("orders.cart.add", ["product": "p-2", "quantity": 2], user: "ana").kind == .reply)
+        let placed = h.send("orders.place", ["source": "cart"], user: "ana")
+        let error = try #require(placed.quadError)
+        #expect(error.status == 409 && error.message.contains("did not price 'p-2'"), "\(error)")
+        #expect(placed.body["total"] == nil)
+        let order = try #require(try OrderRecord.load(db, placed.corr ?? ""))
+        #expect(order.status == "rejected")
+        #expect(catalog.holds[order.id]?.status == "released" && catalog.stock == ["p-1": 3, "p-2": 3])
+        #expect(try Outbox.since(db, after: 0, limit: 10).map(\.type) == ["orders.rejected"])
+        // The retry gets the same refusal.
+        var retry = Envelope.request("orders.place", body: ["source": "cart"], id: order.id)
+        retry.user = "ana"
+        #expect(h.handle(retry).quadError?.message == error.message)
     }
 
     @Test func anOrderTheCatalogNeverAnsweredIsReleasedAndRejectedAfterTheDeadline() throws {

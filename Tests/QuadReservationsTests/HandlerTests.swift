@@ -255,6 +255,14 @@ struct HandlerTests {
         ("reservations.car.save", ["lat": 91, "lon": 0] as JSON, "body.lat must be between -90.0 and 90.0"),
         ("reservations.car.save", ["lat": 4.6, "lon": "west"] as JSON, "body.lon must be a number, got string"),
         ("reservations.car.save", ["lat": 4.6, "lon": -74, "note": .string(String(repeating: "n", count: 201))] as JSON, "body.note is longer than 200 characters"),
+        // One letter and 100,000 combining marks is one grapheme cluster
+        // (String.count == 1) and 200 KB: limits count Unicode scalars.
+        ("reservations.car.save", ["lat": 4.6, "lon": -74, "note": .string("n" + String(repeating: "\u{0301}", count: 100_000))] as JSON,
+         "body.note is longer than 200 characters"),
+        ("reservations.checkin", ["reservation": .string("r" + String(repeating: "\u{0301}", count: 100_000))] as JSON,
+         "body.reservation must be 1 to 64 characters"),
+        ("reservations.forecast", ["lot": "central", "arrival": .string("0" + String(repeating: "\u{0301}", count: 100_000))] as JSON,
+         "body.arrival is longer than 64 bytes"),
         ("reservations.mine", ["limit": "all"] as JSON, "body.limit must be an integer, got string"),
         ("reservations.checkin", ["reservation": ""] as JSON, "body.reservation must be 1 to 64 characters"),
         ("reservations.lots", ["kind": "moon"] as JSON, "body.kind must be one of campus, nearby, got 'moon'"),

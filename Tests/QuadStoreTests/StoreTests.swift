@@ -110,14 +110,115 @@ struct StoreTests {
         }
     }
 
-    @Test func idempotencyRecordsKeepTheReply() throws {
+    @Test func idempotencyRecordsKeepTheReplyForTheirOwnerOnly() throws {
         for db in try stores() {
             try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
             let request = Envelope.request("x.y", body: ["a": 1])
-            let reply = request.reply(["ok": true])
-            try db.transaction { try Idempotency.store(db, id: request.id, type: request.type, reply: reply) }
-            #expect(try Idempotency.storedReply(db, id: request.id) == reply)
-            #expect(try Idempotency.storedReply(db, id: "other") == nil)
+            let reply = request.reply(["secret": "alice's"])
+            try db.transaction { try Idempotency.store(db, id: request.id, type: request.type, owner: "user:alice", reply: reply) }
+            #expect(try Idempotency.claim(db, id: request.id, type: "x.y", owner: "user:alice") == reply)
+            #expect(try Idempotency.claim(db, id: "other", type: "x.y", owner: "user:alice") == nil)
+            for (type, owner, says) in [("x.y", "user:bob", "used by another caller"), ("x.y", "key:abc", "used by another caller"),
+                                        ("x.y", "anonymous", "used by another caller"), ("x.z", "user:alice", "another request type")] {
+                do {
+                    _ = try Idempotency.claim(db, id: request.id, type: type, owner: owner)
+                    Issue.record("\(owner) got \(type)'s record")
+                } catch let e as QuadError {
+                    #expect(e.code == "conflict" && e.status == 409 && e.message.contains(says))
+                    #expect(!"\(e.message) \(e.details)".contains("alice's"))
+                }
+            }
+        }
+    }
+
+    @Test func anOwnerIsTheUserElseTheBrokersCaller() {
+        #expect(Idempotency.owner(user: "u1", role: "student", caller: "key:K") == "user:u1")
+        #expect(Idempotency.owner(user: nil, role: nil, caller: "key:K") == "key:K")
+        #expect(Idempotency.owner(user: nil, role: nil, caller: nil) == "anonymous")
+        #expect(Idempotency.owner(user: "u1", role: "service", caller: "service:orders/1") == "service:orders/1 for user:u1")
+        // A service acting for a user does not share the user's own records.
+        #expect(Idempotency.owner(user: "u1", role: "service", caller: nil) != Idempotency.owner(user: "u1", role: nil, caller: nil))
+    }
+
+    /// A store made before owners existed gets the column; its records,
+    /// which have no owner, are nobody's: a repeat is refused, not answered.
+    @Test func theOwnerMigrationUpgradesAnExistingStore() throws {
+        for db in try stores() {
+            try Migrations.apply(db, Array(ServiceTables.migrations.prefix(1)), scope: "quad")
+            try db.execute("INSERT INTO idempotency (id, type, reply, created_ms) VALUES ($1, $2, $3, $4)",
+                           .text("old-1"), .text("x.y"), .text(String(decoding: Envelope.request("x.y").reply([:]).encoded(), as: UTF8.self)), .int(1))
+            #expect(try Migrations.apply(db, ServiceTables.migrations, scope: "quad") == ServiceTables.migrations.count - 1)
+            #expect(throws: QuadError.self) { try Idempotency.claim(db, id: "old-1", type: "x.y", owner: "user:alice") }
+            try Idempotency.store(db, id: "new-1", type: "x.y", owner: "user:alice", reply: Envelope.request("x.y").reply([:]))
+            #expect(try Idempotency.claim(db, id: "new-1", type: "x.y", owner: "user:alice") != nil)
+        }
+    }
+
+    /// Text and blobs are bound and read by length: a NUL in the middle
+    /// comes back whole on SQLite; PostgreSQL's text cannot hold one, so
+    /// it is refused there, never stored cut; a blob with NULs round-trips on both.
+    @Test func aNULInTheMiddleIsKeptWholeOrRefused() throws {
+        let text = "p-0001\u{0}DROP"
+        let blob: [UInt8] = [0x61, 0, 0x62, 0, 0]
+        for db in try stores() {
+            try db.executeScript("CREATE TABLE z (k INTEGER, t TEXT, b \(db.dialect == .postgres ? "BYTEA" : "BLOB"))")
+            try db.execute("INSERT INTO z (k, b) VALUES (1, $1)", .blob(blob))
+            try db.execute("INSERT INTO z (k, b) VALUES (2, $1)", .blob([]))
+            #expect(try db.queryOne("SELECT b FROM z WHERE k = 1")?["b"] == .blob(blob))
+            #expect(try db.queryOne("SELECT b FROM z WHERE k = 2")?["b"] == .blob([]))
+            #expect(try db.queryOne("SELECT b FROM z WHERE b = $1", .blob(blob))?["b"] == .blob(blob))
+            try db.execute("INSERT INTO z (k, t) VALUES (4, $1)", .text(""))
+            #expect(try db.queryOne("SELECT t FROM z WHERE k = 4")?["t"] == .text(""))
+            switch db.dialect {
+            case .sqlite:
+                try db.execute("INSERT INTO z (k, t) VALUES (3, $1)", .text(text))
+                let back = try #require(try db.queryOne("SELECT t, length(CAST(t AS BLOB)) AS n FROM z WHERE k = 3"))
+                #expect(back["t"] == .text(text))
+                #expect(back.int("n") == Int64(text.utf8.count))
+                // The cut string does not match it.
+                #expect(try db.queryOne("SELECT k FROM z WHERE t = $1", .text("p-0001")) == nil)
+                #expect(try db.queryOne("SELECT k FROM z WHERE t = $1", .text(text))?.int("k") == 3)
+            case .postgres:
+                do {
+                    try db.execute("INSERT INTO z (k, t) VALUES (3, $1)", .text(text))
+                    Issue.record("PostgreSQL stored a text with a NUL")
+                } catch let e as StoreError {
+                    #expect(e.message.contains("U+0000"))
+                }
+                #expect(try db.query("SELECT k FROM z WHERE k = 3").isEmpty)
+            }
+        }
+    }
+
+    @Test func pruningDeletesOldRecordsAndPublishedEventsInBatches() throws {
+        for db in try stores() {
+            try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
+            for n in 0..<30 {
+                try Idempotency.store(db, id: "r\(n)", type: "x.y", owner: "anonymous", reply: Envelope.request("x.y").reply([:]))
+            }
+            try db.transaction { for n in 1...30 { try Outbox.append(db, type: "t.e", body: ["n": .int(Int64(n))]) } }
+            #expect(try Outbox.oldestSeq(db) == 1)
+            let future = Int64(Clock.nowMillis()) + 60_000
+            // Unpublished events stay, whatever their age.
+            #expect(try Outbox.prune(db, before: future, maxRows: 1_000_000, limit: 10) == 0)
+            try Outbox.relay(db, limit: 20) { _ in }
+            #expect(try Outbox.prune(db, before: future, maxRows: 1_000_000, limit: 10) == 10)
+            #expect(try Outbox.prune(db, before: future, maxRows: 1_000_000, limit: 100) == 10)
+            #expect(try Outbox.oldestSeq(db) == 21)
+            // Young events go past the cap only.
+            try Outbox.relay(db) { _ in }
+            #expect(try Outbox.prune(db, before: 0, maxRows: 4, limit: 100) == 6)
+            #expect(try Outbox.since(db, after: 0, limit: 100).map(\.seq) == [27, 28, 29, 30])
+            #expect(try Outbox.prune(db, before: 0, maxRows: 4, limit: 100) == 0)
+            #expect(try Idempotency.prune(db, before: 0, limit: 100) == 0)
+            #expect(try Idempotency.prune(db, before: future, limit: 25) == 25)
+            #expect(try Idempotency.prune(db, before: future, limit: 25) == 5)
+            #expect(try db.queryOne("SELECT COUNT(*) AS n FROM idempotency")?.int("n") == 0)
+            // Everything gone: the next event is still numbered after the last.
+            #expect(try Outbox.prune(db, before: future, maxRows: 1_000_000, limit: 100) == 4)
+            #expect(try Outbox.oldestSeq(db) == 31)
+            try db.transaction { try Outbox.append(db, type: "t.e", body: [:]) }
+            #expect(try Outbox.lastSeq(db) == 31)
         }
     }
 

@@ -109,6 +109,46 @@ struct JSONTests {
     }
 }
 
+/// U+0000 is refused wherever a string is, keys included, escaped or raw:
+/// a C API would cut the string there.
+@Suite("Strings hold no NUL")
+struct NULStringTests {
+    @Test(arguments: [
+        #"{"v":1,"id":"a","type":"orders.place","kind":"request","body":{"product":"p-0001\u0000"}}"#,
+        #"{"v":1,"id":"a","type":"orders.place","kind":"request","body":{"items":[{"product":"\u0000p"}]}}"#,
+        #"{"v":1,"id":"a","type":"orders.place","kind":"request","body":{"pro\u0000duct":"p-0001"}}"#,
+        #"{"v":1,"id":"a\u0000","type":"orders.place","kind":"request"}"#,
+        #"{"v":1,"id":"a","type":"orders.place","kind":"request","body":{"note":"x\n\u0000"}}"#,
+    ])
+    func anEscapedNULIsABadRequestThatSaysWhere(_ text: String) {
+        do {
+            _ = try Envelope.decode(Array(text.utf8))
+            Issue.record("accepted \(text)")
+        } catch {
+            #expect(error.code == "bad_request" && error.status == 400)
+            #expect(error.message.contains("U+0000 (NUL)"), "\(error.message)")
+            #expect(error.message.contains("at byte"), "\(error.message)")
+        }
+    }
+
+    @Test func aRawNULByteIsRefusedToo() {
+        var bytes = Array(#"{"a":"xy"}"#.utf8)
+        bytes.insert(0, at: 7)
+        #expect(throws: QuadError.self) { try JSON.parse(bytes) }
+        do { _ = try JSON.parse(bytes) } catch { #expect(error.message.contains("U+0000")) }
+    }
+
+    /// The refusal still reaches its sender: the id is found for `corr`.
+    @Test func theRefusalCarriesTheIDOfTheRequest() {
+        let text = #"{"v":1,"id":"req-7","type":"orders.place","kind":"request","body":{"product":"p-0001\u0000"}}"#
+        #expect(Envelope.salvageID(Array(text.utf8)) == "req-7")
+    }
+
+    @Test func otherEscapesStillDecode() throws {
+        #expect(try JSON.parse(#""\u0001\u00e9\ud83d\ude00""#) == .string("\u{1}é😀"))
+    }
+}
+
 @Suite("MessageID")
 struct MessageIDTests {
     @Test func idsAreVersion7AndSortByTime() {
