@@ -57,11 +57,11 @@ struct HashedMutation {
     }
 
     static func stored(_ db: Database, _ req: Request) throws -> Envelope? {
-        try Idempotency.storedReply(db, id: req.id)
+        try Idempotency.claim(db, id: req.id, type: req.envelope.type, owner: Idempotency.owner(of: req.envelope))
     }
 
     static func store(_ db: Database, _ req: Request, _ reply: Envelope) throws {
-        try Idempotency.store(db, id: req.id, type: req.envelope.type, reply: reply)
+        try Idempotency.store(db, id: req.id, type: req.envelope.type, owner: Idempotency.owner(of: req.envelope), reply: reply)
     }
 
     /// A stored reply as a handler's result: its body, or its error thrown.

@@ -20,6 +20,9 @@ public struct Request: Sendable {
         return user
     }
 
+    /// An admin, or one of Quad's services (the internal frontend).
+    var seesInstances: Bool { role == "admin" || role == "service" || envelope.caller?.hasPrefix("service:") == true }
+
     /// 403 unless the caller is an admin.
     public func requireAdmin() throws(QuadError) { try requireRole(["admin"], for: "admins") }
 
@@ -58,12 +61,19 @@ public final class Handlers {
         self.service = service
         self.instance = instance
         self.db = db
-        query("\(service).sys.health") { [unowned self] _ in
-            ["service": .string(self.service), "instance": .string(self.instance), "status": "ok", "pid": .int(Int64(getpid()))]
+        // Which process answered (instance, pid) is for admins and Quad's
+        // own services: a stranger learns a service is up, not its layout.
+        query("\(service).sys.health") { [unowned self] req in
+            var f: [String: JSON] = ["service": .string(self.service), "status": "ok"]
+            if req.seesInstances {
+                f["instance"] = .string(self.instance)
+                f["pid"] = .int(Int64(getpid()))
+            }
+            return .object(f)
         }
-        query("\(service).sys.metrics") { [unowned self] _ in
+        query("\(service).sys.metrics") { [unowned self] req in
             var m = self.metrics.json
-            if case .object(var f) = m {
+            if req.seesInstances, case .object(var f) = m {
                 f["instance"] = .string(self.instance)
                 m = .object(f)
             }
