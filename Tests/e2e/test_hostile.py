@@ -109,15 +109,26 @@ def test_a_stored_reply_belongs_to_whoever_made_it(stack):
     assert error_code(first) is None, first
     again = ana.call("favorites.add", {"product": "p-0003"}, id_=rid)
     assert again["body"] == first["body"], "the same caller's retry must get the stored reply"
+    # An anonymous client's record is bound to its CURVE key.
+    anon_id = quadclient.uuid7()
+    anon, stranger = stack.client(), stack.client()
+    reg = {"email": f"a-{secrets.token_hex(4)}@uni.edu", "password": "long-enough-1", "name": "A", "semester": 2}
+    assert error_code(anon.call("accounts.register", reg, id_=anon_id, timeout=30)) is None
+    taken = stranger.call("accounts.register", reg, id_=anon_id, timeout=30)
+    assert error_code(taken) == "conflict" and reg["email"] not in json.dumps(taken), taken
     for who, type_, body in [(ben, "favorites.add", {"product": "p-0003"}),
-                             (ben, "orders.cart.add", {"product": "p-0004"}),
-                             (stack.client(), "accounts.register", {"email": "x@uni.edu", "password": "long-enough-1", "name": "X", "semester": 2})]:
+                             (ben, "favorites.remove", {"product": "p-0003"}),
+]:
         answer = who.call(type_, body, id_=rid)
         assert error_code(answer) == "conflict", (type_, answer)
         assert "another caller" in answer["body"]["message"], answer
         assert "p-0003" not in json.dumps(answer) and ana.user not in json.dumps(answer), answer
-    # The same caller with another type is refused too.
-    answer = ana.call("orders.cart.add", {"product": "p-0004"}, id_=rid)
+    # Without a sign-in: refused, and nothing of the stored reply.
+    answer = stack.client().call("favorites.add", {"product": "p-0003"}, id_=rid)
+    assert error_code(answer) in ("unauthorized", "conflict") and "p-0003" not in json.dumps(answer), answer
+    # The same caller with another type of the same service is refused too
+    # (each service keeps the records of its own requests).
+    answer = ana.call("favorites.remove", {"product": "p-0003"}, id_=rid)
     assert error_code(answer) == "conflict", answer
 
 
