@@ -40,11 +40,17 @@ final class Link {
     static let graceMs: Int64 = 250
     private(set) var answered = 0
 
-    /// The broker's CURVE public key: each radio-on gets a fresh ephemeral key pair.
+    /// The broker's CURVE public key.
     let serverKey: [UInt8]?
+    /// The phone's own CURVE key pair, the same for every radio-on: the
+    /// broker binds an anonymous request's idempotency record to it, so a
+    /// retry after airplane mode must come from the same key.
+    let clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?
 
     init(context: ZMQContext, endpoint: String, source: String, agenda: Agenda, serverKey: [UInt8]? = nil) {
         self.serverKey = serverKey
+        // zmq_curve_keypair's Z85 output always decodes.
+        clientKeys = serverKey == nil ? nil : (try? Curve.keyPair()).map { (Curve.decode($0.publicKey)!, Curve.decode($0.secretKey)!) }
         self.context = context
         self.endpoint = endpoint
         self.source = source
@@ -60,7 +66,13 @@ final class Link {
         let s = try context.socket(.dealer)
         try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
         try s.setSendHWM(200)
-        if let serverKey { try s.setCurveClient(serverKey: serverKey) }
+        if let serverKey {
+            if let keys = clientKeys {
+                try s.setCurveClient(serverKey: serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)
+            } else {
+                try s.setCurveClient(serverKey: serverKey)
+            }
+        }
         try s.connect(endpoint)
         socket = s
     }

@@ -94,6 +94,14 @@ extension Phone {
     }
 
     func settleBatch(_ batch: String, reply: Envelope, count: Int) {
+        // The batch's id is bound to whoever first sent it: signed in now,
+        // or with another key, the phone is another caller. Its events go
+        // again in a new batch; the collector stores each event id once.
+        if let error = reply.quadError, error.status == 409, error.details["reason"]?.string == "id_taken" {
+            _ = try? db.execute("UPDATE telemetry SET batch = NULL WHERE batch = $1", .text(batch))
+            Log.info("edge/\(name)", "telemetry batch \(batch) was first sent by another caller (before a sign-in): its \(count) events go again in a new batch")
+            return
+        }
         _ = try? db.execute("DELETE FROM telemetry WHERE batch = $1", .text(batch))
         stats.telemetryAnswers += 1
         lastTelemetryAnswerMs = Clock.monotonicMillis()

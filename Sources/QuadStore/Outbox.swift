@@ -61,9 +61,9 @@ public enum Idempotency {
     /// It says nothing of the first request beyond that the id is taken.
     public static func taken(type: String, storedType: String) -> QuadError {
         if storedType != type {
-            return .conflict("this request id was used for another request type: send a new id for \(type)")
+            return .conflict("this request id was used for another request type: send a new id for \(type)", details: ["reason": "id_taken"])
         }
-        return .conflict("this request id was used by another caller: send a new id")
+        return .conflict("this request id was used by another caller: send a new id", details: ["reason": "id_taken"])
     }
 
     /// The reply stored for `id` when `owner` sent it as `type`; nil when
