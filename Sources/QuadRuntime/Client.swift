@@ -113,6 +113,9 @@ public enum BrokerKey {
     public static func parse(_ value: String) throws(QuadError) -> [UInt8]? {
         let text = value.trimmingCharacters(in: .whitespacesAndNewlines)
         if text == "off" { return nil }
+        // '@' is a Z85 digit too: 40 characters that decode are a key, even
+        // one that starts with '@'.
+        if text.utf8.count == 40, let key = Curve.decode(text) { return key }
         if text.hasPrefix("@") { return try read(file: String(text.dropFirst())) }
         guard let key = Curve.decode(text) else {
             throw .badRequest("the broker key must be 40 characters of Z85 (deploy/stack keys prints it), '@FILE' or 'off'; got \(text.utf8.count) characters")

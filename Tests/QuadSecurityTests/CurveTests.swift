@@ -154,6 +154,17 @@ struct CurveTests {
         #expect(bad == 64 && why.contains("40 characters of Z85"))
     }
 
+    /// '@' is a Z85 digit: a key that starts with it is a key, not '@FILE'
+    /// (a random key did so one time in 85, and quadctl refused it).
+    @Test func aKeyStartingWithAnAtSignIsAKey() throws {
+        var pair = try curveKeyPair()
+        while !pair.publicText.hasPrefix("@") { pair = try curveKeyPair() }
+        #expect(try BrokerKey.parse(pair.publicText) == pair.publicKey)
+        let file = NSTemporaryDirectory() + "quad-at-key-\(getpid()).pub"
+        try pair.publicText.write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(try BrokerKey.parse("@" + file) == pair.publicKey)
+    }
+
     @Test func theAllowListFileIsOneKeyPerLine() throws {
         let dir = NSTemporaryDirectory() + "quad-allow-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
