@@ -27,8 +27,11 @@ struct SecretsTests {
         #expect(try anonymous.call(.request("accounts.login", body: ["email": "keeper@uni.edu", "password": .string("wrong-\(password)")])).quadError?.status == 401)
         let signedIn = try full.client(token: token)
         _ = try signedIn.request("accounts.profile.update", ["password": .string(newPassword), "current_password": .string(password)])
-        _ = try signedIn.request("accounts.profile.get")
-        if full.running.contains("favorites") { _ = try? signedIn.request("favorites.list") }
+        // The change ended that token; a new sign-in goes on.
+        let renewed = try anonymous.request("accounts.login", ["email": "keeper@uni.edu", "password": .string(newPassword)])
+        let again = try full.client(token: try #require(renewed["token"]?.string))
+        _ = try again.request("accounts.profile.get")
+        if full.running.contains("favorites") { _ = try? again.request("favorites.list") }
         let forged = SigningKey.generate().sign(TokenClaims(user: user, role: "admin", expiresAt: Int64(Clock.nowMillis()) + 60_000, issuedAt: 0))
         #expect(try full.client(token: forged).call(.request("accounts.profile.get")).quadError?.status == 401)
         let admin = try anonymous.request("accounts.login", ["email": .string(FullStack.adminEmail), "password": .string(FullStack.adminPassword)])
@@ -48,6 +51,7 @@ struct SecretsTests {
         let secrets: [(String, String)] = [
             ("a password", password), ("a new password", newPassword), ("the admin's password", FullStack.adminPassword),
             ("a session token", token), ("a session token's signature", String(token.split(separator: ".").last ?? "")),
+            ("a renewed session token", renewed["token"]?.string ?? "-"),
             ("the admin's token", adminToken), ("a forged token", forged),
             ("accounts' signing key", accountsKey), ("the broker's CURVE secret key", brokerKey),
         ] + hashes.map { ("the password hash of \($0.0)", $0.1) }
