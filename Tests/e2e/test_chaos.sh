@@ -83,7 +83,8 @@ trap 'exit 130' INT
 # "instance pid" of each worker of $1 registered with the broker.
 registered() {
     local json
-    json=$(quadctl --timeout 1500 --attempts 1 services 2>/dev/null) || return 0
+    # Instances and pids are shown on the internal frontend (and to admins) only.
+    json=$(quadctl --internal --timeout 1500 --attempts 1 services 2>/dev/null) || return 0
     python3 -c '
 import json, sys
 for s in json.loads(sys.argv[1])["services"]:

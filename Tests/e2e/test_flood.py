@@ -1,0 +1,46 @@
+"""One anonymous client floods a stack started with deploy/stack up, as a user
+would start it, while a signed-in student keeps using it (deploy/flood): the
+broker's memory stays under 100 MB above idle, every worker stays registered
+and the student keeps getting answers. The latency figures are printed, not
+judged: speed belongs to the benchmark (deploy/flood --seconds 60 prints the
+p99 against its 1 s goal).
+
+Environment: QUAD_FLOOD_PORT_BASE (default 18900), QUAD_FLOOD_SECONDS
+(default 30), QUAD_STACK_TIMEOUT (seconds for deploy/stack up, default 300).
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PORT_BASE = int(os.environ.get("QUAD_FLOOD_PORT_BASE", "18900"))
+SECONDS = float(os.environ.get("QUAD_FLOOD_SECONDS", "30"))
+STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
+
+
+def test_a_flood_from_one_anonymous_client_leaves_the_broker_bounded_and_serving():
+    home = tempfile.mkdtemp(prefix="quad-flood-")
+    env = dict(os.environ, QUAD_HOME=home, QUAD_PORT_BASE=str(PORT_BASE))
+    for k in ("QUAD_FRONTEND", "QUAD_BACKEND", "QUAD_EVENTS_IN", "QUAD_EVENTS_OUT", "QUAD_INTERNAL", "QUAD_TOKEN"):
+        env.pop(k, None)
+    stack = [str(ROOT / "deploy" / "stack")]
+    up = subprocess.run(stack + ["up"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=STACK_TIMEOUT)
+    try:
+        assert up.returncode == 0, f"deploy/stack up exited {up.returncode}:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+        report = Path(home, "flood.json")
+        flood = subprocess.run(
+            [str(ROOT / "deploy" / "flood"), "--seconds", str(SECONDS), "--frontend", f"tcp://127.0.0.1:{PORT_BASE}",
+             "--home", home, "--min-answered", "0.95", "--report", str(report)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=SECONDS + 180)
+        print(flood.stdout[-4000:])
+        print(flood.stderr[-2000:])
+        figures = json.loads(report.read_text())
+        assert figures["flood_sent"] > 0 and figures["flood_connections"] > 10, figures
+        assert flood.returncode == 0, f"deploy/flood failed: {figures['failures']}"
+        status = subprocess.run(stack + ["status"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stdout + status.stderr
+    finally:
+        subprocess.run(stack + ["down"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
