@@ -58,9 +58,10 @@ public enum Idempotency {
     }
 
     /// The 409 for an id that someone else used, or used for another type.
-    /// It says nothing of the first request beyond that the id is taken.
-    public static func taken(type: String, storedType: String) -> QuadError {
-        if storedType != type {
+    /// It says nothing of the first request beyond that the id is taken: to
+    /// another caller, not even its type.
+    public static func taken(type: String, storedType: String, sameOwner: Bool = false) -> QuadError {
+        if sameOwner && storedType != type {
             return .conflict("this request id was used for another request type: send a new id for \(type)", details: ["reason": "id_taken"])
         }
         return .conflict("this request id was used by another caller: send a new id", details: ["reason": "id_taken"])
@@ -73,7 +74,8 @@ public enum Idempotency {
     public static func claim(_ db: Database, id: String, type: String, owner: String) throws -> Envelope? {
         guard let row = try db.queryOne("SELECT type, owner, reply FROM idempotency WHERE id = $1", .text(id)) else { return nil }
         let storedType = row.string("type")
-        guard storedType == type, row.string("owner") == owner else { throw taken(type: type, storedType: storedType) }
+        let sameOwner = row.string("owner") == owner
+        guard storedType == type, sameOwner else { throw taken(type: type, storedType: storedType, sameOwner: sameOwner) }
         return try? Envelope.decode(Array(row.string("reply").utf8), maxBytes: .max)
     }
 

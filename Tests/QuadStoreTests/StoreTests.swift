@@ -119,7 +119,8 @@ struct StoreTests {
             #expect(try Idempotency.claim(db, id: request.id, type: "x.y", owner: "user:alice") == reply)
             #expect(try Idempotency.claim(db, id: "other", type: "x.y", owner: "user:alice") == nil)
             for (type, owner, says) in [("x.y", "user:bob", "used by another caller"), ("x.y", "key:abc", "used by another caller"),
-                                        ("x.y", "anonymous", "used by another caller"), ("x.z", "user:alice", "another request type")] {
+                                        ("x.y", "anonymous", "used by another caller"), ("x.z", "user:alice", "another request type"),
+                                        ("x.z", "user:bob", "used by another caller")] {
                 do {
                     _ = try Idempotency.claim(db, id: request.id, type: type, owner: owner)
                     Issue.record("\(owner) got \(type)'s record")
