@@ -112,6 +112,9 @@ public final class Broker {
         /// Who asked (the verified user, else the broker-set caller): only
         /// the same owner's retry may replace a queued request.
         let owner: String
+        /// A signed-in user's or one of Quad's services' request: served
+        /// before anonymous ones (``Service``).
+        var isFirstClass: Bool { !owner.isEmpty && !owner.hasPrefix("key:") && !owner.hasPrefix("conn:") }
         var service: Substring { type.split(separator: ".", maxSplits: 1).first ?? Substring(type) }
     }
 
@@ -134,33 +137,58 @@ public final class Broker {
     }
 
     /// A service some worker registered (READY): only those have state.
+    /// Its queue holds signed-in users' and services' requests first, in
+    /// order, then anonymous ones, in order: a flood of anonymous requests
+    /// (which cost a stranger nothing but a key pair) waits behind every
+    /// signed-in user, who is limited per user instead.
     final class Service {
         let name: String
         var idle: [[UInt8]] = []  // least recently used first
-        var queue: [Pending] = []
+        private(set) var queue: [Pending] = []
+        /// How many of `queue`'s first requests are first class.
+        private(set) var firstClass = 0
         var queuedBytes = 0
         var routed: Int64 = 0
         var expired: Int64 = 0
         init(name: String) { self.name = name }
 
         func enqueue(_ p: Pending, front: Bool = false) {
-            if front { queue.insert(p, at: 0) } else { queue.append(p) }
+            if p.isFirstClass {
+                queue.insert(p, at: front ? 0 : firstClass)
+                firstClass += 1
+            } else if front {
+                queue.insert(p, at: firstClass)
+            } else {
+                queue.append(p)
+            }
             queuedBytes += p.bytes.count
         }
 
         func dequeue() -> Pending {
             let p = queue.removeFirst()
+            if p.isFirstClass { firstClass -= 1 }
             queuedBytes -= p.bytes.count
             return p
         }
 
-        func removeExpired(now: Int64) -> [Pending] {
-            let expired = queue.filter { $0.expires <= now }
-            guard !expired.isEmpty else { return [] }
-            queue.removeAll { $0.expires <= now }
-            queuedBytes -= expired.reduce(0) { $0 + $1.bytes.count }
-            return expired
+        /// Puts `p` in the place of the queued request at `k`, the same
+        /// owner's (so of the same class).
+        func replace(at k: Int, with p: Pending) {
+            queuedBytes += p.bytes.count - queue[k].bytes.count
+            queue[k] = p
         }
+
+        /// Takes out the requests that `matching` says, in order.
+        func remove(where matching: (Pending) -> Bool) -> [Pending] {
+            let gone = queue.filter(matching)
+            guard !gone.isEmpty else { return [] }
+            queue.removeAll(where: matching)
+            firstClass -= gone.filter(\.isFirstClass).count
+            queuedBytes -= gone.reduce(0) { $0 + $1.bytes.count }
+            return gone
+        }
+
+        func removeExpired(now: Int64) -> [Pending] { remove { $0.expires <= now } }
     }
 
     let settings: BrokerSettings
@@ -590,8 +618,7 @@ public final class Broker {
                 replyError(client, .conflict("this request id was used by another caller"), corr: envelope.id, type: envelope.type)
                 return
             }
-            s.queuedBytes += pending.bytes.count - s.queue[k].bytes.count
-            s.queue[k] = pending
+            s.replace(at: k, with: pending)
             dispatch(s)
             return
         }
@@ -737,12 +764,7 @@ public final class Broker {
             s = Service(name: name)
             services[name] = s
             // Requests that waited for this service's first worker.
-            let waiting = early.queue.filter { $0.service == name }
-            if !waiting.isEmpty {
-                early.queue.removeAll { $0.service == name }
-                early.queuedBytes -= waiting.reduce(0) { $0 + $1.bytes.count }
-                for p in waiting { s.enqueue(p) }
-            }
+            for p in early.remove(where: { $0.service == name }) { s.enqueue(p) }
         }
         s.idle.append(identity)
         Log.line(["src": self.name, "level": "info", "msg": "worker ready", "service": name, "instance": w.instance, "pid": w.pid])

@@ -199,6 +199,38 @@ struct BrokerLimitsTests {
         #expect(replies.count == 1 && replies.first?.body["total"]?.int == 7, "\(replies.map { $0.body.text })")
     }
 
+    /// A stranger's backlog costs a signed-in user nothing: anonymous
+    /// requests wait behind every signed-in user's.
+    @Test func aSignedInRequestIsServedBeforeAnAnonymousBacklog() throws {
+        let stack = try TestStack(name: "first-class")
+        let signing = try KeyFiles.loadOrCreateSigningKey(at: stack.dir + "/keys/accounts.key").key
+        try stack.startBroker(extra: ["--rate-per-second", "1000", "--rate-burst", "1000"])
+        try stack.startWorker("quad-tally", instance: "tally/1")
+        try waitFor(stack, "tally")
+        let key = try #require(stack.brokerKey)
+        let context = ZMQContext()
+        let stranger = try RawPeer(context, stack.endpoints.frontend, serverKey: key)
+        // The worker is busy; 30 anonymous requests of 100 ms each queue behind it.
+        try stranger.socket.send([Envelope.request("tally.slow", body: ["ms": 500], deadline: 30_000).encoded()])
+        for _ in 0..<30 { try stranger.socket.send([Envelope.request("tally.slow", body: ["ms": 100], deadline: 30_000).encoded()]) }
+        var backlog = 0
+        for _ in 0..<100 where backlog < 30 {
+            let services = try stack.internalClient().request("sys.services")
+            backlog = Int(services["services"]?.array?.first { $0["name"]?.string == "tally" }?["queue"]?.int ?? 0)
+            if backlog < 30 { usleep(20_000) }
+        }
+        #expect(backlog >= 29, "the backlog never queued: \(backlog)")
+        let now = Int64(Clock.nowMillis())
+        var signedIn = Envelope.request("tally.whoami", deadline: 30_000)
+        signedIn.token = signing.sign(TokenClaims(user: "u-ana", role: "student", expiresAt: now + 600_000, issuedAt: now))
+        let ana = try RawPeer(context, stack.endpoints.frontend, serverKey: key)
+        let answer = try #require(try ana.call(signedIn, within: 20_000), "the signed-in user got no answer")
+        #expect(answer.kind == .reply)
+        // Most of the stranger's backlog was still queued when she was answered.
+        let left = try stack.internalClient().request("sys.services")["services"]?.array?.first { $0["name"]?.string == "tally" }?["queue"]?.int ?? 0
+        #expect(left >= 20, "she waited for \(30 - left) of the stranger's requests")
+    }
+
     @Test func aFloodingClientKeyGets429WhileAnotherKeyIsServed() throws {
         let stack = try TestStack(name: "flood")
         try stack.startBroker(extra: ["--rate-per-second", "10", "--rate-burst", "20"])
