@@ -115,6 +115,14 @@ public struct Envelope: Sendable, Equatable {
     /// whose message names the problem: size, UTF-8, JSON, a missing or
     /// wrong-typed field, an unknown version or kind.
     public static func decode(_ bytes: [UInt8], maxBytes: Int = Envelope.defaultMaxBytes) throws(QuadError) -> Envelope {
+        try checkFrame(bytes, maxBytes: maxBytes)
+        let value = try JSON.parse(bytes)
+        return try decode(value)
+    }
+
+    /// What every envelope frame must be before it is read: at most
+    /// `max_message_bytes`, not empty, UTF-8.
+    static func checkFrame(_ bytes: [UInt8], maxBytes: Int) throws(QuadError) {
         if bytes.count > maxBytes {
             throw .tooLarge("message is \(bytes.count) bytes, over the limit max_message_bytes=\(maxBytes)",
                             details: ["limit": "max_message_bytes", "max": .int(Int64(maxBytes)), "actual": .int(Int64(bytes.count))])
@@ -123,8 +131,6 @@ public struct Envelope: Sendable, Equatable {
         guard String(validating: bytes, as: UTF8.self) != nil else {
             throw .badRequest("not UTF-8: the envelope must be UTF-8 JSON text")
         }
-        let value = try JSON.parse(bytes)
-        return try decode(value)
     }
 
     public static func decode(_ value: JSON) throws(QuadError) -> Envelope {
@@ -247,14 +253,7 @@ extension Envelope {
     /// check (it answers 400 for a broken one). For a router that forwards
     /// the bytes as they came, with ``rewritingHeader(_:set:)``.
     public static func decodeHeader(_ bytes: [UInt8], maxBytes: Int = Envelope.defaultMaxBytes) throws(QuadError) -> Envelope {
-        if bytes.count > maxBytes {
-            throw .tooLarge("message is \(bytes.count) bytes, over the limit max_message_bytes=\(maxBytes)",
-                            details: ["limit": "max_message_bytes", "max": .int(Int64(maxBytes)), "actual": .int(Int64(bytes.count))])
-        }
-        if bytes.isEmpty { throw .badRequest("empty message: expected a JSON envelope") }
-        guard String(validating: bytes, as: UTF8.self) != nil else {
-            throw .badRequest("not UTF-8: the envelope must be UTF-8 JSON text")
-        }
+        try checkFrame(bytes, maxBytes: maxBytes)
         var scanner = HeaderScanner(bytes: bytes)
         guard let members = scanner.members() else {
             // Not an object of members: the full parser says what is wrong.
