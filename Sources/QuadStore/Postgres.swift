@@ -7,6 +7,10 @@ public final class PostgresDatabase: Database {
     public let dialect = Dialect.postgres
     let conn: OpaquePointer
     var depth = 0
+    /// Statement names prepared on this session, by SQL text and parameter
+    /// types (a statement's parameter types are fixed when it is prepared).
+    var statements = StatementCache<String>(capacity: PostgresDatabase.defaultStatementCacheCapacity)
+    var statementNumber = 0
 
     public init(url: String) throws {
         guard let c = PQconnectdb(url) else { throw StoreError(.connection, "postgres: out of memory") }
@@ -20,6 +24,69 @@ public final class PostgresDatabase: Database {
     }
 
     deinit { close() }
+
+    /// Statements a session keeps prepared, as on SQLite.
+    public static let defaultStatementCacheCapacity = 64
+
+    /// How many prepared statements this session keeps; 0 sends every
+    /// statement with its text (PQexecParams), for comparison.
+    public var statementCacheCapacity: Int {
+        get { statements.capacity }
+        set {
+            statements.capacity = newValue
+            forgetStatements(deallocate: true)
+        }
+    }
+
+    /// Statements prepared on the session now.
+    public var preparedStatements: Int { statements.count }
+
+    /// Forgets the prepared names; `deallocate` also drops them on the
+    /// server (not after a reset: a new session has none).
+    func forgetStatements(deallocate: Bool) {
+        for name in statements.removeAll() where deallocate {
+            if let r = PQexec(conn, "DEALLOCATE \(name)") { PQclear(r) }
+        }
+    }
+
+    /// A session that was lost is opened again before the next statement,
+    /// outside a transaction only (one cut short must fail, not go on in a
+    /// fresh session); its prepared statements went with it.
+    func reconnectIfLost() {
+        guard depth == 0, PQstatus(conn) != CONNECTION_OK else { return }
+        forgetStatements(deallocate: false)
+        PQreset(conn)
+        if PQstatus(conn) == CONNECTION_OK, let r = PQexec(conn, "SET client_min_messages TO warning") { PQclear(r) }
+    }
+
+    /// The result if it succeeded; else cleared, and thrown as a ``StoreError``.
+    func check(_ result: OpaquePointer?) throws -> OpaquePointer {
+        guard let result else { throw StoreError(.connection, "postgres: \(String(cString: PQerrorMessage(conn)))") }
+        let status = PQresultStatus(result)
+        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else {
+            let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
+            PQclear(result)
+            if PQstatus(conn) != CONNECTION_OK { throw StoreError(.connection, "postgres: \(message)") }
+            // Class 23: integrity constraint violation; 40001/40P01: retry.
+            let kind: StoreError.Kind = state.hasPrefix("23") ? .constraint : (state == "40001" || state == "40P01" ? .busy : .other)
+            throw StoreError(kind, "postgres: \(message)")
+        }
+        return result
+    }
+
+    /// The name `sql` is prepared under on this session, preparing it now
+    /// (PQprepare) the first time; nil when the cache is off.
+    func preparedName(_ sql: String, types: [UInt32]) throws -> String? {
+        guard statements.capacity > 0 else { return nil }
+        let key = types.contains(where: { $0 != 0 }) ? sql + "\u{0}" + types.map(String.init).joined(separator: ",") : sql
+        if let name = statements.get(key) { return name }
+        statementNumber += 1
+        let name = "quad_s\(statementNumber)"
+        PQclear(try check(PQprepare(conn, name, sql, Int32(types.count), types)))
+        if let evicted = statements.put(key, name), let r = PQexec(conn, "DEALLOCATE \(evicted)") { PQclear(r) }
+        return name
+    }
 
     var closed = false
     public func close() {
@@ -71,23 +138,17 @@ public final class PostgresDatabase: Database {
             return buffer
         }
         defer { buffers.forEach { $0?.deallocate() } }
+        reconnectIfLost()
+        let name = try preparedName(sql, types: types)
         let result: OpaquePointer? = buffers.withUnsafeBufferPointer { buf in
             buf.withMemoryRebound(to: UnsafePointer<CChar>?.self) { ptrs in
-                PQexecParams(conn, sql, Int32(params.count), types, ptrs.baseAddress, lengths, formats, 0)
+                if let name {
+                    return PQexecPrepared(conn, name, Int32(params.count), ptrs.baseAddress, lengths, formats, 0)
+                }
+                return PQexecParams(conn, sql, Int32(params.count), types, ptrs.baseAddress, lengths, formats, 0)
             }
         }
-        guard let result else { throw StoreError(.connection, "postgres: \(String(cString: PQerrorMessage(conn)))") }
-        let status = PQresultStatus(result)
-        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else {
-            let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
-            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
-            PQclear(result)
-            if PQstatus(conn) != CONNECTION_OK { throw StoreError(.connection, "postgres: \(message)") }
-            // Class 23: integrity constraint violation; 40001/40P01: retry.
-            let kind: StoreError.Kind = state.hasPrefix("23") ? .constraint : (state == "40001" || state == "40P01" ? .busy : .other)
-            throw StoreError(kind, "postgres: \(message)")
-        }
-        return result
+        return try check(result)
     }
 
     @discardableResult
