@@ -193,14 +193,14 @@ public final class Worker {
     }
 
     func serve(client: [UInt8], bytes: [UInt8]) {
-        let reply: Envelope
+        let reply: Reply
         do {
             let request = try Envelope.decode(bytes, maxBytes: maxMessageBytes)
-            reply = handlers.handle(request)
+            reply = handlers.reply(to: request)
         } catch {
-            reply = .error(error, corr: Envelope.salvageID(bytes), src: handlers.instance)
+            reply = Reply(.error(error, corr: Envelope.salvageID(bytes), src: handlers.instance))
         }
-        try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, reply.encoded()], dontWait: true)
+        try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, reply.bytes], dontWait: true)
     }
 
     /// Graceful exit: tell the broker, answer the requests it sent before it

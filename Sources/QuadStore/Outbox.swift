@@ -71,15 +71,27 @@ public enum Idempotency {
     /// else's or of another type (the check runs before anything of the
     /// stored reply is read).
     public static func claim(_ db: Database, id: String, type: String, owner: String) throws -> Envelope? {
+        try claimEncoded(db, id: id, type: type, owner: owner).flatMap { try? Envelope.decode($0, maxBytes: .max) }
+    }
+
+    /// The same, as the bytes that were sent the first time: a retry gets
+    /// them back as they are, never decoded and encoded again.
+    public static func claimEncoded(_ db: Database, id: String, type: String, owner: String) throws -> [UInt8]? {
         guard let row = try db.queryOne("SELECT type, owner, reply FROM idempotency WHERE id = $1", .text(id)) else { return nil }
         let storedType = row.string("type")
         guard storedType == type, row.string("owner") == owner else { throw taken(type: type, storedType: storedType) }
-        return try? Envelope.decode(Array(row.string("reply").utf8), maxBytes: .max)
+        return Array(row.string("reply").utf8)
     }
 
     public static func store(_ db: Database, id: String, type: String, owner: String, reply: Envelope) throws {
+        try store(db, id: id, type: type, owner: owner, encoded: reply.encoded())
+    }
+
+    /// Keeps `encoded`, the reply's bytes as they are sent, so a retry gets
+    /// the very same bytes.
+    public static func store(_ db: Database, id: String, type: String, owner: String, encoded: [UInt8]) throws {
         try db.execute("INSERT INTO idempotency (id, type, owner, reply, created_ms) VALUES ($1, $2, $3, $4, $5)",
-                       .text(id), .text(type), .text(owner), .text(String(decoding: reply.encoded(), as: UTF8.self)),
+                       .text(id), .text(type), .text(owner), .text(String(decoding: encoded, as: UTF8.self)),
                        .int(Int64(Clock.nowMillis())))
     }
 
