@@ -52,8 +52,9 @@ public final class Handlers {
     public let metrics = Metrics()
     var queries: [String: Handler] = [:]
     var mutations: [String: Handler] = [:]
-    /// Called after each mutation commits, e.g. to relay the outbox at once.
-    var afterMutation: () -> Void = {}
+    /// A mutation committed since the worker last relayed: the outbox may
+    /// hold new events, which the worker publishes once the reply is sent.
+    var outboxWritten = false
     /// Largest page `events.since` returns.
     public static let maxEventsPage = 1000
 
@@ -61,6 +62,9 @@ public final class Handlers {
         self.service = service
         self.instance = instance
         self.db = db
+        // The outbox encodes each event's envelope once, as it is written,
+        // with this service as its source.
+        db?.eventSource = service
         // Which process answered (instance, pid) is for admins and Quad's
         // own services: a stranger learns a service is up, not its layout.
         query("\(service).sys.health") { [unowned self] req in
@@ -93,7 +97,7 @@ public final class Handlers {
                     let events = try Outbox.since(db, after: after, limit: Int(limit))
                     let oldest = try Outbox.oldestSeq(db)
                     var reply: [String: JSON] = [
-                        "events": .array(events.map { $0.envelope(src: self.service).json }),
+                        "events": .array(events.map { $0.json(src: self.service) }),
                         "last": .int(try Outbox.lastSeq(db)),
                         "oldest": .int(oldest),
                     ]
@@ -175,7 +179,7 @@ public final class Handlers {
                 }
                 return reply
             }
-            afterMutation()
+            outboxWritten = true
             return reply
         } catch {
             // The same id may have run on another worker at the same time

@@ -7,6 +7,7 @@ public final class PostgresDatabase: Database {
     public let dialect = Dialect.postgres
     let conn: OpaquePointer
     var depth = 0
+    public var eventSource: String?
     /// Statement names prepared on this session, by SQL text and parameter
     /// types (a statement's parameter types are fixed when it is prepared).
     var statements = StatementCache<String>(capacity: PostgresDatabase.defaultStatementCacheCapacity)

@@ -9,6 +9,7 @@ public final class SQLiteDatabase: Database {
     /// Prepared statements kept for reuse (``statementCacheCapacity``).
     var statements = StatementCache<OpaquePointer>(capacity: SQLiteDatabase.defaultStatementCacheCapacity)
     var depth = 0
+    public var eventSource: String?
     public let path: String
 
     public init(path: String, busyTimeoutMs: Int32 = 5000) throws {
