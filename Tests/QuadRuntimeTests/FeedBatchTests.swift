@@ -96,4 +96,32 @@ struct FeedBatchTests {
         #expect(try db.query("SELECT seq FROM seen ORDER BY seq").map { $0.int("seq") } == [1, 2])
         #expect(try db.queryOne("SELECT seq FROM event_cursors WHERE source = 'src'")?.int("seq") == 2)
     }
+
+    /// Not a timed test: prints events applied per second, one transaction
+    /// per event against one per drained batch.
+    /// `QUAD_FEED_BENCH=1 swift test --filter FeedBatchTests/figures`
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["QUAD_FEED_BENCH"] == "1", "set QUAD_FEED_BENCH=1"))
+    func figures() throws {
+        let n = 10_000
+        for batched in [false, true] {
+            let db = try TestStore.open("feed", migrations: [Migration(1, "CREATE TABLE seen (seq BIGINT PRIMARY KEY)")])
+            let bus = try Bus()
+            try bus.sub.setReceiveHWM(0)
+            try bus.pub.setSendHWM(0)
+            let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, requests: bus.requests, name: "feed/1") { e in
+                try db.execute("INSERT INTO seen (seq) VALUES ($1)", .int(e.seq ?? 0))
+            }
+            try bus.publish(Array(1...Int64(n)))
+            let start = DispatchTime.now().uptimeNanoseconds
+            if batched {
+                while feed.applied < n { feed.drain(bus.sub) }
+            } else {
+                while feed.applied < n, let frames = try bus.sub.receive(dontWait: true) {
+                    feed.receive(try Envelope.decode(frames[1]))
+                }
+            }
+            let rate = Int(Double(n) / (Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9))
+            print("feed \(batched ? "one transaction per batch (up to \(EventFeed.batch))" : "one transaction per event"): \(n) events \(rate) /s")
+        }
+    }
 }
