@@ -51,21 +51,63 @@ public final class EventFeed {
         try db.queryOne("SELECT seq FROM event_cursors WHERE source = $1", .text(source))?.int("seq") ?? 0
     }
 
-    /// Applies one event if it is the next of its source; on a gap, catches up.
-    func receive(_ event: Envelope) {
-        guard let src = event.src, let seq = event.seq, sources.contains(src) else { return }
-        do {
-            let inOrder = try db.transaction { () throws -> Bool in
-                let last = try cursor(src)
-                if seq <= last { return true }  // seen already
-                if seq > last + 1 { return false }  // a gap
-                try record(event, src: src, seq: seq)
-                return true
-            }
-            if !inOrder { catchUp(src) }
-        } catch {
-            Log.error(name, "event \(event.type) seq \(seq) from \(src) not applied: \(error)")
+    /// Most events applied in one transaction: what a drain of the SUB
+    /// socket takes at once before the loop serves requests again.
+    static let batch = 500
+
+    /// Takes what is waiting on `socket` (at most ``batch`` events) and
+    /// applies it in one transaction.
+    func drain(_ socket: Socket) {
+        var events: [Envelope] = []
+        var n = 0
+        while n < EventFeed.batch, let frames = try? socket.receive(dontWait: true) {
+            n += 1
+            guard frames.count == 2, let e = try? Envelope.decode(frames[1], maxBytes: .max), e.kind == .event else { continue }
+            events.append(e)
         }
+        receive(events)
+    }
+
+    /// Applies one event if it is the next of its source; on a gap, catches up.
+    func receive(_ event: Envelope) { receive([event]) }
+
+    /// Applies each event that is the next of its source, in order, in one
+    /// transaction with the cursors: one commit for the batch, not one per
+    /// event. An event whose apply fails is rolled back alone (a savepoint)
+    /// and holds back the rest of its source until catch-up; a gap asks
+    /// the source for what is missing.
+    func receive(_ events: [Envelope]) {
+        guard !events.isEmpty else { return }
+        var gaps: [String] = []
+        do {
+            try db.transaction {
+                var cursors: [String: Int64] = [:]
+                var held: Set<String> = []
+                for event in events {
+                    guard let src = event.src, let seq = event.seq, sources.contains(src), !held.contains(src) else { continue }
+                    let last = try cursors[src] ?? cursor(src)
+                    if seq <= last { continue }  // seen already
+                    if seq > last + 1 {  // a gap
+                        held.insert(src)
+                        gaps.append(src)
+                        continue
+                    }
+                    do {
+                        try db.transaction { try record(event, src: src, seq: seq) }
+                        cursors[src] = seq
+                    } catch {
+                        held.insert(src)
+                        Log.error(name, "event \(event.type) seq \(seq) from \(src) not applied: \(error)")
+                    }
+                }
+            }
+        } catch {
+            // Nothing of the batch is kept: what the sources still hold
+            // comes again by catch-up.
+            Log.error(name, "\(events.count) events not applied: \(error)")
+            gaps = Array(Set(events.compactMap(\.src)).filter(sources.contains))
+        }
+        for src in gaps { catchUp(src) }
     }
 
     func record(_ event: Envelope, src: String, seq: Int64) throws {
@@ -159,12 +201,7 @@ extension Worker {
     }
 
     func receiveEvents(_ feed: EventFeed, _ socket: Socket) {
-        var n = 0
-        while n < 500, let frames = try? socket.receive(dontWait: true) {
-            n += 1
-            guard frames.count == 2, let e = try? Envelope.decode(frames[1], maxBytes: .max), e.kind == .event else { continue }
-            feed.receive(e)
-        }
+        feed.drain(socket)
         feed.receiveReplies()
         relayOutbox()
     }

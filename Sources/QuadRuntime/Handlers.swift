@@ -52,8 +52,9 @@ public final class Handlers {
     public let metrics = Metrics()
     var queries: [String: Handler] = [:]
     var mutations: [String: Handler] = [:]
-    /// Called after each mutation commits, e.g. to relay the outbox at once.
-    var afterMutation: () -> Void = {}
+    /// A mutation committed since the worker last relayed: the outbox may
+    /// hold new events, which the worker publishes once the reply is sent.
+    var outboxWritten = false
     /// Largest page `events.since` returns.
     public static let maxEventsPage = 1000
 
@@ -61,6 +62,9 @@ public final class Handlers {
         self.service = service
         self.instance = instance
         self.db = db
+        // The outbox encodes each event's envelope once, as it is written,
+        // with this service as its source.
+        db?.eventSource = service
         // Which process answered (instance, pid) is for admins and Quad's
         // own services: a stranger learns a service is up, not its layout.
         query("\(service).sys.health") { [unowned self] req in
@@ -93,7 +97,7 @@ public final class Handlers {
                     let events = try Outbox.since(db, after: after, limit: Int(limit))
                     let oldest = try Outbox.oldestSeq(db)
                     var reply: [String: JSON] = [
-                        "events": .array(events.map { $0.envelope(src: self.service).json }),
+                        "events": .array(events.map { $0.json(src: self.service) }),
                         "last": .int(try Outbox.lastSeq(db)),
                         "oldest": .int(oldest),
                     ]
@@ -116,10 +120,16 @@ public final class Handlers {
     public var types: [String] { (Array(queries.keys) + Array(mutations.keys)).sorted() }
 
     /// Handles one request envelope and returns the reply or error envelope.
-    public func handle(_ envelope: Envelope) -> Envelope {
+    /// A convenience over ``reply(to:)`` for callers that want the value.
+    public func handle(_ envelope: Envelope) -> Envelope { reply(to: envelope).envelope }
+
+    /// Handles one request envelope; the reply comes with its bytes, encoded
+    /// once: what the worker sends, what the idempotency record keeps, and,
+    /// for a repeated id, the stored bytes as they are.
+    public func reply(to envelope: Envelope) -> Reply {
         let started = Clock.monotonicMicros()
         let reply = dispatch(envelope)
-        let error = reply.quadError
+        let error = reply.envelope.quadError
         metrics.record(micros: Clock.monotonicMicros() - started, errorCode: error?.code)
         var line: [String: Any] = [
             "src": instance, "type": envelope.type, "id": envelope.id, "status": error?.status ?? 200,
@@ -131,24 +141,24 @@ public final class Handlers {
         return reply
     }
 
-    func dispatch(_ envelope: Envelope) -> Envelope {
+    func dispatch(_ envelope: Envelope) -> Reply {
         let src = instance
         guard envelope.kind == .request else {
-            return envelope.error(.badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), src: src)
+            return Reply(envelope.error(.badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), src: src))
         }
         let request = Request(envelope)
         if let handler = queries[envelope.type] {
             do {
-                return envelope.reply(try handler(request), src: src)
+                return Reply(envelope.reply(try handler(request), src: src))
             } catch {
-                return envelope.error(Handlers.quadError(error), src: src)
+                return Reply(envelope.error(Handlers.quadError(error), src: src))
             }
         }
         guard let handler = mutations[envelope.type] else {
-            return envelope.error(.notFound("unknown request type '\(envelope.type)' for service '\(service)'"), src: src)
+            return Reply(envelope.error(.notFound("unknown request type '\(envelope.type)' for service '\(service)'"), src: src))
         }
         guard let db else {
-            do { return envelope.reply(try handler(request), src: src) } catch { return envelope.error(Handlers.quadError(error), src: src) }
+            do { return Reply(envelope.reply(try handler(request), src: src)) } catch { return Reply(envelope.error(Handlers.quadError(error), src: src)) }
         }
         // The record of this id is bound to who sent it and to its type:
         // `claim` answers the stored reply only to that owner, and a 409
@@ -158,18 +168,18 @@ public final class Handlers {
         // who passed them.
         let owner = Idempotency.owner(of: envelope)
         do {
-            let reply = try db.transaction {
+            let reply = try db.transaction { () throws -> Reply in
                 if !Faults.skipIdempotency,
-                   let stored = try Idempotency.claim(db, id: envelope.id, type: envelope.type, owner: owner) { return stored }
-                let reply = envelope.reply(try handler(request), src: src)
+                   let stored = try Idempotency.claimEncoded(db, id: envelope.id, type: envelope.type, owner: owner) { return Reply(stored: stored) }
+                let reply = Reply(envelope.reply(try handler(request), src: src))
                 if Faults.skipIdempotency {
-                    try Faults.storeSkippingCheck(db, id: envelope.id, type: envelope.type, owner: owner, reply: reply)
+                    try Faults.storeSkippingCheck(db, id: envelope.id, type: envelope.type, owner: owner, reply: reply.envelope)
                 } else {
-                    try Idempotency.store(db, id: envelope.id, type: envelope.type, owner: owner, reply: reply)
+                    try Idempotency.store(db, id: envelope.id, type: envelope.type, owner: owner, encoded: reply.bytes)
                 }
                 return reply
             }
-            afterMutation()
+            outboxWritten = true
             return reply
         } catch {
             // The same id may have run on another worker at the same time
@@ -177,26 +187,26 @@ public final class Handlers {
             // reply is the answer, and this attempt's failure is not.
             // Someone else's record is a 409, whichever attempt saw it.
             do {
-                if let stored = try Idempotency.claim(db, id: envelope.id, type: envelope.type, owner: owner) { return stored }
+                if let stored = try Idempotency.claimEncoded(db, id: envelope.id, type: envelope.type, owner: owner) { return Reply(stored: stored) }
             } catch let taken as QuadError {
-                return envelope.error(taken, src: src)
+                return Reply(envelope.error(taken, src: src))
             } catch {}
             let quadError = Handlers.quadError(error)
-            let reply = envelope.error(quadError, src: src)
+            let reply = Reply(envelope.error(quadError, src: src))
             // A refusal (4xx) is the request's answer too: a retry of the
             // same id gets the same refusal. Failures (5xx) are not kept, so
             // a retry runs again; nor is a 401, so an anonymous stranger
             // cannot fill the store with records of requests that did nothing.
             if quadError.status < 500 && quadError.status != 401 {
                 do {
-                    let earlier = try db.transaction { () throws -> Envelope? in
-                        if let earlier = try Idempotency.claim(db, id: envelope.id, type: envelope.type, owner: owner) { return earlier }
-                        try Idempotency.store(db, id: envelope.id, type: envelope.type, owner: owner, reply: reply)
+                    let earlier = try db.transaction { () throws -> [UInt8]? in
+                        if let earlier = try Idempotency.claimEncoded(db, id: envelope.id, type: envelope.type, owner: owner) { return earlier }
+                        try Idempotency.store(db, id: envelope.id, type: envelope.type, owner: owner, encoded: reply.bytes)
                         return nil
                     }
-                    if let earlier { return earlier }
+                    if let earlier { return Reply(stored: earlier) }
                 } catch let taken as QuadError {
-                    return envelope.error(taken, src: src)
+                    return Reply(envelope.error(taken, src: src))
                 } catch {}
             }
             return reply
@@ -208,6 +218,31 @@ public final class Handlers {
         case let e as QuadError: return e
         case let e as StoreError: return e.quadError
         default: return .internal("\(error)")
+        }
+    }
+}
+
+/// A reply and its bytes, encoded once. A fresh reply keeps its envelope; a
+/// stored one (a repeated id) is only bytes, decoded when someone asks for
+/// the value (tests, metrics), never to be sent.
+public struct Reply: Sendable {
+    public let bytes: [UInt8]
+    let value: Envelope?
+
+    public init(_ envelope: Envelope) {
+        value = envelope
+        bytes = envelope.encoded()
+    }
+
+    public init(stored bytes: [UInt8]) {
+        self.bytes = bytes
+        value = nil
+    }
+
+    public var envelope: Envelope {
+        if let value { return value }
+        do { return try Envelope.decode(bytes, maxBytes: .max) } catch {
+            return .error(.internal("stored reply unreadable: \(error.message)"), corr: Envelope.salvageID(bytes))
         }
     }
 }

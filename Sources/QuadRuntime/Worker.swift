@@ -55,7 +55,6 @@ public final class Worker {
             try InternalCurve.secure(pub)
             try pub.connect(endpoints.eventsIn)
             publisher = pub
-            handlers.afterMutation = { [unowned self] in self.relayOutbox() }
         }
     }
 
@@ -92,7 +91,7 @@ public final class Worker {
             var full = true
             for _ in 0..<Worker.relayPages where full {
                 let sent = try Outbox.relay(db, limit: Worker.relayPage) { event in
-                    try publisher.send([Array((EventFeed.topic(handlers.service) + event.type).utf8), event.envelope(src: handlers.service).encoded()])
+                    try publisher.send([Array((EventFeed.topic(handlers.service) + event.type).utf8), event.bytes(src: handlers.service)])
                 }
                 full = sent == Worker.relayPage
             }
@@ -193,14 +192,20 @@ public final class Worker {
     }
 
     func serve(client: [UInt8], bytes: [UInt8]) {
-        let reply: Envelope
+        let reply: Reply
         do {
             let request = try Envelope.decode(bytes, maxBytes: maxMessageBytes)
-            reply = handlers.handle(request)
+            reply = handlers.reply(to: request)
         } catch {
-            reply = .error(error, corr: Envelope.salvageID(bytes), src: handlers.instance)
+            reply = Reply(.error(error, corr: Envelope.salvageID(bytes), src: handlers.instance))
         }
-        try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, reply.encoded()], dontWait: true)
+        try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, reply.bytes], dontWait: true)
+        // The events of a mutation go out after its reply: the caller does
+        // not wait for the relay.
+        if handlers.outboxWritten {
+            handlers.outboxWritten = false
+            relayOutbox()
+        }
     }
 
     /// Graceful exit: tell the broker, answer the requests it sent before it

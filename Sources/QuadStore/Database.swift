@@ -90,6 +90,11 @@ public enum Dialect: Sendable { case sqlite, postgres }
 /// implement it, so a service's code is the same on either.
 public protocol Database: AnyObject {
     var dialect: Dialect { get }
+    /// The service whose events this store's outbox holds: the `src` of
+    /// the event envelopes ``Outbox/append(_:type:body:id:)`` encodes.
+    /// Set by the service's ``Handlers``; nil keeps only the body, as
+    /// before.
+    var eventSource: String? { get set }
     /// Runs one statement; returns the number of rows it changed.
     @discardableResult
     func execute(_ sql: String, _ params: [SQLValue]) throws -> Int
@@ -104,6 +109,12 @@ public protocol Database: AnyObject {
 }
 
 extension Database {
+    /// A store that does not say whose events it holds keeps bodies only.
+    public var eventSource: String? {
+        get { nil }
+        set {}
+    }
+
     @discardableResult
     public func execute(_ sql: String, _ params: SQLValue...) throws -> Int { try execute(sql, params) }
     public func query(_ sql: String, _ params: SQLValue...) throws -> [Row] { try query(sql, params) }

@@ -30,6 +30,10 @@ public enum ServiceTables {
             ALTER TABLE idempotency ADD COLUMN owner TEXT NOT NULL DEFAULT '';
             CREATE INDEX idempotency_created ON idempotency (created_ms);
             """),
+        // An event's envelope, encoded once when it is written (issue 13):
+        // the relay sends these bytes as they are. Rows written before
+        // have none and are built from their columns, as before.
+        Migration(3, "ALTER TABLE outbox ADD COLUMN envelope TEXT"),
     ]
 }
 
@@ -72,16 +76,28 @@ public enum Idempotency {
     /// else's or of another type (the check runs before anything of the
     /// stored reply is read).
     public static func claim(_ db: Database, id: String, type: String, owner: String) throws -> Envelope? {
+        try claimEncoded(db, id: id, type: type, owner: owner).flatMap { try? Envelope.decode($0, maxBytes: .max) }
+    }
+
+    /// The same, as the bytes that were sent the first time: a retry gets
+    /// them back as they are, never decoded and encoded again.
+    public static func claimEncoded(_ db: Database, id: String, type: String, owner: String) throws -> [UInt8]? {
         guard let row = try db.queryOne("SELECT type, owner, reply FROM idempotency WHERE id = $1", .text(id)) else { return nil }
         let storedType = row.string("type")
         let sameOwner = row.string("owner") == owner
         guard storedType == type, sameOwner else { throw taken(type: type, storedType: storedType, sameOwner: sameOwner) }
-        return try? Envelope.decode(Array(row.string("reply").utf8), maxBytes: .max)
+        return Array(row.string("reply").utf8)
     }
 
     public static func store(_ db: Database, id: String, type: String, owner: String, reply: Envelope) throws {
+        try store(db, id: id, type: type, owner: owner, encoded: reply.encoded())
+    }
+
+    /// Keeps `encoded`, the reply's bytes as they are sent, so a retry gets
+    /// the very same bytes.
+    public static func store(_ db: Database, id: String, type: String, owner: String, encoded: [UInt8]) throws {
         try db.execute("INSERT INTO idempotency (id, type, owner, reply, created_ms) VALUES ($1, $2, $3, $4, $5)",
-                       .text(id), .text(type), .text(owner), .text(String(decoding: reply.encoded(), as: UTF8.self)),
+                       .text(id), .text(type), .text(owner), .text(String(decoding: encoded, as: UTF8.self)),
                        .int(Int64(Clock.nowMillis())))
     }
 
@@ -104,10 +120,35 @@ public struct StoredEvent: Sendable, Equatable {
     public let id: String
     public let type: String
     public let ts: Int64
-    public let body: JSON
+    /// The envelope as it was encoded when the event was written; nil for
+    /// a row written before the outbox kept it, or with no ``Database/eventSource``.
+    public let encoded: [UInt8]?
+    let storedBody: String
 
+    /// The event's body: from the encoded envelope, or the row's own column.
+    public var body: JSON {
+        if let encoded { return (try? JSON.parse(encoded))?["body"] ?? .null }
+        return (try? JSON.parse(storedBody)) ?? .null
+    }
+
+    /// The bytes to publish: the stored envelope as it is, or (an old row)
+    /// one built from the columns.
+    public func bytes(src: String) -> [UInt8] { encoded ?? built(src: src).encoded() }
+
+    /// The envelope as a value, parsed from the stored bytes when there are.
     public func envelope(src: String) -> Envelope {
-        Envelope(id: id, type: type, kind: .event, ts: ts, src: src, seq: seq, body: body)
+        if let encoded, let e = try? Envelope.decode(encoded, maxBytes: .max) { return e }
+        return built(src: src)
+    }
+
+    /// The envelope as JSON (for `events.since`), parsed from the stored bytes.
+    public func json(src: String) -> JSON {
+        if let encoded, let value = try? JSON.parse(encoded) { return value }
+        return built(src: src).json
+    }
+
+    func built(src: String) -> Envelope {
+        Envelope(id: id, type: type, kind: .event, ts: ts, src: src, seq: seq, body: (try? JSON.parse(storedBody)) ?? .null)
     }
 }
 
@@ -122,21 +163,32 @@ public enum Outbox {
             throw StoreError(.other, "outbox_seq row missing")
         }
         let seq = row.int("seq")
-        try db.execute("INSERT INTO outbox (seq, id, type, ts, body) VALUES ($1, $2, $3, $4, $5)",
-                       .int(seq), .text(id), .text(type), .int(Int64(Clock.nowMillis())), .text(body.text))
+        let ts = Int64(Clock.nowMillis())
+        // Encoded once, here: the body lives inside the envelope, and the
+        // body column (kept for rows of older builds) stays empty.
+        if let src = db.eventSource {
+            let envelope = Envelope(id: id, type: type, kind: .event, ts: ts, src: src, seq: seq, body: body)
+            try db.execute("INSERT INTO outbox (seq, id, type, ts, body, envelope) VALUES ($1, $2, $3, $4, '', $5)",
+                           .int(seq), .text(id), .text(type), .int(ts), .text(String(decoding: envelope.encoded(), as: UTF8.self)))
+        } else {
+            try db.execute("INSERT INTO outbox (seq, id, type, ts, body) VALUES ($1, $2, $3, $4, $5)",
+                           .int(seq), .text(id), .text(type), .int(ts), .text(body.text))
+        }
         return seq
     }
+
+    static let columns = "seq, id, type, ts, body, envelope"
 
     static func events(_ rows: [Row]) -> [StoredEvent] {
         rows.map { r in
             StoredEvent(seq: r.int("seq"), id: r.string("id"), type: r.string("type"), ts: r.int("ts"),
-                        body: (try? JSON.parse(r.string("body"))) ?? .null)
+                        encoded: r.optionalString("envelope").map { Array($0.utf8) }, storedBody: r.string("body"))
         }
     }
 
     /// Events after `after`, in seq order, at most `limit`: the catch-up read.
     public static func since(_ db: Database, after: Int64, limit: Int) throws -> [StoredEvent] {
-        events(try db.query("SELECT seq, id, type, ts, body FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2", .int(after), .int(Int64(limit))))
+        events(try db.query("SELECT \(columns) FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2", .int(after), .int(Int64(limit))))
     }
 
     /// The lowest seq still kept, or `lastSeq + 1` when none is: a
@@ -184,7 +236,7 @@ public enum Outbox {
             // SQLite's BEGIN IMMEDIATE already excludes other relays; on
             // PostgreSQL an advisory lock does, without blocking writers.
             if db.dialect == .postgres { _ = try db.query("SELECT pg_advisory_xact_lock(7007001)") }
-            let pending = events(try db.query("SELECT seq, id, type, ts, body FROM outbox WHERE published = 0 ORDER BY seq LIMIT $1", .int(Int64(limit))))
+            let pending = events(try db.query("SELECT \(columns) FROM outbox WHERE published = 0 ORDER BY seq LIMIT $1", .int(Int64(limit))))
             for e in pending { try publish(e) }
             if let last = pending.last {
                 try db.execute("UPDATE outbox SET published = 1 WHERE published = 0 AND seq <= $1", .int(last.seq))

@@ -7,6 +7,11 @@ public final class PostgresDatabase: Database {
     public let dialect = Dialect.postgres
     let conn: OpaquePointer
     var depth = 0
+    public var eventSource: String?
+    /// Statement names prepared on this session, by SQL text and parameter
+    /// types (a statement's parameter types are fixed when it is prepared).
+    var statements = StatementCache<String>(capacity: PostgresDatabase.defaultStatementCacheCapacity)
+    var statementNumber = 0
 
     public init(url: String) throws {
         guard let c = PQconnectdb(url) else { throw StoreError(.connection, "postgres: out of memory") }
@@ -20,6 +25,69 @@ public final class PostgresDatabase: Database {
     }
 
     deinit { close() }
+
+    /// Statements a session keeps prepared, as on SQLite.
+    public static let defaultStatementCacheCapacity = 64
+
+    /// How many prepared statements this session keeps; 0 sends every
+    /// statement with its text (PQexecParams), for comparison.
+    public var statementCacheCapacity: Int {
+        get { statements.capacity }
+        set {
+            statements.capacity = newValue
+            forgetStatements(deallocate: true)
+        }
+    }
+
+    /// Statements prepared on the session now.
+    public var preparedStatements: Int { statements.count }
+
+    /// Forgets the prepared names; `deallocate` also drops them on the
+    /// server (not after a reset: a new session has none).
+    func forgetStatements(deallocate: Bool) {
+        for name in statements.removeAll() where deallocate {
+            if let r = PQexec(conn, "DEALLOCATE \(name)") { PQclear(r) }
+        }
+    }
+
+    /// A session that was lost is opened again before the next statement,
+    /// outside a transaction only (one cut short must fail, not go on in a
+    /// fresh session); its prepared statements went with it.
+    func reconnectIfLost() {
+        guard depth == 0, PQstatus(conn) != CONNECTION_OK else { return }
+        forgetStatements(deallocate: false)
+        PQreset(conn)
+        if PQstatus(conn) == CONNECTION_OK, let r = PQexec(conn, "SET client_min_messages TO warning") { PQclear(r) }
+    }
+
+    /// The result if it succeeded; else cleared, and thrown as a ``StoreError``.
+    func check(_ result: OpaquePointer?, expecting: ExecStatusType? = nil) throws -> OpaquePointer {
+        guard let result else { throw StoreError(.connection, "postgres: \(String(cString: PQerrorMessage(conn)))") }
+        let status = PQresultStatus(result)
+        guard expecting.map({ status == $0 }) ?? (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) else {
+            let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
+            PQclear(result)
+            if PQstatus(conn) != CONNECTION_OK { throw StoreError(.connection, "postgres: \(message)") }
+            // Class 23: integrity constraint violation; 40001/40P01: retry.
+            let kind: StoreError.Kind = state.hasPrefix("23") ? .constraint : (state == "40001" || state == "40P01" ? .busy : .other)
+            throw StoreError(kind, "postgres: \(message)")
+        }
+        return result
+    }
+
+    /// The name `sql` is prepared under on this session, preparing it now
+    /// (PQprepare) the first time; nil when the cache is off.
+    func preparedName(_ sql: String, types: [UInt32]) throws -> String? {
+        guard statements.capacity > 0 else { return nil }
+        let key = types.contains(where: { $0 != 0 }) ? sql + "\u{0}" + types.map(String.init).joined(separator: ",") : sql
+        if let name = statements.get(key) { return name }
+        statementNumber += 1
+        let name = "quad_s\(statementNumber)"
+        PQclear(try check(PQprepare(conn, name, sql, Int32(types.count), types)))
+        if let evicted = statements.put(key, name), let r = PQexec(conn, "DEALLOCATE \(evicted)") { PQclear(r) }
+        return name
+    }
 
     var closed = false
     public func close() {
@@ -71,23 +139,17 @@ public final class PostgresDatabase: Database {
             return buffer
         }
         defer { buffers.forEach { $0?.deallocate() } }
+        reconnectIfLost()
+        let name = try preparedName(sql, types: types)
         let result: OpaquePointer? = buffers.withUnsafeBufferPointer { buf in
             buf.withMemoryRebound(to: UnsafePointer<CChar>?.self) { ptrs in
-                PQexecParams(conn, sql, Int32(params.count), types, ptrs.baseAddress, lengths, formats, 0)
+                if let name {
+                    return PQexecPrepared(conn, name, Int32(params.count), ptrs.baseAddress, lengths, formats, 0)
+                }
+                return PQexecParams(conn, sql, Int32(params.count), types, ptrs.baseAddress, lengths, formats, 0)
             }
         }
-        guard let result else { throw StoreError(.connection, "postgres: \(String(cString: PQerrorMessage(conn)))") }
-        let status = PQresultStatus(result)
-        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else {
-            let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
-            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
-            PQclear(result)
-            if PQstatus(conn) != CONNECTION_OK { throw StoreError(.connection, "postgres: \(message)") }
-            // Class 23: integrity constraint violation; 40001/40P01: retry.
-            let kind: StoreError.Kind = state.hasPrefix("23") ? .constraint : (state == "40001" || state == "40P01" ? .busy : .other)
-            throw StoreError(kind, "postgres: \(message)")
-        }
-        return result
+        return try check(result)
     }
 
     @discardableResult
@@ -125,6 +187,62 @@ public final class PostgresDatabase: Database {
             rows.append(Row(columns: columns, values: values))
         }
         return rows
+    }
+
+    /// Streams `rows` into `table` with `COPY ... FROM STDIN` (text
+    /// format): one round trip for the lot, no statement to parse, the
+    /// fastest way into PostgreSQL. Runs in the caller's transaction.
+    /// Text holding U+0000 is refused, as by ``execute(_:_:)``.
+    public func copy(into table: String, columns: [String], rows: [[SQLValue]]) throws {
+        reconnectIfLost()
+        PQclear(try check(PQexec(conn, "COPY \(table) (\(columns.joined(separator: ", "))) FROM STDIN"), expecting: PGRES_COPY_IN))
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(min(rows.count * 256, 1 << 20))
+        func flush() throws {
+            let rc = buffer.withUnsafeBufferPointer { b in
+                b.withMemoryRebound(to: CChar.self) { PQputCopyData(conn, $0.baseAddress, Int32($0.count)) }
+            }
+            guard rc == 1 else { throw StoreError(.connection, "postgres copy: \(String(cString: PQerrorMessage(conn)))") }
+            buffer.removeAll(keepingCapacity: true)
+        }
+        var failure: String?
+        rows: for row in rows {
+            for (k, value) in row.enumerated() {
+                if k > 0 { buffer.append(0x09) }
+                switch value {
+                case .null: buffer += [0x5C, 0x4E]  // \N
+                case .int(let i): buffer += Array(String(i).utf8)
+                case .double(let d): buffer += Array(String(d).utf8)
+                case .text(let t):
+                    for byte in t.utf8 {
+                        switch byte {
+                        case 0: failure = "a value of column \(columns[k]) holds U+0000 (NUL), which PostgreSQL text cannot store: refused, not cut"; break rows
+                        case 0x5C: buffer += [0x5C, 0x5C]
+                        case 0x09: buffer += [0x5C, 0x74]
+                        case 0x0A: buffer += [0x5C, 0x6E]
+                        case 0x0D: buffer += [0x5C, 0x72]
+                        default: buffer.append(byte)
+                        }
+                    }
+                case .blob(let b):
+                    // bytea's hex input, its backslash escaped for COPY.
+                    buffer += [0x5C, 0x5C, 0x78]
+                    let hex = Array("0123456789abcdef".utf8)
+                    for byte in b { buffer += [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]] }
+                }
+            }
+            buffer.append(0x0A)
+            if buffer.count >= 1 << 16 { try flush() }
+        }
+        if failure == nil, !buffer.isEmpty { try flush() }
+        // Ending with an error message makes the server abort the COPY.
+        guard PQputCopyEnd(conn, failure) == 1 else { throw StoreError(.connection, "postgres copy: \(String(cString: PQerrorMessage(conn)))") }
+        var error: Error?
+        while let result = PQgetResult(conn) {
+            do { PQclear(try check(result)) } catch let e { if error == nil { error = e } }
+        }
+        if let failure { throw StoreError(.other, "postgres copy: \(failure)") }
+        if let error { throw error }
     }
 
     /// A bytea in PostgreSQL's text output (`\\x` and hex digits) as bytes.

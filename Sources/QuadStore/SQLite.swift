@@ -6,8 +6,10 @@ import Foundation
 public final class SQLiteDatabase: Database {
     public let dialect = Dialect.sqlite
     let db: OpaquePointer
-    var statements: [String: OpaquePointer] = [:]
+    /// Prepared statements kept for reuse (``statementCacheCapacity``).
+    var statements = StatementCache<OpaquePointer>(capacity: SQLiteDatabase.defaultStatementCacheCapacity)
     var depth = 0
+    public var eventSource: String?
     public let path: String
 
     public init(path: String, busyTimeoutMs: Int32 = 5000) throws {
@@ -31,6 +33,23 @@ public final class SQLiteDatabase: Database {
 
     deinit { close() }
 
+    /// Statements a connection keeps prepared: enough for every statement a
+    /// service runs, few enough that ad-hoc texts cannot grow it for ever.
+    public static let defaultStatementCacheCapacity = 64
+
+    /// How many prepared statements this connection keeps; 0 prepares each
+    /// statement anew and finalizes it after use (for comparison).
+    public var statementCacheCapacity: Int {
+        get { statements.capacity }
+        set {
+            statements.capacity = newValue
+            for s in statements.removeAll() { sqlite3_finalize(s) }
+        }
+    }
+
+    /// Statements prepared and kept now.
+    public var preparedStatements: Int { statements.count }
+
     /// Runs `body` again while it fails with SQLITE_BUSY, up to `forMs`.
     public static func retryingBusy<T>(forMs: Int, _ body: () throws -> T) throws -> T {
         let start = DispatchTime.now().uptimeNanoseconds
@@ -46,8 +65,7 @@ public final class SQLiteDatabase: Database {
     public func close() {
         if closed { return }
         closed = true
-        for (_, s) in statements { sqlite3_finalize(s) }
-        statements = [:]
+        for s in statements.removeAll() { sqlite3_finalize(s) }
         sqlite3_close_v2(db)
     }
 
@@ -72,17 +90,27 @@ public final class SQLiteDatabase: Database {
         return out
     }
 
+    /// A statement for `sql`, from the cache or prepared now (and kept).
+    /// ``release(_:)`` resets it after use.
     func prepare(_ sql: String) throws -> OpaquePointer {
-        if let s = statements[sql] {
-            sqlite3_reset(s)
-            sqlite3_clear_bindings(s)
-            return s
-        }
+        if let s = statements.get(sql) { return s }
         var stmt: OpaquePointer?
-        let rc = sqlite3_prepare_v2(db, SQLiteDatabase.translate(sql), -1, &stmt, nil)
+        // PERSISTENT: the statement is kept a long time, so SQLite takes its
+        // memory from the heap rather than the lookaside pool.
+        let flags = statements.capacity > 0 ? UInt32(SQLITE_PREPARE_PERSISTENT) : 0
+        let rc = sqlite3_prepare_v3(db, SQLiteDatabase.translate(sql), -1, flags, &stmt, nil)
         guard rc == SQLITE_OK, let stmt else { throw error("prepare", rc) }
-        statements[sql] = stmt
+        if statements.capacity > 0, let evicted = statements.put(sql, stmt) { sqlite3_finalize(evicted) }
         return stmt
+    }
+
+    /// Resets a statement after use and drops its bindings (so no text or
+    /// blob stays referenced until the next use); finalizes it when the
+    /// cache is off.
+    func release(_ stmt: OpaquePointer) {
+        if statements.capacity == 0 { sqlite3_finalize(stmt); return }
+        sqlite3_reset(stmt)
+        sqlite3_clear_bindings(stmt)
     }
 
     func bind(_ stmt: OpaquePointer, _ params: [SQLValue]) throws {
@@ -121,7 +149,7 @@ public final class SQLiteDatabase: Database {
     @discardableResult
     public func execute(_ sql: String, _ params: [SQLValue]) throws -> Int {
         let stmt = try prepare(sql)
-        defer { sqlite3_reset(stmt) }
+        defer { release(stmt) }
         try bind(stmt, params)
         var rc = sqlite3_step(stmt)
         while rc == SQLITE_ROW { rc = sqlite3_step(stmt) }
@@ -131,7 +159,7 @@ public final class SQLiteDatabase: Database {
 
     public func query(_ sql: String, _ params: [SQLValue]) throws -> [Row] {
         let stmt = try prepare(sql)
-        defer { sqlite3_reset(stmt) }
+        defer { release(stmt) }
         try bind(stmt, params)
         let count = sqlite3_column_count(stmt)
         let columns = (0..<count).map { String(cString: sqlite3_column_name(stmt, $0)) }

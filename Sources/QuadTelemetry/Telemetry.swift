@@ -238,25 +238,12 @@ public enum Telemetry: ServiceDomain {
             // they grow in commit order and `raw.since` never skips a row.
             let top = try db.queryOne("UPDATE raw_seq SET seq = seq + $1 WHERE one = 1 RETURNING seq", .int(Int64(fresh.count)))!.int("seq")
             let base = top - Int64(fresh.count)
-            var inserted = Set<String>()
-            for start in stride(from: 0, to: fresh.count, by: insertChunk) {
-                let chunk = fresh[start..<min(fresh.count, start + insertChunk)]
-                var params: [SQLValue] = []
-                params.reserveCapacity(chunk.count * 12)
-                var rows: [String] = []
-                for (k, f) in zip(start..., chunk) {
-                    let p = params.count
-                    rows.append("(" + (1...12).map { "$\(p + $0)" }.joined(separator: ", ") + ")")
-                    let e = f.event
-                    params += [.text(e.id), .int(base + Int64(k) + 1), .text(e.phone), .of(e.user), .text(e.session), .text(e.name),
-                               .int(e.ts), .of(e.offline), .of(e.queuedMs), .text(JSON.object(e.props).text), .text(f.digest), .int(now)]
-                }
-                let sql = """
-                    INSERT INTO events (id, seq, phone, user_id, session, name, ts, offline, queued_ms, props, digest, received_ms)
-                    VALUES \(rows.joined(separator: ", ")) ON CONFLICT (id) DO NOTHING RETURNING id
-                    """
-                for r in try db.query(sql, params) { inserted.insert(r.string("id")) }
+            let rows: [[SQLValue]] = fresh.enumerated().map { k, f in
+                let e = f.event
+                return [.text(e.id), .int(base + Int64(k) + 1), .text(e.phone), .of(e.user), .text(e.session), .text(e.name),
+                        .int(e.ts), .of(e.offline), .of(e.queuedMs), .text(JSON.object(e.props).text), .text(f.digest), .int(now)]
             }
+            let inserted = try insert(db, rows)
             var stored: [(event: PhoneEvent, payload: String, digest: String)] = []
             for f in fresh {
                 if inserted.contains(f.event.id) {
@@ -304,12 +291,55 @@ public enum Telemetry: ServiceDomain {
         return outcome
     }
 
+    static let eventColumns = ["id", "seq", "phone", "user_id", "session", "name", "ts", "offline", "queued_ms", "props", "digest", "received_ms"]
+
+    /// Stores the rows whose id is new; returns the ids stored. PostgreSQL:
+    /// COPY into a session's staging table, then one set-based INSERT that
+    /// keeps the dedup by id (ON CONFLICT). SQLite: multi-row INSERTs of a
+    /// few fixed sizes (``chunks(_:)``), each prepared once per connection.
+    static func insert(_ db: Database, _ rows: [[SQLValue]]) throws -> Set<String> {
+        var inserted = Set<String>()
+        let columns = eventColumns.joined(separator: ", ")
+        if let pg = db as? PostgresDatabase {
+            // A temporary table is the session's own: concurrent workers
+            // never see each other's rows; emptied at commit.
+            try pg.executeScript("CREATE TEMP TABLE IF NOT EXISTS events_incoming (LIKE events) ON COMMIT DELETE ROWS; TRUNCATE events_incoming")
+            try pg.copy(into: "events_incoming", columns: eventColumns, rows: rows)
+            for r in try pg.query("INSERT INTO events (\(columns)) SELECT \(columns) FROM events_incoming ON CONFLICT (id) DO NOTHING RETURNING id") {
+                inserted.insert(r.string("id"))
+            }
+            return inserted
+        }
+        let row = "(" + eventColumns.map { _ in "?" }.joined(separator: ", ") + ")"
+        for chunk in chunks(rows) {
+            let sql = "INSERT INTO events (\(columns)) VALUES " + Array(repeating: row, count: chunk.count).joined(separator: ", ")
+                + " ON CONFLICT (id) DO NOTHING RETURNING id"
+            for r in try db.query(sql, chunk.flatMap { $0 }) { inserted.insert(r.string("id")) }
+        }
+        return inserted
+    }
+
+    /// `items` cut into pieces of ``insertChunk``, then 10, then 1: a
+    /// batch of any size runs at most three statement texts, so each is
+    /// prepared once per connection and the statement cache is not filled
+    /// with one text per batch size.
+    static func chunks<T>(_ items: [T]) -> [ArraySlice<T>] {
+        var out: [ArraySlice<T>] = []
+        var start = items.startIndex
+        for size in [insertChunk, 10, 1] {
+            while items.endIndex - start >= size {
+                out.append(items[start..<start + size])
+                start += size
+            }
+        }
+        return out
+    }
+
     /// The digest of the stored payload of each id.
     static func digests(_ db: Database, ids: [String]) throws -> [String: String] {
         var out: [String: String] = [:]
-        for start in stride(from: 0, to: ids.count, by: insertChunk) {
-            let chunk = Array(ids[start..<min(ids.count, start + insertChunk)])
-            let marks = chunk.indices.map { "$\($0 + 1)" }.joined(separator: ", ")
+        for chunk in chunks(ids) {
+            let marks = chunk.indices.map { "$\($0 - chunk.startIndex + 1)" }.joined(separator: ", ")
             for r in try db.query("SELECT id, digest FROM events WHERE id IN (\(marks))", chunk.map { .text($0) }) {
                 out[r.string("id")] = r.string("digest")
             }
