@@ -324,10 +324,13 @@ class Checker:
             st = stores.get(s)
             if st is None or not st.has_table("outbox"):
                 continue
-            for r in st.rows("SELECT type, body FROM outbox"):
+            for r in st.rows("SELECT * FROM outbox"):
+                # Rows keep the event's encoded envelope (the body column
+                # is empty then); older rows keep only the body.
                 try:
-                    body = json.loads(r["body"])
-                except ValueError:
+                    envelope = r["envelope"] if "envelope" in r.keys() else None
+                    body = json.loads(envelope)["body"] if envelope else json.loads(r["body"])
+                except (ValueError, KeyError, TypeError):
                     continue
                 if not isinstance(body, dict):
                     continue

@@ -129,10 +129,10 @@ final class EdgeStack {
     func favoriteChanges(user: String) throws -> [String] {
         let db = try store("favorites")
         defer { db.close() }
-        return try db.query("SELECT type, body FROM outbox ORDER BY seq").compactMap { r in
-            let body = try JSON.parse(r.string("body"))
-            guard body["user"]?.string == user else { return nil }
-            return "\(r.string("type") == "favorites.added" ? "add" : "remove") \(body["product"]?.string ?? "")"
+        // The outbox keeps each event as its encoded envelope: read it as the relay does.
+        return try Outbox.since(db, after: 0, limit: Int.max).compactMap { e in
+            guard e.body["user"]?.string == user else { return nil }
+            return "\(e.type == "favorites.added" ? "add" : "remove") \(e.body["product"]?.string ?? "")"
         }
     }
 
