@@ -120,7 +120,17 @@ extension Phone {
                 if let error, error.status < 500, error.status != 401 {
                     Log.error("edge/\(self.name)", "cannot sign in: \(error)")
                 }
-                if error == nil { self.pump() } else { self.backOff(action, why: error!.message) }
+                guard let error else {
+                    self.signInAttempts = 0
+                    self.pump()
+                    return
+                }
+                // Its own count, so a busy accounts (429: its hash budget or
+                // the throttle) sees fewer and fewer tries, never sooner
+                // than the retry_after_ms it asked for.
+                self.signInAttempts += 1
+                let asked = error.details["retry_after_ms"]?.int ?? 0
+                self.backOff(action, why: error.message, attempt: self.signInAttempts - 1, atLeastMs: asked)
             }
             return
         }
@@ -161,11 +171,16 @@ extension Phone {
         }
     }
 
-    func backOff(_ action: QueuedAction, why: String, afterTimeout: Bool = false) {
-        backingOffAfterTimeout = afterTimeout
+    /// Waits before the same action goes again. A backoff that began after
+    /// a timeout, or while the phone could not reach the network, ends the
+    /// moment the network answers again (``trigger(_:)`` with `.reachable`)
+    /// or the radio comes back (`.networkBack`): a phone whose connection
+    /// returns never waits out a delay it drew while cut off.
+    func backOff(_ action: QueuedAction, why: String, afterTimeout: Bool = false, attempt: Int? = nil, atLeastMs: Int64 = 0) {
+        backingOffAfterTimeout = afterTimeout || !reachable || !radioOn
         let attempts = (try? db.queryOne("SELECT attempts FROM outbox WHERE id = $1", .text(action.id))?.int("attempts")) ?? 1
         _ = try? db.execute("UPDATE outbox SET last_error = $2 WHERE id = $1", .text(action.id), .text(why))
-        let delay = settings.backoff.delay(attempt: Int(max(0, attempts - 1)), using: &rng)
+        let delay = max(atLeastMs, settings.backoff.delay(attempt: attempt ?? Int(max(0, attempts - 1)), using: &rng))
         sender = .backingOff(agenda.after(delay) { [weak self] in
             guard let self, case .backingOff = self.sender else { return }
             self.sender = .idle
