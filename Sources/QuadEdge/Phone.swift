@@ -29,6 +29,9 @@ public struct EdgeSettings: Sendable {
     /// A session is renewed with `accounts.refresh` this long before its
     /// token expires (tokens live an hour by default).
     public var refreshBeforeMs: Int64 = 5 * 60_000
+    /// A phone signs in when it starts, not at its first action (a campus
+    /// day that signs its phones in before the day turns it off).
+    public var signInAtStart = true
     /// The semester phones register their accounts with (each phone keeps
     /// its own email and password in its file).
     public var semester: Int64 = 3
@@ -410,7 +413,10 @@ final class Phone {
                 offlineSinceMs = nil
                 try? db.setMeta("offline_since", nil)
             }
-            if queueLength > 0 { stats.drainStartMs = Clock.monotonicMillis() }
+            if queueLength > 0 {
+                stats.drainStartMs = Clock.monotonicMillis()
+                stats.drainStartWithoutSession = !hasValidToken
+            }
             trigger(radioCameBack ? .networkBack : .reachable)
             refreshIfDue()
             flushTelemetry(force: radioCameBack)
@@ -462,7 +468,7 @@ final class Phone {
         // Signed in at once, not at the first action: a phone that then
         // loses its signal already has the session its queue needs when
         // the signal returns.
-        if isOnline && sender == .idle && !hasValidToken { signIn { _ in } }
+        if settings.signInAtStart && isOnline && sender == .idle && !hasValidToken { signIn { _ in } }
         scheduleTelemetry()
     }
 
@@ -502,7 +508,11 @@ struct PhoneStats {
     var rejected = 0
     var maxQueue = 0
     var drainStartMs: Int64?
+    /// The drain began on a phone with no session: it waits for a first sign-in.
+    var drainStartWithoutSession = false
     var drains: [Int64] = []
+    /// The drains (among ``drains``) that began without a session.
+    var drainsWithoutSession: [Int64] = []
     var reads: [String: Int] = [:]
     var refused: [String: Int] = [:]
     var telemetrySent = 0

@@ -106,6 +106,7 @@ extension Phone {
         guard let action = head() else {
             if let start = stats.drainStartMs {
                 stats.drains.append(Clock.monotonicMillis() - start)
+                if stats.drainStartWithoutSession { stats.drainsWithoutSession.append(Clock.monotonicMillis() - start) }
                 stats.drainStartMs = nil
             }
             onDrained(self)

@@ -34,6 +34,8 @@ flags.option("telemetry-every-ms", "how often queued telemetry is sent while onl
 flags.option("seed", "run: the campus day's seed", default: "1")
 flags.option("speed", "run: think times are divided by this", default: "1")
 flags.option("duration", "run: seconds the campus day lasts", default: "60")
+flags.option("sign-in-first", "run: on: every phone signs in (registers) before the day's clock starts, timed on its own; off: the day begins with every registration at once", default: "on")
+flags.option("sign-in-timeout", "run: seconds to wait for the sign-ins before the day starts anyway", default: "300")
 flags.option("hold-seconds", "run: how long students believe a parking hold lasts before the phone knows", default: "600")
 flags.option("drain-timeout", "run: seconds to wait for the outboxes to drain after the day", default: "120")
 flags.option("report", "run: also write the JSON report to this file")
@@ -79,6 +81,14 @@ if command == "run" {
     options.holdSeconds = Int64(positive("hold-seconds", 1...86_400))
     options.drainTimeoutMs = Int64(positive("drain-timeout", 1...86_400)) * 1000
     options.reportPath = flags["report"]
+    switch flags["sign-in-first"] {
+    case "on":
+        options.signInFirst = true
+        settings.signInAtStart = false  // the day signs them in, a few at a time
+    case "off": options.signInFirst = false
+    default: Flags.usageError("--sign-in-first must be on or off", usage: flags.usage)
+    }
+    options.signInTimeoutMs = Int64(positive("sign-in-timeout", 1...86_400)) * 1000
     day = CampusDay(options: options)
 }
 
