@@ -17,6 +17,8 @@ public struct EdgeSettings: Sendable {
     public var backoffBaseMs: Int64 = 250
     public var backoffCapMs: Int64 = 8_000
     /// Most telemetry events in one `telemetry.ingest`.
+    /// Most queued actions in flight at once (`send_window`), one per service.
+    public var sendWindow = 8
     public var telemetryBatch = 100
     /// How often queued telemetry is sent while online.
     public var telemetryEveryMs: Int64 = 2_000
@@ -94,10 +96,17 @@ final class Phone {
     enum SenderState: Equatable {
         case idle
         case signingIn
-        case sending(String)
+        /// The ids in flight: at most one per service (``sendable(from:)``).
+        case sending(Set<String>)
         case backingOff(Int)
     }
     var sender: SenderState = .idle
+    /// Answers of the batch in flight not confirmed yet, and what is left of it.
+    var answers: [(QueuedAction, Result<Envelope, LinkFailure>)] = []
+    var unanswered = 0
+    var confirmScheduled = false
+    /// The first action of the batch to send again, after a backoff.
+    var pendingRetry: (QueuedAction, String, Bool)?
     var authRetries = 0
     /// Failed sign-ins in a row: the sender's backoff for them grows with it.
     var signInAttempts = 0
@@ -521,6 +530,8 @@ struct PhoneStats {
     var telemetryRejected = 0
     var telemetryAnswers = 0
     /// Sign-in requests sent: what a session saves shows here.
+    /// Store transactions that confirmed answers (several answers each when they arrive together).
+    var confirmTransactions = 0
     var registrations = 0
     var logins = 0
     var refreshes = 0

@@ -162,7 +162,7 @@ struct PhoneTests {
         rig.run(forMs: 5000) { rig.outbox == 0 }
         #expect(rig.outbox == 0)
         #expect(rig.broker.actions.map(\.id) == ids, "each action sent once, in order")
-        #expect(rig.broker.maxInFlightActions == 1, "one action in flight at a time")
+        #expect(rig.broker.maxInFlightActions == 2, "one action in flight per service: the last favorite and the cart line together")
     }
 
     @Test func duringACutTheSameIDIsRetriedWithGrowingBackoffAndSentAgainWhenTheNetworkAnswers() throws {
@@ -355,5 +355,30 @@ struct PhoneTests {
         #expect(rig.broker.tokens[id] == "t-refreshed-1")
         #expect(!rig.broker.seen.contains { $0.type == "accounts.login" || $0.type == "accounts.register" })
         #expect(try rig.phone.db.queryOne("SELECT token FROM session")?.string("token") == "t-refreshed-1")
+    }
+
+    /// A queue of actions for different services goes out at once, one per
+    /// service, and the answers that arrive together are confirmed in one
+    /// store transaction; the actions of one service still go one after
+    /// the other, in order.
+    @Test func queuedActionsForDifferentServicesGoTogetherAndTheirAnswersAreConfirmedInOneTransaction() throws {
+        let rig = try PhoneRig()
+        rig.broker.delayMs = 100
+        rig.phone.airplane = true
+        rig.phone.start()
+        var ids: [String] = []
+        for (type, body) in [("favorites.add", ["product": "p-0001"]), ("orders.cart.add", ["product": "p-0002", "quantity": 1]),
+                             ("reservations.car.save", ["lat": 40.4, "lon": -3.7, "level": "P1"]), ("favorites.add", ["product": "p-0003"])] as [(String, JSON)] {
+            guard case .queued(let id) = rig.phone.act(type, body) else { Issue.record("\(type) not queued"); return }
+            ids.append(id)
+        }
+        rig.phone.setAirplane(false)
+        let before = rig.phone.stats.confirmTransactions
+        rig.run(forMs: 30_000) { rig.outbox == 0 }
+        #expect(rig.outbox == 0)
+        #expect(rig.broker.actions.map(\.id) == ids, "each once, in the order made")
+        #expect(rig.broker.maxInFlightActions == 3, "favorites, orders and reservations at once; the second favorite after the first")
+        #expect(rig.phone.stats.confirmTransactions - before == 2, "three answers in one transaction, then the second favorite's")
+        #expect(try rig.phone.db.count("SELECT COUNT(*) AS n FROM action_log WHERE outcome = 'done'") == 4)
     }
 }
