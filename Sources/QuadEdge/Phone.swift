@@ -276,7 +276,10 @@ final class Phone {
     /// Renews the session when it ends within `refreshBeforeMs` and the
     /// phone is online (offline, the network-back trigger calls this again).
     func refreshIfDue() {
-        guard token != nil, !refreshing, isOnline, expiresAt - now < settings.refreshBeforeMs, expiresAt > now + 1_000 else { return }
+        guard token != nil, !refreshing, isOnline, expiresAt > now + 1_000 else { return }
+        // A timer a millisecond early (wall and monotonic clocks round
+        // apart) arms itself again rather than never renewing.
+        guard expiresAt - now <= settings.refreshBeforeMs else { scheduleRefresh(); return }
         refresh { _ in }
     }
 
@@ -428,7 +431,8 @@ final class Phone {
             }
             trigger(radioCameBack ? .networkBack : .reachable)
             refreshIfDue()
-            flushTelemetry(force: radioCameBack)
+            // Whatever backoff a batch drew while the network was gone.
+            flushTelemetry(force: true)
             prefetchOnNetworkBack()
         } else {
             offlineSinceMs = now
