@@ -16,9 +16,9 @@ public struct EdgeSettings: Sendable {
     public var readTimeoutMs: Int64 = 1_500
     public var backoffBaseMs: Int64 = 250
     public var backoffCapMs: Int64 = 8_000
-    /// Most telemetry events in one `telemetry.ingest`.
     /// Most queued actions in flight at once (`send_window`), one per service.
     public var sendWindow = 8
+    /// Most telemetry events in one `telemetry.ingest`.
     public var telemetryBatch = 100
     /// How often queued telemetry is sent while online.
     public var telemetryEveryMs: Int64 = 2_000
