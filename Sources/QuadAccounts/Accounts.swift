@@ -4,8 +4,8 @@ import QuadRuntime
 import QuadStore
 import QuadWire
 
-/// The accounts service: students register and log in; a login returns a
-/// session token signed with accounts' Ed25519 key, which the broker checks
+/// The accounts service: students register and log in; a registration and a
+/// login return a session token signed with accounts' Ed25519 key, which the broker checks
 /// on every request from outside without calling accounts. Passwords are
 /// stored only as Argon2id hashes. Events carry no email and no password.
 public enum Accounts: ServiceDomain {
@@ -222,7 +222,11 @@ public enum Accounts: ServiceDomain {
                 try Outbox.append(db, type: "accounts.user.registered", body: [
                     "user": .string(id), "name": .string(name), "semester": .int(semester), "categories": .array(categories.map { .string($0) }),
                 ])
-                return profile(row)
+                // The profile and a session, as a login would answer: a new
+                // account needs no second Argon2id hash (a login's verify)
+                // before its first request. A retry under the same id gets
+                // this same reply, token included, from the idempotency record.
+                return registered(profile(row), session: session(user: id, role: "student", settings: settings))
             }
         })
 
@@ -351,6 +355,15 @@ public enum Accounts: ServiceDomain {
             "token": .string(settings.signingKey.sign(claims)), "user": .string(claims.user),
             "role": .string(claims.role), "expires_at": .int(claims.expiresAt),
         ]
+    }
+
+    /// accounts.register's reply: the profile, and the session's `token`
+    /// and `expires_at` (its `user` and `role` are the profile's).
+    static func registered(_ profile: JSON, session: JSON) -> JSON {
+        var f = profile.object ?? [:]
+        f["token"] = session["token"]
+        f["expires_at"] = session["expires_at"]
+        return .object(f)
     }
 
     /// The signed-in user; 403 when the body names another one: a profile is

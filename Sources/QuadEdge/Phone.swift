@@ -16,6 +16,8 @@ public struct EdgeSettings: Sendable {
     public var readTimeoutMs: Int64 = 1_500
     public var backoffBaseMs: Int64 = 250
     public var backoffCapMs: Int64 = 8_000
+    /// Most queued actions in flight at once (`send_window`), one per service.
+    public var sendWindow = 8
     /// Most telemetry events in one `telemetry.ingest`.
     public var telemetryBatch = 100
     /// How often queued telemetry is sent while online.
@@ -26,6 +28,12 @@ public struct EdgeSettings: Sendable {
     public var lotsMaxAgeMs: Int64 = 24 * 3_600_000
     /// The 30-day total says it may be stale after this long without a sync.
     public var staleAfterMs: Int64 = 7 * 86_400_000
+    /// A session is renewed with `accounts.refresh` this long before its
+    /// token expires (tokens live an hour by default).
+    public var refreshBeforeMs: Int64 = 5 * 60_000
+    /// A phone signs in when it starts, not at its first action (a campus
+    /// day that signs its phones in before the day turns it off).
+    public var signInAtStart = true
     /// The semester phones register their accounts with (each phone keeps
     /// its own email and password in its file).
     public var semester: Int64 = 3
@@ -68,6 +76,11 @@ final class Phone {
     var sessionID = MessageID.make()
     var signingIn = false
     var signInWaiters: [(QuadError?) -> Void] = []
+    var refreshing = false
+    var refreshWaiters: [(QuadError?) -> Void] = []
+    /// The id of the `accounts.refresh` not answered yet.
+    var refreshID: String?
+    var refreshTimer: Int?
 
     // Radio and reachability.
     var airplane = false
@@ -83,11 +96,20 @@ final class Phone {
     enum SenderState: Equatable {
         case idle
         case signingIn
-        case sending(String)
+        /// The ids in flight: at most one per service (``sendable(from:)``).
+        case sending(Set<String>)
         case backingOff(Int)
     }
     var sender: SenderState = .idle
+    /// Answers of the batch in flight not confirmed yet, and what is left of it.
+    var answers: [(QueuedAction, Result<Envelope, LinkFailure>)] = []
+    var unanswered = 0
+    var confirmScheduled = false
+    /// The first action of the batch to send again, after a backoff.
+    var pendingRetry: (QueuedAction, String, Bool)?
     var authRetries = 0
+    /// Failed sign-ins in a row: the sender's backoff for them grows with it.
+    var signInAttempts = 0
     var backingOffAfterTimeout = false
     var lastSyncMs: Int64?
 
@@ -134,6 +156,7 @@ final class Phone {
             token = s.optionalString("token")
             expiresAt = s.int("expires_at")
             lastSyncMs = (try db.meta("last_sync")).flatMap { Int64($0) }
+            scheduleRefresh()
             return
         }
         // A new phone: an account of its own, remembered in its file.
@@ -149,7 +172,11 @@ final class Phone {
     var hasValidToken: Bool { token != nil && expiresAt > now + 30_000 }
 
     /// Registers once (under an id fixed in the file, so a retry cannot make
-    /// two accounts) and logs in. `done` gets nil when a token is in hand.
+    /// two accounts); the registration's answer is the session, so a phone
+    /// that registers never logs in. A phone with a session renews it with
+    /// `accounts.refresh` before it ends (``refreshIfDue()``) and logs in
+    /// only when it has none left (expired, revoked, or a registration
+    /// whose answer was lost). `done` gets nil when a token is in hand.
     func signIn(_ done: @escaping (QuadError?) -> Void) {
         if hasValidToken { agenda.after(0) { done(nil) }; return }
         signInWaiters.append(done)
@@ -162,38 +189,142 @@ final class Phone {
             for w in waiters { w(error) }
         }
         let login = { [unowned self] in
+            self.stats.logins += 1
             let body: JSON = ["email": .string(self.email), "password": .string(self.password)]
             self.request("accounts.login", body, timeoutMs: self.settings.actionTimeoutMs, anonymous: true) { result in
                 switch result {
                 case .success(let reply):
-                    if let error = reply.quadError { finish(error); return }
-                    self.token = reply.body["token"]?.string
-                    self.user = reply.body["user"]?.string
-                    self.expiresAt = reply.body["expires_at"]?.int ?? 0
-                    _ = try? self.db.execute("UPDATE session SET token = $1, user_id = $2, expires_at = $3 WHERE one = 1",
-                                         .of(self.token), .of(self.user), .int(self.expiresAt))
+                    if let error = reply.quadError {
+                        if error.status == 401, self.user == nil, reply.src != "broker" {
+                            // No such account after all: register again, under a new id.
+                            Log.error("edge/\(self.name)", "accounts knows no account \(self.email): registering it again")
+                            self.registered = false
+                            self.registerID = MessageID.make()
+                            _ = try? self.db.execute("UPDATE session SET registered = 0, register_id = $1 WHERE one = 1", .text(self.registerID))
+                        }
+                        finish(error)
+                        return
+                    }
+                    self.keepSession(reply.body)
                     finish(nil)
                 case .failure(let failure):
                     finish(Phone.error(failure))
                 }
             }
         }
-        if registered { login(); return }
+        if registered {
+            // A token not yet expired is renewed, not replaced by a login.
+            if token != nil && expiresAt > now + 1_000 {
+                refresh { [unowned self] error in
+                    if self.hasValidToken { finish(nil) } else if let error, error.status != 401 { finish(error) } else { login() }
+                }
+                return
+            }
+            login()
+            return
+        }
         let body: JSON = [
             "email": .string(email), "password": .string(password), "name": .string(displayName),
             "semester": .int(settings.semester), "categories": .array(["Tech", "Study"]),
         ]
+        stats.registrations += 1
         request("accounts.register", body, id: registerID, timeoutMs: settings.actionTimeoutMs * 2, anonymous: true) { [unowned self] result in
             switch result {
             case .success(let reply):
-                // 409: the account exists (made by an earlier attempt whose reply was lost).
-                if let error = reply.quadError, error.status != 409 { finish(error); return }
+                // 409 on the email: the account exists (made by an earlier
+                // attempt whose reply was lost, and whose record has gone):
+                // log in. Any other 409 (the broker's "id used by another
+                // caller") made no account.
+                if let error = reply.quadError, error.status != 409 || error.details["field"]?.string != "email" { finish(error); return }
                 self.registered = true
                 _ = try? self.db.execute("UPDATE session SET registered = 1 WHERE one = 1")
-                login()
+                if reply.quadError == nil, reply.body["token"]?.string != nil {
+                    self.keepSession(reply.body)
+                    finish(nil)
+                } else {
+                    login()  // a 409, or an accounts that answers without a session
+                }
             case .failure(let failure):
                 finish(Phone.error(failure))
             }
+        }
+    }
+
+    /// Keeps a session (`token`, `user`, `expires_at` of a registration,
+    /// a login or a refresh) in memory and in the file, and arms its renewal.
+    func keepSession(_ body: JSON) {
+        token = body["token"]?.string
+        user = body["user"]?.string ?? user
+        expiresAt = body["expires_at"]?.int ?? 0
+        _ = try? db.execute("UPDATE session SET token = $1, user_id = $2, expires_at = $3 WHERE one = 1",
+                            .of(token), .of(user), .int(expiresAt))
+        scheduleRefresh()
+    }
+
+    /// The renewal of the session, `refreshBeforeMs` before it ends.
+    func scheduleRefresh() {
+        agenda.cancel(refreshTimer)
+        refreshTimer = nil
+        guard token != nil, expiresAt > 0, !stopped else { return }
+        refreshTimer = agenda.after(max(0, expiresAt - settings.refreshBeforeMs - now)) { [weak self] in
+            guard let self else { return }
+            self.refreshTimer = nil
+            self.refreshIfDue()
+        }
+    }
+
+    /// Renews the session when it ends within `refreshBeforeMs` and the
+    /// phone is online (offline, the network-back trigger calls this again).
+    func refreshIfDue() {
+        guard token != nil, !refreshing, isOnline, expiresAt > now + 1_000 else { return }
+        // A timer a millisecond early (wall and monotonic clocks round
+        // apart) arms itself again rather than never renewing.
+        guard expiresAt - now <= settings.refreshBeforeMs else { scheduleRefresh(); return }
+        refresh { _ in }
+    }
+
+    /// `accounts.refresh` with the current token: a new token, the old one
+    /// revoked. The same id until it is answered, so a retry after a lost
+    /// answer gets the token accounts already issued (the old one is
+    /// revoked by then). A 401 (revoked, expired) drops the session: the
+    /// next sign-in logs in.
+    func refresh(_ done: @escaping (QuadError?) -> Void) {
+        guard let current = token else { agenda.after(0) { done(.unauthorized("no session to refresh")) }; return }
+        refreshWaiters.append(done)
+        guard !refreshing else { return }
+        refreshing = true
+        let id = refreshID ?? MessageID.make()
+        refreshID = id
+        stats.refreshes += 1
+        var envelope = Envelope.request("accounts.refresh", body: ["token": .string(current)], id: id)
+        envelope.ts = Int64(Clock.nowMillis())
+        let saved = link.token
+        link.token = current
+        defer { link.token = saved }
+        link.send(envelope, timeoutMs: settings.actionTimeoutMs) { [unowned self] result in
+            self.observe(result)
+            self.refreshing = false
+            var error: QuadError?
+            switch result {
+            case .success(let reply):
+                if let refusal = reply.quadError {
+                    error = refusal
+                    if refusal.status == 401 || refusal.status == 403 || refusal.status == 404 {
+                        self.refreshID = nil
+                        self.token = nil
+                        self.expiresAt = 0
+                        _ = try? self.db.execute("UPDATE session SET token = NULL, expires_at = 0 WHERE one = 1")
+                    }
+                } else {
+                    self.refreshID = nil
+                    self.keepSession(reply.body)
+                }
+            case .failure(let failure):
+                error = Phone.error(failure)
+            }
+            let waiters = self.refreshWaiters
+            self.refreshWaiters = []
+            for w in waiters { w(error) }
         }
     }
 
@@ -294,9 +425,14 @@ final class Phone {
                 offlineSinceMs = nil
                 try? db.setMeta("offline_since", nil)
             }
-            if queueLength > 0 { stats.drainStartMs = Clock.monotonicMillis() }
+            if queueLength > 0 {
+                stats.drainStartMs = Clock.monotonicMillis()
+                stats.drainStartWithoutSession = !hasValidToken
+            }
             trigger(radioCameBack ? .networkBack : .reachable)
-            flushTelemetry(force: radioCameBack)
+            refreshIfDue()
+            // Whatever backoff a batch drew while the network was gone.
+            flushTelemetry(force: true)
             prefetchOnNetworkBack()
         } else {
             offlineSinceMs = now
@@ -342,6 +478,10 @@ final class Phone {
         wasOnline = offlineSinceMs == nil
         applyRadio()
         trigger(.phoneStarted)
+        // Signed in at once, not at the first action: a phone that then
+        // loses its signal already has the session its queue needs when
+        // the signal returns.
+        if settings.signInAtStart && isOnline && sender == .idle && !hasValidToken { signIn { _ in } }
         scheduleTelemetry()
     }
 
@@ -358,6 +498,8 @@ final class Phone {
     /// The phone is put away: no more sending, the file closed.
     func close() {
         stopped = true
+        agenda.cancel(refreshTimer)
+        refreshTimer = nil
         link.down()
         db.close()
     }
@@ -379,7 +521,11 @@ struct PhoneStats {
     var rejected = 0
     var maxQueue = 0
     var drainStartMs: Int64?
+    /// The drain began on a phone with no session: it waits for a first sign-in.
+    var drainStartWithoutSession = false
     var drains: [Int64] = []
+    /// The drains (among ``drains``) that began without a session.
+    var drainsWithoutSession: [Int64] = []
     var reads: [String: Int] = [:]
     var refused: [String: Int] = [:]
     var telemetrySent = 0
@@ -387,4 +533,10 @@ struct PhoneStats {
     var telemetryDuplicate = 0
     var telemetryRejected = 0
     var telemetryAnswers = 0
+    /// Sign-in requests sent: what a session saves shows here.
+    /// Store transactions that confirmed answers (several answers each when they arrive together).
+    var confirmTransactions = 0
+    var registrations = 0
+    var logins = 0
+    var refreshes = 0
 }

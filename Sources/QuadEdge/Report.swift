@@ -12,6 +12,7 @@ enum Report {
         var created: Int64 = 0, done: Int64 = 0, rejected: Int64 = 0, pending: Int64 = 0
         var maxQueue = 0
         var drains: [Int64] = []
+        var drainsWithoutSession: [Int64] = []
         var reads: [String: Int] = [:]
         var readsByView: [String: [String: Int]] = [:]
         var refused: [String: Int] = [:]
@@ -37,6 +38,7 @@ enum Report {
             }
             maxQueue = max(maxQueue, p.stats.maxQueue)
             drains += p.stats.drains
+            drainsWithoutSession += p.stats.drainsWithoutSession
             for (k, v) in p.stats.reads {
                 let parts = k.split(separator: "/", maxSplits: 1).map(String.init)
                 reads[parts.last ?? k, default: 0] += v
@@ -52,7 +54,8 @@ enum Report {
         }
         let outbox = Int64(fleet.phones.reduce(0) { $0 + $1.queueLength })
         drains.sort()
-        func pct(_ q: Double) -> JSON { drains.isEmpty ? .null : .int(drains[min(drains.count - 1, Int(Double(drains.count) * q))]) }
+        drainsWithoutSession.sort()
+        func pct(_ q: Double, _ drains: [Int64]) -> JSON { drains.isEmpty ? .null : .int(drains[min(drains.count - 1, Int(Double(drains.count) * q))]) }
         let rejectedList: [JSON] = reasons.values.sorted { $0.count > $1.count }.map {
             ["type": .string($0.type), "code": .string($0.code), "reason": .string($0.example), "count": .int($0.count)]
         }
@@ -68,7 +71,10 @@ enum Report {
             "refused_online_only": .object(refused.mapValues { .int(Int64($0)) }),
             "max_queue": ["phone": .int(Int64(maxQueue)), "all_phones": .int(Int64(day?.maxTotalPending ?? 0))],
             "drain": [
-                "after_reconnect_ms": ["count": .int(Int64(drains.count)), "p50": pct(0.5), "p95": pct(0.95), "max": drains.last.map { .int($0) } ?? .null],
+                "after_reconnect_ms": ["count": .int(Int64(drains.count)), "p50": pct(0.5, drains), "p95": pct(0.95, drains), "max": drains.last.map { .int($0) } ?? .null],
+                // Among them, the reconnects of phones that had no session yet: their drain waited for a first sign-in.
+                "without_session_ms": ["count": .int(Int64(drainsWithoutSession.count)), "p50": pct(0.5, drainsWithoutSession),
+                                       "p95": pct(0.95, drainsWithoutSession), "max": drainsWithoutSession.last.map { .int($0) } ?? .null],
                 "end_of_day_ms": day?.finalDrainMs.map { .int($0) } ?? .null,
                 "outbox_left": .int(outbox),
             ],
@@ -85,6 +91,8 @@ enum Report {
             f["speed"] = .double(day.options.speed)
             f["duration_ms"] = .int(day.options.durationMs)
             f["activities"] = .int(Int64(day.students.reduce(0) { $0 + $1.activities }))
+            f["sign_in_before_day"] = day.options.signInFirst
+                ? ["ms": day.signInMs.map { .int($0) } ?? .null, "phones_with_session": .int(Int64(day.signedInBeforeDay))] : .null
         }
         return .object(f)
     }
@@ -121,12 +129,19 @@ enum Report {
         if let refused = r["refused_online_only"]?.object, !refused.isEmpty {
             lines.append("Refused at once (online only, kept as drafts): " + refused.map { "\($0.key) \($0.value.int ?? 0)" }.sorted().joined(separator: ", "))
         }
+        if let signIn = r["sign_in_before_day"], let ms = signIn["ms"]?.int {
+            lines.append("Before the day: \(signIn["phones_with_session"]?.int ?? 0) of \(phones) phones signed in, in \(ms) ms.")
+        }
         let q = r["max_queue"] ?? [:]
         lines.append("Longest outbox: \(q["phone"]?.int ?? 0) actions on one phone, \(q["all_phones"]?.int ?? 0) on all phones at once.")
         let d = r["drain"] ?? [:]
         let after = d["after_reconnect_ms"] ?? [:]
         if (after["count"]?.int ?? 0) > 0 {
             lines.append("Drain after reconnect: \(after["count"]?.int ?? 0) reconnects with a queue; median \(after["p50"]?.int ?? 0) ms, p95 \(after["p95"]?.int ?? 0) ms, max \(after["max"]?.int ?? 0) ms.")
+            let w = d["without_session_ms"] ?? [:]
+            if (w["count"]?.int ?? 0) > 0 {
+                lines.append("  of which \(w["count"]?.int ?? 0) on phones without a session yet (waiting for a first sign-in): median \(w["p50"]?.int ?? 0) ms, p95 \(w["p95"]?.int ?? 0) ms.")
+            }
         }
         if let end = d["end_of_day_ms"]?.int {
             lines.append("End of day: every phone back online; outboxes drained in \(end) ms, \(d["outbox_left"]?.int ?? 0) actions left.")

@@ -18,15 +18,17 @@ enum Trigger: String {
 
 /// The outbox and its one sender. An action is written to the outbox with
 /// its envelope id and its optimistic update in one transaction, then the
-/// sender drains the outbox strictly in order, one action in flight at a
-/// time:
+/// sender drains the outbox in order, in batches of at most one action per
+/// service (so each service sees a phone's actions in the order they were
+/// made), the answers that arrive together confirmed in one transaction:
 ///
-/// - idle → sending(id) when there is an action and a radio;
-/// - sending → idle when a service answered (a reply confirms, a refusal
-///   rolls back and leaves a message), then the next;
+/// - idle → sending(ids) when there is an action and a radio;
+/// - sending → idle when every action of the batch is settled (a reply
+///   confirms, a refusal rolls back and leaves a message), then the next;
 /// - sending → backingOff after a timeout or a 503/504: the same action, the
 ///   same id, after an exponential backoff with jitter and a cap;
-/// - backingOff → sending when the backoff ends or the network comes back.
+/// - backingOff → sending when the backoff ends or the network comes back
+///   (or answers again after the backoff began while it did not).
 ///
 /// Every trigger (an action added, the network back, the phone started)
 /// only moves an idle or backing-off sender, so no action is ever sent twice
@@ -106,6 +108,7 @@ extension Phone {
         guard let action = head() else {
             if let start = stats.drainStartMs {
                 stats.drains.append(Clock.monotonicMillis() - start)
+                if stats.drainStartWithoutSession { stats.drainsWithoutSession.append(Clock.monotonicMillis() - start) }
                 stats.drainStartMs = nil
             }
             onDrained(self)
@@ -117,55 +120,128 @@ extension Phone {
             signIn { [weak self] error in
                 guard let self else { return }
                 self.sender = .idle
-                if let error, error.status < 500, error.status != 401 {
+                if let error, error.status < 500, error.status != 401, error.status != 429 {  // 429: accounts is busy; the backoff waits
                     Log.error("edge/\(self.name)", "cannot sign in: \(error)")
                 }
-                if error == nil { self.pump() } else { self.backOff(action, why: error!.message) }
+                guard let error else {
+                    self.signInAttempts = 0
+                    self.pump()
+                    return
+                }
+                // Its own count, so a busy accounts (429: its hash budget or
+                // the throttle) sees fewer and fewer tries, never sooner
+                // than the retry_after_ms it asked for.
+                self.signInAttempts += 1
+                let asked = error.details["retry_after_ms"]?.int ?? 0
+                self.backOff(action, why: error.message, attempt: self.signInAttempts - 1, atLeastMs: asked)
             }
             return
         }
-        sender = .sending(action.id)
-        _ = try? db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = $1", .text(action.id))
-        _ = try? db.execute("UPDATE action_log SET attempts = attempts + 1 WHERE id = $1", .text(action.id))
-        request(action.type, action.body, id: action.id, timeoutMs: settings.actionTimeoutMs) { [weak self] result in
-            self?.settle(action, result)
+        let batch = sendable(from: action)
+        sender = .sending(Set(batch.map(\.id)))
+        answers = []
+        unanswered = batch.count
+        // One transaction for the batch's attempt counts.
+        _ = try? db.transaction {
+            for a in batch {
+                try db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = $1", .text(a.id))
+                try db.execute("UPDATE action_log SET attempts = attempts + 1 WHERE id = $1", .text(a.id))
+            }
         }
-    }
-
-    func settle(_ action: QueuedAction, _ result: Result<Envelope, LinkFailure>) {
-        guard sender == .sending(action.id) else { return }
-        sender = .idle
-        switch result {
-        case .failure(.offline):
-            pump()  // stays queued; the network-back trigger sends it
-        case .failure(let failure):
-            backOff(action, why: "\(failure)", afterTimeout: true)
-        case .success(let reply):
-            if let error = reply.quadError {
-                switch error.status {
-                case 401 where token == nil && authRetries < 3:
-                    authRetries += 1
-                    pump()  // the token expired: sign in again, same id
-                case 503, 504:
-                    // No worker took it, or the outcome is not known yet
-                    // (an order still being placed): the same id again.
-                    backOff(action, why: error.message)
-                default:
-                    reject(action, error)
-                    pump()
-                }
-            } else {
-                finish(action, reply: reply.body)
-                pump()
+        for a in batch {
+            request(a.type, a.body, id: a.id, timeoutMs: settings.actionTimeoutMs) { [weak self] result in
+                self?.settle(a, result)
             }
         }
     }
 
-    func backOff(_ action: QueuedAction, why: String, afterTimeout: Bool = false) {
-        backingOffAfterTimeout = afterTimeout
+    /// The actions sent together: the head of the outbox and, behind it,
+    /// the next ones as long as each is for a service not in the batch yet,
+    /// at most `sendWindow`. One in flight per service: each service gets a
+    /// phone's actions in the order they were made (a hold before its
+    /// check-in, a cart line before the order placed from the cart),
+    /// whatever its workers; different services do not depend on each
+    /// other's order.
+    func sendable(from head: QueuedAction) -> [QueuedAction] {
+        guard settings.sendWindow > 1 else { return [head] }
+        let rows = (try? db.query("SELECT * FROM outbox ORDER BY seq LIMIT $1", .int(Int64(settings.sendWindow)))) ?? []
+        var batch: [QueuedAction] = []
+        var services: Set<Substring> = []
+        for a in rows.map(QueuedAction.init) {
+            let service = a.type.split(separator: ".", maxSplits: 1).first ?? Substring(a.type)
+            guard !services.contains(service) else { break }
+            services.insert(service)
+            batch.append(a)
+        }
+        return batch.first?.id == head.id ? batch : [head]
+    }
+
+    /// An answer (or a failure) of an action in flight. The answers that
+    /// arrive together are confirmed together, in one store transaction,
+    /// on the next turn of the loop; once every action of the batch is
+    /// settled, the sender goes on (or backs off).
+    func settle(_ action: QueuedAction, _ result: Result<Envelope, LinkFailure>) {
+        guard case .sending(let ids) = sender, ids.contains(action.id), !answers.contains(where: { $0.0.id == action.id }) else { return }
+        answers.append((action, result))
+        unanswered -= 1
+        guard !confirmScheduled else { return }
+        confirmScheduled = true
+        agenda.after(0) { [weak self] in self?.confirmAnswers() }
+    }
+
+    func confirmAnswers() {
+        confirmScheduled = false
+        guard case .sending = sender else { return }
+        let arrived = answers.sorted { $0.0.seq < $1.0.seq }
+        answers = []
+        var retry: (QueuedAction, String, Bool)?
+        stats.confirmTransactions += 1
+        _ = try? db.transaction {
+            for (action, result) in arrived {
+                switch result {
+                case .failure(.offline):
+                    break  // stays queued; the network-back trigger sends it
+                case .failure(let failure):
+                    if retry == nil { retry = (action, "\(failure)", true) }
+                case .success(let reply):
+                    if let error = reply.quadError {
+                        switch error.status {
+                        case 401 where token == nil && authRetries < 3:
+                            authRetries += 1  // the token expired: sign in again, same id
+                        case 503, 504:
+                            // No worker took it, or the outcome is not known yet
+                            // (an order still being placed): the same id again.
+                            if retry == nil { retry = (action, error.message, false) }
+                        default:
+                            reject(action, error)
+                        }
+                    } else {
+                        finish(action, reply: reply.body)
+                    }
+                }
+            }
+        }
+        if let retry { pendingRetry = pendingRetry ?? retry }
+        guard unanswered == 0 else { return }
+        sender = .idle
+        if let (action, why, afterTimeout) = pendingRetry {
+            pendingRetry = nil
+            backOff(action, why: why, afterTimeout: afterTimeout)
+        } else {
+            pump()
+        }
+    }
+
+    /// Waits before the same action goes again. A backoff that began after
+    /// a timeout, or while the phone could not reach the network, ends the
+    /// moment the network answers again (``trigger(_:)`` with `.reachable`)
+    /// or the radio comes back (`.networkBack`): a phone whose connection
+    /// returns never waits out a delay it drew while cut off.
+    func backOff(_ action: QueuedAction, why: String, afterTimeout: Bool = false, attempt: Int? = nil, atLeastMs: Int64 = 0) {
+        backingOffAfterTimeout = afterTimeout || !reachable || !radioOn
         let attempts = (try? db.queryOne("SELECT attempts FROM outbox WHERE id = $1", .text(action.id))?.int("attempts")) ?? 1
         _ = try? db.execute("UPDATE outbox SET last_error = $2 WHERE id = $1", .text(action.id), .text(why))
-        let delay = settings.backoff.delay(attempt: Int(max(0, attempts - 1)), using: &rng)
+        let delay = max(atLeastMs, settings.backoff.delay(attempt: attempt ?? Int(max(0, attempts - 1)), using: &rng))
         sender = .backingOff(agenda.after(delay) { [weak self] in
             guard let self, case .backingOff = self.sender else { return }
             self.sender = .idle

@@ -76,6 +76,10 @@ extension Phone {
                 let delay = self.settings.backoff.delay(attempt: self.telemetryAttempt, using: &self.rng)
                 self.telemetryAttempt += 1
                 self.telemetryRetryAt = Clock.monotonicMillis() + delay
+                // The retry has a timer of its own: the periodic flush may
+                // be a minute away, and the network may have answered again
+                // (and found the batch still waiting) before this backoff ended.
+                self.agenda.after(delay) { [weak self] in self?.flushTelemetry() }
             }
         }
     }

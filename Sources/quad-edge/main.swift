@@ -29,11 +29,16 @@ flags.option("action-timeout-ms", "how long each attempt of an action waits for 
 flags.option("read-timeout-ms", "how long a view waits for the network before its saved copy", default: "1500")
 flags.option("backoff-base-ms", "first retry delay of an action that got no answer", default: "250")
 flags.option("backoff-cap-ms", "longest retry delay", default: "8000")
+flags.option("send-window", "most queued actions in flight at once, one per service (send_window; 1: one at a time)", default: "8")
+flags.option("refresh-before-ms", "a session is renewed with accounts.refresh this long before its token expires (refresh_before_ms)", default: "300000")
 flags.option("telemetry-batch", "most events in one telemetry.ingest", default: "100")
 flags.option("telemetry-every-ms", "how often queued telemetry is sent while online", default: "2000")
 flags.option("seed", "run: the campus day's seed", default: "1")
 flags.option("speed", "run: think times are divided by this", default: "1")
 flags.option("duration", "run: seconds the campus day lasts", default: "60")
+flags.option("sign-in-first", "run: on: every phone signs in (registers) before the day's clock starts, timed on its own; off: the day begins with every registration at once", default: "on")
+flags.option("sign-in-timeout", "run: seconds to wait for the sign-ins before the day starts anyway", default: "300")
+flags.option("sign-in-window", "run: most sign-ins in flight at once before the day (sign_in_window)", default: "8")
 flags.option("hold-seconds", "run: how long students believe a parking hold lasts before the phone knows", default: "600")
 flags.option("drain-timeout", "run: seconds to wait for the outboxes to drain after the day", default: "120")
 flags.option("report", "run: also write the JSON report to this file")
@@ -60,6 +65,8 @@ settings.actionTimeoutMs = Int64(positive("action-timeout-ms", 50...600_000))
 settings.readTimeoutMs = Int64(positive("read-timeout-ms", 50...600_000))
 settings.backoffBaseMs = Int64(positive("backoff-base-ms", 1...600_000))
 settings.backoffCapMs = Int64(positive("backoff-cap-ms", 1...3_600_000))
+settings.sendWindow = positive("send-window", 1...64)
+settings.refreshBeforeMs = Int64(positive("refresh-before-ms", 1_000...86_400_000))
 settings.telemetryBatch = positive("telemetry-batch", 1...1000)
 settings.telemetryEveryMs = Int64(positive("telemetry-every-ms", 10...3_600_000))
 // One ZeroMQ context holds at most 1023 sockets (ZMQ_MAX_SOCKETS): one per phone, plus control.
@@ -79,6 +86,15 @@ if command == "run" {
     options.holdSeconds = Int64(positive("hold-seconds", 1...86_400))
     options.drainTimeoutMs = Int64(positive("drain-timeout", 1...86_400)) * 1000
     options.reportPath = flags["report"]
+    switch flags["sign-in-first"] {
+    case "on":
+        options.signInFirst = true
+        settings.signInAtStart = false  // the day signs them in, a few at a time
+    case "off": options.signInFirst = false
+    default: Flags.usageError("--sign-in-first must be on or off", usage: flags.usage)
+    }
+    options.signInTimeoutMs = Int64(positive("sign-in-timeout", 1...86_400)) * 1000
+    options.signInWindow = positive("sign-in-window", 1...1000)
     day = CampusDay(options: options)
 }
 

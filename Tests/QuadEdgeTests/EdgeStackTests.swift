@@ -14,6 +14,18 @@ struct EdgeStackTests {
         try edge.favoriteChanges(user: user).filter { !$0.hasSuffix("p-0306") }
     }
 
+    /// Against the real accounts: a new phone registers, and its first
+    /// action goes with the registration's session; accounts never sees a
+    /// login (each would be a second Argon2id hash).
+    @Test func aPhoneThatRegistersActsWithoutEverLoggingIn() throws {
+        let edge = try EdgeStack("register")
+        let user = try edge.signIn()
+        #expect(try edge.favoriteChanges(user: user) == ["add p-0306"], "the first action went with the registration's token")
+        let requests = edge.stack.log("accounts/1").split(separator: "\n").compactMap { try? JSON.parse(String($0)) }
+        #expect(requests.contains { $0["type"]?.string == "accounts.register" && $0["status"]?.int == 200 })
+        #expect(!requests.contains { $0["type"]?.string == "accounts.login" }, "no login: the registration answered with a session")
+    }
+
     @Test func aHundredActionsInAirplaneModeReachTheServicesInOrderOnceEach() throws {
         let edge = try EdgeStack("airplane")
         let user = try edge.signIn()

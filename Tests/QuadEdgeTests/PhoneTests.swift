@@ -29,6 +29,9 @@ final class FakeBroker {
     var pending: [(due: Int64, route: [[UInt8]], reply: Envelope)] = []
     var inFlightActions = 0
     var maxInFlightActions = 0
+    var refreshed = 0
+    /// The envelope token of each request, by id.
+    var tokens: [String: String] = [:]
 
     init(context: ZMQContext) throws {
         endpoint = "inproc://fake-broker-\(UInt32.random(in: 0...UInt32.max))"
@@ -45,6 +48,7 @@ final class FakeBroker {
             guard let last = frames.last, let request = try? Envelope.decode(last) else { continue }
             if blackout { seen.append(Seen(id: request.id, type: request.type, body: request.body, at: Clock.monotonicMillis())); continue }
             seen.append(Seen(id: request.id, type: request.type, body: request.body, at: Clock.monotonicMillis()))
+            tokens[request.id] = request.token
             let isAction = Actions.queued.contains(request.type)
             let n = seen.filter { $0.id == request.id }.count
             let result: Result<JSON, QuadError>?
@@ -55,6 +59,14 @@ final class FakeBroker {
                 result = nil
             case "telemetry.ingest": result = .success(["accepted": .int(Int64(request.body["events"]?.array?.count ?? 0)), "duplicate": 0, "conflicting": 0, "rejected": []])
             case "accounts.login": result = .success(["token": "t", "user": "u-1", "role": "student", "expires_at": .int(Int64(Clock.nowMillis()) + 3_600_000)])
+            case "accounts.register":
+                // As accounts answers since a registration is a session: the profile, a token, its expiry.
+                result = .success(["user": "u-1", "email": request.body["email"] ?? "", "name": request.body["name"] ?? "", "role": "student",
+                                   "token": "t-registered", "expires_at": .int(Int64(Clock.nowMillis()) + 3_600_000)])
+            case "accounts.refresh":
+                refreshed += 1
+                result = .success(["token": .string("t-refreshed-\(refreshed)"), "user": "u-1", "role": "student",
+                                   "expires_at": .int(Int64(Clock.nowMillis()) + 3_600_000)])
             default: result = .failure(.notFound("not here"))
             }
             guard let result else { continue }
@@ -150,7 +162,7 @@ struct PhoneTests {
         rig.run(forMs: 5000) { rig.outbox == 0 }
         #expect(rig.outbox == 0)
         #expect(rig.broker.actions.map(\.id) == ids, "each action sent once, in order")
-        #expect(rig.broker.maxInFlightActions == 1, "one action in flight at a time")
+        #expect(rig.broker.maxInFlightActions == 2, "one action in flight per service: the last favorite and the cart line together")
     }
 
     @Test func duringACutTheSameIDIsRetriedWithGrowingBackoffAndSentAgainWhenTheNetworkAnswers() throws {
@@ -262,7 +274,8 @@ struct PhoneTests {
         // The collector stores the first batch but its answer is lost.
         rig.broker.dropTelemetry = 1
         rig.phone.setAirplane(false)
-        rig.run(forMs: 5000) { rig.phone.telemetryQueued == 0 }
+        // Until the event (both batches answered), with a deadline a loaded machine cannot miss.
+        rig.run(forMs: 30_000) { rig.phone.telemetryQueued == 0 }
         #expect(rig.phone.telemetryQueued == 0)
         let batches = rig.broker.seen.filter { $0.type == "telemetry.ingest" }
         try #require(batches.count >= 2)
@@ -276,5 +289,96 @@ struct PhoneTests {
         }
         // Events recorded while the batch was out went in a later batch.
         #expect(batches.dropFirst(2).contains { $0.id != batches[0].id } || batches.count == 2)
+    }
+
+    /// A backoff drawn while the network did not answer (here a sign-in
+    /// that timed out, with a 20 s backoff) ends the moment the network
+    /// answers again: the queue drains at once, not 10 to 20 s later.
+    @Test func aPhoneWhoseNetworkAnswersAgainDrainsAtOnceWhateverBackoffItWasIn() throws {
+        let rig = try PhoneRig { s in
+            s.backoffBaseMs = 20_000
+            s.backoffCapMs = 20_000
+        }
+        rig.phone.token = nil  // registered, but its session is gone: the sender must log in first
+        rig.phone.expiresAt = 0
+        rig.broker.blackout = true
+        rig.phone.start()
+        guard case .queued = rig.phone.act("favorites.add", ["product": "p-0001"]) else { Issue.record("not queued"); return }
+        // Until the event: the sign-in timed out and the sender is backing off.
+        rig.run(forMs: 30_000) { if case .backingOff = rig.phone.sender { return true } else { return false } }
+        guard case .backingOff = rig.phone.sender else { Issue.record("never backed off: \(rig.phone.sender)"); return }
+        #expect(!rig.phone.reachable && rig.broker.seen.contains { $0.type == "accounts.login" })
+        // The network heals, and something the phone sent is answered.
+        rig.broker.blackout = false
+        let healed = Clock.monotonicMillis()
+        rig.phone.request("sys.health", [:], timeoutMs: 300, anonymous: true) { _ in }
+        rig.run(forMs: 30_000) { rig.outbox == 0 }
+        let waited = Clock.monotonicMillis() - healed
+        #expect(rig.outbox == 0 && rig.phone.reachable)
+        #expect(waited < 5_000, "drained \(waited) ms after the network answered; the backoff it was in lasts 10 to 20 s")
+    }
+
+    /// A phone that registers never logs in: the registration's answer is
+    /// its session, and the first action goes with that token.
+    @Test func aRegistrationGivesTheSessionWithoutALogin() throws {
+        let rig = try PhoneRig()
+        rig.phone.registered = false
+        rig.phone.token = nil
+        rig.phone.expiresAt = 0
+        rig.phone.start()
+        guard case .queued(let id) = rig.phone.act("favorites.add", ["product": "p-0001"]) else { Issue.record("not queued"); return }
+        rig.run(forMs: 30_000) { rig.outbox == 0 }
+        #expect(rig.outbox == 0)
+        #expect(rig.broker.seen.filter { $0.type == "accounts.register" }.count == 1)
+        #expect(!rig.broker.seen.contains { $0.type == "accounts.login" }, "no login after a registration")
+        #expect(rig.broker.tokens[id] == "t-registered", "the action went with the registration's token")
+        let stored = try #require(try rig.phone.db.queryOne("SELECT registered, token, user_id FROM session"))
+        #expect(stored.int("registered") == 1 && stored.string("token") == "t-registered" && stored.string("user_id") == "u-1")
+    }
+
+    /// A phone with a session renews it before it ends with
+    /// accounts.refresh (its token in the body and on the envelope), and
+    /// never logs in again.
+    @Test func aSessionIsRefreshedBeforeItEndsNeverReplacedByALogin() throws {
+        // Renewed when less than an hour is left: at once, for a token of an hour.
+        let rig = try PhoneRig { s in s.refreshBeforeMs = 3_600_000 - 500 }
+        rig.phone.token = "t"
+        rig.phone.expiresAt = Int64(Clock.nowMillis()) + 3_600_000
+        rig.phone.scheduleRefresh()
+        rig.phone.start()
+        rig.run(forMs: 30_000) { rig.phone.token == "t-refreshed-1" }
+        #expect(rig.phone.token == "t-refreshed-1")
+        let refresh = try #require(rig.broker.seen.first { $0.type == "accounts.refresh" })
+        #expect(refresh.body["token"]?.string == "t" && rig.broker.tokens[refresh.id] == "t")
+        guard case .queued(let id) = rig.phone.act("favorites.add", ["product": "p-0001"]) else { Issue.record("not queued"); return }
+        rig.run(forMs: 30_000) { rig.outbox == 0 }
+        #expect(rig.broker.tokens[id] == "t-refreshed-1")
+        #expect(!rig.broker.seen.contains { $0.type == "accounts.login" || $0.type == "accounts.register" })
+        #expect(try rig.phone.db.queryOne("SELECT token FROM session")?.string("token") == "t-refreshed-1")
+    }
+
+    /// A queue of actions for different services goes out at once, one per
+    /// service, and the answers that arrive together are confirmed in one
+    /// store transaction; the actions of one service still go one after
+    /// the other, in order.
+    @Test func queuedActionsForDifferentServicesGoTogetherAndTheirAnswersAreConfirmedInOneTransaction() throws {
+        let rig = try PhoneRig()
+        rig.broker.delayMs = 100
+        rig.phone.airplane = true
+        rig.phone.start()
+        var ids: [String] = []
+        for (type, body) in [("favorites.add", ["product": "p-0001"]), ("orders.cart.add", ["product": "p-0002", "quantity": 1]),
+                             ("reservations.car.save", ["lat": 40.4, "lon": -3.7, "level": "P1"]), ("favorites.add", ["product": "p-0003"])] as [(String, JSON)] {
+            guard case .queued(let id) = rig.phone.act(type, body) else { Issue.record("\(type) not queued"); return }
+            ids.append(id)
+        }
+        rig.phone.setAirplane(false)
+        let before = rig.phone.stats.confirmTransactions
+        rig.run(forMs: 30_000) { rig.outbox == 0 }
+        #expect(rig.outbox == 0)
+        #expect(rig.broker.actions.map(\.id) == ids, "each once, in the order made")
+        #expect(rig.broker.maxInFlightActions == 3, "favorites, orders and reservations at once; the second favorite after the first")
+        #expect(rig.phone.stats.confirmTransactions - before == 2, "three answers in one transaction, then the second favorite's")
+        #expect(try rig.phone.db.count("SELECT COUNT(*) AS n FROM action_log WHERE outcome = 'done'") == 4)
     }
 }
