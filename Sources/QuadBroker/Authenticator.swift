@@ -161,15 +161,19 @@ final class Authenticator {
             }
             bans[text] = nil
         }
+        // Too many new connections is a temporary refusal (RFC 27's 300):
+        // libzmq's client connects again later, where a 400 would make it
+        // give up for good (a phone of a campus behind one address that came
+        // back with all the others would stay cut off).
         if perKey.isOn, perKey.take(text, now: now) != nil {
             refused += 1
             log.info("zap-key-rate-\(text)", "client key \(text) refused: more than \(perKey.perSecond) new connections per second (handshake_rate_per_key)")
-            return reply("400", "too many new connections for this key")
+            return reply("300", "too many new connections for this key")
         }
         if perAddress.isOn, !address.isEmpty, !trusted.contains(text), perAddress.take(address, now: now) != nil {
             refused += 1
             log.info("zap-address-rate-\(address)", "client at \(address) refused: more than \(perAddress.perSecond) new connections per second from this address (handshake_rate_per_address)")
-            return reply("400", "too many new connections from this address")
+            return reply("300", "too many new connections from this address")
         }
         accepted += 1
         return reply("200", "OK", user: text)

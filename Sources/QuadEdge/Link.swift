@@ -66,6 +66,9 @@ final class Link {
         let s = try context.socket(.dealer)
         try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
         try s.setSendHWM(200)
+        // A handshake the broker holds back (too many new connections from
+        // this address) is given up and tried again after 5 s, not 30.
+        try s.setHandshakeInterval(5000)
         if let serverKey {
             if let keys = clientKeys {
                 try s.setCurveClient(serverKey: serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)

@@ -337,6 +337,34 @@ struct BrokerLimitsTests {
         #expect(try RawPeer(context, stack.endpoints.frontend, serverKey: key).call(.request("tally.whoami"))?.kind == .reply)
     }
 
+    /// Too many new connections is a refusal for now, not for good: a
+    /// client refused by the handshake rate connects again later and is
+    /// served (a 400 from the ZAP handler made libzmq give up forever).
+    @Test func aConnectionRefusedByTheHandshakeRateComesBackLater() throws {
+        let stack = try TestStack(name: "handshakes-later")
+        // For a key: 2 at once, then one every 5 s.
+        try stack.startBroker(extra: ["--handshake-rate-per-key", "0.2"])
+        try stack.startWorker("quad-tally", instance: "tally/1")
+        try waitFor(stack, "tally")
+        let key = try #require(stack.brokerKey)
+        let context = ZMQContext()
+        let pair = try curveKeyPair()
+        // A short handshake interval: a stalled handshake is given up, and
+        // tried again, after a second.
+        let peers = try (0..<4).map { _ in
+            try RawPeer(context, stack.endpoints.frontend, serverKey: key, clientKeys: (pair.publicKey, pair.secretKey), handshakeMs: 1000)
+        }
+        var answered = Set<Int>()
+        let until = Clock.monotonicMillis() + 40_000
+        while answered.count < peers.count && Clock.monotonicMillis() < until {
+            for (k, peer) in peers.enumerated() where !answered.contains(k) {
+                // A peer not connected yet cannot even queue the request.
+                if ((try? peer.call(.request("tally.whoami"), within: 500)) ?? nil) != nil { answered.insert(k) }
+            }
+        }
+        #expect(answered.count == 4, "\(answered.count) of 4 connections of one key were ever answered")
+    }
+
     @Test func sysServicesShowsInstancesAndPidsOnlyToAdminsAndServices() throws {
         let stack = try TestStack(name: "sys-privacy")
         let signing = try KeyFiles.loadOrCreateSigningKey(at: stack.dir + "/keys/accounts.key").key

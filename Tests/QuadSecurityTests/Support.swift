@@ -84,8 +84,10 @@ final class FullStack {
 final class RawPeer {
     let socket: Socket
 
-    init(_ context: ZMQContext, _ endpoint: String, serverKey: [UInt8]?, clientKeys: (publicKey: [UInt8], secretKey: [UInt8])? = nil) throws {
+    init(_ context: ZMQContext, _ endpoint: String, serverKey: [UInt8]?, clientKeys: (publicKey: [UInt8], secretKey: [UInt8])? = nil,
+         handshakeMs: Int32? = nil) throws {
         socket = try context.socket(.dealer)
+        if let handshakeMs { try socket.setHandshakeInterval(handshakeMs) }
         if let serverKey {
             if let clientKeys {
                 try socket.setCurveClient(serverKey: serverKey, publicKey: clientKeys.publicKey, secretKey: clientKeys.secretKey)
