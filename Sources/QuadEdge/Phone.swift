@@ -16,8 +16,12 @@ public struct EdgeSettings: Sendable {
     public var readTimeoutMs: Int64 = 1_500
     public var backoffBaseMs: Int64 = 250
     public var backoffCapMs: Int64 = 8_000
-    /// Most queued actions in flight at once (`send_window`), one per service.
-    public var sendWindow = 8
+    /// Most queued actions in flight at once (`send_window`), one per
+    /// service. 1, the default, keeps a phone's actions in the order they
+    /// were made across services too (what the chaos checker holds it to);
+    /// more sends different services' actions together, each service's in
+    /// order.
+    public var sendWindow = 1
     /// Most telemetry events in one `telemetry.ingest`.
     public var telemetryBatch = 100
     /// How often queued telemetry is sent while online.

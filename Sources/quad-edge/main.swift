@@ -29,7 +29,7 @@ flags.option("action-timeout-ms", "how long each attempt of an action waits for 
 flags.option("read-timeout-ms", "how long a view waits for the network before its saved copy", default: "1500")
 flags.option("backoff-base-ms", "first retry delay of an action that got no answer", default: "250")
 flags.option("backoff-cap-ms", "longest retry delay", default: "8000")
-flags.option("send-window", "most queued actions in flight at once, one per service (send_window; 1: one at a time)", default: "8")
+flags.option("send-window", "most queued actions in flight at once, one per service (send_window; 1: one at a time, in order across services; more: each service's in order)", default: "1")
 flags.option("refresh-before-ms", "a session is renewed with accounts.refresh this long before its token expires (refresh_before_ms)", default: "300000")
 flags.option("telemetry-batch", "most events in one telemetry.ingest", default: "100")
 flags.option("telemetry-every-ms", "how often queued telemetry is sent while online", default: "2000")

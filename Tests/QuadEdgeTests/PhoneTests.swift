@@ -145,7 +145,8 @@ final class PhoneRig {
 @Suite("A phone's outbox and views", .serialized)
 struct PhoneTests {
     @Test func twoTriggersAtOnceNeverSendTheSameActionTwice() throws {
-        let rig = try PhoneRig()
+        // A window of several services at once (one in flight per service).
+        let rig = try PhoneRig { $0.sendWindow = 8 }
         rig.broker.delayMs = 40
         rig.phone.airplane = true
         rig.phone.start()
@@ -362,7 +363,7 @@ struct PhoneTests {
     /// store transaction; the actions of one service still go one after
     /// the other, in order.
     @Test func queuedActionsForDifferentServicesGoTogetherAndTheirAnswersAreConfirmedInOneTransaction() throws {
-        let rig = try PhoneRig()
+        let rig = try PhoneRig { $0.sendWindow = 8 }
         rig.broker.delayMs = 100
         rig.phone.airplane = true
         rig.phone.start()
