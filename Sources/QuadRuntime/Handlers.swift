@@ -102,8 +102,10 @@ public final class Handlers {
                         "oldest": .int(oldest),
                     ]
                     // Events after `after` that were pruned: the subscriber
-                    // cannot have them any more and must know it.
-                    if after + 1 < oldest { reply["missed"] = .int(oldest - after - 1) }
+                    // cannot have them any more and must know it. (`after`
+                    // is the caller's, up to Int64.max: `after + 1` would
+                    // trap; a difference of two values >= 0 cannot.)
+                    if oldest - after > 1 { reply["missed"] = .int(oldest - after - 1) }
                     return .object(reply)
                 }
             }

@@ -104,6 +104,20 @@ struct DashboardTests {
         #expect(one["from"] == .int(at(8, 0)))
     }
 
+    /// A fuzz finding (service-analytics): `after` near Int64.max trapped
+    /// on `after + 1` in `events.since`, for any caller, before this fix.
+    @Test func eventsSinceTakesACursorUpToInt64Max() throws {
+        let p = try Planted(postgres: false)
+        for after in [Int64.max, Int64.max - 1, 9_000_000_000_000_000] {
+            let page = try p.handlers.call("analytics.events.since", ["after": .int(after)])
+            #expect(page["events"] == [], "after \(after)")
+            #expect(page["missed"] == nil, "after \(after)")
+        }
+        // The ordinary cursor: an empty outbox, nothing missed.
+        let page = try p.handlers.call("analytics.events.since", ["after": 0])
+        #expect(page["missed"] == nil && page["oldest"] == .int(1))
+    }
+
     @Test(arguments: stores)
     func noUserIDEmailOrPhoneLeavesTheService(postgres: Bool) throws {
         let p = try Planted(postgres: postgres)
