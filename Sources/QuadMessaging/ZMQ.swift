@@ -184,28 +184,49 @@ public final class Socket {
     /// Receives one multipart message; nil when `dontWait` and none is ready,
     /// or when the receive timeout passes.
     public func receive(dontWait: Bool = false) throws(ZMQError) -> [[UInt8]]? {
+        try receiveMessage(dontWait: dontWait, keepingAtMost: .max, readingMetadata: false)?.frames
+    }
+
+    /// The one receive loop: every frame of a message, the first
+    /// `keepingAtMost` of them copied, and with `readingMetadata` the
+    /// connection's metadata from the first frame that carries it.
+    func receiveMessage(dontWait: Bool, keepingAtMost: Int, readingMetadata: Bool) throws(ZMQError)
+        -> (frames: [[UInt8]], count: Int, metadata: MessageMetadata)?
+    {
         var frames: [[UInt8]] = []
+        var count = 0
+        var metadata = MessageMetadata()
         while true {
             var msg = zmq_msg_t()
             zmq_msg_init(&msg)
             defer { zmq_msg_close(&msg) }
             var rc: Int32
             repeat {
-                rc = zmq_msg_recv(&msg, handle, dontWait && frames.isEmpty ? ZMQ_DONTWAIT : 0)
+                rc = zmq_msg_recv(&msg, handle, dontWait && count == 0 ? ZMQ_DONTWAIT : 0)
             } while rc < 0 && zmq_errno() == EINTR
             if rc < 0 {
                 let e = ZMQError("zmq_msg_recv")
-                if e.wouldBlock && frames.isEmpty { return nil }
+                if e.wouldBlock && count == 0 { return nil }
                 throw e
             }
+            count += 1
+            if readingMetadata && metadata == MessageMetadata() {
+                func property(_ name: String) -> String? {
+                    guard let p = zmq_msg_gets(&msg, name) else { return nil }
+                    let s = String(cString: p)
+                    return s.isEmpty ? nil : s
+                }
+                metadata = MessageMetadata(userID: property("User-Id"), peerAddress: property("Peer-Address"))
+            }
             let size = zmq_msg_size(&msg)
-            if size == 0 {
+            if frames.count >= keepingAtMost {
+            } else if size == 0 {
                 frames.append([])
             } else {
                 let data = zmq_msg_data(&msg)!
                 frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))
             }
-            if zmq_msg_more(&msg) == 0 { return frames }
+            if zmq_msg_more(&msg) == 0 { return (frames, count, metadata) }
         }
     }
 }
@@ -233,41 +254,7 @@ extension Socket {
     public func receiveWithMetadata(dontWait: Bool = false, keepingAtMost: Int = .max) throws(ZMQError)
         -> (frames: [[UInt8]], count: Int, metadata: MessageMetadata)?
     {
-        var frames: [[UInt8]] = []
-        var count = 0
-        var metadata = MessageMetadata()
-        while true {
-            var msg = zmq_msg_t()
-            zmq_msg_init(&msg)
-            defer { zmq_msg_close(&msg) }
-            var rc: Int32
-            repeat {
-                rc = zmq_msg_recv(&msg, handle, dontWait && count == 0 ? ZMQ_DONTWAIT : 0)
-            } while rc < 0 && zmq_errno() == EINTR
-            if rc < 0 {
-                let e = ZMQError("zmq_msg_recv")
-                if e.wouldBlock && count == 0 { return nil }
-                throw e
-            }
-            count += 1
-            if metadata == MessageMetadata() {
-                func property(_ name: String) -> String? {
-                    guard let p = zmq_msg_gets(&msg, name) else { return nil }
-                    let s = String(cString: p)
-                    return s.isEmpty ? nil : s
-                }
-                metadata = MessageMetadata(userID: property("User-Id"), peerAddress: property("Peer-Address"))
-            }
-            let size = zmq_msg_size(&msg)
-            if frames.count >= keepingAtMost {
-            } else if size == 0 {
-                frames.append([])
-            } else {
-                let data = zmq_msg_data(&msg)!
-                frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))
-            }
-            if zmq_msg_more(&msg) == 0 { return (frames, count, metadata) }
-        }
+        try receiveMessage(dontWait: dontWait, keepingAtMost: keepingAtMost, readingMetadata: true)
     }
 }
 
