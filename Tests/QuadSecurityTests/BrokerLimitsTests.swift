@@ -67,6 +67,15 @@ struct BrokerLimitsTests {
         #expect(try stack.waitForWorkers(service, count: count, timeoutMs: 15_000), "\(service) did not register")
     }
 
+    /// A broker (with `brokerExtra`) and one registered tally worker.
+    func tallyStack(_ name: String, heartbeatMs: Int = 200, brokerExtra: [String] = []) throws -> TestStack {
+        let stack = try TestStack(name: name)
+        try stack.startBroker(heartbeatMs: heartbeatMs, extra: brokerExtra)
+        try stack.startWorker("quad-tally", instance: "tally/1", heartbeatMs: heartbeatMs)
+        try waitFor(stack, "tally")
+        return stack
+    }
+
     @Test func theBodyReachesTheWorkerByteForByteAndForgedHeadersAreDropped() throws {
         let stack = try TestStack(name: "splice")
         try stack.startBroker()
@@ -136,10 +145,7 @@ struct BrokerLimitsTests {
     }
 
     @Test func aClientChosenDeadlineIsCapped() throws {
-        let stack = try TestStack(name: "deadline")
-        try stack.startBroker(extra: ["--max-deadline-ms", "600"])
-        try stack.startWorker("quad-tally", instance: "tally/1")
-        try waitFor(stack, "tally")
+        let stack = try tallyStack("deadline", brokerExtra: ["--max-deadline-ms", "600"])
         stack.kill("tally/1")
         try waitFor(stack, "tally", count: 0)
         let started = Clock.monotonicMillis()
@@ -151,10 +157,7 @@ struct BrokerLimitsTests {
     }
 
     @Test func theBytesQueuedForAServiceAreCapped() throws {
-        let stack = try TestStack(name: "queue-bytes")
-        try stack.startBroker(heartbeatMs: 1000, extra: ["--max-queue-bytes", "8192"])
-        try stack.startWorker("quad-tally", instance: "tally/1", heartbeatMs: 1000)
-        try waitFor(stack, "tally")
+        let stack = try tallyStack("queue-bytes", heartbeatMs: 1000, brokerExtra: ["--max-queue-bytes", "8192"])
         let key = try #require(stack.brokerKey)
         let context = ZMQContext()
         // The only worker is busy for 2 s (its heartbeats, 1 s apart here,
@@ -174,10 +177,7 @@ struct BrokerLimitsTests {
     }
 
     @Test func anotherCallersRequestWithTheSameIDNeverReplacesAQueuedOne() throws {
-        let stack = try TestStack(name: "same-id")
-        try stack.startBroker(heartbeatMs: 1000)
-        try stack.startWorker("quad-tally", instance: "tally/1", heartbeatMs: 1000)
-        try waitFor(stack, "tally")
+        let stack = try tallyStack("same-id", heartbeatMs: 1000)
         let key = try #require(stack.brokerKey)
         let context = ZMQContext()
         let busy = try RawPeer(context, stack.endpoints.frontend, serverKey: key)
@@ -232,10 +232,7 @@ struct BrokerLimitsTests {
     }
 
     @Test func aFloodingClientKeyGets429WhileAnotherKeyIsServed() throws {
-        let stack = try TestStack(name: "flood")
-        try stack.startBroker(extra: ["--rate-per-second", "10", "--rate-burst", "20"])
-        try stack.startWorker("quad-tally", instance: "tally/1")
-        try waitFor(stack, "tally")
+        let stack = try tallyStack("flood", brokerExtra: ["--rate-per-second", "10", "--rate-burst", "20"])
         let key = try #require(stack.brokerKey)
         let context = ZMQContext()
         let flooder = try curveKeyPair()
@@ -300,10 +297,7 @@ struct BrokerLimitsTests {
     }
 
     @Test func aKeyThatSendsTheWrongFrameCountIsRefusedNewConnections() throws {
-        let stack = try TestStack(name: "ban")
-        try stack.startBroker()
-        try stack.startWorker("quad-tally", instance: "tally/1")
-        try waitFor(stack, "tally")
+        let stack = try tallyStack("ban")
         let key = try #require(stack.brokerKey)
         let context = ZMQContext()
         let bad = try curveKeyPair()
@@ -320,11 +314,8 @@ struct BrokerLimitsTests {
     }
 
     @Test func aKeyOpeningConnectionsTooFastIsRefused() throws {
-        let stack = try TestStack(name: "handshakes")
         // 0.2 a second, bursts of 2.
-        try stack.startBroker(extra: ["--handshake-rate-per-key", "0.2"])
-        try stack.startWorker("quad-tally", instance: "tally/1")
-        try waitFor(stack, "tally")
+        let stack = try tallyStack("handshakes", brokerExtra: ["--handshake-rate-per-key", "0.2"])
         let key = try #require(stack.brokerKey)
         let context = ZMQContext()
         let pair = try curveKeyPair()
@@ -341,11 +332,8 @@ struct BrokerLimitsTests {
     /// client refused by the handshake rate connects again later and is
     /// served (a 400 from the ZAP handler made libzmq give up forever).
     @Test func aConnectionRefusedByTheHandshakeRateComesBackLater() throws {
-        let stack = try TestStack(name: "handshakes-later")
         // For a key: 2 at once, then one every 5 s.
-        try stack.startBroker(extra: ["--handshake-rate-per-key", "0.2"])
-        try stack.startWorker("quad-tally", instance: "tally/1")
-        try waitFor(stack, "tally")
+        let stack = try tallyStack("handshakes-later", brokerExtra: ["--handshake-rate-per-key", "0.2"])
         let key = try #require(stack.brokerKey)
         let context = ZMQContext()
         let pair = try curveKeyPair()
