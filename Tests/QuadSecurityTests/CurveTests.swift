@@ -56,7 +56,9 @@ struct CurveTests {
         // The broker's log says why, once per kind every 5 s, not once per
         // attempt (the peers retry their handshake every 100 ms).
         let mismatch = "mechanism mismatch: the client does not use CURVE", crypto = "CURVE cryptographic error"
-        let until = Clock.monotonicMillis() + 10_000
+        // The peers keep retrying, so the events keep coming: wait for them
+        // with a deadline a loaded CI machine cannot miss (10 s once did).
+        let until = Clock.monotonicMillis() + 30_000
         var log = stack.log("broker")
         while !(log.contains(mismatch) && log.contains(crypto)) && Clock.monotonicMillis() < until {
             usleep(100_000)
