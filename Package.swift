@@ -32,15 +32,23 @@ let package = Package(
         // ZeroMQ: context, sockets, frames, poller with timers.
         .target(name: "QuadMessaging", dependencies: ["CZeroMQ"]),
         // Stores: SQLite and PostgreSQL behind one interface, migrations,
-        // idempotency records and the transactional outbox.
-        .target(name: "QuadStore", dependencies: ["CSQLite", "CPostgres", "QuadWire"]),
-        // The service runtime (worker loop, outbox relay) and the client.
-        .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadMessaging", "QuadStore"]),
+        // idempotency records and the transactional outbox. SQL values, rows
+        // and bytes only: it knows no envelope and no other Quad module.
+        .target(name: "QuadStore", dependencies: ["CSQLite", "CPostgres"]),
+        // What every process shares, the broker included, with no store:
+        // flags, endpoints, log lines, shutdown, the worker protocol, and
+        // whom a request belongs to.
+        .target(name: "QuadProcess", dependencies: ["QuadWire"]),
+        // The service runtime (worker loop, outbox relay, the event envelope
+        // the outbox keeps) and the client. Re-exports QuadProcess.
+        .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadMessaging", "QuadStore", "QuadProcess"]),
         // Session tokens (Ed25519), key files and password hashes: the only
         // module that imports CSodium.
         .target(name: "QuadAuth", dependencies: ["CSodium", "QuadWire"]),
-        // The broker: Majordomo-style routing plus the event proxy.
-        .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadRuntime", "QuadAuth"]),
+        // The broker: Majordomo-style routing plus the event proxy. It never
+        // links a store (no QuadRuntime, QuadStore, SQLite or libpq):
+        // Tests/QuadRuntimeTests/BrokerLinkTests.swift checks with ldd.
+        .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth"]),
         // Service domains.
         .target(name: "QuadCatalog", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
         // A service's own copy of the catalog, kept from catalog's events.
@@ -57,7 +65,7 @@ let package = Package(
                 resources: [.copy("questions")]),
 
         // Thin executables.
-        .executableTarget(name: "quad-broker", dependencies: ["QuadBroker", "QuadRuntime"]),
+        .executableTarget(name: "quad-broker", dependencies: ["QuadBroker", "QuadProcess", "QuadAuth", "QuadWire"]),
         .executableTarget(name: "quad-catalog", dependencies: ["QuadCatalog", "QuadRuntime"]),
         .executableTarget(name: "quad-favorites", dependencies: ["QuadFavorites", "QuadRuntime"]),
         .executableTarget(name: "quad-orders", dependencies: ["QuadOrders", "QuadRuntime"]),

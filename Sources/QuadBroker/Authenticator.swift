@@ -1,6 +1,6 @@
 import Foundation
 import QuadMessaging
-import QuadRuntime
+import QuadProcess
 import QuadWire
 
 /// The broker's ZAP handler (ZeroMQ RFC 27): libzmq asks it, over

@@ -1,7 +1,7 @@
 import Foundation
 import QuadAuth
 import QuadMessaging
-import QuadRuntime
+import QuadProcess
 import QuadWire
 
 /// Settings of a broker, each with a default that just works on loopback.

@@ -1,5 +1,3 @@
-import QuadWire
-
 /// A value bound to or read from SQL.
 public enum SQLValue: Sendable, Equatable {
     case null
@@ -75,12 +73,6 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
     public let message: String
     public init(_ kind: Kind, _ message: String) { self.kind = kind; self.message = message }
     public var description: String { message }
-    public var quadError: QuadError {
-        switch kind {
-        case .busy, .connection: return .unavailable("store: \(message)")
-        default: return .internal("store: \(message)")
-        }
-    }
 }
 
 public enum Dialect: Sendable { case sqlite, postgres }
@@ -90,10 +82,10 @@ public enum Dialect: Sendable { case sqlite, postgres }
 /// implement it, so a service's code is the same on either.
 public protocol Database: AnyObject {
     var dialect: Dialect { get }
-    /// The service whose events this store's outbox holds: the `src` of
-    /// the event envelopes ``Outbox/append(_:type:body:id:)`` encodes.
-    /// Set by the service's ``Handlers``; nil keeps only the body, as
-    /// before.
+    /// The name of the service whose events this store's outbox holds. The
+    /// store only keeps it: the runtime (QuadRuntime's `Outbox.append(_:type:body:id:)`)
+    /// reads it as the `src` of the event envelopes it encodes; nil keeps
+    /// only the body, as before.
     var eventSource: String? { get set }
     /// Runs one statement; returns the number of rows it changed.
     @discardableResult

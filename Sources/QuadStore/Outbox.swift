@@ -1,5 +1,3 @@
-import QuadWire
-
 /// The tables every service keeps beside its own: idempotency records and
 /// the transactional outbox with its per-service sequence.
 public enum ServiceTables {
@@ -38,67 +36,30 @@ public enum ServiceTables {
 }
 
 /// Idempotency records: a mutation's id, its type, who sent it and its
-/// reply, written in the same transaction as the change, so a repeated id
-/// gets the stored reply and never a second effect. A record belongs to its
-/// owner: the same id from anyone else, or with another type, is refused
-/// with 409 and learns nothing of the first reply.
+/// reply's bytes, written in the same transaction as the change. The store
+/// keeps and finds them; what a record means (whose it is, the 409 for
+/// anyone else's) is the runtime's (QuadRuntime's `Idempotency.claim`).
 public enum Idempotency {
-    /// Whom a request's record belongs to: `user:<id>` when the broker
-    /// verified a user; else the broker's `caller` header (`key:<Z85>` for
-    /// an anonymous client, `service:<src>` on the internal frontend); else
-    /// `anonymous`. A service acting for a user (role `service`) owns its
-    /// records together with that user, so neither alone can replay them.
-    public static func owner(user: String?, role: String?, caller: String?) -> String {
-        let who: String? = user.flatMap { $0.isEmpty ? nil : "user:" + $0 }
-        if role == "service" {
-            let service = caller.flatMap { $0.isEmpty ? nil : $0 } ?? "service"
-            return who.map { service + " for " + $0 } ?? service
-        }
-        return who ?? caller.flatMap { $0.isEmpty ? nil : $0 } ?? "anonymous"
+    /// A stored record: the type and owner it was first sent with, and the
+    /// reply's bytes as they were sent.
+    public struct Record: Sendable, Equatable {
+        public let type: String
+        public let owner: String
+        public let reply: [UInt8]
     }
 
-    public static func owner(of envelope: Envelope) -> String {
-        owner(user: envelope.user, role: envelope.role, caller: envelope.caller)
-    }
-
-    /// The 409 for an id that someone else used, or used for another type.
-    /// It says nothing of the first request beyond that the id is taken: to
-    /// another caller, not even its type.
-    public static func taken(type: String, storedType: String, sameOwner: Bool = false) -> QuadError {
-        if sameOwner && storedType != type {
-            return .conflict("this request id was used for another request type: send a new id for \(type)", details: ["reason": "id_taken"])
-        }
-        return .conflict("this request id was used by another caller: send a new id", details: ["reason": "id_taken"])
-    }
-
-    /// The reply stored for `id` when `owner` sent it as `type`; nil when
-    /// the id is unused; a 409 ``QuadError`` when the record is someone
-    /// else's or of another type (the check runs before anything of the
-    /// stored reply is read).
-    public static func claim(_ db: Database, id: String, type: String, owner: String) throws -> Envelope? {
-        try claimEncoded(db, id: id, type: type, owner: owner).flatMap { try? Envelope.decode($0, maxBytes: .max) }
-    }
-
-    /// The same, as the bytes that were sent the first time: a retry gets
-    /// them back as they are, never decoded and encoded again.
-    public static func claimEncoded(_ db: Database, id: String, type: String, owner: String) throws -> [UInt8]? {
+    /// The record for `id`; nil when the id is unused.
+    public static func record(_ db: Database, id: String) throws -> Record? {
         guard let row = try db.queryOne("SELECT type, owner, reply FROM idempotency WHERE id = $1", .text(id)) else { return nil }
-        let storedType = row.string("type")
-        let sameOwner = row.string("owner") == owner
-        guard storedType == type, sameOwner else { throw taken(type: type, storedType: storedType, sameOwner: sameOwner) }
-        return Array(row.string("reply").utf8)
-    }
-
-    public static func store(_ db: Database, id: String, type: String, owner: String, reply: Envelope) throws {
-        try store(db, id: id, type: type, owner: owner, encoded: reply.encoded())
+        return Record(type: row.string("type"), owner: row.string("owner"), reply: Array(row.string("reply").utf8))
     }
 
     /// Keeps `encoded`, the reply's bytes as they are sent, so a retry gets
-    /// the very same bytes.
-    public static func store(_ db: Database, id: String, type: String, owner: String, encoded: [UInt8]) throws {
+    /// the very same bytes. `createdMs` (ms since epoch) is what
+    /// ``prune(_:before:limit:)`` compares.
+    public static func store(_ db: Database, id: String, type: String, owner: String, encoded: [UInt8], createdMs: Int64) throws {
         try db.execute("INSERT INTO idempotency (id, type, owner, reply, created_ms) VALUES ($1, $2, $3, $4, $5)",
-                       .text(id), .text(type), .text(owner), .text(String(decoding: encoded, as: UTF8.self)),
-                       .int(Int64(Clock.nowMillis())))
+                       .text(id), .text(type), .text(owner), .text(String(decoding: encoded, as: UTF8.self)), .int(createdMs))
     }
 
     /// Deletes records older than `before` (ms since epoch), at most
@@ -114,67 +75,66 @@ public enum Idempotency {
     }
 }
 
-/// A stored event, as the relay publishes it and `events.since` returns it.
+/// A stored event, as the relay publishes it and `events.since` returns it:
+/// its columns and the bytes it was given. Reading them as an envelope is
+/// the runtime's (QuadRuntime's `StoredEvent.envelope(src:)`).
 public struct StoredEvent: Sendable, Equatable {
     public let seq: Int64
     public let id: String
     public let type: String
     public let ts: Int64
     /// The envelope as it was encoded when the event was written; nil for
-    /// a row written before the outbox kept it, or with no ``Database/eventSource``.
+    /// a row written before the outbox kept it, or written with a body only.
     public let encoded: [UInt8]?
-    let storedBody: String
+    /// The body column: the event's body as text for a row without
+    /// ``encoded``; empty otherwise.
+    public let bodyColumn: String
 
-    /// The event's body: from the encoded envelope, or the row's own column.
-    public var body: JSON {
-        if let encoded { return (try? JSON.parse(encoded))?["body"] ?? .null }
-        return (try? JSON.parse(storedBody)) ?? .null
-    }
-
-    /// The bytes to publish: the stored envelope as it is, or (an old row)
-    /// one built from the columns.
-    public func bytes(src: String) -> [UInt8] { encoded ?? built(src: src).encoded() }
-
-    /// The envelope as a value, parsed from the stored bytes when there are.
-    public func envelope(src: String) -> Envelope {
-        if let encoded, let e = try? Envelope.decode(encoded, maxBytes: .max) { return e }
-        return built(src: src)
-    }
-
-    /// The envelope as JSON (for `events.since`), parsed from the stored bytes.
-    public func json(src: String) -> JSON {
-        if let encoded, let value = try? JSON.parse(encoded) { return value }
-        return built(src: src).json
-    }
-
-    func built(src: String) -> Envelope {
-        Envelope(id: id, type: type, kind: .event, ts: ts, src: src, seq: seq, body: (try? JSON.parse(storedBody)) ?? .null)
+    public init(seq: Int64, id: String, type: String, ts: Int64, encoded: [UInt8]?, bodyColumn: String) {
+        self.seq = seq
+        self.id = id
+        self.type = type
+        self.ts = ts
+        self.encoded = encoded
+        self.bodyColumn = bodyColumn
     }
 }
 
 /// The transactional outbox: events are written in the same transaction as
 /// the change that caused them, numbered by a per-service `seq` that grows
 /// in commit order (the counter row is locked by the writing transaction).
+/// The store keeps each event's bytes as it is given them.
 public enum Outbox {
     /// Appends an event inside the caller's transaction; returns its seq.
+    /// `envelope` encodes the event once its seq is known: those bytes are
+    /// what the relay sends and `events.since` returns, as they are.
     @discardableResult
-    public static func append(_ db: Database, type: String, body: JSON, id: String = MessageID.make()) throws -> Int64 {
+    public static func append(_ db: Database, id: String, type: String, ts: Int64,
+                              envelope: (_ seq: Int64) throws -> [UInt8]) throws -> Int64 {
+        let seq = try nextSeq(db)
+        let bytes = try envelope(seq)
+        // The body lives inside the envelope; the body column (kept for
+        // rows of older builds) stays empty.
+        try db.execute("INSERT INTO outbox (seq, id, type, ts, body, envelope) VALUES ($1, $2, $3, $4, '', $5)",
+                       .int(seq), .text(id), .text(type), .int(ts), .text(String(decoding: bytes, as: UTF8.self)))
+        return seq
+    }
+
+    /// Appends an event of which only the body is kept (a store that does
+    /// not say whose events it holds); the relay builds its envelope.
+    @discardableResult
+    public static func append(_ db: Database, id: String, type: String, ts: Int64, bodyText: String) throws -> Int64 {
+        let seq = try nextSeq(db)
+        try db.execute("INSERT INTO outbox (seq, id, type, ts, body) VALUES ($1, $2, $3, $4, $5)",
+                       .int(seq), .text(id), .text(type), .int(ts), .text(bodyText))
+        return seq
+    }
+
+    static func nextSeq(_ db: Database) throws -> Int64 {
         guard let row = try db.queryOne("UPDATE outbox_seq SET seq = seq + 1 WHERE one = 1 RETURNING seq") else {
             throw StoreError(.other, "outbox_seq row missing")
         }
-        let seq = row.int("seq")
-        let ts = Int64(Clock.nowMillis())
-        // Encoded once, here: the body lives inside the envelope, and the
-        // body column (kept for rows of older builds) stays empty.
-        if let src = db.eventSource {
-            let envelope = Envelope(id: id, type: type, kind: .event, ts: ts, src: src, seq: seq, body: body)
-            try db.execute("INSERT INTO outbox (seq, id, type, ts, body, envelope) VALUES ($1, $2, $3, $4, '', $5)",
-                           .int(seq), .text(id), .text(type), .int(ts), .text(String(decoding: envelope.encoded(), as: UTF8.self)))
-        } else {
-            try db.execute("INSERT INTO outbox (seq, id, type, ts, body) VALUES ($1, $2, $3, $4, $5)",
-                           .int(seq), .text(id), .text(type), .int(ts), .text(body.text))
-        }
-        return seq
+        return row.int("seq")
     }
 
     static let columns = "seq, id, type, ts, body, envelope"
@@ -182,7 +142,7 @@ public enum Outbox {
     static func events(_ rows: [Row]) -> [StoredEvent] {
         rows.map { r in
             StoredEvent(seq: r.int("seq"), id: r.string("id"), type: r.string("type"), ts: r.int("ts"),
-                        encoded: r.optionalString("envelope").map { Array($0.utf8) }, storedBody: r.string("body"))
+                        encoded: r.optionalString("envelope").map { Array($0.utf8) }, bodyColumn: r.string("body"))
         }
     }
 

@@ -1,7 +1,7 @@
 import Foundation
 import QuadAuth
 import QuadBroker
-import QuadRuntime
+import QuadProcess
 import QuadWire
 
 let defaults = Endpoints.fromEnvironment()
