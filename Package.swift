@@ -89,7 +89,7 @@ let package = Package(
 
         .testTarget(name: "QuadWireTests", dependencies: ["QuadWire"]),
         .testTarget(name: "QuadMessagingTests", dependencies: ["QuadMessaging"]),
-        .testTarget(name: "QuadStoreTests", dependencies: ["QuadStore", "QuadWire"]),
+        .testTarget(name: "QuadStoreTests", dependencies: ["QuadStore", "QuadRuntime", "QuadWire"]),
         .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadAccountsTests", dependencies: ["QuadAccounts", "QuadAuth", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),

@@ -1,3 +1,4 @@
+import QuadRuntime
 import QuadStore
 import QuadWire
 

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import QuadStore
+import QuadRuntime
 import QuadWire
 
 /// An event's envelope is encoded once, when its outbox row is written.

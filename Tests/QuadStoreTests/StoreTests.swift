@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import QuadStore
+import QuadRuntime
 import QuadWire
 
 func temporaryPath(_ name: String) -> String {
