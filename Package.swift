@@ -87,7 +87,7 @@ let package = Package(
         // Starts the executables as real processes for tests.
         .target(name: "QuadTestSupport", dependencies: ["QuadRuntime", "QuadStore", "QuadWire"]),
 
-        .testTarget(name: "QuadWireTests", dependencies: ["QuadWire"]),
+        .testTarget(name: "QuadWireTests", dependencies: ["QuadWire", "QuadMessaging"]),
         .testTarget(name: "QuadMessagingTests", dependencies: ["QuadMessaging"]),
         .testTarget(name: "QuadStoreTests", dependencies: ["QuadStore", "QuadRuntime", "QuadWire"]),
         .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),

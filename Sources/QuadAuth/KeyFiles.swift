@@ -1,11 +1,10 @@
 import Foundation
 import QuadWire
 
-/// Where accounts' key pair lives and how it is read and written. Each file
-/// holds one line: the key in base64url. The secret key file is created once,
-/// atomically (written to a temporary file, then hard-linked into place, so
-/// two workers starting together agree on one key), with mode 0600; the
-/// public key beside it is 0644, for the broker (or any host) to verify with.
+/// Where accounts' key pair lives, read and written as every key file is
+/// (``KeyFile``). Each file holds one line: the key in base64url. The secret
+/// key file is created once, atomically, with mode 0600; the public key
+/// beside it is 0644, for the broker (or any host) to verify with.
 public enum KeyFiles {
     /// `$QUAD_HOME/keys`, or `keys` in the working folder without QUAD_HOME.
     public static func directory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
@@ -33,33 +32,26 @@ public enum KeyFiles {
     /// (re)writes its public key at `publicKeyPath` when that file is missing
     /// or differs. `created` says whether this call made the key.
     public static func loadOrCreateSigningKey(at path: String, publicKeyPath: String? = nil) throws(AuthError) -> (key: SigningKey, created: Bool) {
-        let pubPath = publicKeyPath ?? KeyFiles.publicKeyPath(forSecretKey: path)
-        var created = false
-        if !FileManager.default.fileExists(atPath: path) {
-            let text = Base64URL.encode(SigningKey.generate().secretKeyBytes) + "\n"
-            created = try keyFile { () throws(KeyFileError) in try KeyFile.createOnce(path, text, what: "the signing key") }
+        let pair = try keyFile { () throws(KeyFileError) in
+            try KeyFile.loadOrCreatePair(at: path, publicKeyPath: publicKeyPath, what: "the signing key", format: .base64url,
+                                         make: { SigningKey.generate().secretKeyBytes },
+                                         publicKey: { try? SigningKey(secretKey: $0).verifyingKey.bytes })
         }
-        let key = try loadSigningKey(at: path)
-        let wanted = Base64URL.encode(key.verifyingKey.bytes)
-        if (try? readLine(pubPath)) != wanted {
-            try keyFile { () throws(KeyFileError) in try KeyFile.writeReplacing(pubPath, wanted + "\n", mode: 0o644) }
-        }
-        return (key, created)
+        do { return (try SigningKey(secretKey: pair.secretKey), pair.created) } catch { throw AuthError("\(path): \(error.message)") }
     }
 
     /// Reads a signing key; refuses a file others may read.
     public static func loadSigningKey(at path: String) throws(AuthError) -> SigningKey {
-        try keyFile { () throws(KeyFileError) in try KeyFile.requirePrivate(path, what: "the signing key") }
-        let text = try readLine(path)
-        guard let bytes = Base64URL.decode(text) else { throw AuthError("\(path) is not a key: expected one line of base64url") }
+        let bytes = try keyFile { () throws(KeyFileError) in try KeyFile.read(path, what: "the signing key", format: .base64url, secret: true) }
         do { return try SigningKey(secretKey: bytes) } catch { throw AuthError("\(path): \(error.message)") }
     }
 
     /// Reads a public key; nil when the file does not exist (yet).
     public static func loadVerifyingKey(at path: String) throws(AuthError) -> VerifyingKey? {
         guard FileManager.default.fileExists(atPath: path) else { return nil }
-        let text = try readLine(path)
-        guard let bytes = Base64URL.decode(text) else { throw AuthError("\(path) is not a key: expected one line of base64url") }
+        let bytes = try keyFile { () throws(KeyFileError) in
+            try KeyFile.read(path, what: "accounts' public key", format: .base64url, secret: false)
+        }
         do { return try VerifyingKey(bytes: bytes) } catch { throw AuthError("\(path): \(error.message)") }
     }
 
@@ -67,8 +59,10 @@ public enum KeyFiles {
     static func keyFile<T>(_ body: () throws(KeyFileError) -> T) throws(AuthError) -> T {
         do { return try body() } catch { throw AuthError(error.message) }
     }
+}
 
-    static func readLine(_ path: String) throws(AuthError) -> String {
-        try keyFile { () throws(KeyFileError) in try KeyFile.readLine(path) }
-    }
+extension KeyFile.Format {
+    /// A key in base64url without padding (``Base64URL``), as accounts'
+    /// Ed25519 keys are kept.
+    public static let base64url = KeyFile.Format(expected: "base64url", decode: { Base64URL.decode($0) }, encode: { Base64URL.encode($0) })
 }

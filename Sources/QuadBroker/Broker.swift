@@ -609,7 +609,7 @@ public final class Broker {
         }
         let deadline = min(envelope.deadline ?? settings.defaultDeadlineMs, settings.maxDeadlineMs)
         let pending = Pending(client: client, id: envelope.id, bytes: spliced, type: envelope.type,
-                              expires: Clock.monotonicMillis() + deadline, owner: envelope.user.map { "user:" + $0 } ?? envelope.caller ?? "")
+                              expires: Clock.monotonicMillis() + deadline, owner: RequestOwner.of(envelope))
         // A retry of a request still queued replaces it rather than queueing
         // twice, when it is the same caller's; another caller's request with
         // the same id is refused and never replaces the first.

@@ -31,39 +31,16 @@ public enum BrokerKeys {
     /// missing, and (re)writes the public key file when it is missing or
     /// differs. Refuses a secret key file that others may read.
     public static func loadOrCreate(at path: String) throws(KeyFileError) -> Pair {
-        var created = false
-        if !FileManager.default.fileExists(atPath: path) {
-            let pair: (publicKey: String, secretKey: String)
-            do { pair = try Curve.keyPair() } catch { throw KeyFileError("cannot make a CURVE key pair: \(error)") }
-            created = try KeyFile.createOnce(path, pair.secretKey + "\n", what: "the broker's secret key")
-        }
-        try KeyFile.requirePrivate(path, what: "the broker's secret key")
-        let text = try KeyFile.readLine(path)
-        guard let secret = Curve.decode(text), let publicKey = Curve.publicKey(forSecretKey: text) else {
-            throw KeyFileError("\(path) is not a CURVE secret key: expected one line of 40 Z85 characters")
-        }
-        let pubPath = publicKeyPath(forSecretKey: path)
-        if (try? KeyFile.readLine(pubPath)) != publicKey {
-            try KeyFile.writeReplacing(pubPath, publicKey + "\n", mode: 0o644)
-        }
-        return Pair(publicKey: publicKey, secretKey: secret, created: created)
+        let pair = try KeyFile.loadOrCreatePair(
+            at: path, what: "the broker's secret key", format: .z85,
+            make: { (try? Curve.keyPair()).flatMap { Curve.decode($0.secretKey) } },
+            publicKey: { secret in Curve.encode(secret).flatMap(Curve.publicKey(forSecretKey:)).flatMap(Curve.decode) })
+        return Pair(publicKey: pair.publicText, secretKey: pair.secretKey, created: pair.created)
     }
 
     /// Client keys allowed to connect: one Z85 public key per line; blank
     /// lines and lines starting with `#` are skipped.
     public static func allowList(at path: String) throws(KeyFileError) -> Set<[UInt8]> {
-        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
-            throw KeyFileError("cannot read the allowed client keys \(path)")
-        }
-        var keys = Set<[UInt8]>()
-        for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let line = raw.trimmingCharacters(in: .whitespaces)
-            if line.isEmpty || line.hasPrefix("#") { continue }
-            guard let key = Curve.decode(line) else {
-                throw KeyFileError("\(path) line \(n + 1) is not a CURVE public key: expected 40 Z85 characters")
-            }
-            keys.insert(key)
-        }
-        return keys
+        try KeyFile.readList(path, what: "the list of CURVE public keys", format: .z85)
     }
 }

@@ -1,5 +1,8 @@
 import Foundation
+import QuadMessaging
+import QuadRuntime
 import QuadTestSupport
+import QuadWire
 import Testing
 
 /// The broker stores nothing, so it must not carry the stores: QuadBroker
@@ -39,5 +42,25 @@ struct BrokerLinkTests {
         // cannot pass for want of looking.
         let tally = try libraries(of: "quad-tally")
         #expect(tally.contains { $0.hasPrefix("libsqlite3") } && tally.contains { $0.hasPrefix("libpq.") }, "\(tally)")
+    }
+}
+
+/// The services' CURVE key is read as every secret key file is.
+@Suite("Services' key file")
+struct ServiceKeyFileTests {
+    @Test func aServiceKeyFileOthersMayReadIsRefused() throws {
+        let dir = NSTemporaryDirectory() + "quad-servicekey-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let pair = try Curve.keyPair()
+        try (pair.secretKey + "\n").write(toFile: dir + "/services.key", atomically: true, encoding: .utf8)
+        try (pair.publicKey + "\n").write(toFile: dir + "/broker.pub", atomically: true, encoding: .utf8)
+        let environment = ["QUAD_SERVICE_KEY_FILE": dir + "/services.key", "QUAD_BROKER_KEY_FILE": dir + "/broker.pub"]
+        chmod(dir + "/services.key", 0o644)
+        #expect { try InternalCurve.fromEnvironment(environment) } throws: {
+            ($0 as? QuadError)?.message.contains("QUAD_SERVICE_KEY_FILE) \(dir)/services.key is readable by others (mode 644): chmod 600") == true
+        }
+        chmod(dir + "/services.key", 0o600)
+        let keys = try #require(try InternalCurve.fromEnvironment(environment))
+        #expect(keys.secretKey == Curve.decode(pair.secretKey) && keys.publicKey == Curve.decode(pair.publicKey))
     }
 }

@@ -34,6 +34,7 @@ struct InternalCurveTests {
         let other = try curveKeyPair()
         let otherFile = stack.dir + "/keys/other.key"
         try (Curve.encode(other.secretKey)! + "\n").write(toFile: otherFile, atomically: true, encoding: .utf8)
+        chmod(otherFile, 0o600)  // a secret key file others may read is refused (KeyFile)
         try stack.startWorker("quad-tally", instance: "tally/2")
         try stack.startWorker("quad-tally", instance: "tally/3", environment: ["QUAD_SERVICE_KEY_FILE": otherFile])
         usleep(2_500_000)
