@@ -1,4 +1,5 @@
 import Foundation
+import QuadMessaging
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -61,7 +62,7 @@ public final class CampusDay {
         guard options.signInFirst else { begin(); return }
         let started = Clock.monotonicMillis()
         signInStarted = started
-        fleet.agenda.every(250) { [weak self] in
+        fleet.agenda.repeating(every: 250) { [weak self] in
             guard let self else { return false }
             let waiting = fleet.phones.filter { !$0.hasValidToken }
             let now = Clock.monotonicMillis()
@@ -100,7 +101,7 @@ public final class CampusDay {
             // Students arrive over the first tenth of the day.
             fleet.agenda.after(Int64.random(in: 0...max(1, options.durationMs / 10), using: &s.rng)) { s.next() }
         }
-        fleet.agenda.every(options.progressEveryMs) { [weak self] in
+        fleet.agenda.repeating(every: options.progressEveryMs) { [weak self] in
             guard let self else { return false }
             self.progress()
             return self.finalDrainMs == nil
@@ -120,7 +121,7 @@ public final class CampusDay {
         running = false
         drainStarted = Clock.monotonicMillis()
         for s in students { s.phone.setSignal(true) }
-        fleet.agenda.every(100) { [weak self] in
+        fleet.agenda.repeating(every: 100) { [weak self] in
             guard let self else { return false }
             let now = Clock.monotonicMillis()
             let pending = self.fleet.phones.reduce(0) { $0 + $1.queueLength }
@@ -187,7 +188,7 @@ final class Student {
         self.rng = SeededRandom(seed: seed)
     }
 
-    var agenda: Agenda { day.fleet.agenda }
+    var agenda: Timers { day.fleet.agenda }
 
     /// Down to a level without signal, or into a dead zone: only while the
     /// day runs (after it, every phone keeps its signal to drain).

@@ -12,7 +12,7 @@ import QuadWire
 public final class Fleet {
     public let settings: EdgeSettings
     let context = ZMQContext()
-    let agenda = Agenda()
+    let agenda = Timers(now: Clock.monotonicMillis)
     private(set) var phones: [Phone] = []
     var byName: [String: Phone] = [:]
     var control: Socket?
@@ -63,7 +63,7 @@ public final class Fleet {
             phone.start()
         }
         if let controlEndpoint { Log.info("edge", "\(phones.count) phone\(phones.count == 1 ? "" : "s"), control on \(controlEndpoint)") }
-        agenda.every(200) { [unowned self] in self.checkWaits(); return true }
+        agenda.repeating(every: 200) { [unowned self] in self.checkWaits(); return true }
         day?.start(self)
         while !Shutdown.isRequested && !stopRequested {
             if let code = turn() { return code }

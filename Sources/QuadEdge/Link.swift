@@ -29,7 +29,7 @@ final class Link {
     let context: ZMQContext
     let endpoint: String
     let source: String
-    let agenda: Agenda
+    let agenda: Timers
     private(set) var socket: Socket?
     private var calls: [String: Call] = [:]
     /// The phone's session token, put on every request.
@@ -47,7 +47,7 @@ final class Link {
     /// retry after airplane mode must come from the same key.
     let clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?
 
-    init(context: ZMQContext, endpoint: String, source: String, agenda: Agenda, serverKey: [UInt8]? = nil) {
+    init(context: ZMQContext, endpoint: String, source: String, agenda: Timers, serverKey: [UInt8]? = nil) {
         self.serverKey = serverKey
         // zmq_curve_keypair's Z85 output always decodes.
         clientKeys = serverKey == nil ? nil : (try? Curve.keyPair()).map { (Curve.decode($0.publicKey)!, Curve.decode($0.secretKey)!) }

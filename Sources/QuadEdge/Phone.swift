@@ -64,7 +64,7 @@ final class Phone {
     let name: String
     let db: SQLiteDatabase
     let link: Link
-    let agenda: Agenda
+    let agenda: Timers
     let settings: EdgeSettings
     var rng: SeededRandom
 
@@ -132,7 +132,7 @@ final class Phone {
     var onMessage: (Phone, JSON) -> Void = { _, _ in }
     var onDrained: (Phone) -> Void = { _ in }
 
-    init(name: String, path: String, context: ZMQContext, agenda: Agenda, settings: EdgeSettings, seed: UInt64) throws {
+    init(name: String, path: String, context: ZMQContext, agenda: Timers, settings: EdgeSettings, seed: UInt64) throws {
         self.name = name
         self.agenda = agenda
         self.settings = settings

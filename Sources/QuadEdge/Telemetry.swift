@@ -36,7 +36,7 @@ extension Phone {
     var telemetryQueued: Int { (try? db.count("SELECT COUNT(*) AS n FROM telemetry")) ?? 0 }
 
     func scheduleTelemetry() {
-        agenda.every(settings.telemetryEveryMs) { [weak self] in
+        agenda.repeating(every: settings.telemetryEveryMs) { [weak self] in
             guard let self, !self.stopped else { return false }
             self.flushTelemetry()
             return true

@@ -1,52 +1,115 @@
-/// Timers for a poll loop: the loop asks how long it may sleep, then runs
-/// what is due. One thread, no locks.
+/// The timers of a poll loop, the one implementation every loop uses (the
+/// broker's, a worker's, the edge's hundreds of phones): the loop asks how
+/// long it may sleep (``timeout(cap:)``), polls, then runs what is due
+/// (``runDue()``). A binary heap, so many timers cost little per turn; a
+/// cancelled timer is dropped when it reaches the top. One thread, no locks.
 public final class Timers {
     struct Entry {
         var due: Int64
-        var interval: Int64?
         var id: Int
-        var action: () -> Void
+        /// Milliseconds between runs of a repeating timer; nil: runs once.
+        var interval: Int64?
+        var action: () -> Bool
     }
 
-    var entries: [Entry] = []
-    var nextID = 0
+    private var heap: [Entry] = []
+    private var cancelled: Set<Int> = []
+    private var live: Set<Int> = []
+    private var nextID = 0
     let now: () -> Int64
 
+    /// `now` is a monotonic clock in milliseconds (`Clock.monotonicMillis`).
     public init(now: @escaping () -> Int64) { self.now = now }
 
-    /// Runs `action` every `intervalMs`, first after one interval.
-    @discardableResult
-    public func every(_ intervalMs: Int64, _ action: @escaping () -> Void) -> Int {
-        nextID += 1
-        entries.append(Entry(due: now() + intervalMs, interval: intervalMs, id: nextID, action: action))
-        return nextID
-    }
-
-    /// Runs `action` once after `delayMs`.
+    /// Runs `action` once after `delayMs`; returns an id for ``cancel(_:)``.
     @discardableResult
     public func after(_ delayMs: Int64, _ action: @escaping () -> Void) -> Int {
-        nextID += 1
-        entries.append(Entry(due: now() + delayMs, interval: nil, id: nextID, action: action))
-        return nextID
+        schedule(after: delayMs, interval: nil) { action(); return false }
     }
 
-    public func cancel(_ id: Int) { entries.removeAll { $0.id == id } }
+    /// Runs `action` every `intervalMs`, first after one interval, until
+    /// cancelled.
+    @discardableResult
+    public func every(_ intervalMs: Int64, _ action: @escaping () -> Void) -> Int {
+        schedule(after: intervalMs, interval: intervalMs) { action(); return true }
+    }
+
+    /// Runs `action` every `intervalMs`, first after one interval, for as
+    /// long as it returns true (or until cancelled).
+    @discardableResult
+    public func repeating(every intervalMs: Int64, _ action: @escaping () -> Bool) -> Int {
+        schedule(after: intervalMs, interval: intervalMs, action)
+    }
+
+    /// Cancels timer `id`; nil or a timer that already ran is ignored.
+    public func cancel(_ id: Int?) {
+        if let id, live.remove(id) != nil { cancelled.insert(id) }
+    }
+
+    /// Timers still to run.
+    public var count: Int { live.count }
 
     /// Milliseconds until the next timer is due, at most `cap`.
     public func timeout(cap: Int64) -> Int64 {
-        guard let first = entries.map(\.due).min() else { return cap }
-        return max(0, min(cap, first - now()))
+        while let first = heap.first, cancelled.contains(first.id) {
+            cancelled.remove(first.id)
+            pop()
+        }
+        guard let first = heap.first else { return cap }
+        return max(0, min(cap, first.due - now()))
     }
 
-    /// Runs every timer that is due.
+    /// Runs every timer that is due, including those a due timer schedules
+    /// with no delay. A repeating timer is due again one interval after this
+    /// turn, so a slow turn does not make it run several times in a row.
     public func runDue() {
         let t = now()
-        var due: [() -> Void] = []
-        for k in entries.indices where entries[k].due <= t {
-            due.append(entries[k].action)
-            if let interval = entries[k].interval { entries[k].due = t + interval } else { entries[k].due = .max }
+        while let first = heap.first, first.due <= t {
+            pop()
+            if cancelled.remove(first.id) != nil { continue }
+            let again = first.action()
+            // The action may have cancelled its own timer.
+            if cancelled.remove(first.id) != nil { continue }
+            if let interval = first.interval, again {
+                push(Entry(due: t + interval, id: first.id, interval: interval, action: first.action))
+            } else {
+                live.remove(first.id)
+            }
         }
-        entries.removeAll { $0.due == .max }
-        for action in due { action() }
     }
+
+    private func schedule(after delayMs: Int64, interval: Int64?, _ action: @escaping () -> Bool) -> Int {
+        nextID += 1
+        live.insert(nextID)
+        // A repeating timer of 0 ms would run for ever within one turn.
+        push(Entry(due: now() + max(0, delayMs), id: nextID, interval: interval.map { max(1, $0) }, action: action))
+        return nextID
+    }
+
+    private func push(_ e: Entry) {
+        heap.append(e)
+        var k = heap.count - 1
+        while k > 0 {
+            let parent = (k - 1) / 2
+            if less(heap[k], heap[parent]) { heap.swapAt(k, parent); k = parent } else { break }
+        }
+    }
+
+    private func pop() {
+        let last = heap.removeLast()
+        guard !heap.isEmpty else { return }
+        heap[0] = last
+        var k = 0
+        while true {
+            let l = 2 * k + 1, r = l + 1
+            var m = k
+            if l < heap.count && less(heap[l], heap[m]) { m = l }
+            if r < heap.count && less(heap[r], heap[m]) { m = r }
+            if m == k { return }
+            heap.swapAt(k, m)
+            k = m
+        }
+    }
+
+    private func less(_ a: Entry, _ b: Entry) -> Bool { a.due < b.due || (a.due == b.due && a.id < b.id) }
 }

@@ -96,7 +96,7 @@ final class FakeBroker {
 /// One phone on a loop the test turns by hand, against ``FakeBroker``.
 final class PhoneRig {
     let context = ZMQContext()
-    let agenda = Agenda()
+    let agenda = Timers(now: Clock.monotonicMillis)
     let broker: FakeBroker
     let phone: Phone
     let dir: String
