@@ -59,12 +59,18 @@ public final class Timers {
         return max(0, min(cap, first.due - now()))
     }
 
-    /// Runs every timer that is due, including those a due timer schedules
-    /// with no delay. A repeating timer is due again one interval after this
-    /// turn, so a slow turn does not make it run several times in a row.
+    /// Runs every timer that was due when it was called. What a timer
+    /// schedules with no delay runs on the loop's next turn (``timeout(cap:)``
+    /// is then 0), so sockets are polled in between: a worker relaying a long
+    /// backlog a page a turn keeps serving requests. A repeating timer is due
+    /// again one interval after this turn, so a slow turn does not make it
+    /// run several times in a row.
     public func runDue() {
         let t = now()
-        while let first = heap.first, first.due <= t {
+        // Timers made during this turn have greater ids and are due no
+        // sooner than `t`, so they sort after every one that is due now.
+        let lastBefore = nextID
+        while let first = heap.first, first.due <= t, first.id <= lastBefore {
             pop()
             if cancelled.remove(first.id) != nil { continue }
             let again = first.action()
