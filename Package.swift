@@ -27,9 +27,9 @@ let package = Package(
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
-        // The wire: envelope, error, JSON values, ids.
+        // The wire: envelope, error, JSON values, ids, and key files (KeyFile).
         .target(name: "QuadWire"),
-        // ZeroMQ: context, sockets, frames, poller with timers.
+        // ZeroMQ: context, sockets, frames, poller, the one Timers of every loop.
         .target(name: "QuadMessaging", dependencies: ["CZeroMQ"]),
         // Stores: SQLite and PostgreSQL behind one interface, migrations,
         // idempotency records and the transactional outbox. SQL values, rows
