@@ -97,9 +97,10 @@ public struct BrokerSettings: Sendable {
 /// The broker: routes requests from clients to live workers of the service
 /// named by the first segment of `type`, least recently used first; queues
 /// them while none is idle; answers 503 when a deadline passes with none,
-/// 504 when it passes in a worker (the rules are ``Routing``'s: this class
-/// moves bytes between the sockets and it); relays events from publishers to subscribers (XSUB/XPUB). One thread, one
-/// poll loop. On the public frontend it checks each request's session token
+/// 504 when it passes in a worker; relays events from publishers to
+/// subscribers (XSUB/XPUB). The routing rules are ``Routing``'s, a value
+/// without I/O: this class moves bytes between the sockets and it. One
+/// thread, one poll loop. On the public frontend it checks each request's session token
 /// against accounts' public key (and accounts' revocations) and sets `user`,
 /// `role` and `caller` by splicing the header: a body's bytes are never
 /// decoded into something else and never re-encoded.
