@@ -348,7 +348,10 @@ struct Routing {
 
     /// Gives queued requests to idle workers, least recently used first.
     private mutating func dispatch(_ name: String, _ out: inout [Action]) {
-        guard var s = services[name] else { return }
+        // Taken out of the dictionary while it changes, so that its queue is
+        // never copied.
+        guard var s = services.removeValue(forKey: name) else { return }
+        defer { services[name] = s }
         while !s.queue.isEmpty, !s.idle.isEmpty {
             let identity = s.idle.removeFirst()
             guard workers[identity] != nil, let p = s.queue.dequeue() else { continue }
@@ -356,7 +359,11 @@ struct Routing {
             s.routed += 1
             out.append(.sendToWorker(identity: identity, request: p.request))
         }
-        services[name] = s
+    }
+
+    /// Runs `body` on the queue of `name`, or on ``early``, in place.
+    private mutating func withQueue<R>(_ name: String, early isEarly: Bool, _ body: (inout Queue) -> R) -> R {
+        isEarly ? body(&early) : body(&services[name]!.queue)
     }
 
     // MARK: Clients
@@ -384,32 +391,29 @@ struct Routing {
         }
         let deadline = min(r.deadlineMs ?? limits.defaultDeadlineMs, limits.maxDeadlineMs)
         let pending = Pending(request: r, expires: now + deadline, deadlineMs: deadline)
-        var queue = isEarly ? early : services[name]!.queue
-        // A retry of a request still queued replaces it rather than queueing
-        // twice, when it is the same owner's; another owner's request with
-        // the same id is refused and never replaces the first.
-        if let k = queue.index(ofID: r.id) {
-            guard queue.items[k].request.owner == r.owner else {
-                refuse(.conflict("this request id was used by another caller"))
-                return
+        let limits = limits
+        let refusal: QuadError? = withQueue(name, early: isEarly) { queue in
+            // A retry of a request still queued replaces it rather than
+            // queueing twice, when it is the same owner's; another owner's
+            // request with the same id is refused and never replaces the first.
+            if let k = queue.index(ofID: r.id) {
+                guard queue.items[k].request.owner == r.owner else { return .conflict("this request id was used by another caller") }
+                queue.replace(at: k, with: pending)
+                return nil
             }
-            queue.replace(at: k, with: pending)
-        } else {
             let what = isEarly ? "service '\(name)' (not registered yet)" : "service '\(name)'"
             if queue.count >= limits.maxQueue {
-                refuse(.unavailable("\(what) has \(queue.count) requests queued, the limit max_queue=\(limits.maxQueue)"))
-                return
+                return .unavailable("\(what) has \(queue.count) requests queued, the limit max_queue=\(limits.maxQueue)")
             }
             if queue.bytes + r.bytes.count > limits.maxQueueBytes {
-                refuse(.unavailable("\(what) has \(queue.bytes) bytes of requests queued, the limit max_queue_bytes=\(limits.maxQueueBytes)"))
-                return
+                return .unavailable("\(what) has \(queue.bytes) bytes of requests queued, the limit max_queue_bytes=\(limits.maxQueueBytes)")
             }
             queue.enqueue(pending)
+            return nil
         }
-        if isEarly {
-            early = queue
-        } else {
-            services[name]!.queue = queue
+        if let refusal {
+            refuse(refusal)
+        } else if !isEarly {
             dispatch(name, &out)
         }
     }
@@ -429,7 +433,7 @@ struct Routing {
         }
         expireQueued(now: now, &out)
         expireInFlight(now: now, &out)
-        for w in workers.values.sorted(by: { $0.identity.lexicographicallyPrecedes($1.identity) }) where w.expires < now {
+        for w in workers.values.filter({ $0.expires < now }).sorted(by: { $0.identity.lexicographicallyPrecedes($1.identity) }) {
             remove(w, reason: "missed \(limits.liveness) heartbeats", died: true, now: now, &out)
         }
         if now >= nextHeartbeat {
@@ -462,9 +466,10 @@ struct Routing {
     /// Requests a worker holds past their deadline: the client gets 504 now
     /// (not silence), the worker keeps the request until it answers.
     private mutating func expireInFlight(now: Int64, _ out: inout [Action]) {
-        for (identity, w) in workers {
-            guard let p = w.current, !p.timedOut, p.expires <= now else { continue }
-            workers[identity]!.current!.timedOut = true
+        let late = workers.values.filter { w in w.current.map { !$0.timedOut && $0.expires <= now } ?? false }
+        for w in late.sorted(by: { $0.identity.lexicographicallyPrecedes($1.identity) }) {
+            guard let p = w.current else { continue }
+            workers[w.identity]!.current!.timedOut = true
             services[w.service]?.timedOut += 1
             let error = QuadError(code: "timeout", status: 504,
                                   message: "service '\(w.service)' did not answer \(p.request.type) within its deadline of \(p.deadlineMs) ms",
