@@ -100,10 +100,10 @@ public struct BrokerSettings: Sendable {
 /// 504 when it passes in a worker; relays events from publishers to
 /// subscribers (XSUB/XPUB). The routing rules are ``Routing``'s, a value
 /// without I/O: this class moves bytes between the sockets and it. One
-/// thread, one poll loop. On the public frontend it checks each request's session token
-/// against accounts' public key (and accounts' revocations) and sets `user`,
-/// `role` and `caller` by splicing the header: a body's bytes are never
-/// decoded into something else and never re-encoded.
+/// thread, one poll loop. On the public frontend it checks each request's
+/// session token against accounts' public key (and accounts' revocations)
+/// and sets `user`, `role` and `caller` by splicing the header: a body's
+/// bytes are never decoded into something else and never re-encoded.
 public final class Broker {
     let settings: BrokerSettings
     let context: ZMQContext
@@ -538,11 +538,11 @@ public final class Broker {
             case let .replyError(route, error, corr, type):
                 replyError(route, error, corr: corr, type: type)
             case let .sendHeartbeat(identity):
-                try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.heartbeat], dontWait: true)
+                sendHeartbeat(identity)
             case let .disconnectWorker(identity):
                 disconnectWorker(identity)
             case let .acknowledgeDisconnect(identity):
-                try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.bye])
+                acknowledgeDisconnect(identity)
             case let .log(fields):
                 var line: [String: Any] = ["src": name]
                 for (key, value) in fields { line[key] = value }
@@ -564,8 +564,16 @@ public final class Broker {
         }
     }
 
+    func sendHeartbeat(_ identity: [UInt8]) {
+        try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.heartbeat], dontWait: true)
+    }
+
     func disconnectWorker(_ identity: [UInt8]) {
         try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
+    }
+
+    func acknowledgeDisconnect(_ identity: [UInt8]) {
+        try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.bye])
     }
 
     /// What a worker's message says, or nil for one that says nothing the
