@@ -40,4 +40,20 @@ struct BrokerDeadlineTests {
         let services = try service.request("sys.services")["services"]?.array ?? []
         #expect(services.first { $0["name"]?.string == "tally" }?["timed_out"]?.int == 1)
     }
+
+    /// The runtime's client retries the broker's 504 as it retried a
+    /// request that got no answer before the broker sent one.
+    @Test func theClientRetriesTheBrokers504() throws {
+        let stack = try TestStack(name: "late-retry")
+        try stack.startBroker(heartbeatMs: 1000)
+        try stack.startWorker("quad-tally", instance: "tally/1", heartbeatMs: 1000)
+        #expect(try stack.waitForWorkers("tally", count: 1, timeoutMs: 15_000))
+        let service = try stack.internalClient()
+        func requestsIn() throws -> Int64 { try service.request("sys.health", timeoutMs: 5000)["requests"]?.int ?? -1 }
+        let before = try requestsIn()
+        let answer = try stack.client().call(.request("tally.slow", body: ["ms": 600]), timeoutMs: 400, attempts: 2)
+        #expect(answer.quadError?.status == 504 || answer.kind == .reply, "\(answer.body)")
+        // Two attempts and the two sys.health questions.
+        #expect(try requestsIn() - before == 3, "the 504 was not retried")
+    }
 }
