@@ -89,6 +89,8 @@ let package = Package(
 
         .testTarget(name: "QuadWireTests", dependencies: ["QuadWire", "QuadMessaging"]),
         .testTarget(name: "QuadMessagingTests", dependencies: ["QuadMessaging"]),
+        // The broker's routing rules, without sockets or clocks.
+        .testTarget(name: "QuadBrokerTests", dependencies: ["QuadBroker", "QuadWire"]),
         .testTarget(name: "QuadStoreTests", dependencies: ["QuadStore", "QuadRuntime", "QuadWire"]),
         .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadAccountsTests", dependencies: ["QuadAccounts", "QuadAuth", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),

@@ -96,101 +96,15 @@ public struct BrokerSettings: Sendable {
 
 /// The broker: routes requests from clients to live workers of the service
 /// named by the first segment of `type`, least recently used first; queues
-/// them while none is idle; answers 503 when a deadline passes with none;
-/// relays events from publishers to subscribers (XSUB/XPUB). One thread, one
-/// poll loop. On the public frontend it checks each request's session token
-/// against accounts' public key (and accounts' revocations) and sets `user`,
-/// `role` and `caller` by splicing the header: a body's bytes are never
-/// decoded into something else and never re-encoded.
+/// them while none is idle; answers 503 when a deadline passes with none,
+/// 504 when it passes in a worker; relays events from publishers to
+/// subscribers (XSUB/XPUB). The routing rules are ``Routing``'s, a value
+/// without I/O: this class moves bytes between the sockets and it. One
+/// thread, one poll loop. On the public frontend it checks each request's
+/// session token against accounts' public key (and accounts' revocations)
+/// and sets `user`, `role` and `caller` by splicing the header: a body's
+/// bytes are never decoded into something else and never re-encoded.
 public final class Broker {
-    struct Pending {
-        let client: [UInt8]
-        let id: String
-        let bytes: [UInt8]
-        let type: String
-        let expires: Int64
-        /// Who asked (the verified user, else the broker-set caller): only
-        /// the same owner's retry may replace a queued request.
-        let owner: String
-        /// A signed-in user's or one of Quad's services' request: served
-        /// before anonymous ones (``Service``).
-        var isFirstClass: Bool { !owner.isEmpty && !owner.hasPrefix("key:") && !owner.hasPrefix("conn:") }
-        var service: Substring { type.split(separator: ".", maxSplits: 1).first ?? Substring(type) }
-    }
-
-    final class Worker {
-        let identity: [UInt8]
-        let service: String
-        let instance: String
-        let pid: Int64
-        var expires: Int64
-        var current: Pending?
-        var served: Int64 = 0
-
-        init(identity: [UInt8], service: String, instance: String, pid: Int64, expires: Int64) {
-            self.identity = identity
-            self.service = service
-            self.instance = instance
-            self.pid = pid
-            self.expires = expires
-        }
-    }
-
-    /// A service some worker registered (READY): only those have state.
-    /// Its queue holds signed-in users' and services' requests first, in
-    /// order, then anonymous ones, in order: a flood of anonymous requests
-    /// (which cost a stranger nothing but a key pair) waits behind every
-    /// signed-in user, who is limited per user instead.
-    final class Service {
-        let name: String
-        var idle: [[UInt8]] = []  // least recently used first
-        private(set) var queue: [Pending] = []
-        /// How many of `queue`'s first requests are first class.
-        private(set) var firstClass = 0
-        var queuedBytes = 0
-        var routed: Int64 = 0
-        var expired: Int64 = 0
-        init(name: String) { self.name = name }
-
-        func enqueue(_ p: Pending, front: Bool = false) {
-            if p.isFirstClass {
-                queue.insert(p, at: front ? 0 : firstClass)
-                firstClass += 1
-            } else if front {
-                queue.insert(p, at: firstClass)
-            } else {
-                queue.append(p)
-            }
-            queuedBytes += p.bytes.count
-        }
-
-        func dequeue() -> Pending {
-            let p = queue.removeFirst()
-            if p.isFirstClass { firstClass -= 1 }
-            queuedBytes -= p.bytes.count
-            return p
-        }
-
-        /// Puts `p` in the place of the queued request at `k`, the same
-        /// owner's (so of the same class).
-        func replace(at k: Int, with p: Pending) {
-            queuedBytes += p.bytes.count - queue[k].bytes.count
-            queue[k] = p
-        }
-
-        /// Takes out the requests that `matching` says, in order.
-        func remove(where matching: (Pending) -> Bool) -> [Pending] {
-            let gone = queue.filter(matching)
-            guard !gone.isEmpty else { return [] }
-            queue.removeAll(where: matching)
-            firstClass -= gone.filter(\.isFirstClass).count
-            queuedBytes -= gone.reduce(0) { $0 + $1.bytes.count }
-            return gone
-        }
-
-        func removeExpired(now: Int64) -> [Pending] { remove { $0.expires <= now } }
-    }
-
     let settings: BrokerSettings
     let context: ZMQContext
     let frontend: Socket
@@ -198,13 +112,10 @@ public final class Broker {
     let eventsIn: Socket
     let eventsOut: Socket
     let internalFrontend: Socket
-    var workers: [[UInt8]: Worker] = [:]
-    var services: [String: Service] = [:]
-    /// Requests for services not registered yet, during `service_grace_ms`
-    /// after start; the first READY of their service takes them.
-    let early = Service(name: "")
+    /// The routing rules (queues, workers, deadlines): the broker feeds it
+    /// what the sockets say and carries out what it answers.
+    var routing: Routing
     let timers = Timers(now: Clock.monotonicMillis)
-    let started = Clock.monotonicMillis()
     var eventsRelayed: Int64 = 0
     var requestsIn: Int64 = 0
     let name = "broker"
@@ -225,9 +136,6 @@ public final class Broker {
     var addressLimiter: RateLimiter
     var rateLimited: Int64 = 0
     var malformed: Int64 = 0
-    /// Requests whose worker died or went silent holding them, by id: how
-    /// many workers, since when.
-    var casualties: [String: (count: Int, since: Int64)] = [:]
     /// Log lines about clients (refused handshakes, rate limits), throttled.
     let throttled: LogThrottle
     static let revokedTopic: [UInt8] = Array("accounts/accounts.session.revoked".utf8)
@@ -237,6 +145,7 @@ public final class Broker {
     public init(settings: BrokerSettings, context: ZMQContext = ZMQContext()) throws {
         self.settings = settings
         self.context = context
+        routing = Routing(limits: Routing.Limits(settings, liveness: WorkerProtocol.liveness), now: Clock.monotonicMillis())
         let socketLimit = Int64(settings.maxMessageBytes) * 2
         hasAddresses = settings.endpoints.frontend.hasPrefix("tcp://")
         frontend = try context.socket(.router)
@@ -314,8 +223,9 @@ public final class Broker {
     /// Runs until SIGTERM/SIGINT (or `shouldStop` returns true); returns the exit code.
     public func run(shouldStop: () -> Bool = { false }) -> Int32 {
         Shutdown.install()
-        timers.every(settings.heartbeatMs) { [unowned self] in self.heartbeat() }
-        timers.every(50) { [unowned self] in self.expireQueued() }
+        // Deadlines, heartbeats and the start-up grace are the routing's:
+        // it only needs to be told the time.
+        timers.every(max(1, min(50, settings.heartbeatMs))) { [unowned self] in self.feed(.tick) }
         tokens.loadKey()
         timers.every(1000) { [unowned self] in if !self.tokens.hasKey { self.tokens.loadKey() } }
         timers.every(10_000) { [unowned self] in
@@ -326,11 +236,6 @@ public final class Broker {
             self.revocations.sweep(now: Int64(Clock.nowMillis()))
         }
         timers.every(settings.revocationRefreshMs) { [unowned self] in self.askRevocations() }
-        timers.every(60_000) { [unowned self] in
-            let old = Clock.monotonicMillis() - 600_000
-            self.casualties = self.casualties.filter { $0.value.since > old }
-        }
-        timers.after(max(0, settings.serviceGraceMs)) { [unowned self] in self.endGrace() }
         if let authenticator { timers.every(2000) { authenticator.reloadIfChanged() } }
         Log.info(name, "frontend \(settings.endpoints.frontend), backend \(settings.endpoints.backend), events in \(settings.endpoints.eventsIn) out \(settings.endpoints.eventsOut), internal \(settings.endpoints.internal)")
         if let publicKey {
@@ -368,7 +273,7 @@ public final class Broker {
             if ready[3] { relay(from: eventsOut, to: eventsIn, events: false) }
             timers.runDue()
         }
-        for w in workers.values { try? backend.send([w.identity, WorkerProtocol.header, WorkerProtocol.disconnect]) }
+        for identity in routing.workers.keys { disconnectWorker(identity) }
         Log.info(name, "stopped")
         return 0
     }
@@ -417,16 +322,15 @@ public final class Broker {
     /// Asks an accounts worker for every revocation in force, through the
     /// backend under the broker's own route; one question at a time.
     func askRevocations() {
-        guard let accounts = services["accounts"], workers.values.contains(where: { $0.service == "accounts" }) else { return }
+        guard routing.hasWorkers(of: "accounts") else { return }
         let now = Clock.monotonicMillis()
         if let q = revocationQuery, q.expires > now { return }
         var request = Envelope.request("accounts.revocations", src: name, deadline: 5000)
         request.role = "service"
         request.caller = "service:\(name)"
         revocationQuery = (request.id, now + 5000)
-        accounts.enqueue(Pending(client: [Broker.own], id: request.id, bytes: request.encoded(), type: request.type,
-                                 expires: now + 5000, owner: "service:\(name)"), front: true)
-        dispatch(accounts)
+        feed(.brokerRequest(Routing.Request(client: [Broker.own], id: request.id, type: request.type, bytes: request.encoded(),
+                                            deadlineMs: 5000, owner: "service:\(name)")))
     }
 
     /// The answer to ``askRevocations()``.
@@ -587,69 +491,9 @@ public final class Broker {
             deliver(client, system(envelope, privileged: !fromOutside || envelope.role == "admin").encoded())
             return
         }
-        if let c = casualties[envelope.id], c.count >= settings.maxDeliveries {
-            replyError(client, poisoned(envelope.id, type: envelope.type, workers: c.count), corr: envelope.id, type: envelope.type)
-            return
-        }
-        let s: Service
-        if let known = services[service] {
-            s = known
-        } else if Clock.monotonicMillis() - started < settings.serviceGraceMs {
-            s = early
-        } else {
-            replyError(client, .notFound("no service named \(service): no worker of it ever registered with this broker"), corr: envelope.id, type: envelope.type)
-            return
-        }
         let spliced = header.isEmpty ? bytes : Envelope.rewritingHeader(bytes, set: header)
-        if spliced.count > settings.maxMessageBytes {
-            replyError(client, .tooLarge("message is \(spliced.count) bytes with the header the broker sets, over the limit max_message_bytes=\(settings.maxMessageBytes)",
-                                         details: ["limit": "max_message_bytes", "max": .int(Int64(settings.maxMessageBytes)), "actual": .int(Int64(spliced.count))]),
-                       corr: envelope.id, type: envelope.type)
-            return
-        }
-        let deadline = min(envelope.deadline ?? settings.defaultDeadlineMs, settings.maxDeadlineMs)
-        let pending = Pending(client: client, id: envelope.id, bytes: spliced, type: envelope.type,
-                              expires: Clock.monotonicMillis() + deadline, owner: RequestOwner.of(envelope))
-        // A retry of a request still queued replaces it rather than queueing
-        // twice, when it is the same caller's; another caller's request with
-        // the same id is refused and never replaces the first.
-        if let k = s.queue.firstIndex(where: { $0.id == pending.id }) {
-            guard s.queue[k].owner == pending.owner else {
-                replyError(client, .conflict("this request id was used by another caller"), corr: envelope.id, type: envelope.type)
-                return
-            }
-            s.replace(at: k, with: pending)
-            dispatch(s)
-            return
-        }
-        let what = s === early ? "service '\(service)' (not registered yet)" : "service '\(service)'"
-        if s.queue.count >= settings.maxQueue {
-            replyError(client, .unavailable("\(what) has \(s.queue.count) requests queued, the limit max_queue=\(settings.maxQueue)"), corr: envelope.id, type: envelope.type)
-            return
-        }
-        if s.queuedBytes + pending.bytes.count > settings.maxQueueBytes {
-            replyError(client, .unavailable("\(what) has \(s.queuedBytes) bytes of requests queued, the limit max_queue_bytes=\(settings.maxQueueBytes)"),
-                       corr: envelope.id, type: envelope.type)
-            return
-        }
-        s.enqueue(pending)
-        if s !== early { dispatch(s) }
-    }
-
-    /// The start-up grace is over: requests still waiting for a service
-    /// that never registered get 404.
-    func endGrace() {
-        while !early.queue.isEmpty {
-            let p = early.dequeue()
-            replyError(p.client, .notFound("no service named \(p.service): no worker of it registered within service_grace_ms=\(settings.serviceGraceMs) of the broker's start"),
-                       corr: p.id, type: p.type)
-        }
-    }
-
-    /// The answer to a request that took down `workers` workers.
-    func poisoned(_ id: String, type: String, workers: Int) -> QuadError {
-        .internal("request \(id) (\(type)) was held by \(workers) workers of its service that died or went silent: "
-                  + "not given to another (max_deliveries=\(settings.maxDeliveries))")
+        feed(.clientRequest(Routing.Request(client: client, id: envelope.id, type: envelope.type, bytes: spliced, deadlineMs: envelope.deadline,
+                                            owner: RequestOwner.of(envelope))))
     }
 
     func refuseRate(_ client: [UInt8], _ envelope: Envelope, _ error: QuadError, key: String) {
@@ -677,140 +521,93 @@ public final class Broker {
         return String(decoding: out, as: UTF8.self)
     }
 
-    func dispatch(_ s: Service) {
-        while !s.queue.isEmpty, !s.idle.isEmpty {
-            let identity = s.idle.removeFirst()
-            guard let worker = workers[identity] else { continue }
-            let pending = s.dequeue()
-            worker.current = pending
-            s.routed += 1
-            do {
-                try backend.send([identity, WorkerProtocol.header, WorkerProtocol.request, pending.client, pending.bytes])
-            } catch {
-                worker.current = nil
-                s.enqueue(pending, front: true)
-                remove(worker, reason: "send failed: \(error)")
+    // MARK: Routing
+
+    /// Feeds `event` to the routing and carries out what it answers.
+    func feed(_ event: Routing.Event) {
+        var actions = routing.handle(event, now: Clock.monotonicMillis())
+        var k = 0
+        while k < actions.count {
+            switch actions[k] {
+            case let .sendToWorker(identity, request):
+                if let failed = sendToWorker(identity, request) {
+                    actions += routing.handle(.workerUnreachable(identity: identity, reason: "send failed: \(failed)"), now: Clock.monotonicMillis())
+                }
+            case let .sendToClient(route, bytes):
+                deliver(route, bytes)
+            case let .replyError(route, error, corr, type):
+                replyError(route, error, corr: corr, type: type)
+            case let .sendHeartbeat(identity):
+                sendHeartbeat(identity)
+            case let .disconnectWorker(identity):
+                disconnectWorker(identity)
+            case let .acknowledgeDisconnect(identity):
+                acknowledgeDisconnect(identity)
+            case let .log(fields):
+                var line: [String: Any] = ["src": name]
+                for (key, value) in fields { line[key] = value }
+                Log.line(line)
             }
+            k += 1
         }
     }
 
-    func expireQueued() {
-        let now = Clock.monotonicMillis()
-        for s in Array(services.values) + [early] where !s.queue.isEmpty {
-            let expired = s.removeExpired(now: now)
-            guard !expired.isEmpty else { continue }
-            s.expired += Int64(expired.count)
-            for p in expired {
-                let live = workers.values.filter { $0.service == p.service }.count
-                let why = live == 0 ? "no live worker of service '\(p.service)'" : "all \(live) workers of service '\(p.service)' busy"
-                replyError(p.client, .unavailable("\(why) before the request's deadline"), corr: p.id, type: p.type)
-            }
+    // MARK: Workers (the framing of the worker protocol)
+
+    /// Sends a request to a worker; the error when it could not be sent.
+    func sendToWorker(_ identity: [UInt8], _ request: Routing.Request) -> Error? {
+        do {
+            try backend.send([identity, WorkerProtocol.header, WorkerProtocol.request, request.client, request.bytes])
+            return nil
+        } catch {
+            return error
         }
     }
 
-    // MARK: Workers
+    func sendHeartbeat(_ identity: [UInt8]) {
+        try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.heartbeat], dontWait: true)
+    }
+
+    func disconnectWorker(_ identity: [UInt8]) {
+        try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
+    }
+
+    func acknowledgeDisconnect(_ identity: [UInt8]) {
+        try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.bye])
+    }
+
+    /// What a worker's message says, or nil for one that says nothing the
+    /// broker understands.
+    func parseWorkerMessage(_ frames: [[UInt8]]) -> Routing.Event? {
+        guard frames.count >= 3, frames[1] == WorkerProtocol.header else { return nil }
+        let identity = frames[0]
+        switch frames[2] {
+        case WorkerProtocol.ready where frames.count >= 4:
+            let details = frames.count > 4 ? (try? JSON.parse(frames[4])) ?? .null : .null
+            let service = String(decoding: frames[3], as: UTF8.self)
+            return .workerReady(identity: identity, service: service, instance: details["instance"]?.string ?? "\(service)/?",
+                                pid: details["pid"]?.int ?? 0)
+        case WorkerProtocol.reply where frames.count == 5:
+            return .workerReply(identity: identity, client: frames[3], bytes: frames[4])
+        case WorkerProtocol.heartbeat:
+            return .workerHeartbeat(identity: identity)
+        case WorkerProtocol.disconnect:
+            return .workerDisconnect(identity: identity)
+        default:
+            return nil
+        }
+    }
 
     func drainBackend() {
         var n = 0
         while n < 1000, let frames = try? backend.receive(dontWait: true) {
             n += 1
-            guard frames.count >= 3, frames[1] == WorkerProtocol.header else { continue }
-            let identity = frames[0]
-            let command = frames[2]
-            if let w = workers[identity] { w.expires = Clock.monotonicMillis() + settings.heartbeatMs * WorkerProtocol.liveness }
-            switch command {
-            case WorkerProtocol.ready where frames.count >= 4:
-                register(identity: identity, service: String(decoding: frames[3], as: UTF8.self), info: frames.count > 4 ? frames[4] : [])
-            case WorkerProtocol.reply where frames.count == 5:
-                guard let w = workers[identity], let s = services[w.service] else {
-                    // A reply from a worker we dropped: still deliver it.
-                    deliver(frames[3], frames[4])
-                    try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
-                    continue
-                }
-                deliver(frames[3], frames[4])
-                if let id = w.current?.id, casualties[id] != nil { casualties[id] = nil }
-                w.current = nil
-                w.served += 1
-                s.idle.append(identity)
-                dispatch(s)
-            case WorkerProtocol.heartbeat:
-                if workers[identity] == nil {
-                    try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
-                }
-            case WorkerProtocol.disconnect:
-                if let w = workers[identity] { remove(w, reason: "worker said DISCONNECT") }
-                try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.bye])
-            default:
-                break
-            }
-        }
-    }
-
-    func register(identity: [UInt8], service name: String, info: [UInt8]) {
-        guard !name.isEmpty, name != "sys", Envelope.isValidType(name), !name.contains(".") else {
-            try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
-            return
-        }
-        if let old = workers[identity] { remove(old, reason: "registered again") }
-        let details = (try? JSON.parse(info)) ?? .null
-        let w = Worker(identity: identity, service: name, instance: details["instance"]?.string ?? "\(name)/?",
-                       pid: details["pid"]?.int ?? 0, expires: Clock.monotonicMillis() + settings.heartbeatMs * WorkerProtocol.liveness)
-        workers[identity] = w
-        let s: Service
-        if let known = services[name] {
-            s = known
-        } else {
-            s = Service(name: name)
-            services[name] = s
-            // Requests that waited for this service's first worker.
-            for p in early.remove(where: { $0.service == name }) { s.enqueue(p) }
-        }
-        s.idle.append(identity)
-        Log.line(["src": self.name, "level": "info", "msg": "worker ready", "service": name, "instance": w.instance, "pid": w.pid])
-        if name == "accounts" {
-            // A new accounts worker may know of revocations the broker missed.
-            revocationQuery = nil
-            askRevocations()
-        }
-        dispatch(s)
-    }
-
-    /// Drops a worker. A request it held goes back to the front of its
-    /// queue: the client's id makes a second delivery safe; unless workers
-    /// died holding it `max_deliveries` times, when it is answered 500.
-    func remove(_ w: Worker, reason: String, died: Bool = false) {
-        workers[w.identity] = nil
-        guard let s = services[w.service] else { return }
-        s.idle.removeAll { $0 == w.identity }
-        Log.line(["src": name, "level": "info", "msg": "worker removed", "service": w.service, "instance": w.instance, "reason": reason])
-        if let p = w.current {
-            let now = Clock.monotonicMillis()
-            // A worker that leaves (DISCONNECT) still answers what it holds:
-            // only one that died counts.
-            var count = casualties[p.id]?.count ?? 0
-            if died {
-                count += 1
-                casualties[p.id] = (count, casualties[p.id]?.since ?? now)
-            }
-            if died && count >= settings.maxDeliveries {
-                let error = poisoned(p.id, type: p.type, workers: count)
-                Log.line(["src": name, "level": "error", "msg": error.message, "service": w.service, "id": p.id, "type": p.type])
-                replyError(p.client, error, corr: p.id, type: p.type)
-            } else if p.expires > now {
-                s.enqueue(p, front: true)
-            }
-        }
-        dispatch(s)
-    }
-
-    func heartbeat() {
-        let now = Clock.monotonicMillis()
-        for w in Array(workers.values) {
-            if w.expires < now {
-                remove(w, reason: "missed \(WorkerProtocol.liveness) heartbeats", died: true)
-            } else {
-                try? backend.send([w.identity, WorkerProtocol.header, WorkerProtocol.heartbeat], dontWait: true)
+            guard let event = parseWorkerMessage(frames) else { continue }
+            feed(event)
+            if case let .workerReady(identity, "accounts", _, _) = event, routing.workers[identity] != nil {
+                // A new accounts worker may know of revocations the broker missed.
+                revocationQuery = nil
+                askRevocations()
             }
         }
     }
@@ -822,11 +619,11 @@ public final class Broker {
     func system(_ request: Envelope, privileged: Bool) -> Envelope {
         switch request.type {
         case "sys.services":
-            let list: [JSON] = services.values.sorted { $0.name < $1.name }.map { s in
-                let ws = workers.values.filter { $0.service == s.name }.sorted { $0.instance < $1.instance }
+            let list: [JSON] = routing.services.values.sorted { $0.name < $1.name }.map { s in
+                let ws = routing.workers.values.filter { $0.service == s.name }.sorted { $0.instance < $1.instance }
                 return [
                     "name": .string(s.name), "queue": .int(Int64(s.queue.count)), "routed": .int(s.routed),
-                    "expired": .int(s.expired),
+                    "expired": .int(s.expired), "timed_out": .int(s.timedOut),
                     "workers": .array(ws.map { w in
                         privileged
                             ? ["instance": .string(w.instance), "pid": .int(w.pid), "served": .int(w.served), "busy": .bool(w.current != nil)]
@@ -837,8 +634,9 @@ public final class Broker {
             return request.reply(["services": .array(list)], src: name)
         case "sys.health":
             var body: [String: JSON] = [
-                "status": "ok", "service": "broker", "uptime_ms": .int(Clock.monotonicMillis() - started),
-                "workers": .int(Int64(workers.count)), "requests": .int(requestsIn), "events": .int(eventsRelayed),
+                "status": "ok", "service": "broker", "uptime_ms": .int(Clock.monotonicMillis() - routing.started),
+                "workers": .int(Int64(routing.workers.count)), "requests": .int(requestsIn), "events": .int(eventsRelayed),
+                "late_replies": .int(routing.lateReplies),
                 "curve": .bool(publicKey != nil), "rate_limited": .int(rateLimited),
             ]
             if privileged {

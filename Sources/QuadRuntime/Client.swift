@@ -53,7 +53,7 @@ public final class Client {
     /// Sends `request` and returns the reply or error envelope. Throws
     /// ``QuadError`` `timeout` (504) when no answer came in `attempts`
     /// attempts of `timeoutMs` each, and `too_large` before sending an
-    /// envelope over the limit. A 503 from the broker is retried too.
+    /// envelope over the limit. A 503 or 504 from the broker is retried too.
     public func call(_ request: Envelope, timeoutMs: Int64 = 2500, attempts: Int = 3) throws(QuadError) -> Envelope {
         var request = request
         if request.token == nil { request.token = token }
@@ -82,7 +82,9 @@ public final class Client {
                 guard let ready = try? poller.poll(timeoutMs: Int(left)), ready[0] else { continue }
                 guard let frames = try? socket.receive(dontWait: true), let last = frames.last else { continue }
                 guard let reply = try? Envelope.decode(last, maxBytes: .max), reply.corr == request.id else { continue }
-                if reply.quadError?.status == 503 && attempt < attempts { break }
+                // The broker's 504 (a worker held it past its deadline) is
+                // retried like no answer at all, as it was before the broker sent it.
+                if let status = reply.quadError?.status, status == 503 || (status == 504 && reply.src == "broker"), attempt < attempts { break }
                 return reply
             }
         }
