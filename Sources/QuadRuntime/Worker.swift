@@ -20,6 +20,13 @@ public final class Worker {
     public var maxMessageBytes = Envelope.defaultMaxBytes
     var reconnects = 0
     var feeds: [(EventFeed, Socket)] = []
+    /// Calls to other services waiting on the loop (``send(_:timeoutMs:attempts:_:)``),
+    /// and the socket that sends answers given after their handler returned
+    /// (``serveLater(client:request:)``); both made on first use.
+    var calls: ServiceCalls?
+    var lateReplies: Socket?
+    /// Most calls to other services waiting at once (`max_calls_in_flight`).
+    public var maxCallsInFlight = ServiceCalls.defaultMaxInFlight
 
     /// A client for calling other services through the broker's internal
     /// frontend, made on first use.
@@ -62,7 +69,9 @@ public final class Worker {
     /// simulators). Errors are logged, never fatal.
     public func every(_ ms: Int64, _ action: @escaping () throws -> Void) {
         timers.every(ms) { [handlers] in
+            let started = Clock.monotonicMicros()
             do { try action() } catch { Log.error(handlers.instance, "timer: \(error)") }
+            handlers.metrics.ran("timer every \(ms) ms", micros: Clock.monotonicMicros() - started, src: handlers.instance)
             self.relayOutbox()
         }
     }
@@ -157,6 +166,10 @@ public final class Worker {
                 poller.add(sub)
                 poller.add(feed.requests)
             }
+            let polledCalls = calls
+            let polledLate = lateReplies
+            if let polledCalls { poller.add(polledCalls.socket) }
+            if let polledLate { poller.add(polledLate) }
             let ready: [Bool]
             do { ready = try poller.poll(timeoutMs: Int(timers.timeout(cap: 200))) } catch {
                 Log.error(handlers.instance, "poll: \(error)")
@@ -164,6 +177,12 @@ public final class Worker {
             }
             if ready[0] { receive() }
             for (k, (feed, sub)) in feeds.enumerated() where ready[2 * k + 1] || ready[2 * k + 2] { receiveEvents(feed, sub) }
+            var next = 1 + 2 * feeds.count
+            if let polledCalls {
+                if ready[next] { receiveCalls(polledCalls) }
+                next += 1
+            }
+            if let polledLate, ready[next] { drainLateReplies(polledLate) }
             timers.runDue()
         }
         leave()
@@ -195,6 +214,10 @@ public final class Worker {
         let reply: Reply
         do {
             let request = try Envelope.decode(bytes, maxBytes: maxMessageBytes)
+            if request.kind == .request, handlers.later[request.type] != nil {
+                serveLater(client: client, request: request)
+                return
+            }
             reply = handlers.reply(to: request)
         } catch {
             reply = Reply(.error(error, corr: Envelope.salvageID(bytes), src: handlers.instance))
