@@ -248,9 +248,13 @@ extension Worker {
         var inLine = true
         var early: Reply?
         handlers.respondLater(request) { [unowned self] reply in
-            if inLine { early = reply } else { self.sendLate(client: client, reply.bytes) }
+            if inLine { early = reply } else {
+                self.owed -= 1
+                self.sendLate(client: client, reply.bytes)
+            }
         }
         inLine = false
+        if early == nil { owed += 1 }
         if let early {
             try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, early.bytes], dontWait: true)
         } else {

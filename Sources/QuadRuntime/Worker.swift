@@ -25,6 +25,8 @@ public final class Worker {
     /// (``serveLater(client:request:)``); both made on first use.
     var calls: ServiceCalls?
     var lateReplies: Socket?
+    /// Answers owed to clients whose handler returned before giving them.
+    var owed = 0
     /// Most calls to other services waiting at once (`max_calls_in_flight`).
     public var maxCallsInFlight = ServiceCalls.defaultMaxInFlight
 
@@ -238,10 +240,17 @@ public final class Worker {
         try? socket.send([WorkerProtocol.header, WorkerProtocol.disconnect], dontWait: true)
         let until = Clock.monotonicMillis() + 3000
         var open = true
-        while open && Clock.monotonicMillis() < until {
+        // Answers owed (a saga waiting on the catalog) come in meanwhile;
+        // what is still open after that is finished by the next worker's
+        // recovery, and its client's retry gets the outcome.
+        while (open || owed > 0) && Clock.monotonicMillis() < until {
             var poller = Poller()
             poller.add(socket)
-            if let ready = try? poller.poll(timeoutMs: 100), ready[0] { open = receive() }
+            let polledCalls = calls
+            if let polledCalls { poller.add(polledCalls.socket) }
+            guard let ready = try? poller.poll(timeoutMs: 100) else { continue }
+            if ready[0] { open = receive() && open }
+            if let polledCalls, ready[1] { receiveCalls(polledCalls) }
         }
         relayOutbox()
         handlers.db?.close()
