@@ -145,10 +145,12 @@ final class OrderSaga {
     }
 
     /// How long the client of `request` may wait for the outcome: a little
-    /// less than its deadline, so that our 503 reaches it before it gives up.
+    /// less than its deadline, so that our 503 reaches it before it gives up,
+    /// and never longer than the saga itself may take (`place_deadline_seconds`):
+    /// each waiting answer is kept on the loop until then.
     func waitMs(_ request: Envelope) -> Int64 {
         guard let deadline = request.deadline else { return settings.callTimeoutMs * Int64(settings.callAttempts) + 500 }
-        return max(50, deadline - min(500, deadline / 5))
+        return min(settings.deadlineMs, max(50, deadline - min(500, deadline / 5)))
     }
 
     static func pending(_ id: String) -> QuadError {

@@ -30,8 +30,6 @@ public final class Worker {
     /// Most calls to other services waiting at once (`max_calls_in_flight`).
     public var maxCallsInFlight = ServiceCalls.defaultMaxInFlight
 
-    /// A client for calling other services through the broker's internal
-    /// frontend, made on first use.
     /// Events per relay transaction, and pages per relay call.
     static let relayPage = 1000
     static let relayPages = 10
@@ -42,11 +40,6 @@ public final class Worker {
     var pruneAgain = false
     /// Rows pruned since start (idempotency records, events).
     public private(set) var pruned: (records: Int, events: Int) = (0, 0)
-
-    public lazy var services: Client = {
-        // Creating a DEALER only fails when the context is gone.
-        try! Client(context: context, endpoint: endpoints.internal, source: handlers.instance, isInternal: true)
-    }()
 
     public init(handlers: Handlers, endpoints: Endpoints, context: ZMQContext = ZMQContext(),
                 heartbeatMs: Int64 = WorkerProtocol.heartbeatMs) throws {
