@@ -21,7 +21,7 @@ public enum Orders: ServiceDomain {
         ("saga-lease-ms", "how long a worker owns an order it is placing before the recovery may take it over", "10000"),
         ("recover-every-ms", "how often open orders and unsent stock releases are resumed", "1000"),
         ("place-deadline-seconds", "an order still not placed after this long is released and rejected instead of resumed (keep it under catalog's --hold-ttl-seconds)", "60"),
-        ("pause-after-hold-ms", "fault injection for tests: sleep this long between a stock hold and its confirmation", "0"),
+        ("pause-after-hold-ms", "fault injection for tests: wait this long (serving other requests) between a stock hold and its confirmation", "0"),
     ]
 
     public static let migrations: [Migration] = [
@@ -29,9 +29,13 @@ public enum Orders: ServiceDomain {
     ]
 
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
-        let saga = try OrderSaga(db: db, settings: settings(options), source: worker.handlers.instance) { [unowned worker] request, timeoutMs, attempts in
-            try worker.services.call(request, timeoutMs: timeoutMs, attempts: attempts)
-        }
+        // Calls to the catalog go out on the worker's loop and come back to
+        // it: the worker serves other requests while the catalog thinks.
+        let saga = try OrderSaga(db: db, settings: settings(options), source: worker.handlers.instance,
+                                 after: { [unowned worker] ms, action in worker.after(ms, action) },
+                                 call: { [unowned worker] request, timeoutMs, attempts, done in
+                                     worker.send(request, timeoutMs: timeoutMs, attempts: attempts, done)
+                                 })
         register(worker.handlers, db: db, saga: saga)
         try worker.subscribe(to: ["catalog"], wants: { CatalogCopy.events.contains($0.type) }) { event in
             try CatalogCopy.apply(db, event)
@@ -64,7 +68,8 @@ public enum Orders: ServiceDomain {
         Cart.register(h, db: db, fees: saga.settings.fees)
         // Not mutations: the saga must not hold the write transaction across
         // calls to the catalog. Each keeps its idempotency record itself.
-        h.query("orders.place") { req in try saga.place(req) }
+        // A place answers once the catalog has (``OrderSaga``).
+        h.deferred("orders.place") { req, answer in try saga.place(req, answer) }
         h.query("orders.cancel") { req in try saga.cancel(req) }
 
         h.query("orders.get") { req in

@@ -4,7 +4,10 @@ import QuadRuntime
 import QuadStore
 import QuadWire
 
-/// The saga of an order with the catalog, which owns the stock:
+/// The saga of an order with the catalog, which owns the stock, as a state
+/// machine on the worker's loop: each step sends its call to the catalog
+/// and returns; the catalog's answer (or the call's timeout) runs the next
+/// step, and the worker serves other requests and heartbeats in between.
 ///
 /// 1. record the order `pending`, in its own committed transaction, before
 ///    asking the catalog anything;
@@ -13,14 +16,23 @@ import QuadWire
 ///    published;
 /// 3. `catalog.stock.confirm`: the order becomes `confirmed`, the bought
 ///    units leave the cart, `orders.confirmed` is published and the reply
-///    is stored as the answer to the order id.
+///    is stored as the answer to the order id, in the same transaction.
 ///
 /// A refusal of the catalog (409 not enough stock, 404 unknown product, a
 /// hold that expired) rejects the order with the catalog's reason and
-/// publishes `orders.rejected`. Each catalog call is idempotent by order id,
-/// so any step may run twice: after a crash the recovery timer re-sends the
-/// hold (which answers the state the hold is in) and goes on. An order that
-/// stays open past the deadline is released and rejected instead.
+/// publishes `orders.rejected`, the answer stored in the same transaction.
+/// Each catalog call is idempotent by order id, so any step may run twice:
+/// after a crash the recovery timer re-sends the hold (which answers the
+/// state the hold is in) and goes on. An order that stays open past the
+/// deadline is released and rejected instead.
+///
+/// The client of `orders.place` waits for the outcome while it comes within
+/// the request's deadline; past it (a catalog that does not answer), it is
+/// answered 503 "pending, retry with the same id" and the saga goes on. A
+/// retry of the id while its order is in flight never starts a second saga:
+/// on the worker that drives it, it waits for the same outcome; on another
+/// worker, it watches the store for the stored answer (or takes the order
+/// over once the first worker's lease runs out).
 ///
 /// A worker drives an order under a lease (`lease_until`), so the recovery
 /// of another worker does not drive the same order at the same moment; if
@@ -34,25 +46,38 @@ final class OrderSaga {
         var retryMs: Int64 = 1_000
         /// An order still open after this long is released and rejected.
         var deadlineMs: Int64 = 60_000
-        /// Fault injection for tests: sleep between the hold and the confirmation.
+        /// Fault injection for tests: wait (on the loop's timers) between the hold and the confirmation.
         var pauseAfterHoldMs: Int64 = 0
         /// Each attempt of a call to the catalog (Lazy Pirate, same id).
         var callTimeoutMs: Int64 = 1_000
         var callAttempts = 2
+        /// How often a retry on a worker that does not drive its order looks for the outcome.
+        var watchEveryMs: Int64 = 50
     }
 
-    typealias Call = (Envelope, Int64, Int) throws -> Envelope
+    typealias Done = (Result<Envelope, QuadError>) -> Void
+    /// Sends a request to another service and returns at once; the
+    /// continuation runs on the loop (the worker's ``Worker/send(_:timeoutMs:attempts:_:)``).
+    typealias Call = (Envelope, Int64, Int, @escaping Done) -> Void
+    /// Runs an action on the loop after some milliseconds (``Worker/after(_:_:)``).
+    typealias Schedule = (Int64, @escaping () -> Void) -> Void
 
     let db: Database
     let settings: Settings
     let call: Call
+    let after: Schedule
     let source: String
+    /// The orders this worker is driving now, with the answers that wait
+    /// for their outcome: the request that started each, and its retries.
+    var driving: [String: [Answer]] = [:]
+    /// Cancelled orders whose release is on its way to the catalog.
+    var releasing: Set<String> = []
 
-    /// `call` sends a request to another service (the worker's internal client).
-    init(db: Database, settings: Settings, source: String, call: @escaping Call) {
+    init(db: Database, settings: Settings, source: String, after: @escaping Schedule, call: @escaping Call) {
         self.db = db
         self.settings = settings
         self.source = source
+        self.after = after
         self.call = call
     }
 
@@ -67,16 +92,16 @@ final class OrderSaga {
         case foreign
     }
 
-    /// `orders.place`: the request id is the order id. Registered as a query
-    /// because it must not hold the store's write lock across calls to the
-    /// catalog; it keeps the idempotency record itself.
-    func place(_ req: Request) throws -> JSON {
+    /// `orders.place`: the request id is the order id. Answers later: it
+    /// must not hold the store's write lock, nor the loop, across calls to
+    /// the catalog; it keeps the idempotency record itself.
+    func place(_ req: Request, _ answer: Answer) throws {
         let user = try req.requireUser()
         let id = req.id
         let owner = Self.owner(user)
         // Someone else's id, or an id of another type, is a 409 here, before
         // anything of its order is read.
-        if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return try Self.answer(stored) }
+        if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return answer.send(Reply(stored)) }
         let start: Start
         do {
             let plan = try PlacePlan(req)
@@ -84,6 +109,8 @@ final class OrderSaga {
                 if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return .answered(stored) }
                 if let existing = try OrderRecord.load(db, id) {
                     guard existing.user == user else { return .foreign }
+                    // Driven here already: the retry waits for the same outcome.
+                    if driving[id] != nil { return .busy }
                     return try claim(id) ? .drive : .busy
                 }
                 let items = plan.source == "cart" ? try Cart.lines(db, user: user) : [OrderItem(product: plan.product!, quantity: plan.quantity)]
@@ -102,30 +129,84 @@ final class OrderSaga {
         }
         switch start {
         case .answered(let stored):
-            return try Self.answer(stored)
+            answer.send(Reply(stored))
         case .foreign:
             throw QuadError.conflict("the request id '\(id)' already names another user's order: send a new id")
+        case .busy where driving[id] != nil:
+            wait(for: id, answer)
         case .busy:
             // Another worker is placing it (a retry that overtook the first
-            // attempt): wait a while for its outcome rather than answer nothing.
-            let until = Clock.monotonicMillis() + settings.callTimeoutMs * Int64(settings.callAttempts)
-            while Clock.monotonicMillis() < until {
-                if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return try Self.answer(stored) }
-                usleep(20_000)
-            }
-            throw QuadError.unavailable("order '\(id)' is being placed by another worker: retry with the same id for its outcome")
+            // attempt): watch for its outcome rather than answer nothing.
+            watch(id, owner: owner, answer, until: Clock.monotonicMillis() + waitMs(req.envelope))
         case .drive:
-            guard let outcome = try drive(id) else {
-                throw QuadError.unavailable("order '\(id)' is pending: the catalog did not answer yet; it will be confirmed or rejected, retry with the same id for its outcome")
-            }
-            return try Self.answer(outcome)
+            wait(for: id, answer)
+            drive(id)
         }
     }
 
-    /// A stored reply as a handler's result: its body, or its error thrown.
-    static func answer(_ e: Envelope) throws -> JSON {
-        if let error = e.quadError { throw error }
-        return e.body
+    /// How long the client of `request` may wait for the outcome: a little
+    /// less than its deadline, so that our 503 reaches it before it gives up,
+    /// and never longer than the saga itself may take (`place_deadline_seconds`):
+    /// each waiting answer is kept on the loop until then.
+    func waitMs(_ request: Envelope) -> Int64 {
+        guard let deadline = request.deadline else { return settings.callTimeoutMs * Int64(settings.callAttempts) + 500 }
+        return min(settings.deadlineMs, max(50, deadline - min(500, deadline / 5)))
+    }
+
+    static func pending(_ id: String) -> QuadError {
+        .unavailable("order '\(id)' is pending: the catalog did not answer yet; it will be confirmed or rejected, retry with the same id for its outcome")
+    }
+
+    /// `answer` waits for the outcome of order `id`, which this worker
+    /// drives, at most as long as its request's deadline allows.
+    func wait(for id: String, _ answer: Answer) {
+        driving[id, default: []].append(answer)
+        after(waitMs(answer.request)) {
+            guard !answer.isSent else { return }
+            self.driving[id]?.removeAll { $0 === answer }
+            answer.fail(Self.pending(id))
+        }
+    }
+
+    /// Looks in the store for the outcome of order `id`, which another
+    /// worker drives, until `until`; takes the order over if that worker's
+    /// lease runs out (it died).
+    func watch(_ id: String, owner: String, _ answer: Answer, until: Int64) {
+        do {
+            if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return answer.send(Reply(stored)) }
+            if driving[id] != nil { return wait(for: id, answer) }
+            if try claim(id) {
+                wait(for: id, answer)
+                return drive(id)
+            }
+        } catch {
+            return answer.fail(error)
+        }
+        guard Clock.monotonicMillis() < until else {
+            return answer.fail(QuadError.unavailable("order '\(id)' is being placed by another worker: retry with the same id for its outcome"))
+        }
+        after(settings.watchEveryMs) { self.watch(id, owner: owner, answer, until: until) }
+    }
+
+    /// The order's saga stopped: with its final answer, or nil when the
+    /// catalog did not answer (the order stays open for the recovery).
+    /// Every answer waiting for it gets the same.
+    func finish(_ id: String, _ outcome: Envelope?) {
+        for answer in driving.removeValue(forKey: id) ?? [] {
+            if let outcome { answer.send(Reply(outcome)) } else { answer.fail(Self.pending(id)) }
+        }
+    }
+
+    /// A step failed in the store: the order stays open (its lease runs out
+    /// and the recovery resumes it); who waits gets the failure.
+    func fail(_ id: String, _ error: Error) {
+        Log.error(source, "order \(id): \(error)")
+        for answer in driving.removeValue(forKey: id) ?? [] { answer.fail(error) }
+    }
+
+    /// Runs `step` and turns what it throws into the order's failure.
+    func guarded(_ id: String, _ step: () throws -> Void) {
+        do { try step() } catch { fail(id, error) }
     }
 
     /// The owner of the records of `user`'s orders: the same whether the
@@ -155,73 +236,108 @@ final class OrderSaga {
     // MARK: The steps
 
     /// Runs the saga of order `id` from the step it stands at; the caller
-    /// holds its lease. Returns the order's final answer, or nil when the
-    /// catalog did not answer (the order stays open for the recovery).
-    func drive(_ id: String, abandon: Bool = false) throws -> Envelope? {
-        guard var order = try OrderRecord.load(db, id) else { return nil }
-        if abandon && order.isOpen { return try giveUp(order) }
-        if order.status == "pending" {
-            let items: JSON = .array(order.items.map { ["product": .string($0.product), "quantity": .int($0.quantity)] })
-            guard let held = try ask("catalog.stock.hold", ["order": .string(id), "items": items], order: order) else { return nil }
-            switch held {
-            case .failure(let refusal):
-                return try reject(order, refusal)
-            case .success(let hold):
-                switch hold["status"]?.string {
-                case "held", "confirmed":
-                    // Every line must come back priced: a line the hold did
-                    // not price is refused, never sold at 0. What the hold
-                    // took goes back first.
-                    let unpriced = Self.unpriced(order.items, hold)
-                    if !unpriced.isEmpty {
-                        guard let released = try ask("catalog.stock.release", ["order": .string(id)], order: order) else { return nil }
-                        if case .failure(let refusal) = released, refusal.status != 404 {
-                            Log.error(source, "order \(id): release refused: \(refusal)")
-                        }
-                        let names = unpriced.map { "'\($0)'" }.joined(separator: ", ")
-                        return try reject(order, .conflict("the catalog's stock hold for order '\(id)' did not price \(names): the order is refused and nothing is held",
-                                                           details: ["unpriced": .array(unpriced.map { .string($0) })]))
-                    }
-                    order = try recordHeld(order, hold)
-                case let status:
-                    return try reject(order, .conflict("the stock hold for order '\(id)' has \(status == "expired" ? "expired" : "been released")"))
-                }
-            }
-            if settings.pauseAfterHoldMs > 0 && order.status == "held" {
-                Log.info(source, "fault injection: pausing \(settings.pauseAfterHoldMs) ms between hold and confirm of order \(id)")
-                usleep(UInt32(min(settings.pauseAfterHoldMs, 60_000) * 1000))
+    /// holds its lease. Each step ends with a call to the catalog, whose
+    /// answer runs the next; ``finish(_:_:)`` ends it.
+    func drive(_ id: String, abandon: Bool = false) {
+        if driving[id] == nil { driving[id] = [] }
+        guarded(id) {
+            guard let order = try OrderRecord.load(db, id) else { return finish(id, nil) }
+            if abandon && order.isOpen { return giveUp(order) }
+            switch order.status {
+            case "pending": hold(order)
+            case "held": confirm(order)
+            default: finish(id, try finalAnswer(order))
             }
         }
-        if order.status == "held" {
-            guard let confirmed = try ask("catalog.stock.confirm", ["order": .string(id)], order: order) else { return nil }
-            switch confirmed {
-            case .failure(let refusal): return try reject(order, refusal)
-            case .success: return try confirm(order)
-            }
-        }
-        return try finalAnswer(order)
     }
 
-    /// Calls the catalog. A refusal (400, 404, 409, 410) is the catalog's
-    /// answer; no answer, or a failure, postpones the order and returns nil.
-    func ask(_ type: String, _ body: JSON, order: OrderRecord) throws -> Result<JSON, QuadError>? {
+    func hold(_ order: OrderRecord) {
+        let id = order.id
+        let items: JSON = .array(order.items.map { ["product": .string($0.product), "quantity": .int($0.quantity)] })
+        ask("catalog.stock.hold", ["order": .string(id), "items": items], order: order) { [self] held in
+            guard let held else { return finish(id, nil) }
+            guarded(id) {
+                switch held {
+                case .failure(let refusal):
+                    finish(id, try reject(order, refusal))
+                case .success(let hold):
+                    switch hold["status"]?.string {
+                    case "held", "confirmed":
+                        // Every line must come back priced: a line the hold did
+                        // not price is refused, never sold at 0. What the hold
+                        // took goes back first.
+                        let unpriced = Self.unpriced(order.items, hold)
+                        guard unpriced.isEmpty else { return refuseUnpriced(order, unpriced) }
+                        let held = try recordHeld(order, hold)
+                        guard held.status == "held" else { return finish(id, try finalAnswer(held)) }
+                        if settings.pauseAfterHoldMs > 0 {
+                            Log.info(source, "fault injection: pausing \(settings.pauseAfterHoldMs) ms between hold and confirm of order \(id)")
+                            after(settings.pauseAfterHoldMs) { self.confirm(held) }
+                        } else {
+                            confirm(held)
+                        }
+                    case let status:
+                        finish(id, try reject(order, .conflict("the stock hold for order '\(id)' has \(status == "expired" ? "expired" : "been released")")))
+                    }
+                }
+            }
+        }
+    }
+
+    func refuseUnpriced(_ order: OrderRecord, _ unpriced: [String]) {
+        ask("catalog.stock.release", ["order": .string(order.id)], order: order) { [self] released in
+            guard let released else { return finish(order.id, nil) }
+            if case .failure(let refusal) = released, refusal.status != 404 {
+                Log.error(source, "order \(order.id): release refused: \(refusal)")
+            }
+            let names = unpriced.map { "'\($0)'" }.joined(separator: ", ")
+            guarded(order.id) {
+                finish(order.id, try reject(order, .conflict("the catalog's stock hold for order '\(order.id)' did not price \(names): the order is refused and nothing is held",
+                                                             details: ["unpriced": .array(unpriced.map { .string($0) })])))
+            }
+        }
+    }
+
+    func confirm(_ order: OrderRecord) {
+        ask("catalog.stock.confirm", ["order": .string(order.id)], order: order) { [self] confirmed in
+            guard let confirmed else { return finish(order.id, nil) }
+            guarded(order.id) {
+                switch confirmed {
+                case .failure(let refusal): finish(order.id, try reject(order, refusal))
+                case .success: finish(order.id, try recordConfirmed(order))
+                }
+            }
+        }
+    }
+
+    /// Calls the catalog; `then` gets its answer on the loop. A refusal
+    /// (400, 404, 409, 410) is the catalog's answer; no answer, or a
+    /// failure, postpones the order and gives nil.
+    func ask(_ type: String, _ body: JSON, order: OrderRecord, _ then: @escaping (Result<JSON, QuadError>?) -> Void) {
         var request = Envelope.request(type, body: body)
         request.role = "service"
         request.user = order.user
-        do {
-            let reply = try call(request, settings.callTimeoutMs, settings.callAttempts)
-            guard let error = reply.quadError else { return .success(reply.body) }
-            if [400, 404, 409, 410].contains(error.status) { return .failure(error) }
-            return try postpone(order.id, "\(type): \(error)")
-        } catch {
-            return try postpone(order.id, "\(type): \(error)")
+        call(request, settings.callTimeoutMs, settings.callAttempts) { [self] result in
+            switch result {
+            case .success(let reply):
+                guard let error = reply.quadError else { return then(.success(reply.body)) }
+                if [400, 404, 409, 410].contains(error.status) { return then(.failure(error)) }
+                postpone(order.id, "\(type): \(error)")
+            case .failure(let error):
+                postpone(order.id, "\(type): \(error)")
+            }
+            then(nil)
         }
     }
 
-    func postpone(_ id: String, _ why: String) throws -> Result<JSON, QuadError>? {
+    func postpone(_ id: String, _ why: String) {
         Log.info(source, "order \(id) stays open: \(why); retrying in \(settings.retryMs) ms")
-        try db.execute("UPDATE orders SET lease_until = $2 WHERE id = $1", .text(id), .int(Self.now + settings.retryMs))
-        return nil
+        do {
+            try db.execute("UPDATE orders SET lease_until = $2 WHERE id = $1", .text(id), .int(Self.now + settings.retryMs))
+        } catch {
+            // The lease runs out by itself; the recovery comes a little later.
+            Log.error(source, "order \(id): lease not shortened: \(error)")
+        }
     }
 
     /// The products of `items` that the hold did not price: missing from
@@ -268,7 +384,7 @@ final class OrderSaga {
     }
 
     /// The catalog confirmed: the order is bought, the reply stored.
-    func confirm(_ order: OrderRecord) throws -> Envelope? {
+    func recordConfirmed(_ order: OrderRecord) throws -> Envelope? {
         try db.transaction {
             let moved = try db.execute("UPDATE orders SET status = 'confirmed', updated_ms = $2 WHERE id = $1 AND status = 'held'",
                                        .text(order.id), .int(Self.now))
@@ -303,13 +419,17 @@ final class OrderSaga {
     }
 
     /// Past the deadline: release whatever the catalog may hold, then reject.
-    func giveUp(_ order: OrderRecord) throws -> Envelope? {
-        guard let released = try ask("catalog.stock.release", ["order": .string(order.id)], order: order) else { return nil }
-        if case .failure(let refusal) = released, refusal.status != 404 {
-            Log.error(source, "order \(order.id): release refused: \(refusal)")
+    func giveUp(_ order: OrderRecord) {
+        ask("catalog.stock.release", ["order": .string(order.id)], order: order) { [self] released in
+            guard let released else { return finish(order.id, nil) }
+            if case .failure(let refusal) = released, refusal.status != 404 {
+                Log.error(source, "order \(order.id): release refused: \(refusal)")
+            }
+            let seconds = settings.deadlineMs / 1000
+            guarded(order.id) {
+                finish(order.id, try reject(order, .conflict("order '\(order.id)' could not be placed within \(seconds) s: the catalog did not answer in time; nothing is held")))
+            }
         }
-        let seconds = settings.deadlineMs / 1000
-        return try reject(order, .conflict("order '\(order.id)' could not be placed within \(seconds) s: the catalog did not answer in time; nothing is held"))
     }
 
     /// The stored answer of a finished order; built from the order if none is
@@ -332,8 +452,9 @@ final class OrderSaga {
 
     /// `orders.cancel`: a confirmed order of the caller becomes `cancelled`
     /// and its stock goes back to the catalog. The cancellation commits
-    /// first, with a release to send; the release is sent at once and, if the
-    /// catalog does not answer, again by the recovery until it does.
+    /// first, with a release to send, and is the answer; the release is sent
+    /// at once, without waiting for it, and, if the catalog does not answer,
+    /// again by the recovery until it does.
     func cancel(_ req: Request) throws -> JSON {
         let user = try req.requireUser()
         let owner = Self.owner(user)
@@ -372,25 +493,38 @@ final class OrderSaga {
         return try Self.answer(reply)
     }
 
+    /// A stored reply as a handler's result: its body, or its error thrown.
+    static func answer(_ e: Envelope) throws -> JSON {
+        if let error = e.quadError { throw error }
+        return e.body
+    }
+
     /// Sends the release of a cancelled order's stock; clears the flag once
     /// the catalog acknowledged it (a 404 means it holds nothing for it).
-    @discardableResult
-    func release(_ id: String) throws -> Bool {
-        guard let order = try OrderRecord.load(db, id) else { return true }
-        guard let answer = try ask("catalog.stock.release", ["order": .string(id)], order: order) else { return false }
-        if case .failure(let refusal) = answer, refusal.status != 404 {
-            Log.error(source, "order \(id): release refused: \(refusal)")
+    func release(_ id: String) throws {
+        guard let order = try OrderRecord.load(db, id) else { return }
+        releasing.insert(id)
+        ask("catalog.stock.release", ["order": .string(id)], order: order) { [self] answer in
+            releasing.remove(id)
+            guard let answer else { return }
+            if case .failure(let refusal) = answer, refusal.status != 404 {
+                Log.error(source, "order \(id): release refused: \(refusal)")
+            }
+            do {
+                try db.execute("UPDATE orders SET release_pending = 0, lease_until = 0 WHERE id = $1", .text(id))
+            } catch {
+                Log.error(source, "order \(id): release not recorded (it is sent again): \(error)")
+            }
         }
-        try db.execute("UPDATE orders SET release_pending = 0, lease_until = 0 WHERE id = $1", .text(id))
-        return true
     }
 
     // MARK: Recovery
 
     /// Resumes open orders and unsent releases whose lease ran out: those
-    /// of a worker that crashed, or that the catalog did not answer. It runs
-    /// on the worker's loop, so it stops at the first order the catalog
-    /// leaves unanswered: one slow call per round, not one per order.
+    /// of a worker that crashed, or that the catalog did not answer. It only
+    /// sends calls, so a catalog that does not answer costs the loop
+    /// nothing; `batch` bounds how many it starts per round. Orders this
+    /// worker drives already (a fault injection's pause) are left alone.
     func recover(batch: Int64 = 10) throws {
         let now = Self.now
         let open = try db.query("""
@@ -398,13 +532,13 @@ final class OrderSaga {
             """, .int(now), .int(batch))
         for row in open {
             let id = row.string("id")
-            guard try claim(id) else { continue }
+            guard driving[id] == nil, try claim(id) else { continue }
             Log.info(source, "recovering order \(id)")
-            guard try drive(id, abandon: now - row.int("created_ms") > settings.deadlineMs) != nil else { return }
+            drive(id, abandon: now - row.int("created_ms") > settings.deadlineMs)
         }
         let releases = try db.query("SELECT id FROM orders WHERE release_pending = 1 AND lease_until <= $1 LIMIT $2", .int(now), .int(batch))
-        for row in releases where try claim(row.string("id")) {
-            guard try release(row.string("id")) else { return }
+        for row in releases where !releasing.contains(row.string("id")) {
+            if try claim(row.string("id")) { try release(row.string("id")) }
         }
     }
 }

@@ -52,6 +52,9 @@ public final class Handlers {
     public let metrics = Metrics()
     var queries: [String: Handler] = [:]
     var mutations: [String: Handler] = [:]
+    /// Handlers that answer after they return (``deferred(_:_:)``); each
+    /// is also among `queries`, for callers that want the answer in line.
+    var later: [String: Later] = [:]
     /// A mutation committed since the worker last relayed: the outbox may
     /// hold new events, which the worker publishes once the reply is sent.
     var outboxWritten = false
@@ -133,6 +136,7 @@ public final class Handlers {
         let reply = dispatch(envelope)
         let error = reply.envelope.quadError
         metrics.record(micros: Clock.monotonicMicros() - started, errorCode: error?.code)
+        metrics.ran(envelope.type, micros: Clock.monotonicMicros() - started, src: instance)
         var line: [String: Any] = [
             "src": instance, "type": envelope.type, "id": envelope.id, "status": error?.status ?? 200,
             "us": Clock.monotonicMicros() - started,

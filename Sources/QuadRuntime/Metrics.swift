@@ -8,8 +8,29 @@ public final class Metrics {
     var next = 0
     let window = 2048
     let started = Clock.monotonicMillis()
+    /// A handler, or a continuation of one (a reply to a call it made),
+    /// that holds the worker's loop longer than this is counted as slow
+    /// (`slow_handler_ms`): while it runs, nothing else is served and no
+    /// heartbeat goes out.
+    public var slowHandlerMs: Int64 = 100
+    public private(set) var slow: Int64 = 0
+    public private(set) var slowestType: String?
+    public private(set) var slowestMicros: Int64 = 0
 
     public init() {}
+
+    /// Counts one run of the loop's work for `type` that took `micros`;
+    /// a slow one is logged too, so it is never silent.
+    public func ran(_ type: String, micros: Int64, src: String) {
+        guard micros > slowHandlerMs * 1000 else { return }
+        slow += 1
+        if micros > slowestMicros {
+            slowestMicros = micros
+            slowestType = type
+        }
+        Log.line(["src": src, "level": "info", "msg": "slow handler: \(type) held the loop \(micros / 1000) ms, over slow_handler_ms=\(slowHandlerMs)",
+                  "type": type, "us": micros])
+    }
 
     public func record(micros: Int64, errorCode: String?) {
         served += 1
@@ -33,6 +54,10 @@ public final class Metrics {
             "errors": .object(errorsByCode.mapValues { .int($0) }),
             "latency_us": ["p50": .int(percentile(0.5)), "p99": .int(percentile(0.99)), "window": .int(Int64(latencies.count))],
             "uptime_ms": .int(Clock.monotonicMillis() - started),
+            "slow_handlers": [
+                "count": .int(slow), "slowest_type": slowestType.map(JSON.string) ?? .null, "max_us": .int(slowestMicros),
+                "threshold_ms": .int(slowHandlerMs),
+            ],
         ]
     }
 }

@@ -50,7 +50,12 @@ public enum ServiceMain {
             ("prune-every-ms", "how often old idempotency records and events are deleted (prune_every_ms)", String(keep.everyMs)),
             ("prune-batch", "rows deleted per pruning transaction (prune_batch)", String(keep.batch)),
         ]
-        for (name, help, d) in retentionOptions where !D.options.contains(where: { $0.0 == name }) {
+        let loopOptions: [(String, String, String)] = [
+            ("slow-handler-ms", "a handler that holds the loop longer than this is counted in sys.metrics and logged (slow_handler_ms)", "100"),
+            ("max-calls-in-flight", "most calls to other services waiting for their answer at once (max_calls_in_flight)",
+             String(ServiceCalls.defaultMaxInFlight)),
+        ]
+        for (name, help, d) in retentionOptions + loopOptions where !D.options.contains(where: { $0.0 == name }) {
             let variable = "QUAD_" + name.uppercased().replacingOccurrences(of: "-", with: "_")
             flags.option(name, help + " [\(variable)]", default: env[variable] ?? d)
         }
@@ -74,6 +79,10 @@ public enum ServiceMain {
         guard retention.outboxMs >= 1 else { Flags.usageError("--outbox-retention-ms must be at least 1", usage: flags.usage) }
         guard retention.outboxMaxRows >= 1 else { Flags.usageError("--outbox-max-rows must be at least 1", usage: flags.usage) }
         guard retention.everyMs >= 10 else { Flags.usageError("--prune-every-ms must be at least 10", usage: flags.usage) }
+        let slowMs = flags.int("slow-handler-ms")
+        let maxCalls = flags.int("max-calls-in-flight")
+        guard slowMs >= 1 else { Flags.usageError("--slow-handler-ms must be at least 1", usage: flags.usage) }
+        guard maxCalls >= 1 else { Flags.usageError("--max-calls-in-flight must be at least 1", usage: flags.usage) }
         guard (1...100_000).contains(retention.batch) else { Flags.usageError("--prune-batch must be from 1 to 100000", usage: flags.usage) }
         do {
             if let keys = try InternalCurve.fromEnvironment() {
@@ -90,6 +99,8 @@ public enum ServiceMain {
             let worker = try Worker(handlers: handlers, endpoints: endpoints, heartbeatMs: Int64(heartbeat))
             worker.maxMessageBytes = maxBytes
             worker.retention = retention
+            worker.maxCallsInFlight = maxCalls
+            handlers.metrics.slowHandlerMs = Int64(slowMs)
             try D.install(on: worker, db: db, options: flags.values)
             Log.info(instance, "store \(location.contains("://") ? "postgres" : location)")
             exit(worker.run())

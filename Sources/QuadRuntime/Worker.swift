@@ -20,9 +20,16 @@ public final class Worker {
     public var maxMessageBytes = Envelope.defaultMaxBytes
     var reconnects = 0
     var feeds: [(EventFeed, Socket)] = []
+    /// Calls to other services waiting on the loop (``send(_:timeoutMs:attempts:_:)``),
+    /// and the socket that sends answers given after their handler returned
+    /// (``serveLater(client:request:)``); both made on first use.
+    var calls: ServiceCalls?
+    var lateReplies: Socket?
+    /// Answers owed to clients whose handler returned before giving them.
+    var owed = 0
+    /// Most calls to other services waiting at once (`max_calls_in_flight`).
+    public var maxCallsInFlight = ServiceCalls.defaultMaxInFlight
 
-    /// A client for calling other services through the broker's internal
-    /// frontend, made on first use.
     /// Events per relay transaction, and pages per relay call.
     static let relayPage = 1000
     static let relayPages = 10
@@ -33,11 +40,6 @@ public final class Worker {
     var pruneAgain = false
     /// Rows pruned since start (idempotency records, events).
     public private(set) var pruned: (records: Int, events: Int) = (0, 0)
-
-    public lazy var services: Client = {
-        // Creating a DEALER only fails when the context is gone.
-        try! Client(context: context, endpoint: endpoints.internal, source: handlers.instance, isInternal: true)
-    }()
 
     public init(handlers: Handlers, endpoints: Endpoints, context: ZMQContext = ZMQContext(),
                 heartbeatMs: Int64 = WorkerProtocol.heartbeatMs) throws {
@@ -62,7 +64,9 @@ public final class Worker {
     /// simulators). Errors are logged, never fatal.
     public func every(_ ms: Int64, _ action: @escaping () throws -> Void) {
         timers.every(ms) { [handlers] in
+            let started = Clock.monotonicMicros()
             do { try action() } catch { Log.error(handlers.instance, "timer: \(error)") }
+            handlers.metrics.ran("timer every \(ms) ms", micros: Clock.monotonicMicros() - started, src: handlers.instance)
             self.relayOutbox()
         }
     }
@@ -157,6 +161,10 @@ public final class Worker {
                 poller.add(sub)
                 poller.add(feed.requests)
             }
+            let polledCalls = calls
+            let polledLate = lateReplies
+            if let polledCalls { poller.add(polledCalls.socket) }
+            if let polledLate { poller.add(polledLate) }
             let ready: [Bool]
             do { ready = try poller.poll(timeoutMs: Int(timers.timeout(cap: 200))) } catch {
                 Log.error(handlers.instance, "poll: \(error)")
@@ -164,6 +172,12 @@ public final class Worker {
             }
             if ready[0] { receive() }
             for (k, (feed, sub)) in feeds.enumerated() where ready[2 * k + 1] || ready[2 * k + 2] { receiveEvents(feed, sub) }
+            var next = 1 + 2 * feeds.count
+            if let polledCalls {
+                if ready[next] { receiveCalls(polledCalls) }
+                next += 1
+            }
+            if let polledLate, ready[next] { drainLateReplies(polledLate) }
             timers.runDue()
         }
         leave()
@@ -195,6 +209,10 @@ public final class Worker {
         let reply: Reply
         do {
             let request = try Envelope.decode(bytes, maxBytes: maxMessageBytes)
+            if request.kind == .request, handlers.later[request.type] != nil {
+                serveLater(client: client, request: request)
+                return
+            }
             reply = handlers.reply(to: request)
         } catch {
             reply = Reply(.error(error, corr: Envelope.salvageID(bytes), src: handlers.instance))
@@ -215,10 +233,17 @@ public final class Worker {
         try? socket.send([WorkerProtocol.header, WorkerProtocol.disconnect], dontWait: true)
         let until = Clock.monotonicMillis() + 3000
         var open = true
-        while open && Clock.monotonicMillis() < until {
+        // Answers owed (a saga waiting on the catalog) come in meanwhile;
+        // what is still open after that is finished by the next worker's
+        // recovery, and its client's retry gets the outcome.
+        while (open || owed > 0) && Clock.monotonicMillis() < until {
             var poller = Poller()
             poller.add(socket)
-            if let ready = try? poller.poll(timeoutMs: 100), ready[0] { open = receive() }
+            let polledCalls = calls
+            if let polledCalls { poller.add(polledCalls.socket) }
+            guard let ready = try? poller.poll(timeoutMs: 100) else { continue }
+            if ready[0] { open = receive() && open }
+            if let polledCalls, ready[1] { receiveCalls(polledCalls) }
         }
         relayOutbox()
         handlers.db?.close()

@@ -18,6 +18,27 @@ final class FakeCatalog {
     var unpriced: Set<String> = []
     var dropped: Set<String> = []
     var calls: [String] = []
+    /// When set, answers wait in `heldBack` until the test gives them
+    /// (``answerHeldBack()``), as a slow catalog's would.
+    var holdBack = false
+    var heldBack: [(Envelope, (Result<Envelope, QuadError>) -> Void)] = []
+    /// What the saga scheduled on the loop's timers; tests run them by hand.
+    var timers: [(Int64, () -> Void)] = []
+
+    /// The saga's asynchronous call: answered at once, or held back.
+    func answer(_ e: Envelope, _ done: @escaping (Result<Envelope, QuadError>) -> Void) {
+        if holdBack { return heldBack.append((e, done)) }
+        do { done(.success(try call(e))) } catch { done(.failure(error as? QuadError ?? .internal("\(error)"))) }
+    }
+
+    /// Gives the answers held back so far, in order.
+    func answerHeldBack() {
+        let waiting = heldBack
+        heldBack = []
+        for (e, done) in waiting {
+            do { done(.success(try call(e))) } catch { done(.failure(error as? QuadError ?? .internal("\(error)"))) }
+        }
+    }
 
     func call(_ e: Envelope) throws -> Envelope {
         calls.append(e.type)
@@ -75,7 +96,9 @@ func ordersService(_ catalog: FakeCatalog, leaseMs: Int64 = 60_000) throws -> (H
     settings.leaseMs = leaseMs
     settings.retryMs = 0
     settings.callTimeoutMs = 50
-    let saga = OrderSaga(db: db, settings: settings, source: "orders/test") { e, _, _ in try catalog.call(e) }
+    let saga = OrderSaga(db: db, settings: settings, source: "orders/test", after: { ms, action in catalog.timers.append((ms, action)) }) { e, _, _, done in
+        catalog.answer(e, done)
+    }
     let h = Handlers(service: "orders", instance: "orders/test", db: db)
     Orders.register(h, db: db, saga: saga)
     return (h, saga, db)

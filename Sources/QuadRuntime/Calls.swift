@@ -1,0 +1,292 @@
+import Foundation
+import QuadMessaging
+import QuadStore
+import QuadWire
+
+/// Requests from a worker to other services that never wait on the
+/// worker's loop: one DEALER to the broker's internal frontend, replies
+/// matched to their request by `corr`, each attempt timed by the worker's
+/// timers. Like ``Client`` (the Lazy Pirate pattern) an attempt that gets
+/// no answer, or the broker's 503, is sent again with the same bytes and
+/// id, so the callee's idempotency record makes the retry safe; a late
+/// reply to an earlier attempt answers the same id and is taken.
+///
+/// `done` runs on the loop exactly once: with the reply or error envelope,
+/// or with ``QuadError`` `timeout` after the last attempt, or `unavailable`
+/// when ``maxInFlight`` calls are waiting already. It may run before
+/// ``send(_:timeoutMs:attempts:_:)`` returns (a refused send).
+final class ServiceCalls {
+    struct Call {
+        let type: String
+        let bytes: [UInt8]
+        let timeoutMs: Int64
+        let attempts: Int
+        var attempt = 1
+        var timer = 0
+        let done: (Result<Envelope, QuadError>) -> Void
+    }
+
+    let socket: Socket
+    let timers: Timers
+    let source: String
+    let metrics: Metrics
+    var pending: [String: Call] = [:]
+    /// Most calls waiting for their answer at once (`max_calls_in_flight`):
+    /// each holds its request's bytes until it is answered or times out.
+    var maxInFlight: Int
+    /// How long past an attempt's deadline it waits, so that the broker's
+    /// 503 for a request no worker took arrives before we give up on it.
+    static let graceMs: Int64 = 250
+    static let defaultMaxInFlight = 1000
+
+    init(socket: Socket, timers: Timers, source: String, metrics: Metrics, maxInFlight: Int = ServiceCalls.defaultMaxInFlight) {
+        self.socket = socket
+        self.timers = timers
+        self.source = source
+        self.metrics = metrics
+        self.maxInFlight = maxInFlight
+    }
+
+    func send(_ request: Envelope, timeoutMs: Int64, attempts: Int, _ done: @escaping (Result<Envelope, QuadError>) -> Void) {
+        var request = request
+        if request.src == nil { request.src = source }
+        request.deadline = timeoutMs
+        guard pending.count < maxInFlight else {
+            done(.failure(.unavailable("\(pending.count) calls to other services are waiting for their answer, the limit max_calls_in_flight=\(maxInFlight)")))
+            return
+        }
+        guard pending[request.id] == nil else {
+            done(.failure(.conflict("a call with id '\(request.id)' is already waiting for its answer")))
+            return
+        }
+        pending[request.id] = Call(type: request.type, bytes: request.encoded(), timeoutMs: timeoutMs, attempts: max(1, attempts), done: done)
+        transmit(request.id)
+    }
+
+    /// Sends the call's bytes (again) and times the attempt.
+    func transmit(_ id: String) {
+        guard var call = pending[id] else { return }
+        do {
+            // Never blocks: with no connection yet the attempt waits out its
+            // time like a lost request.
+            try socket.send([call.bytes], dontWait: true)
+        } catch where error.wouldBlock {
+        } catch {
+            pending[id] = nil
+            finish(call, .failure(.unavailable("send of \(call.type) failed: \(error)")))
+            return
+        }
+        call.timer = timers.after(call.timeoutMs + ServiceCalls.graceMs) { [unowned self] in self.expire(id) }
+        pending[id] = call
+    }
+
+    func expire(_ id: String) {
+        guard var call = pending[id] else { return }
+        if call.attempt < call.attempts {
+            call.attempt += 1
+            pending[id] = call
+            transmit(id)
+            return
+        }
+        pending[id] = nil
+        finish(call, .failure(.timeout("no answer to \(call.type) within \(call.attempts) attempts of \(call.timeoutMs) ms")))
+    }
+
+    /// Takes every reply waiting on the socket.
+    func receive() {
+        while let frames = try? socket.receive(dontWait: true) {
+            guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max),
+                  let corr = reply.corr, var call = pending[corr] else { continue }
+            timers.cancel(call.timer)
+            if reply.quadError?.status == 503 && call.attempt < call.attempts {
+                call.attempt += 1
+                pending[corr] = call
+                transmit(corr)
+                continue
+            }
+            pending[corr] = nil
+            finish(call, .success(reply))
+        }
+    }
+
+    /// Runs the caller's continuation, timed: it holds the loop like a handler.
+    func finish(_ call: Call, _ result: Result<Envelope, QuadError>) {
+        let started = Clock.monotonicMicros()
+        call.done(result)
+        metrics.ran("\(call.type) (answer)", micros: Clock.monotonicMicros() - started, src: source)
+    }
+}
+
+/// The answer to a request whose handler replies later (registered with
+/// ``Handlers/deferred(_:_:)``): the worker keeps the client's route and
+/// sends what the handler gives here, once; what comes after the first
+/// is dropped.
+public final class Answer {
+    public let request: Envelope
+    let src: String
+    let deliver: (Reply) -> Void
+    public private(set) var isSent = false
+
+    init(_ request: Envelope, src: String, deliver: @escaping (Reply) -> Void) {
+        self.request = request
+        self.src = src
+        self.deliver = deliver
+    }
+
+    public func reply(_ body: JSON) { send(Reply(request.reply(body, src: src))) }
+
+    public func fail(_ error: Error) { send(Reply(request.error(Handlers.quadError(error), src: src))) }
+
+    /// Sends `reply` as it is: a stored answer keeps its bytes.
+    public func send(_ reply: Reply) {
+        guard !isSent else { return }
+        isSent = true
+        deliver(reply)
+    }
+}
+
+extension Handlers {
+    /// A handler that may answer after it returns: it starts the work
+    /// (calls to other services with ``Worker/send(_:timeoutMs:attempts:_:)``)
+    /// and gives the outcome to its ``Answer`` when it comes, while the
+    /// worker serves other requests. It throws, or answers, to refuse at once.
+    public typealias Later = (Request, Answer) throws -> Void
+
+    /// Registers a handler that answers later. It keeps the idempotency
+    /// of its request itself (as ``OrderSaga`` does): the runtime cannot
+    /// hold a transaction open across calls to other services. In-line
+    /// callers (``handle(_:)``, tests) get its answer when it comes before
+    /// the handler returns, and a 503 that says so otherwise.
+    public func deferred(_ type: String, _ handler: @escaping Later) {
+        later[type] = handler
+        queries[type] = { [unowned self] req in
+            var answered: Reply?
+            try handler(req, Answer(req.envelope, src: self.instance) { answered = $0 })
+            guard let reply = answered?.envelope else {
+                throw QuadError.unavailable("\(type) answers later: only a worker's loop waits for it")
+            }
+            if let error = reply.quadError { throw error }
+            return reply.body
+        }
+    }
+
+    /// Runs the deferred handler of `envelope`'s type; `deliver` gets the
+    /// answer, once, whenever it comes (perhaps before this returns). The
+    /// answer is counted and logged like any reply, with the time from the
+    /// request to it; the handler's own run is what counts as slow.
+    func respondLater(_ envelope: Envelope, deliver: @escaping (Reply) -> Void) {
+        let started = Clock.monotonicMicros()
+        let answer = Answer(envelope, src: instance) { [unowned self] reply in
+            let error = reply.envelope.quadError
+            let us = Clock.monotonicMicros() - started
+            self.metrics.record(micros: us, errorCode: error?.code)
+            var line: [String: Any] = ["src": self.instance, "type": envelope.type, "id": envelope.id, "status": error?.status ?? 200,
+                                       "us": us, "deferred": true]
+            if let user = envelope.user { line["user"] = user }
+            if let error { line["error"] = error.code }
+            Log.line(line)
+            deliver(reply)
+        }
+        do { try later[envelope.type]?(Request(envelope), answer) } catch { answer.fail(error) }
+        metrics.ran(envelope.type, micros: Clock.monotonicMicros() - started, src: instance)
+    }
+}
+
+extension Worker {
+    /// Sends `request` to another service through the broker's internal
+    /// frontend and returns at once; `done` runs on this worker's loop with
+    /// the reply or error envelope, or a `timeout` (504) error after
+    /// `attempts` attempts of `timeoutMs` each (same id each time), or
+    /// `unavailable` (503) past `max_calls_in_flight`. Never blocks the loop.
+    public func send(_ request: Envelope, timeoutMs: Int64 = 2500, attempts: Int = 3,
+                     _ done: @escaping (Result<Envelope, QuadError>) -> Void) {
+        guard let calls = serviceCalls() else {
+            done(.failure(.unavailable("no socket to the broker's internal frontend \(endpoints.internal)")))
+            return
+        }
+        calls.send(request, timeoutMs: timeoutMs, attempts: attempts, done)
+    }
+
+    /// Runs `action` once after `ms` on the worker's loop (a saga's next
+    /// step, a fault injection's pause); events it writes are relayed after.
+    public func after(_ ms: Int64, _ action: @escaping () -> Void) {
+        timers.after(ms) { [unowned self] in
+            action()
+            self.relayOutbox()
+        }
+    }
+
+    func serviceCalls() -> ServiceCalls? {
+        if let calls { return calls }
+        do {
+            let socket = try context.socket(.dealer)
+            try socket.setMaxMessageSize(Int64(maxMessageBytes) + 65536)
+            try socket.setLinger(0)
+            try InternalCurve.secure(socket)
+            try socket.connect(endpoints.internal)
+            let made = ServiceCalls(socket: socket, timers: timers, source: handlers.instance, metrics: handlers.metrics, maxInFlight: maxCallsInFlight)
+            calls = made
+            return made
+        } catch {
+            Log.error(handlers.instance, "cannot open a socket to \(endpoints.internal): \(error)")
+            return nil
+        }
+    }
+
+    /// Serves a request whose handler answers later. An answer given before
+    /// the handler returned goes out as any reply. Otherwise the worker
+    /// gives its place at the broker back at once (a REPLY with no client
+    /// route, which the broker delivers to no one, so it sends this worker
+    /// the next request) and keeps the client's route; the answer goes out
+    /// when it comes, on a socket of its own to the broker's backend that
+    /// never says READY: the broker delivers a reply from a worker it does
+    /// not know (as from one it dropped) and tells it DISCONNECT, which
+    /// that socket ignores. A request answered this way is no longer the
+    /// broker's to requeue if this worker dies: the client's retry under the
+    /// same id, and the saga's recovery, cover it.
+    func serveLater(client: [UInt8], request: Envelope) {
+        var inLine = true
+        var early: Reply?
+        handlers.respondLater(request) { [unowned self] reply in
+            if inLine { early = reply } else {
+                self.owed -= 1
+                self.sendLate(client: client, reply.bytes)
+            }
+        }
+        inLine = false
+        if early == nil { owed += 1 }
+        if let early {
+            try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, early.bytes], dontWait: true)
+        } else {
+            try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, [], []], dontWait: true)
+        }
+        relayOutbox()
+    }
+
+    func sendLate(client: [UInt8], _ bytes: [UInt8]) {
+        if lateReplies == nil {
+            do {
+                let s = try context.socket(.dealer)
+                try s.setLinger(1000)
+                try InternalCurve.secure(s)
+                try s.connect(endpoints.backend)
+                lateReplies = s
+            } catch {
+                Log.error(handlers.instance, "late reply not sent (no socket to \(endpoints.backend)): \(error)")
+                return
+            }
+        }
+        try? lateReplies?.send([WorkerProtocol.header, WorkerProtocol.reply, client, bytes], dontWait: true)
+    }
+
+    /// What the loop does when the calls' or the late replies' socket is readable.
+    func receiveCalls(_ calls: ServiceCalls) {
+        calls.receive()
+        relayOutbox()
+    }
+
+    func drainLateReplies(_ socket: Socket) {
+        // Only the broker's DISCONNECT to a worker it does not know comes here.
+        while (try? socket.receive(dontWait: true)) != nil {}
+    }
+}
