@@ -368,7 +368,7 @@ public final class Broker {
             if ready[3] { relay(from: eventsOut, to: eventsIn, events: false) }
             timers.runDue()
         }
-        for w in workers.values { try? backend.send([w.identity, WorkerProtocol.header, WorkerProtocol.disconnect]) }
+        for w in workers.values { sendWorker(w.identity, .disconnect) }
         Log.info(name, "stopped")
         return 0
     }
@@ -455,66 +455,91 @@ public final class Broker {
     /// worker's reply finds its way back through the right socket; the
     /// broker's own requests (``own``) have no routing id: their replies
     /// are the broker's.
+    /// The route's first byte also says whether the client's messages start
+    /// with an empty delimiter (``delimited``), so its answers do too.
     static let `public`: UInt8 = 0
     static let `internal`: UInt8 = 1
     static let own: UInt8 = 2
+    static let delimited: UInt8 = 0x80
+
+    /// Which frontend a route came in on (``public``, ``internal``, ``own``).
+    static func origin(_ route: [UInt8]) -> UInt8 { (route.first ?? own) & ~delimited }
 
     func drainFrontend(_ socket: Socket, origin: UInt8) {
         var n = 0
-        // The routing id and the envelope; frames past them are counted, not copied.
-        while n < 1000, let (frames, count, metadata) = try? socket.receiveWithMetadata(dontWait: true, keepingAtMost: 2) {
+        // The routing id and the MDP frames; frames past them are counted, not copied.
+        while n < 1000, let (frames, count, metadata) = try? socket.receiveWithMetadata(dontWait: true, keepingAtMost: Majordomo.framesToKeep) {
             n += 1
             requestsIn += 1
             guard let identity = frames.first else { continue }
-            let client = [origin] + identity
-            guard count == 2 else {
-                refuseFrames(client, count: count - 1, metadata: metadata, origin: origin)
-                continue
+            switch Majordomo.parseRequest(frames.dropFirst(), count: count - 1) {
+            case let .success(request):
+                let client = [origin | (request.form == .delimited ? Broker.delimited : 0)] + identity
+                accept(client: client, service: request.service, bytes: request.body, metadata: metadata)
+            case let .failure(refusal):
+                let client = [origin | (refusal.form == .delimited ? Broker.delimited : 0)] + identity
+                refuseFrames(client, refusal, count: count - 1, metadata: metadata, origin: origin)
             }
-            accept(client: client, bytes: frames[1], metadata: metadata)
         }
     }
 
-    /// A message with other than one envelope frame: 400, and its client
-    /// key may not connect again for `malformed_ban_ms`.
-    func refuseFrames(_ client: [UInt8], count: Int, metadata: MessageMetadata, origin: UInt8) {
+    /// A message that is not an MDP/0.2 REQUEST with one envelope frame:
+    /// 400, and its client key may not connect again for `malformed_ban_ms`.
+    func refuseFrames(_ client: [UInt8], _ refusal: Majordomo.Refusal, count: Int, metadata: MessageMetadata, origin: UInt8) {
         malformed += 1
-        var why = "expected one envelope frame, got \(count) frames"
+        var why = refusal.error.message
         if origin == Broker.public, let key = metadata.userID, let authenticator, settings.malformedBanMs > 0 {
             authenticator.ban(key, forMs: settings.malformedBanMs)
             why += "; this client key may not open a new connection for \(settings.malformedBanMs) ms (malformed_ban_ms)"
-            throttled.info("malformed-\(key)", "client key \(key) sent a message of \(count) frames: refused, key banned for \(settings.malformedBanMs) ms",
+            throttled.info("malformed-\(key)", "client key \(key) sent a malformed message of \(count) frames: refused, key banned for \(settings.malformedBanMs) ms",
                            fields: ["address": metadata.peerAddress ?? ""])
         }
-        replyError(client, .badRequest(why), corr: nil)
+        replyError(client, .badRequest(why), corr: nil, service: refusal.service)
     }
 
-    /// Sends `bytes` to the client at `route`.
-    func deliver(_ route: [UInt8], _ bytes: [UInt8]) {
-        guard let origin = route.first else { return }
+    /// Sends `bytes` to the client at `route`, as an MDP FINAL (or PARTIAL)
+    /// from `service`.
+    func deliver(_ route: [UInt8], _ bytes: [UInt8], service: some StringProtocol, partial: Bool = false) {
+        let origin = Broker.origin(route)
         if origin == Broker.own {
-            ownReply(bytes)
+            if !partial { ownReply(bytes) }
             return
         }
         let socket = origin == Broker.internal ? internalFrontend : frontend
-        try? socket.send([Array(route.dropFirst()), bytes], dontWait: true)
+        let form: Majordomo.Form = (route.first ?? 0) & Broker.delimited != 0 ? .delimited : .bare
+        try? socket.send([Array(route.dropFirst())] + Majordomo.reply(service: service, bytes, partial: partial, form: form), dontWait: true)
     }
 
-    func replyError(_ client: [UInt8], _ error: QuadError, corr: String?, type: String = "error") {
-        deliver(client, Envelope.error(error, corr: corr, type: type, src: name).encoded())
+    /// An error envelope from the broker; its FINAL names `service`, or
+    /// else the service of `type`.
+    func replyError(_ client: [UInt8], _ error: QuadError, corr: String?, type: String = "error", service: String? = nil) {
+        deliver(client, Envelope.error(error, corr: corr, type: type, src: name).encoded(),
+                service: service ?? (type == "error" ? "" : String(type.split(separator: ".", maxSplits: 1).first ?? "")))
     }
 
-    func accept(client: [UInt8], bytes: [UInt8], metadata: MessageMetadata = MessageMetadata()) {
+    /// A REQUEST to `service` (its own frame) with the envelope `bytes`,
+    /// whose header alone is read.
+    func accept(client: [UInt8], service frame: String, bytes: [UInt8], metadata: MessageMetadata = MessageMetadata()) {
         var envelope: Envelope
         do { envelope = try Envelope.decodeHeader(bytes, maxBytes: settings.maxMessageBytes) } catch {
-            replyError(client, error, corr: Envelope.salvageID(bytes))
+            replyError(client, error, corr: Envelope.salvageID(bytes), service: frame)
             return
         }
         guard envelope.kind == .request else {
-            replyError(client, .badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), corr: envelope.id, type: envelope.type)
+            replyError(client, .badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), corr: envelope.id, type: envelope.type, service: frame)
             return
         }
-        let fromOutside = client.first == Broker.public
+        // The service frame is what routes; the type must agree with it, or
+        // a worker would get a request that is not its service's. The
+        // broker's own types (`sys.*`) go to the service frame `sys`.
+        guard envelope.service == frame else {
+            replyError(client, .badRequest("type '\(envelope.type)' is not a request of service '\(frame)' (the MDP service frame): "
+                                           + "a type must start with '\(frame).'; the broker's own sys.* types go to service 'sys'",
+                                           details: ["service": .string(frame), "type": .string(envelope.type)]),
+                       corr: envelope.id, type: envelope.type, service: frame)
+            return
+        }
+        let fromOutside = Broker.origin(client) == Broker.public
         // Budgets a client cannot multiply: its connection, its CURVE key
         // (libzmq's word, from the handshake), its address; `src` is the
         // client's own word, so it only splits its address's budget.
@@ -523,7 +548,7 @@ public final class Broker {
         let address = hasAddresses ? metadata.peerAddress ?? "" : ""
         if fromOutside && limiter.isOn {
             let now = Clock.monotonicMillis()
-            var buckets: [(key: String, who: String, scope: String)] = [("c:" + hex(client), "from this connection", "connection")]
+            var buckets: [(key: String, who: String, scope: String)] = [("c:" + hex(Array(client.dropFirst())), "from this connection", "connection")]
             if let key = metadata.userID { buckets.append(("k:" + key, "for client key \(key)", "key")) }
             if let src = envelope.src, !src.isEmpty { buckets.append(("s:\(address)|" + src, "from phone '\(src)'", "src")) }
             for b in buckets {
@@ -582,9 +607,9 @@ public final class Broker {
             replyError(client, envelope.user == nil ? .unauthorized(why + ": sign in as an admin") : .forbidden(why), corr: envelope.id, type: envelope.type)
             return
         }
-        let service = String(envelope.service)
+        let service = frame
         if service == "sys" {
-            deliver(client, system(envelope, privileged: !fromOutside || envelope.role == "admin").encoded())
+            deliver(client, system(envelope, privileged: !fromOutside || envelope.role == "admin").encoded(), service: service)
             return
         }
         if let c = casualties[envelope.id], c.count >= settings.maxDeliveries {
@@ -685,7 +710,7 @@ public final class Broker {
             worker.current = pending
             s.routed += 1
             do {
-                try backend.send([identity, WorkerProtocol.header, WorkerProtocol.request, pending.client, pending.bytes])
+                try backend.send([identity] + Majordomo.frames(.request(client: pending.client, bodies: [pending.bytes]), form: workerForm(identity)))
             } catch {
                 worker.current = nil
                 s.enqueue(pending, front: true)
@@ -710,51 +735,74 @@ public final class Broker {
 
     // MARK: Workers
 
+    /// Workers whose messages start with an empty delimiter (REQ-emulating
+    /// MDP peers): what the broker sends them starts with one too. Kept
+    /// for registered workers only (pruned on the heartbeat).
+    var delimitedWorkers: Set<[UInt8]> = []
+
+    func workerForm(_ identity: [UInt8]) -> Majordomo.Form {
+        delimitedWorkers.contains(identity) ? .delimited : .bare
+    }
+
+    func sendWorker(_ identity: [UInt8], _ message: Majordomo.WorkerMessage, dontWait: Bool = false) {
+        try? backend.send([identity] + Majordomo.frames(message, form: workerForm(identity)), dontWait: dontWait)
+    }
+
     func drainBackend() {
         var n = 0
         while n < 1000, let frames = try? backend.receive(dontWait: true) {
             n += 1
-            guard frames.count >= 3, frames[1] == WorkerProtocol.header else { continue }
-            let identity = frames[0]
-            let command = frames[2]
+            guard let identity = frames.first, let (form, message) = Majordomo.parseWorker(frames.dropFirst()) else { continue }
+            if form == .delimited { delimitedWorkers.insert(identity) } else { delimitedWorkers.remove(identity) }
             if let w = workers[identity] { w.expires = Clock.monotonicMillis() + settings.heartbeatMs * WorkerProtocol.liveness }
-            switch command {
-            case WorkerProtocol.ready where frames.count >= 4:
-                register(identity: identity, service: String(decoding: frames[3], as: UTF8.self), info: frames.count > 4 ? frames[4] : [])
-            case WorkerProtocol.reply where frames.count == 5:
+            switch message {
+            case let .ready(service, info):
+                register(identity: identity, service: String(decoding: service, as: UTF8.self), info: info ?? [])
+            case let .partial(client, bodies):
+                // More of the answer follows: the request stays the worker's.
+                guard let w = workers[identity], bodies.count == 1 else { continue }
+                deliver(client, bodies[0], service: w.service, partial: true)
+            case let .final(client, bodies):
+                // Quad's envelope is one frame; a FINAL of another shape
+                // still ends the request, with an error the client can read.
+                let bytes = bodies.count == 1 ? bodies[0] : Envelope.error(
+                    .internal("the worker answered with \(bodies.count) body frames; an answer is one envelope frame"),
+                    corr: bodies.first.flatMap { Envelope.salvageID($0) }, src: name).encoded()
                 guard let w = workers[identity], let s = services[w.service] else {
                     // A reply from a worker we dropped: still deliver it.
-                    deliver(frames[3], frames[4])
-                    try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
+                    let service = (try? Envelope.decodeHeader(bytes, maxBytes: .max)).map { String($0.service) } ?? ""
+                    deliver(client, bytes, service: service)
+                    sendWorker(identity, .disconnect)
                     continue
                 }
-                deliver(frames[3], frames[4])
+                deliver(client, bytes, service: w.service)
                 if let id = w.current?.id, casualties[id] != nil { casualties[id] = nil }
                 w.current = nil
                 w.served += 1
                 s.idle.append(identity)
                 dispatch(s)
-            case WorkerProtocol.heartbeat:
-                if workers[identity] == nil {
-                    try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
-                }
-            case WorkerProtocol.disconnect:
+            case .heartbeat:
+                if workers[identity] == nil { sendWorker(identity, .disconnect) }
+            case .disconnect:
                 if let w = workers[identity] { remove(w, reason: "worker said DISCONNECT") }
-                try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.bye])
-            default:
+                // The confirmation: nothing more goes to this worker.
+                sendWorker(identity, .disconnect)
+                delimitedWorkers.remove(identity)
+            case .request:
                 break
             }
         }
     }
 
     func register(identity: [UInt8], service name: String, info: [UInt8]) {
-        guard !name.isEmpty, name != "sys", Envelope.isValidType(name), !name.contains(".") else {
-            try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
+        guard name != "sys", Majordomo.isServiceName(name) else {
+            sendWorker(identity, .disconnect)
             return
         }
         if let old = workers[identity] { remove(old, reason: "registered again") }
-        let details = (try? JSON.parse(info)) ?? .null
-        let w = Worker(identity: identity, service: name, instance: details["instance"]?.string ?? "\(name)/?",
+        // A foreign MDP worker sends no info: it is named by its routing id.
+        let details: JSON = info.isEmpty ? .null : (try? JSON.parse(info)) ?? .null
+        let w = Worker(identity: identity, service: name, instance: details["instance"]?.string ?? "\(name)/mdp-\(hex(identity))",
                        pid: details["pid"]?.int ?? 0, expires: Clock.monotonicMillis() + settings.heartbeatMs * WorkerProtocol.liveness)
         workers[identity] = w
         let s: Service
@@ -810,9 +858,10 @@ public final class Broker {
             if w.expires < now {
                 remove(w, reason: "missed \(WorkerProtocol.liveness) heartbeats", died: true)
             } else {
-                try? backend.send([w.identity, WorkerProtocol.header, WorkerProtocol.heartbeat], dontWait: true)
+                sendWorker(w.identity, .heartbeat, dontWait: true)
             }
         }
+        delimitedWorkers = delimitedWorkers.filter { workers[$0] != nil }
     }
 
     // MARK: sys.*

@@ -1,4 +1,5 @@
 import QuadMessaging
+import QuadRuntime
 import QuadWire
 
 /// Why a request got no answer.
@@ -109,7 +110,7 @@ final class Link {
             agenda.after(0) { earlier.completion(.failure(.timeout)) }
         }
         do {
-            try socket.send([request.encoded()], dontWait: true)
+            try socket.send(Majordomo.request(request), dontWait: true)
         } catch {
             agenda.after(0) { completion(.failure(.sendFailed("\(error)"))) }
             return
