@@ -131,7 +131,7 @@ final class Link {
     func receive() {
         guard let socket else { return }
         while self.socket === socket, let frames = try? socket.receive(dontWait: true) {
-            guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max) else { continue }
+            guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max) else { continue }
             answered += 1
             onAnswer()
             guard let corr = reply.corr, let call = calls.removeValue(forKey: corr) else { continue }
