@@ -21,16 +21,19 @@ import QuadWire
 /// delimiter frame first; the broker accepts both forms and answers each
 /// peer in the form it used (``Form``). The client's PARTIAL and FINAL carry
 /// the same command bytes as the worker's (0x03, 0x04), as majortomo and the
-/// zguide's brokers do.
+/// zguide's brokers do; for the same reason a client's REQUEST may be 0x02
+/// (majortomo numbers its client commands as the worker's) as well as 0x01.
 public enum Majordomo {
     public static let clientHeader: [UInt8] = Array("MDPC02".utf8)
     public static let workerHeader: [UInt8] = Array("MDPW02".utf8)
 
     /// Command bytes. A client's REQUEST is 0x01, the same byte as a
-    /// worker's READY: the header frame tells them apart.
+    /// worker's READY: the header frame tells them apart. 0x02 is read as a
+    /// client's REQUEST too (majortomo's `Client` sends it).
     public enum Command: UInt8, Sendable {
         case ready = 0x01, request = 0x02, partial = 0x03, final = 0x04, heartbeat = 0x05, disconnect = 0x06
         public static let clientRequest: UInt8 = 0x01
+        static let clientRequests: Set<[UInt8]> = [[0x01], [0x02]]
     }
 
     /// Whether a peer's messages start with an empty delimiter frame.
@@ -105,8 +108,8 @@ public enum Majordomo {
             return refuse("expected the header frame \"MDPC02\", got \(n) frames that do not start with it")
         }
         let rest = Array(f.dropFirst())
-        guard rest.count >= 1, rest[0] == [Command.clientRequest] else {
-            return refuse("expected the command 0x01 (REQUEST) after \"MDPC02\"\(rest.first.map { ", got \($0.prefix(8).map { String($0, radix: 16) })" } ?? "")")
+        guard rest.count >= 1, Command.clientRequests.contains(rest[0]) else {
+            return refuse("expected the command 0x01 (REQUEST; 0x02 is taken too) after \"MDPC02\"\(rest.first.map { ", got \($0.prefix(8).map { String($0, radix: 16) })" } ?? "")")
         }
         guard rest.count >= 2 else { return refuse("a REQUEST without a service frame") }
         let service = rest[1]

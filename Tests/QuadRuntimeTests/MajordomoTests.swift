@@ -18,6 +18,12 @@ struct MajordomoFrameTests {
         #expect(request.form == form && request.service == "catalog" && request.body == envelope)
     }
 
+    /// majortomo's Client numbers its REQUEST 0x02, as a worker's.
+    @Test func aRequestNumberedAsMajortomoDoesIsRead() throws {
+        let frames: [[UInt8]] = [[], Majordomo.clientHeader, [0x02], Array("catalog".utf8), envelope]
+        #expect(try Majordomo.parseRequest(frames[...], count: frames.count).get().service == "catalog")
+    }
+
     @Test func aRequestOfAnEnvelopeNamesTheServiceOfItsType() {
         #expect(Majordomo.request(Envelope.request("orders.cart.view"))[2] == Array("orders".utf8))
     }
@@ -27,7 +33,7 @@ struct MajordomoFrameTests {
         ([], "do not start with it"),
         ([json], "got 1 frame"),
         ([Array("MDPC01".utf8), [0x01], catalog, json], "this broker speaks MDPC02"),
-        ([h, [0x04], catalog, json], "0x01 (REQUEST)"),
+        ([h, [0x04], catalog, json], "0x01 (REQUEST"),
         ([h, [0x01]], "without a service frame"),
         ([h, [0x01], catalog], "got 0"),
         ([h, [0x01], catalog, json, json], "exactly one envelope frame after the service, got 2"),

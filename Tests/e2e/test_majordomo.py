@@ -242,7 +242,7 @@ def test_malformed_mdp_gets_an_error_and_the_broker_keeps_serving(stack):
         ctx.destroy(linger=0)
     # Raw MDP gone wrong, each answered in the form it came in.
     for frames in ([b"", b"MDPC02", b"\x01", b"catalog"], [b"", b"MDPC01", b"\x01", b"catalog", b"{}"],
-                   [b"", b"MDPC02", b"\x02", b"catalog", b"{}"], [b"", b"MDPC02", b"\x01", b"Not A Service", b"{}"],
+                   [b"", b"MDPC02", b"\x05", b"catalog", b"{}"], [b"", b"MDPC02", b"\x01", b"Not A Service", b"{}"],
                    [b"", b"MDPC02", b"\x01", b"catalog", b"not json"], [b"MDPC02", b"\x01", b"catalog", b"{}"]):
         ctx = stack.curve_context()
         sock = ctx.socket(zmq.DEALER)
