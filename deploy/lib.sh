@@ -88,7 +88,8 @@ quad_pip_install() {
 }
 
 # Installs what Quad needs and is missing: Debian's -dev packages, a
-# PostgreSQL server, python3 with pip, pyzmq and jsonschema.
+# PostgreSQL server, python3 with pip, pyzmq, jsonschema and majortomo (an
+# MDP/0.2 worker and client no one here wrote, for Tests/e2e/test_majordomo.py).
 quad_install_deps() {
     local pkg apt_missing=()
     for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev; do
@@ -111,5 +112,9 @@ quad_install_deps() {
     if ! python3 -c 'import zmq, jsonschema' 2>/dev/null; then
         quad_say "Installing with pip: pyzmq jsonschema"
         quad_pip_install pyzmq jsonschema
+    fi
+    if [[ $(python3 -c 'import importlib.metadata as m; print(m.version("majortomo"))' 2>/dev/null) != 0.2.0 ]]; then
+        quad_say "Installing with pip: majortomo==0.2.0"
+        quad_pip_install majortomo==0.2.0
     fi
 }

@@ -2,8 +2,9 @@
 
 It speaks what a phone speaks: one DEALER socket with CURVE (the broker's
 public key from QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE or
-$QUAD_HOME/keys/broker.pub), one JSON envelope a frame, a UUIDv7 id per
-request. deploy/flood and Tests/e2e/test_hostile.py use it; it is not a
+$QUAD_HOME/keys/broker.pub), MDP/0.2 framing (ZeroMQ RFC 18: a REQUEST is
+["MDPC02", 0x01, service, envelope], the answer ["MDPC02", 0x04 FINAL,
+service, envelope]), a UUIDv7 id per request. deploy/flood and Tests/e2e/test_hostile.py use it; it is not a
 phone (no outbox, no retries beyond what a caller asks for).
 """
 
@@ -34,6 +35,24 @@ def broker_key(home=None):
     path = os.environ.get("QUAD_BROKER_KEY_FILE") or os.path.join(home or os.environ.get("QUAD_HOME", ".quad"), "keys", "broker.pub")
     with open(path, "rb") as f:
         return f.read().strip()
+
+
+MDPC02, REQUEST, PARTIAL, FINAL = b"MDPC02", b"\x01", b"\x03", b"\x04"
+
+
+def frames(env):
+    """The MDP/0.2 REQUEST carrying `env` (a dict) to the service its type names."""
+    return [MDPC02, REQUEST, env["type"].split(".", 1)[0].encode(), json.dumps(env, separators=(",", ":")).encode()]
+
+
+def final_body(message):
+    """The envelope bytes of a FINAL from the broker (an empty delimiter first
+    or not), or None for anything else (a PARTIAL, a stray message)."""
+    if message and message[0] == b"":
+        message = message[1:]
+    if len(message) == 4 and message[0] == MDPC02 and message[1] == FINAL:
+        return message[3]
+    return None
 
 
 def envelope(type_, body=None, id_=None, token=None, src="py-client", deadline=5000, **header):
@@ -67,6 +86,10 @@ class Client:
     def send_raw(self, frames):
         self.sock.send_multipart(frames)
 
+    def send(self, env, flags=0):
+        """Sends the envelope `env` (a dict) as an MDP/0.2 REQUEST."""
+        self.sock.send_multipart(frames(env), flags)
+
     def receive(self, corr=None, timeout=5.0):
         """The next envelope answering `corr` (any envelope when None), or None at the timeout."""
         until = time.monotonic() + timeout
@@ -74,9 +97,11 @@ class Client:
             left = until - time.monotonic()
             if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
                 return None
-            frames = self.sock.recv_multipart()
+            body = final_body(self.sock.recv_multipart())
+            if body is None:
+                continue
             try:
-                env = json.loads(frames[-1])
+                env = json.loads(body)
             except ValueError:
                 continue
             if corr is None or env.get("corr") == corr:
@@ -91,7 +116,7 @@ class Client:
         while True:
             env = envelope(type_, body, id_, token or self.token, self.src,
                            header.pop("deadline", int(timeout * 1000)), **header)
-            self.sock.send(json.dumps(env, separators=(",", ":")).encode())
+            self.send(env)
             answer = self.receive(id_, max(0.05, until - time.monotonic()))
             if (retry_429 and answer and answer.get("kind") == "error"
                     and answer["body"].get("code") == "too_many_requests" and time.monotonic() < until):

@@ -251,7 +251,7 @@ enum RefusingPeer {
                 guard let frames = try? socket.receive(), frames.count >= 2, let last = frames.last else { continue }
                 let request = (try? Envelope.decode(last, maxBytes: .max)) ?? Envelope.request("catalog.unknown")
                 let answer = request.error(.conflict("fuzz: the catalog refuses every hold"), src: "catalog/fuzz")
-                try? socket.send(Array(frames.dropLast()) + [answer.encoded()])
+                try? socket.send([frames[0]] + Majordomo.reply(service: request.service, answer.encoded()))
             }
         }.start()
         ready.wait()

@@ -105,7 +105,7 @@ public final class RawPull {
                                            src: name, deadline: RawPull.timeoutMs)
             // Through the internal frontend a service states its own role.
             request.role = "service"
-            try socket.send([request.encoded()], dontWait: true)
+            try socket.send(Majordomo.request(request), dontWait: true)
             inFlight = (request.id, Clock.monotonicMillis() + RawPull.timeoutMs)
             wake = false
         } catch {

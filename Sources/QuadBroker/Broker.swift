@@ -359,66 +359,91 @@ public final class Broker {
     /// worker's reply finds its way back through the right socket; the
     /// broker's own requests (``own``) have no routing id: their replies
     /// are the broker's.
+    /// The route's first byte also says whether the client's messages start
+    /// with an empty delimiter (``delimited``), so its answers do too.
     static let `public`: UInt8 = 0
     static let `internal`: UInt8 = 1
     static let own: UInt8 = 2
+    static let delimited: UInt8 = 0x80
+
+    /// Which frontend a route came in on (``public``, ``internal``, ``own``).
+    static func origin(_ route: [UInt8]) -> UInt8 { (route.first ?? own) & ~delimited }
 
     func drainFrontend(_ socket: Socket, origin: UInt8) {
         var n = 0
-        // The routing id and the envelope; frames past them are counted, not copied.
-        while n < 1000, let (frames, count, metadata) = try? socket.receiveWithMetadata(dontWait: true, keepingAtMost: 2) {
+        // The routing id and the MDP frames; frames past them are counted, not copied.
+        while n < 1000, let (frames, count, metadata) = try? socket.receiveWithMetadata(dontWait: true, keepingAtMost: Majordomo.framesToKeep) {
             n += 1
             requestsIn += 1
             guard let identity = frames.first else { continue }
-            let client = [origin] + identity
-            guard count == 2 else {
-                refuseFrames(client, count: count - 1, metadata: metadata, origin: origin)
-                continue
+            switch Majordomo.parseRequest(frames.dropFirst(), count: count - 1) {
+            case let .success(request):
+                let client = [origin | (request.form == .delimited ? Broker.delimited : 0)] + identity
+                accept(client: client, service: request.service, bytes: request.body, metadata: metadata)
+            case let .failure(refusal):
+                let client = [origin | (refusal.form == .delimited ? Broker.delimited : 0)] + identity
+                refuseFrames(client, refusal, count: count - 1, metadata: metadata, origin: origin)
             }
-            accept(client: client, bytes: frames[1], metadata: metadata)
         }
     }
 
-    /// A message with other than one envelope frame: 400, and its client
-    /// key may not connect again for `malformed_ban_ms`.
-    func refuseFrames(_ client: [UInt8], count: Int, metadata: MessageMetadata, origin: UInt8) {
+    /// A message that is not an MDP/0.2 REQUEST with one envelope frame:
+    /// 400, and its client key may not connect again for `malformed_ban_ms`.
+    func refuseFrames(_ client: [UInt8], _ refusal: Majordomo.Refusal, count: Int, metadata: MessageMetadata, origin: UInt8) {
         malformed += 1
-        var why = "expected one envelope frame, got \(count) frames"
+        var why = refusal.error.message
         if origin == Broker.public, let key = metadata.userID, let authenticator, settings.malformedBanMs > 0 {
             authenticator.ban(key, forMs: settings.malformedBanMs)
             why += "; this client key may not open a new connection for \(settings.malformedBanMs) ms (malformed_ban_ms)"
-            throttled.info("malformed-\(key)", "client key \(key) sent a message of \(count) frames: refused, key banned for \(settings.malformedBanMs) ms",
+            throttled.info("malformed-\(key)", "client key \(key) sent a malformed message of \(count) frames: refused, key banned for \(settings.malformedBanMs) ms",
                            fields: ["address": metadata.peerAddress ?? ""])
         }
-        replyError(client, .badRequest(why), corr: nil)
+        replyError(client, .badRequest(why), corr: nil, service: refusal.service)
     }
 
-    /// Sends `bytes` to the client at `route`.
-    func deliver(_ route: [UInt8], _ bytes: [UInt8]) {
-        guard let origin = route.first else { return }
+    /// Sends `bytes` to the client at `route`, as an MDP FINAL (or PARTIAL)
+    /// from `service`.
+    func deliver(_ route: [UInt8], _ bytes: [UInt8], service: some StringProtocol, partial: Bool = false) {
+        let origin = Broker.origin(route)
         if origin == Broker.own {
-            ownReply(bytes)
+            if !partial { ownReply(bytes) }
             return
         }
         let socket = origin == Broker.internal ? internalFrontend : frontend
-        try? socket.send([Array(route.dropFirst()), bytes], dontWait: true)
+        let form: Majordomo.Form = (route.first ?? 0) & Broker.delimited != 0 ? .delimited : .bare
+        try? socket.send([Array(route.dropFirst())] + Majordomo.reply(service: service, bytes, partial: partial, form: form), dontWait: true)
     }
 
-    func replyError(_ client: [UInt8], _ error: QuadError, corr: String?, type: String = "error") {
-        deliver(client, Envelope.error(error, corr: corr, type: type, src: name).encoded())
+    /// An error envelope from the broker; its FINAL names `service`, or
+    /// else the service of `type`.
+    func replyError(_ client: [UInt8], _ error: QuadError, corr: String?, type: String = "error", service: String? = nil) {
+        deliver(client, Envelope.error(error, corr: corr, type: type, src: name).encoded(),
+                service: service ?? (type == "error" ? "" : String(type.split(separator: ".", maxSplits: 1).first ?? "")))
     }
 
-    func accept(client: [UInt8], bytes: [UInt8], metadata: MessageMetadata = MessageMetadata()) {
+    /// A REQUEST to `service` (its own frame) with the envelope `bytes`,
+    /// whose header alone is read.
+    func accept(client: [UInt8], service frame: String, bytes: [UInt8], metadata: MessageMetadata = MessageMetadata()) {
         var envelope: Envelope
         do { envelope = try Envelope.decodeHeader(bytes, maxBytes: settings.maxMessageBytes) } catch {
-            replyError(client, error, corr: Envelope.salvageID(bytes))
+            replyError(client, error, corr: Envelope.salvageID(bytes), service: frame)
             return
         }
         guard envelope.kind == .request else {
-            replyError(client, .badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), corr: envelope.id, type: envelope.type)
+            replyError(client, .badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), corr: envelope.id, type: envelope.type, service: frame)
             return
         }
-        let fromOutside = client.first == Broker.public
+        // The service frame is what routes; the type must agree with it, or
+        // a worker would get a request that is not its service's. The
+        // broker's own types (`sys.*`) go to the service frame `sys`.
+        guard envelope.service == frame else {
+            replyError(client, .badRequest("type '\(envelope.type)' is not a request of service '\(frame)' (the MDP service frame): "
+                                           + "a type must start with '\(frame).'; the broker's own sys.* types go to service 'sys'",
+                                           details: ["service": .string(frame), "type": .string(envelope.type)]),
+                       corr: envelope.id, type: envelope.type, service: frame)
+            return
+        }
+        let fromOutside = Broker.origin(client) == Broker.public
         // Budgets a client cannot multiply: its connection, its CURVE key
         // (libzmq's word, from the handshake), its address; `src` is the
         // client's own word, so it only splits its address's budget.
@@ -427,7 +452,7 @@ public final class Broker {
         let address = hasAddresses ? metadata.peerAddress ?? "" : ""
         if fromOutside && limiter.isOn {
             let now = Clock.monotonicMillis()
-            var buckets: [(key: String, who: String, scope: String)] = [("c:" + hex(client), "from this connection", "connection")]
+            var buckets: [(key: String, who: String, scope: String)] = [("c:" + hex(Array(client.dropFirst())), "from this connection", "connection")]
             if let key = metadata.userID { buckets.append(("k:" + key, "for client key \(key)", "key")) }
             if let src = envelope.src, !src.isEmpty { buckets.append(("s:\(address)|" + src, "from phone '\(src)'", "src")) }
             for b in buckets {
@@ -486,9 +511,9 @@ public final class Broker {
             replyError(client, envelope.user == nil ? .unauthorized(why + ": sign in as an admin") : .forbidden(why), corr: envelope.id, type: envelope.type)
             return
         }
-        let service = String(envelope.service)
+        let service = frame
         if service == "sys" {
-            deliver(client, system(envelope, privileged: !fromOutside || envelope.role == "admin").encoded())
+            deliver(client, system(envelope, privileged: !fromOutside || envelope.role == "admin").encoded(), service: service)
             return
         }
         let spliced = header.isEmpty ? bytes : Envelope.rewritingHeader(bytes, set: header)
@@ -533,8 +558,10 @@ public final class Broker {
                 if let failed = sendToWorker(identity, request) {
                     actions += routing.handle(.workerUnreachable(identity: identity, reason: "send failed: \(failed)"), now: Clock.monotonicMillis())
                 }
-            case let .sendToClient(route, bytes):
-                deliver(route, bytes)
+            case let .sendToClient(route, bytes, service):
+                // A FINAL addressed to no client answers no one: the worker
+                // took that request on, to answer it later (a deferred reply).
+                if !route.isEmpty { deliver(route, bytes, service: service ?? Broker.service(of: bytes)) }
             case let .replyError(route, error, corr, type):
                 replyError(route, error, corr: corr, type: type)
             case let .sendHeartbeat(identity):
@@ -557,52 +584,80 @@ public final class Broker {
     /// Sends a request to a worker; the error when it could not be sent.
     func sendToWorker(_ identity: [UInt8], _ request: Routing.Request) -> Error? {
         do {
-            try backend.send([identity, WorkerProtocol.header, WorkerProtocol.request, request.client, request.bytes])
+            try backend.send([identity] + Majordomo.frames(.request(client: request.client, bodies: [request.bytes]), form: workerForm(identity)))
             return nil
         } catch {
             return error
         }
     }
 
-    func sendHeartbeat(_ identity: [UInt8]) {
-        try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.heartbeat], dontWait: true)
-    }
+    func sendHeartbeat(_ identity: [UInt8]) { sendWorker(identity, .heartbeat, dontWait: true) }
 
-    func disconnectWorker(_ identity: [UInt8]) {
-        try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.disconnect])
-    }
+    func disconnectWorker(_ identity: [UInt8]) { sendWorker(identity, .disconnect) }
 
+    /// MDP has no BYE: the broker confirms a worker's DISCONNECT with its
+    /// own, and sends it nothing more.
     func acknowledgeDisconnect(_ identity: [UInt8]) {
-        try? backend.send([identity, WorkerProtocol.header, WorkerProtocol.bye])
+        sendWorker(identity, .disconnect)
+        delimitedWorkers.remove(identity)
     }
 
-    /// What a worker's message says, or nil for one that says nothing the
-    /// broker understands.
-    func parseWorkerMessage(_ frames: [[UInt8]]) -> Routing.Event? {
-        guard frames.count >= 3, frames[1] == WorkerProtocol.header else { return nil }
-        let identity = frames[0]
-        switch frames[2] {
-        case WorkerProtocol.ready where frames.count >= 4:
-            let details = frames.count > 4 ? (try? JSON.parse(frames[4])) ?? .null : .null
-            let service = String(decoding: frames[3], as: UTF8.self)
-            return .workerReady(identity: identity, service: service, instance: details["instance"]?.string ?? "\(service)/?",
-                                pid: details["pid"]?.int ?? 0)
-        case WorkerProtocol.reply where frames.count == 5:
-            return .workerReply(identity: identity, client: frames[3], bytes: frames[4])
-        case WorkerProtocol.heartbeat:
-            return .workerHeartbeat(identity: identity)
-        case WorkerProtocol.disconnect:
-            return .workerDisconnect(identity: identity)
-        default:
-            return nil
-        }
+    /// The service an envelope's type names (a reply from a worker the
+    /// broker no longer knows).
+    static func service(of bytes: [UInt8]) -> String {
+        (try? Envelope.decodeHeader(bytes, maxBytes: .max)).map { String($0.service) } ?? ""
+    }
+
+    /// Workers whose messages start with an empty delimiter (REQ-emulating
+    /// MDP peers): what the broker sends them starts with one too. Kept
+    /// for registered workers only (pruned on the heartbeat).
+    var delimitedWorkers: Set<[UInt8]> = []
+
+    func workerForm(_ identity: [UInt8]) -> Majordomo.Form {
+        delimitedWorkers.contains(identity) ? .delimited : .bare
+    }
+
+    func sendWorker(_ identity: [UInt8], _ message: Majordomo.WorkerMessage, dontWait: Bool = false) {
+        try? backend.send([identity] + Majordomo.frames(message, form: workerForm(identity)), dontWait: dontWait)
     }
 
     func drainBackend() {
         var n = 0
         while n < 1000, let frames = try? backend.receive(dontWait: true) {
             n += 1
-            guard let event = parseWorkerMessage(frames) else { continue }
+            guard let identity = frames.first, let (form, message) = Majordomo.parseWorker(frames.dropFirst()) else { continue }
+            if form == .delimited { delimitedWorkers.insert(identity) } else { delimitedWorkers.remove(identity) }
+            let event: Routing.Event
+            switch message {
+            case let .ready(service, info):
+                let name = String(decoding: service, as: UTF8.self)
+                guard name != "sys", Majordomo.isServiceName(name) else {
+                    sendWorker(identity, .disconnect)
+                    continue
+                }
+                // A foreign MDP worker sends no info: it is named by its routing id.
+                let details: JSON = (info ?? []).isEmpty ? .null : (try? JSON.parse(info ?? [])) ?? .null
+                event = .workerReady(identity: identity, service: name, instance: details["instance"]?.string ?? "\(name)/mdp-\(hex(identity))",
+                                     pid: details["pid"]?.int ?? 0)
+            case let .partial(client, bodies):
+                // More of the answer follows: the request stays the worker's.
+                guard let w = routing.workers[identity], bodies.count == 1 else { continue }
+                deliver(client, bodies[0], service: w.service, partial: true)
+                continue
+            case let .final(client, bodies):
+                // Quad's envelope is one frame; a FINAL of another shape
+                // still ends the request, with an error the client can read.
+                let bytes = bodies.count == 1 ? bodies[0] : Envelope.error(
+                    .internal("the worker answered with \(bodies.count) body frames; an answer is one envelope frame"),
+                    corr: bodies.first.flatMap { Envelope.salvageID($0) }, src: name).encoded()
+                event = .workerReply(identity: identity, client: client, bytes: bytes)
+            case .heartbeat:
+                event = .workerHeartbeat(identity: identity)
+            case .disconnect:
+                event = .workerDisconnect(identity: identity)
+            case .request:
+                continue
+            }
             feed(event)
             if case let .workerReady(identity, "accounts", _, _) = event, routing.workers[identity] != nil {
                 // A new accounts worker may know of revocations the broker missed.
@@ -610,6 +665,7 @@ public final class Broker {
                 askRevocations()
             }
         }
+        delimitedWorkers = delimitedWorkers.filter { routing.workers[$0] != nil }
     }
 
     // MARK: sys.*

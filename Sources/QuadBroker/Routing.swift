@@ -108,7 +108,7 @@ struct Routing {
     enum Action: Equatable, Sendable {
         case sendToWorker(identity: [UInt8], request: Request)
         /// A worker's reply, to the client at `route`.
-        case sendToClient(route: [UInt8], bytes: [UInt8])
+        case sendToClient(route: [UInt8], bytes: [UInt8], service: String?)
         case replyError(route: [UInt8], error: QuadError, corr: String?, type: String)
         case sendHeartbeat(identity: [UInt8])
         /// Tells a worker the broker does not know it (DISCONNECT).
@@ -290,7 +290,7 @@ struct Routing {
     private mutating func reply(_ identity: [UInt8], client: [UInt8], bytes: [UInt8], now: Int64, _ out: inout [Action]) {
         guard var w = workers[identity], services[w.service] != nil else {
             // A reply from a worker we dropped: still deliver it.
-            out.append(.sendToClient(route: client, bytes: bytes))
+            out.append(.sendToClient(route: client, bytes: bytes, service: nil))
             out.append(.disconnectWorker(identity: identity))
             return
         }
@@ -302,7 +302,7 @@ struct Routing {
             out.append(.log(["level": "info", "msg": "late reply dropped", "service": .string(w.service), "instance": .string(w.instance),
                              "id": .string(p.request.id), "type": .string(p.request.type), "late_ms": .int(now - p.expires)]))
         } else {
-            out.append(.sendToClient(route: client, bytes: bytes))
+            out.append(.sendToClient(route: client, bytes: bytes, service: w.service))
         }
         if let id = w.current?.request.id { casualties[id] = nil }
         w.current = nil

@@ -2,8 +2,9 @@ import Foundation
 import QuadRuntime
 import QuadWire
 
-/// The control socket: a ROUTER speaking Quad's envelope (so a DEALER
-/// ``Client``, a REQ socket or `quadctl phone` can ask), with request types
+/// The control socket: a ROUTER speaking Quad's envelope, framed as MDP/0.2
+/// or bare (so a DEALER ``Client``, a REQ socket or `quadctl phone` can
+/// ask), with request types
 /// `edge.*`. Schemas and examples: `protos/edge/`.
 ///
 /// | type | body | answer |
@@ -21,10 +22,19 @@ extension Fleet {
     func serveControl() {
         guard let control else { return }
         while let frames = try? control.receive(dontWait: true) {
-            guard frames.count >= 2, let bytes = frames.last else { continue }
-            let route = Array(frames.dropLast())
-            let reply: (Envelope) -> Void = { envelope in
-                try? control.send(route + [envelope.encoded()], dontWait: true)
+            guard frames.count >= 2, var bytes = frames.last else { continue }
+            // An MDP/0.2 REQUEST (what ``Client`` sends) is answered with a
+            // FINAL; a bare envelope (a REQ socket, a script) with a bare one.
+            let reply: (Envelope) -> Void
+            if case let .success(mdp) = Majordomo.parseRequest(frames.dropFirst(), count: frames.count - 1) {
+                bytes = mdp.body
+                let route = [frames[0]]
+                reply = { envelope in
+                    try? control.send(route + Majordomo.reply(service: mdp.service, envelope.encoded(), form: mdp.form), dontWait: true)
+                }
+            } else {
+                let route = Array(frames.dropLast())
+                reply = { envelope in try? control.send(route + [envelope.encoded()], dontWait: true) }
             }
             let request: Envelope
             do { request = try Envelope.decode(bytes) } catch {

@@ -1,4 +1,5 @@
 import QuadMessaging
+import QuadRuntime
 import QuadWire
 
 /// Why a request got no answer.
@@ -109,7 +110,7 @@ final class Link {
             agenda.after(0) { earlier.completion(.failure(.timeout)) }
         }
         do {
-            try socket.send([request.encoded()], dontWait: true)
+            try socket.send(Majordomo.request(request), dontWait: true)
         } catch {
             agenda.after(0) { completion(.failure(.sendFailed("\(error)"))) }
             return
@@ -130,7 +131,7 @@ final class Link {
     func receive() {
         guard let socket else { return }
         while self.socket === socket, let frames = try? socket.receive(dontWait: true) {
-            guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max) else { continue }
+            guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max) else { continue }
             answered += 1
             onAnswer()
             guard let corr = reply.corr, let call = calls.removeValue(forKey: corr) else { continue }

@@ -69,7 +69,7 @@ final class ServiceCalls {
         do {
             // Never blocks: with no connection yet the attempt waits out its
             // time like a lost request.
-            try socket.send([call.bytes], dontWait: true)
+            try socket.send(Majordomo.request(service: call.type.prefix { $0 != "." }, call.bytes), dontWait: true)
         } catch where error.wouldBlock {
         } catch {
             pending[id] = nil
@@ -95,10 +95,12 @@ final class ServiceCalls {
     /// Takes every reply waiting on the socket.
     func receive() {
         while let frames = try? socket.receive(dontWait: true) {
-            guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max),
+            guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max),
                   let corr = reply.corr, var call = pending[corr] else { continue }
             timers.cancel(call.timer)
-            if reply.quadError?.status == 503 && call.attempt < call.attempts {
+            // The broker's 503 (no worker in time) and 504 (a worker held it
+            // past its deadline) are retried like no answer, as Client does.
+            if let status = reply.quadError?.status, status == 503 || (status == 504 && reply.src == "broker"), call.attempt < call.attempts {
                 call.attempt += 1
                 pending[corr] = call
                 transmit(corr)
@@ -256,9 +258,10 @@ extension Worker {
         inLine = false
         if early == nil { owed += 1 }
         if let early {
-            try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, early.bytes], dontWait: true)
+            try? socket.send(Majordomo.frames(.final(client: client, bodies: [early.bytes])), dontWait: true)
         } else {
-            try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, [], []], dontWait: true)
+            // A FINAL to no client: the broker frees this worker's slot.
+            try? socket.send(Majordomo.frames(.final(client: [], bodies: [[]])), dontWait: true)
         }
         relayOutbox()
     }
@@ -276,7 +279,7 @@ extension Worker {
                 return
             }
         }
-        try? lateReplies?.send([WorkerProtocol.header, WorkerProtocol.reply, client, bytes], dontWait: true)
+        try? lateReplies?.send(Majordomo.frames(.final(client: client, bodies: [bytes])), dontWait: true)
     }
 
     /// What the loop does when the calls' or the late replies' socket is readable.

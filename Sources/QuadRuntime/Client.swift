@@ -3,7 +3,8 @@ import QuadMessaging
 import QuadWire
 
 /// A client of the broker's frontend: a DEALER that sends one request at a
-/// time and waits for the reply that answers it, with the Lazy Pirate
+/// time as an MDP/0.2 REQUEST (``Majordomo``) and waits for the FINAL that
+/// answers it, with the Lazy Pirate
 /// pattern: on a timeout it sends the same envelope again, same id, so the
 /// service's idempotency record makes the retry safe. The socket is kept
 /// across attempts: a late reply to an earlier attempt answers the same id
@@ -68,7 +69,7 @@ public final class Client {
                 // Never blocks: with no connection to send on (a server that
                 // refused the handshake: a wrong or missing CURVE key) the
                 // attempt waits out its time like a lost request.
-                try socket.send([bytes], dontWait: true)
+                try socket.send(Majordomo.request(service: request.service, bytes), dontWait: true)
             } catch where error.wouldBlock {
             } catch {
                 throw .unavailable("send failed: \(error)")
@@ -80,8 +81,8 @@ public final class Client {
                 var poller = Poller()
                 poller.add(socket)
                 guard let ready = try? poller.poll(timeoutMs: Int(left)), ready[0] else { continue }
-                guard let frames = try? socket.receive(dontWait: true), let last = frames.last else { continue }
-                guard let reply = try? Envelope.decode(last, maxBytes: .max), reply.corr == request.id else { continue }
+                guard let frames = try? socket.receive(dontWait: true), let answer = Majordomo.parseReply(frames), answer.isFinal else { continue }
+                guard let reply = try? Envelope.decode(answer.body, maxBytes: .max), reply.corr == request.id else { continue }
                 // The broker's 504 (a worker held it past its deadline) is
                 // retried like no answer at all, as it was before the broker sent it.
                 if let status = reply.quadError?.status, status == 503 || (status == 504 && reply.src == "broker"), attempt < attempts { break }

@@ -128,7 +128,7 @@ public final class EventFeed {
         do {
             let request = Envelope.request("\(src).events.since", body: ["after": .int(try cursor(src)), "limit": .int(EventFeed.page)],
                                            src: name, deadline: EventFeed.catchUpTimeoutMs)
-            try requests.send([request.encoded()], dontWait: true)
+            try requests.send(Majordomo.request(request), dontWait: true)
             inFlight[src] = (request.id, now + EventFeed.catchUpTimeoutMs)
         } catch {
             Log.error(name, "catch-up from \(src) not sent: \(error)")

@@ -7,7 +7,8 @@ import QuadWire
 /// broker, answers requests one at a time with its ``Handlers``, exchanges
 /// heartbeats, relays the outbox to the event bus, runs the service's
 /// timers, and on SIGTERM leaves cleanly: DISCONNECT, answer what the broker
-/// already sent, relay what is left, exit 0.
+/// already sent until it confirms with its own DISCONNECT, relay what is
+/// left, exit 0. It speaks MDP/0.2 (``Majordomo``).
 public final class Worker {
     public let handlers: Handlers
     public let endpoints: Endpoints
@@ -81,7 +82,7 @@ public final class Worker {
         try InternalCurve.secure(socket)
         try socket.connect(endpoints.backend)
         let info: JSON = ["instance": .string(handlers.instance), "pid": .int(Int64(getpid()))]
-        try? socket.send([WorkerProtocol.header, WorkerProtocol.ready, Array(handlers.service.utf8), info.encoded()], dontWait: true)
+        try? socket.send(Majordomo.frames(.ready(service: Array(handlers.service.utf8), info: info.encoded())), dontWait: true)
         brokerExpiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
     }
 
@@ -144,7 +145,7 @@ public final class Worker {
         }
         Log.info(handlers.instance, "serving \(handlers.service) via \(endpoints.backend)")
         timers.every(heartbeatMs) { [unowned self] in
-            try? self.socket.send([WorkerProtocol.header, WorkerProtocol.heartbeat], dontWait: true)
+            try? self.socket.send(Majordomo.frames(.heartbeat), dontWait: true)
             if Clock.monotonicMillis() > self.brokerExpiry {
                 self.reconnects += 1
                 Log.info(self.handlers.instance, "broker silent for \(self.heartbeatMs * WorkerProtocol.liveness) ms: reconnecting")
@@ -184,20 +185,23 @@ public final class Worker {
         return 0
     }
 
-    /// Handles what is waiting on the broker socket; returns false after BYE.
+    /// Handles what is waiting on the broker socket. Returns false when
+    /// `leaving` and the broker confirmed our DISCONNECT with its own:
+    /// nothing more comes.
     @discardableResult
-    func receive() -> Bool {
+    func receive(leaving: Bool = false) -> Bool {
         while let frames = try? socket.receive(dontWait: true) {
             brokerExpiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
-            guard frames.count >= 2, frames[0] == WorkerProtocol.header else { continue }
-            switch frames[1] {
-            case WorkerProtocol.request where frames.count == 4:
-                serve(client: frames[2], bytes: frames[3])
-            case WorkerProtocol.disconnect:
+            guard let (_, message) = Majordomo.parseWorker(frames[...]) else { continue }
+            switch message {
+            case let .request(client, bodies):
+                // Quad's broker sends one envelope frame; a request of
+                // another shape still gets an answer (a 400), never silence.
+                serve(client: client, bytes: bodies.count == 1 ? bodies[0] : [])
+            case .disconnect:
+                if leaving { return false }
                 // The broker forgot us (it restarted, or we were silent).
                 try? connect()
-            case WorkerProtocol.bye:
-                return false
             default:
                 break
             }
@@ -217,7 +221,7 @@ public final class Worker {
         } catch {
             reply = Reply(.error(error, corr: Envelope.salvageID(bytes), src: handlers.instance))
         }
-        try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, client, reply.bytes], dontWait: true)
+        try? socket.send(Majordomo.frames(.final(client: client, bodies: [reply.bytes])), dontWait: true)
         // The events of a mutation go out after its reply: the caller does
         // not wait for the relay.
         if handlers.outboxWritten {
@@ -230,7 +234,7 @@ public final class Worker {
     /// saw that, publish what is left in the outbox.
     func leave() {
         Log.info(handlers.instance, "shutting down: disconnecting from broker")
-        try? socket.send([WorkerProtocol.header, WorkerProtocol.disconnect], dontWait: true)
+        try? socket.send(Majordomo.frames(.disconnect), dontWait: true)
         let until = Clock.monotonicMillis() + 3000
         var open = true
         // Answers owed (a saga waiting on the catalog) come in meanwhile;
@@ -242,7 +246,7 @@ public final class Worker {
             let polledCalls = calls
             if let polledCalls { poller.add(polledCalls.socket) }
             guard let ready = try? poller.poll(timeoutMs: 100) else { continue }
-            if ready[0] { open = receive() && open }
+            if ready[0] { open = receive(leaving: true) && open }
             if let polledCalls, ready[1] { receiveCalls(polledCalls) }
         }
         relayOutbox()

@@ -110,7 +110,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
         var e = Envelope.request(type, body: makeBody(sent), src: "bench", deadline: deadline)
         e.token = token
         sentAt[e.id] = Clock.monotonicMicros()
-        try socket.send([e.encoded()])
+        try socket.send(Majordomo.request(e))
         sent += 1
     }
     while sent < min(inflight, total) { try send() }

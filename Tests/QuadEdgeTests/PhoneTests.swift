@@ -1,5 +1,6 @@
 import Foundation
 import QuadMessaging
+import QuadRuntime
 import QuadStore
 import QuadWire
 import Testing
@@ -78,7 +79,7 @@ final class FakeBroker {
             case .success(let body): request.reply(body, src: "fake")
             case .failure(let error): request.error(error, src: "fake")
             }
-            pending.append((Clock.monotonicMillis() + delayMs, Array(frames.dropLast()), reply))
+            pending.append((Clock.monotonicMillis() + delayMs, [frames[0]], reply))
         }
     }
 
@@ -88,7 +89,7 @@ final class FakeBroker {
         pending.removeAll { $0.due <= now }
         for p in due {
             if Actions.queued.contains(p.reply.type) { inFlightActions -= 1 }
-            try? socket.send(p.route + [p.reply.encoded()])
+            try? socket.send(p.route + Majordomo.reply(service: p.reply.service, p.reply.encoded()))
         }
     }
 }

@@ -168,19 +168,21 @@ struct BrokerTests {
         try raw.setCurveClient(serverKey: try #require(stack.brokerKey))
         try raw.connect(stack.endpoints.frontend)
         try raw.setReceiveTimeout(2000)
+        func mdp(_ envelope: [UInt8]) -> [[UInt8]] { Majordomo.request(service: "tally", envelope) }
         let cases: [([[UInt8]], String)] = [
-            ([[0xFF, 0xFE, 0x00]], "bad_request"),
-            ([Array("not json".utf8)], "bad_request"),
-            ([Array(#"{"v":1,"id":"m1","kind":"request"}"#.utf8)], "bad_request"),
-            ([Array(#"{"v":3,"id":"m2","type":"tally.get","kind":"request"}"#.utf8)], "bad_request"),
-            ([Array(#"{"v":1,"id":"m3","type":"tally.get","kind":"reply"}"#.utf8)], "bad_request"),
+            (mdp([0xFF, 0xFE, 0x00]), "bad_request"),
+            (mdp(Array("not json".utf8)), "bad_request"),
+            (mdp(Array(#"{"v":1,"id":"m1","kind":"request"}"#.utf8)), "bad_request"),
+            (mdp(Array(#"{"v":3,"id":"m2","type":"tally.get","kind":"request"}"#.utf8)), "bad_request"),
+            (mdp(Array(#"{"v":1,"id":"m3","type":"tally.get","kind":"reply"}"#.utf8)), "bad_request"),
             ([[], []], "bad_request"),
-            ([Envelope.request("tally.get", body: ["pad": .string(String(repeating: "x", count: 1_200_000))]).encoded()], "too_large"),
+            ([Envelope.request("tally.get").encoded()], "bad_request"),
+            (mdp(Envelope.request("tally.get", body: ["pad": .string(String(repeating: "x", count: 1_200_000))]).encoded()), "too_large"),
         ]
         for (frames, code) in cases {
             try raw.send(frames)
             let reply = try #require(try raw.receive(), "no reply to a malformed message")
-            let e = try Envelope.decode(reply[0])
+            let e = try Envelope.decode(reply.last ?? [])
             #expect(e.kind == .error)
             #expect(e.quadError?.code == code, "\(e.body)")
         }

@@ -55,8 +55,9 @@ struct EventEnvelopeTests {
         let request = Envelope.request("ev.say", body: ["word": "two"], user: "alice")
         worker.serve(client: Array("client-1".utf8), bytes: request.encoded())
         let frames = try #require(try broker.receive())
-        #expect(frames.count == 5 && frames[3] == Array("client-1".utf8))
-        #expect(try Envelope.decode(frames[4]).corr == request.id)
+        // MDP/0.2's FINAL: routing id, "MDPW02", 0x04, client, "", envelope.
+        #expect(frames.count == 6 && frames[2] == [0x04] && frames[3] == Array("client-1".utf8))
+        #expect(try Envelope.decode(frames[5]).corr == request.id)
         #expect(try unpublished() == 0)
     }
 }

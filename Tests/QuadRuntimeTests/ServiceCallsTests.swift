@@ -43,11 +43,13 @@ final class CallRig {
 
     /// The next request the callee got, with its route.
     func request() throws -> (route: [UInt8], bytes: [UInt8], envelope: Envelope) {
+        // An MDP REQUEST: route, "MDPC02", 0x01, service, envelope.
         let frames = try #require(try callee.receive())
-        return (frames[0], frames[1], try Envelope.decode(frames[1]))
+        #expect(frames.count == 5 && frames[1] == Array("MDPC02".utf8))
+        return (frames[0], frames[4], try Envelope.decode(frames[4]))
     }
 
-    func answer(_ route: [UInt8], _ reply: Envelope) throws { try callee.send([route, reply.encoded()]) }
+    func answer(_ route: [UInt8], _ reply: Envelope) throws { try callee.send([route] + Majordomo.reply(service: reply.service, reply.encoded())) }
 }
 
 /// What each call's continuation got, by request id.

@@ -22,7 +22,7 @@ final class FakeWorker: @unchecked Sendable {
         Thread { [self] in
             let context = ZMQContext()
             guard let socket = try? context.socket(.dealer), (try? socket.connect(backend)) != nil else { return }
-            func ready() { try? socket.send([WorkerProtocol.header, WorkerProtocol.ready, Array(service.utf8), Array(#"{"instance":"fake/1","pid":1}"#.utf8)]) }
+            func ready() { try? socket.send(Majordomo.frames(.ready(service: Array(service.utf8), info: Array(#"{"instance":"fake/1","pid":1}"#.utf8)))) }
             ready()
             var poller = Poller()
             poller.add(socket)
@@ -30,16 +30,16 @@ final class FakeWorker: @unchecked Sendable {
             while !lock.withLock({ stopped }) {
                 if let polled = try? poller.poll(timeoutMs: 50), polled[0] {
                     while let frames = try? socket.receive(dontWait: true) {
-                        guard frames.count >= 2, frames[0] == WorkerProtocol.header else { continue }
-                        if frames[1] == WorkerProtocol.disconnect { ready(); continue }
-                        guard frames[1] == WorkerProtocol.request, frames.count == 4 else { continue }
-                        lock.withLock { received.append(frames[3]) }
-                        guard let request = try? Envelope.decode(frames[3]) else { continue }
-                        try? socket.send([WorkerProtocol.header, WorkerProtocol.reply, frames[2], request.reply(answer(request), src: "fake/1").encoded()])
+                        guard let (_, message) = Majordomo.parseWorker(frames[...]) else { continue }
+                        if message == .disconnect { ready(); continue }
+                        guard case let .request(client, bodies) = message, bodies.count == 1 else { continue }
+                        lock.withLock { received.append(bodies[0]) }
+                        guard let request = try? Envelope.decode(bodies[0]) else { continue }
+                        try? socket.send(Majordomo.frames(.final(client: client, bodies: [request.reply(answer(request), src: "fake/1").encoded()])))
                     }
                 }
                 if Clock.monotonicMillis() >= beat {
-                    try? socket.send([WorkerProtocol.header, WorkerProtocol.heartbeat], dontWait: true)
+                    try? socket.send(Majordomo.frames(.heartbeat), dontWait: true)
                     beat = Clock.monotonicMillis() + heartbeatMs
                 }
             }
@@ -90,9 +90,9 @@ struct BrokerLimitsTests {
         let body = #"{"s":"\b\b\b\b\u00e9\u00E9\/\"","n":1.50,"e":[ 1 , 2 ],"z":{}}"#
         let id = MessageID.make()
         let text = #"{"v":1,"id":"\#(id)","type":"echo.say","kind":"request","user":"forged","role":"admin","us\u0065r":"forged2","caller":"service:orders","caller":"x","token":"","body":\#(body)}"#
-        try peer.socket.send([Array(text.utf8)])
+        try peer.socket.send(Majordomo.request(service: "echo", Array(text.utf8)))
         let answer = try #require(peer.receive(within: 5000), "no answer")
-        #expect((try? Envelope.decode(answer[0]))?.kind == .reply)
+        #expect((try? Envelope.decode(answer.last ?? []))?.kind == .reply)
         let delivered = try #require(worker.requests.first)
         let deliveredText = String(decoding: delivered, as: UTF8.self)
         #expect(deliveredText.contains(#""body":"# + body), "the body was rewritten: \(deliveredText)")
@@ -115,15 +115,15 @@ struct BrokerLimitsTests {
         let id = MessageID.make()
         let text = #"{"v":1,"id":"\#(id)","type":"echo.say","kind":"request","token":"x.y","body":{"s":"\#(escapes)"}}"#
         let peer = try RawPeer(ZMQContext(), stack.endpoints.frontend, serverKey: stack.brokerKey)
-        try peer.socket.send([Array(text.utf8)])
+        try peer.socket.send(Majordomo.request(service: "echo", Array(text.utf8)))
         _ = peer.receive(within: 5000)
         // The token is refused (401) without reaching the worker; without
         // one, and with a forged role the broker drops, the request goes
         // through with its body as it was.
         let plain = #"{"v":1,"id":"\#(MessageID.make())","type":"echo.say","kind":"request","role":"admin","body":{"s":"\#(escapes)"}}"#
-        try peer.socket.send([Array(plain.utf8)])
+        try peer.socket.send(Majordomo.request(service: "echo", Array(plain.utf8)))
         let answer = try #require(peer.receive(within: 5000), "no answer")
-        #expect((try? Envelope.decode(answer[0]))?.kind == .reply)
+        #expect((try? Envelope.decode(answer.last ?? []))?.kind == .reply)
         let delivered = try #require(worker.requests.last)
         #expect(delivered.count < plain.utf8.count + 80, "\(delivered.count) bytes delivered for \(plain.utf8.count) sent")
         #expect(String(decoding: delivered, as: UTF8.self).contains(escapes))
@@ -163,15 +163,15 @@ struct BrokerLimitsTests {
         // The only worker is busy for 2 s (its heartbeats, 1 s apart here,
         // wait too); what comes meanwhile is queued.
         let busy = try RawPeer(context, stack.endpoints.frontend, serverKey: key)
-        try busy.socket.send([Envelope.request("tally.slow", body: ["ms": 2000], deadline: 10_000).encoded()])
+        try busy.socket.send(Majordomo.request(Envelope.request("tally.slow", body: ["ms": 2000], deadline: 10_000)))
         usleep(300_000)
         let pad = JSON.string(String(repeating: "x", count: 3000))
         let peer = try RawPeer(context, stack.endpoints.frontend, serverKey: key)
         var refusal: Envelope?
         for _ in 0..<4 {
-            try peer.socket.send([Envelope.request("tally.whoami", body: ["pad": pad], deadline: 10_000).encoded()])
+            try peer.socket.send(Majordomo.request(Envelope.request("tally.whoami", body: ["pad": pad], deadline: 10_000)))
         }
-        if let frames = peer.receive(within: 2000) { refusal = try? Envelope.decode(frames[0]) }
+        if let frames = peer.receive(within: 2000) { refusal = try? Envelope.decode(frames.last ?? []) }
         let error = try #require(refusal?.quadError, "no refusal while the queue held 4 requests of 3 KB")
         #expect(error.status == 503 && error.message.contains("max_queue_bytes=8192"), "\(error)")
     }
@@ -181,21 +181,21 @@ struct BrokerLimitsTests {
         let key = try #require(stack.brokerKey)
         let context = ZMQContext()
         let busy = try RawPeer(context, stack.endpoints.frontend, serverKey: key)
-        try busy.socket.send([Envelope.request("tally.slow", body: ["ms": 1500], deadline: 10_000).encoded()])
+        try busy.socket.send(Majordomo.request(Envelope.request("tally.slow", body: ["ms": 1500], deadline: 10_000)))
         usleep(300_000)
         let alice = try RawPeer(context, stack.endpoints.frontend, serverKey: key)
         let mallory = try RawPeer(context, stack.endpoints.frontend, serverKey: key)
         let request = Envelope.request("tally.add", body: ["key": "mine", "n": 7], deadline: 10_000)
-        try alice.socket.send([request.encoded()])
+        try alice.socket.send(Majordomo.request(request))
         usleep(100_000)
         var stolen = request
         stolen.body = ["key": "mine", "n": 1000]
         let refused = try #require(try mallory.call(stolen, within: 3000), "no answer to the second caller")
         #expect(refused.quadError?.code == "conflict" && refused.quadError?.message == "this request id was used by another caller", "\(refused.body)")
         // Alice's own retry still replaces hers, and she gets her reply.
-        try alice.socket.send([request.encoded()])
+        try alice.socket.send(Majordomo.request(request))
         var replies: [Envelope] = []
-        while let frames = alice.receive(within: 4000), let e = try? Envelope.decode(frames[0]) { replies.append(e) }
+        while let frames = alice.receive(within: 4000), let e = try? Envelope.decode(frames.last ?? []) { replies.append(e) }
         #expect(replies.count == 1 && replies.first?.body["total"]?.int == 7, "\(replies.map { $0.body.text })")
     }
 
@@ -211,8 +211,8 @@ struct BrokerLimitsTests {
         let context = ZMQContext()
         let stranger = try RawPeer(context, stack.endpoints.frontend, serverKey: key)
         // The worker is busy; 30 anonymous requests of 100 ms each queue behind it.
-        try stranger.socket.send([Envelope.request("tally.slow", body: ["ms": 500], deadline: 30_000).encoded()])
-        for _ in 0..<30 { try stranger.socket.send([Envelope.request("tally.slow", body: ["ms": 100], deadline: 30_000).encoded()]) }
+        try stranger.socket.send(Majordomo.request(Envelope.request("tally.slow", body: ["ms": 500], deadline: 30_000)))
+        for _ in 0..<30 { try stranger.socket.send(Majordomo.request(Envelope.request("tally.slow", body: ["ms": 100], deadline: 30_000))) }
         var backlog = 0
         for _ in 0..<100 where backlog < 30 {
             let services = try stack.internalClient().request("sys.services")
@@ -253,7 +253,7 @@ struct BrokerLimitsTests {
         // Another key is served all the while the first keeps flooding.
         let other = try RawPeer(context, stack.endpoints.frontend, serverKey: key)
         for _ in 0..<10 {
-            for c in connections { try c.socket.send([Envelope.request("tally.whoami").encoded()]) }
+            for c in connections { try c.socket.send(Majordomo.request(Envelope.request("tally.whoami"))) }
             #expect(try other.call(.request("tally.whoami"))?.kind == .reply)
             usleep(50_000)
         }
@@ -302,8 +302,9 @@ struct BrokerLimitsTests {
         let context = ZMQContext()
         let bad = try curveKeyPair()
         let first = try RawPeer(context, stack.endpoints.frontend, serverKey: key, clientKeys: (bad.publicKey, bad.secretKey))
-        try first.socket.send([Envelope.request("tally.whoami").encoded(), Array(repeating: 0x41, count: 1000)])
-        let refusal = try #require(first.receive(within: 3000).flatMap { try? Envelope.decode($0[0]) }, "no answer")
+        // An MDP REQUEST with two body frames: Quad's envelope is one.
+        try first.socket.send(Majordomo.request(Envelope.request("tally.whoami")) + [Array(repeating: 0x41, count: 1000)])
+        let refusal = try #require(first.receive(within: 3000).flatMap { try? Envelope.decode($0.last ?? []) }, "no answer")
         #expect(refusal.quadError?.status == 400 && refusal.quadError?.message.contains("malformed_ban_ms") == true, "\(refusal.body)")
         // The same key on a new connection: the handshake is refused.
         let again = try RawPeer(context, stack.endpoints.frontend, serverKey: key, clientKeys: (bad.publicKey, bad.secretKey))

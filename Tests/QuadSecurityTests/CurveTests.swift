@@ -44,7 +44,7 @@ struct CurveTests {
             for peer in [plain, wrong] {
                 let request = Envelope.request("tally.whoami")
                 ids.append(request.id)
-                try? peer.socket.send([request.encoded()], dontWait: true)
+                try? peer.socket.send(Majordomo.request(request), dontWait: true)
             }
         }
         #expect(plain.receive(within: 1500) == nil, "a client without CURVE got an answer")
@@ -68,7 +68,7 @@ struct CurveTests {
             usleep(100_000)
             if !log.contains(mismatch) && Clock.monotonicMillis() - lastPlain >= 1000 {
                 let another = try RawPeer(context, stack.endpoints.frontend, serverKey: nil)
-                try? another.socket.send([Envelope.request("tally.whoami").encoded()], dontWait: true)
+                try? another.socket.send(Majordomo.request(Envelope.request("tally.whoami")), dontWait: true)
                 plains.append(another)
                 lastPlain = Clock.monotonicMillis()
             }
@@ -127,7 +127,7 @@ struct CurveTests {
         #expect(try listed.call(.request("tally.whoami"))?.kind == .reply)
         let unlisted = try RawPeer(context, stack.endpoints.frontend, serverKey: key, clientKeys: (other.publicKey, other.secretKey))
         // Once refused, the socket may have no connection to queue on: EAGAIN.
-        try? unlisted.socket.send([Envelope.request("tally.whoami").encoded()], dontWait: true)
+        try? unlisted.socket.send(Majordomo.request(Envelope.request("tally.whoami")), dontWait: true)
         #expect(unlisted.receive(within: 1500) == nil, "a client key not in --allow-keys got an answer")
         let log = stack.log("broker")
         #expect(log.contains("with CURVE key \(other.publicText) refused: the key is not in --allow-keys"), "\(log)")

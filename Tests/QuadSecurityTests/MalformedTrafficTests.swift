@@ -138,6 +138,18 @@ struct MalformedTrafficTests {
             [Array(#"{"v":1,"id":"n1","type":"catalog.search","kind":"request","body":1e99999}"#.utf8)],
             [Array(#"{"v":1,"v":2,"id":"d1","type":"catalog.search","kind":"request"}"#.utf8)],
         ]
+        // The envelopes above as MDP REQUESTs too, so they reach the envelope
+        // decoder, and MDP framing gone wrong.
+        junk += junk.filter { $0.count == 1 }.map { Majordomo.request(service: "catalog", $0[0]) }
+        let envelope = Envelope.request("catalog.categories").encoded()
+        junk += [
+            [Majordomo.clientHeader], [Majordomo.clientHeader, [0x01]], [Majordomo.clientHeader, [0x01], Array("catalog".utf8)],
+            [Majordomo.clientHeader, [0x04], Array("catalog".utf8), envelope], [Majordomo.clientHeader, [], Array("catalog".utf8), envelope],
+            [Array("MDPC01".utf8), Array("catalog".utf8), envelope], [Majordomo.workerHeader, [0x01], Array("catalog".utf8)],
+            [Majordomo.clientHeader, [0x01], Array("Cat alog".utf8), envelope], [Majordomo.clientHeader, [0x01], [0xFF, 0xFE], envelope],
+            [Majordomo.clientHeader, [0x01], Array("orders".utf8), envelope], [Majordomo.clientHeader, [0x01], Array("sys".utf8), envelope],
+            Majordomo.request(service: "catalog", envelope) + [envelope], [[]] + Majordomo.request(service: "catalog", []),
+        ]
         for _ in 0..<300 {
             junk.append((0..<Int.random(in: 1...4, using: &r)).map { _ in r.bytes(Int.random(in: 0...3000, using: &r)) })
         }
@@ -150,7 +162,7 @@ struct MalformedTrafficTests {
         for _ in 0..<3 {
             let big = try RawPeer(context, frontend, serverKey: key)
             try big.socket.send([Array(repeating: 0x41, count: 10 << 20)])
-            try big.socket.send([Envelope.request("catalog.categories").encoded(), Array(repeating: 0x7B, count: 10 << 20)])
+            try big.socket.send(Majordomo.request(service: "catalog", Array(repeating: 0x7B, count: 10 << 20)))
             _ = big.receive(within: 300)
         }
         // Just over max_message_bytes: answered with 413.
@@ -220,7 +232,7 @@ struct MalformedTrafficTests {
         let until = Clock.monotonicMillis() + timeoutMs
         while (next < requests.count || !inFlight.isEmpty) && Clock.monotonicMillis() < until {
             while next < requests.count && inFlight.count < window {
-                try peer.socket.send([requests[next].encoded()])
+                try peer.socket.send(Majordomo.request(requests[next]))
                 inFlight.insert(requests[next].id)
                 next += 1
             }

@@ -113,7 +113,7 @@ final class RawPeer {
 
     /// Sends a request envelope and returns the answer within `ms`, or nil.
     func call(_ envelope: Envelope, within ms: Int = 3000) throws -> Envelope? {
-        try socket.send([envelope.encoded()])
+        try socket.send(Majordomo.request(envelope))
         let until = Clock.monotonicMillis() + Int64(ms)
         while case let left = until - Clock.monotonicMillis(), left > 0 {
             guard let frames = receive(within: Int(left)), let last = frames.last else { return nil }

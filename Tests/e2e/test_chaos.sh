@@ -163,7 +163,8 @@ def client(endpoint, product, count, stop, results, lock, timeout_ms):
             env = {"v": 1, "id": rid, "type": "catalog.stock.adjust", "kind": "request", "ts": int(time.time() * 1000),
                    "src": "e2e/chaos-load", "deadline": timeout_ms, "user": "e2e-admin", "role": "admin",
                    "body": {"id": product, "delta": 1}}
-            sock.send(json.dumps(env).encode())
+            # MDP/0.2 (RFC 18): header, REQUEST, service, envelope.
+            sock.send_multipart([b"MDPC02", b"\x01", b"catalog", json.dumps(env).encode()])
             until = time.time() + timeout_ms / 1000.0 + 0.3
             while time.time() < until:
                 if not sock.poll(int(max(1, (until - time.time()) * 1000))):

@@ -152,7 +152,7 @@ def test_another_caller_never_replaces_a_queued_request(stack):
     rid = quadclient.uuid7()
     for c, product in ((ana, "p-0006"), (ben, "p-0007")):
         env = quadclient.envelope("favorites.add", {"product": product}, rid, c.token, c.src, 10000)
-        c.sock.send(json.dumps(env).encode())
+        c.send(env)
     a, b = ana.receive(rid, 10), ben.receive(rid, 10)
     assert a is not None and error_code(a) is None and a["body"].get("product") == "p-0006", a
     assert b is not None and error_code(b) == "conflict", b
@@ -206,7 +206,8 @@ def test_an_unknown_service_is_answered_at_once_and_not_kept(stack):
 
 def test_more_frames_than_the_protocol_allows_are_refused(stack):
     anon = stack.client()
-    anon.send_raw([b"a", b"b", json.dumps(quadclient.envelope("catalog.sys.health")).encode()])
+    # An MDP/0.2 REQUEST with two body frames: Quad's envelope is one.
+    anon.send_raw(quadclient.frames(quadclient.envelope("catalog.sys.health")) + [b"b"])
     answer = anon.receive(None, 5)
     if answer is not None:
         assert error_code(answer) == "bad_request", answer
@@ -237,7 +238,7 @@ def test_a_flooding_key_is_limited_and_another_key_is_not(stack):
     for k in range(400):
         env = quadclient.envelope("catalog.sys.health", {}, src=f"made-up-{k}")  # a new src each time
         ids.append(env["id"])
-        flooder.sock.send(json.dumps(env).encode())
+        flooder.send(env)
     codes = {}
     deadline = time.monotonic() + 30
     while len(ids) and time.monotonic() < deadline:
@@ -263,7 +264,7 @@ def test_fresh_connections_give_no_new_budget(stack):
         socks.append(c)
         for _ in range(12):
             env = quadclient.envelope("catalog.sys.health", src="fresh-" + secrets.token_hex(6))
-            c.sock.send(json.dumps(env).encode())
+            c.send(env)
     until = time.monotonic() + 30
     for c in socks:
         for _ in range(12):

@@ -292,10 +292,22 @@ def broker_key_from_env(home=None):
     return None
 
 
+MDPC02, REQUEST, PARTIAL, FINAL = b"MDPC02", b"\x01", b"\x03", b"\x04"
+
+
+def service_of(raw):
+    """The MDP service frame for envelope bytes: the first segment of their
+    type when it can be read, else catalog (the broker reads the envelope
+    before it compares the two, so a broken one is refused for what it is)."""
+    m = re.search(rb'"type"\s*:\s*"([a-z0-9_-]+)[".]', raw)
+    return m.group(1) if m else b"catalog"
+
+
 def exchange(endpoint, raw, timeout=REPLY_TIMEOUT):
-    """Sends one frame from a fresh DEALER; returns the reply's frames, or None
-    after timeout. A fresh socket per exchange keeps answers to broken
-    messages, which may carry no corr, from being confused."""
+    """Sends the envelope bytes raw as one MDP/0.2 REQUEST from a fresh
+    DEALER; returns the reply's frames, or None after timeout. A fresh
+    socket per exchange keeps answers to broken messages, which may carry no
+    corr, from being confused."""
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
     if BROKER_KEY:
@@ -303,7 +315,7 @@ def exchange(endpoint, raw, timeout=REPLY_TIMEOUT):
         sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
     try:
         sock.connect(endpoint)
-        sock.send(raw)
+        sock.send_multipart([MDPC02, REQUEST, service_of(raw), raw])
         if not sock.poll(int(timeout * 1000)):
             return None
         return sock.recv_multipart()
@@ -328,7 +340,9 @@ def answer_to(endpoint, raw, timeout=REPLY_TIMEOUT):
 def _answer_once(endpoint, raw, timeout):
     frames = exchange(endpoint, raw, timeout)
     assert frames is not None, f"no answer from {endpoint} within {timeout} s"
-    assert all(f == b"" for f in frames[:-1]), f"expected one envelope frame, got {len(frames)} frames"
+    assert len(frames) == 4 and frames[:2] == [MDPC02, FINAL], \
+        f"expected an MDP/0.2 FINAL [MDPC02, 0x04, service, envelope], got {len(frames)} frames {frames[:3]!r}"
+    assert frames[2] == service_of(raw), f"the FINAL names service {frames[2]!r}, the request {service_of(raw)!r}"
     text = frames[-1].decode("utf-8")  # the answer itself must be UTF-8
     envelope = json.loads(text)
     errors = errors_of("envelope.schema.json", envelope)
