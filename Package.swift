@@ -29,13 +29,16 @@ let package = Package(
 
         // The wire: envelope, error, JSON values, ids.
         .target(name: "QuadWire"),
+        // The contract, written once: every request, reply and event body
+        // as a Shape, from which protos/ is generated and requests are checked.
+        .target(name: "QuadContract", dependencies: ["QuadWire"]),
         // ZeroMQ: context, sockets, frames, poller with timers.
         .target(name: "QuadMessaging", dependencies: ["CZeroMQ"]),
         // Stores: SQLite and PostgreSQL behind one interface, migrations,
         // idempotency records and the transactional outbox.
         .target(name: "QuadStore", dependencies: ["CSQLite", "CPostgres", "QuadWire"]),
         // The service runtime (worker loop, outbox relay) and the client.
-        .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadMessaging", "QuadStore"]),
+        .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadContract", "QuadMessaging", "QuadStore"]),
         // Session tokens (Ed25519), key files and password hashes: the only
         // module that imports CSodium.
         .target(name: "QuadAuth", dependencies: ["CSodium", "QuadWire"]),
@@ -66,7 +69,7 @@ let package = Package(
         .executableTarget(name: "quad-telemetry", dependencies: ["QuadTelemetry", "QuadRuntime"]),
         .executableTarget(name: "quad-analytics", dependencies: ["QuadAnalytics", "QuadRuntime"]),
         .executableTarget(name: "quad-edge", dependencies: ["QuadEdge", "QuadRuntime"]),
-        .executableTarget(name: "quadctl", dependencies: ["QuadRuntime", "QuadWire", "QuadAuth"]),
+        .executableTarget(name: "quadctl", dependencies: ["QuadRuntime", "QuadWire", "QuadAuth", "QuadContract"]),
         // Quad's side of the benchmarks (deploy/bench).
         .executableTarget(name: "quad-bench", dependencies: ["QuadRuntime", "QuadMessaging", "QuadWire"]),
         // A counter service the runtime's tests run as real processes.
@@ -80,6 +83,7 @@ let package = Package(
         .target(name: "QuadTestSupport", dependencies: ["QuadRuntime", "QuadStore", "QuadWire"]),
 
         .testTarget(name: "QuadWireTests", dependencies: ["QuadWire"]),
+        .testTarget(name: "QuadContractTests", dependencies: ["QuadContract", "QuadWire"]),
         .testTarget(name: "QuadMessagingTests", dependencies: ["QuadMessaging"]),
         .testTarget(name: "QuadStoreTests", dependencies: ["QuadStore", "QuadWire"]),
         .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
