@@ -145,12 +145,15 @@ def test_schema_is_valid_2020_12(rel):
 @pytest.mark.parametrize("rel", sorted(SCHEMAS))
 def test_schema_annotations(rel):
     """x-quad-auth on a request schema: who may call it (user: signed in,
-    admin: role admin); absent means anyone."""
+    admin: role admin, service: Quad's own services or an admin); absent means
+    anyone. x-quad-kind: query or mutation, on every request schema."""
     schema = SCHEMAS[rel]
     if "x-quad-auth" in schema:
         assert rel.endswith(".request.json"), f"{rel}: x-quad-auth belongs on request schemas"
-        assert schema["x-quad-auth"] in ("user", "admin"), f"{rel}: x-quad-auth is user or admin"
-    unknown = [k for k in schema if k.startswith("x-") and k != "x-quad-auth"]
+        assert schema["x-quad-auth"] in ("user", "admin", "service"), f"{rel}: x-quad-auth is user, admin or service"
+    if rel.endswith(".request.json"):
+        assert schema.get("x-quad-kind") in ("query", "mutation"), f"{rel}: x-quad-kind is query or mutation"
+    unknown = [k for k in schema if k.startswith("x-") and k not in ("x-quad-auth", "x-quad-kind", "x-quad-limit")]
     assert not unknown, f"{rel}: unknown annotations {unknown}"
 
 
