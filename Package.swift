@@ -45,16 +45,16 @@ let package = Package(
         // The broker: Majordomo-style routing plus the event proxy.
         .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadRuntime", "QuadAuth"]),
         // Service domains.
-        .target(name: "QuadCatalog", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadCatalog", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // A service's own copy of the catalog, kept from catalog's events.
         .target(name: "QuadCatalogCopy", dependencies: ["QuadWire", "QuadStore"]),
-        .target(name: "QuadFavorites", dependencies: ["QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
-        .target(name: "QuadOrders", dependencies: ["QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
-        .target(name: "QuadAccounts", dependencies: ["QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadFavorites", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
+        .target(name: "QuadOrders", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
+        .target(name: "QuadAccounts", dependencies: ["QuadContract", "QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadReservations", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
-        .target(name: "QuadTelemetry", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadTelemetry", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // The edge agent: emulated phones, one SQLite file each, on one poll loop.
-        .target(name: "QuadEdge", dependencies: ["QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadEdge", dependencies: ["QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime"]),
         // The business questions are SQL files, copied as resources.
         .target(name: "QuadAnalytics", dependencies: ["CMicroHTTPD", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
                 resources: [.copy("questions")]),
@@ -95,9 +95,9 @@ let package = Package(
         .testTarget(name: "QuadTelemetryTests", dependencies: ["QuadTelemetry", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadSecurityTests", dependencies: [
             "QuadBroker", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport", "QuadAccounts", "QuadCatalog",
-            "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics",
+            "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics", "QuadContract",
         ]),
-        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadAnalyticsTests", dependencies: ["QuadAnalytics", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

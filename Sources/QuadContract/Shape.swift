@@ -154,6 +154,10 @@ extension Shape {
     /// `x-quad-limit`.
     public func limit(_ name: String) -> Shape { with { $0["x-quad-limit"] = .string(name) } }
 
+    /// The name of the setting of this field's lower bound, when it has
+    /// its own (`min_password_length`): `x-quad-min-limit`.
+    public func minLimit(_ name: String) -> Shape { with { $0["x-quad-min-limit"] = .string(name) } }
+
     /// Any other JSON Schema keyword, its value a shape.
     public func keyword(_ name: String, _ shape: Shape) -> Shape { with { $0[name] = shape.schema } }
     /// Any other JSON Schema keyword, its value a list of shapes.

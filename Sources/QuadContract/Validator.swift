@@ -36,6 +36,7 @@ public struct Validator: Sendable {
         if case .bool(let b) = schema { return b ? nil : fail("\(name) is not allowed") }
         guard case .object(let s) = schema else { return nil }
         let limit = s["x-quad-limit"]?.string.map { " (\($0))" } ?? ""
+        let minLimit = s["x-quad-min-limit"]?.string.map { " (\($0))" }
 
         if let ref = s["$ref"]?.string {
             guard let (doc, node) = resolve(ref, from: base) else { return fail("\(name): unresolvable schema \(ref)") }
@@ -51,6 +52,8 @@ public struct Validator: Sendable {
         case .string(let str):
             let n = str.unicodeScalars.count
             let lo = s["minLength"]?.int, hi = s["maxLength"]?.int
+            if let lo, n < lo, let minLimit { return fail("\(name) must be at least \(lo) characters\(minLimit)") }
+            if let hi, n > hi, minLimit != nil { return fail("\(name) must be at most \(hi) characters\(limit)") }
             if (lo.map { n < $0 } ?? false) || (hi.map { n > $0 } ?? false) {
                 switch (lo, hi) {
                 case let (lo?, hi?): return fail("\(name) must be \(lo) to \(hi) characters\(limit)")

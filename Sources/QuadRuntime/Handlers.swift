@@ -57,7 +57,7 @@ public final class Handlers {
     /// hold new events, which the worker publishes once the reply is sent.
     var outboxWritten = false
     /// Largest page `events.since` returns (`max_events_page`, from the contract).
-    public static let maxEventsPage = Int(Common.maxEventsPage)
+    public static let maxEventsPage = Int(Contract.Common.maxEventsPage)
 
     public init(service: String, instance: String, db: Database?) {
         self.service = service

@@ -112,3 +112,24 @@ let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().delet
         #expect(checked > 200)
     }
 }
+
+/// What the services' code names, against the contract, found by reading
+/// Sources/: every event a service writes to its outbox is declared.
+@Suite struct SourcesAgreeTests {
+    @Test func everyEventAServiceWritesIsDeclared() throws {
+        let pattern = try NSRegularExpression(pattern: "Outbox\\.append\\([^\"]*type: \"([a-z_.]+)\"")
+        var written = Set<String>()
+        let sources = repoRoot.appendingPathComponent("Sources")
+        let walker = FileManager.default.enumerator(atPath: sources.path)!
+        while let rel = walker.nextObject() as? String {
+            guard rel.hasSuffix(".swift"), !rel.hasPrefix("quad-tally/") else { continue }
+            let text = try String(contentsOf: sources.appendingPathComponent(rel), encoding: .utf8)
+            for m in pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)) {
+                written.insert(String(text[Range(m.range(at: 1), in: text)!]))
+            }
+        }
+        #expect(written.count > 10, "found \(written.sorted())")
+        let undeclared = written.filter { Contract.event($0) == nil }
+        #expect(undeclared.isEmpty, "events written to an outbox that the contract does not declare: \(undeclared.sorted())")
+    }
+}

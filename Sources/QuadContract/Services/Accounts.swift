@@ -1,9 +1,19 @@
 import QuadWire
 
-/// The accounts part of the contract.
-public enum Accounts {}
+extension Contract {
+    /// The accounts part of the contract.
+    public enum Accounts {}
+}
 
-extension Accounts {
+extension Contract.Accounts {
+    /// Longest email address (`max_email_length`), password bounds
+    /// (`min_password_length`, `max_password_length`) and longest display
+    /// name (`max_name_length`), all in Unicode code points.
+    public static let maxEmailLength = 254
+    public static let minPasswordLength = 8
+    public static let maxPasswordLength = 128
+    public static let maxNameLength = 100
+
     public static let login = Operation(
         "accounts.login", .query, auth: .none,
         request: .object([
@@ -163,11 +173,11 @@ extension Accounts {
             .definitions([
                 "user": .string(pattern: "^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
                     .described("A user id: a UUIDv7 made at registration. The broker puts it in the envelope's user."),
-                "email": .string(3...254, pattern: "^(?=[^@]{1,64}@)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+                "email": .string(3...maxEmailLength, pattern: "^(?=[^@]{1,64}@)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$").limit("max_email_length")
                     .described("An address local@domain, at most 254 characters (max_email_length), at most 64 before the @; compared and stored lowercased, so it is unique whatever its case."),
-                "password": .string(8...128)
+                "password": .string(minPasswordLength...maxPasswordLength).limit("max_password_length").minLimit("min_password_length")
                     .described("8 to 128 Unicode code points (min_password_length, max_password_length). Stored only as an Argon2id hash."),
-                "name": .string(1...100, pattern: "\\S")
+                "name": .string(1...maxNameLength, pattern: "\\S").limit("max_name_length")
                     .described("Display name: at most 100 code points after trimming spaces (max_name_length), not blank, no control characters."),
                 "semester": .int(1...12)
                     .described("The student's semester of study: 1 for the first, up to 12."),

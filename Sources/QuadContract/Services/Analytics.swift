@@ -1,9 +1,11 @@
 import QuadWire
 
-/// The analytics part of the contract.
-public enum Analytics {}
+extension Contract {
+    /// The analytics part of the contract.
+    public enum Analytics {}
+}
 
-extension Analytics {
+extension Contract.Analytics {
     public static let question = Operation(
         "analytics.question", .query, auth: .admin,
         request: .object([

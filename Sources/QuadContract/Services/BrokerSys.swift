@@ -1,9 +1,11 @@
 import QuadWire
 
-/// The sys part of the contract.
-public enum BrokerSys {}
+extension Contract {
+    /// The sys part of the contract.
+    public enum BrokerSys {}
+}
 
-extension BrokerSys {
+extension Contract.BrokerSys {
     public static let health = Operation(
         "sys.health", .query, auth: .none,
         request: .object()

@@ -1,9 +1,11 @@
 import QuadWire
 
-/// The catalog part of the contract.
-public enum Catalog {}
+extension Contract {
+    /// The catalog part of the contract.
+    public enum Catalog {}
+}
 
-extension Catalog {
+extension Contract.Catalog {
     public static let categories = Operation(
         "catalog.categories", .query, auth: .none,
         request: .object()

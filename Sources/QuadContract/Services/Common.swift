@@ -1,9 +1,11 @@
 import QuadWire
 
-/// The common part of the contract.
-public enum Common {}
+extension Contract {
+    /// The common part of the contract.
+    public enum Common {}
+}
 
-extension Common {
+extension Contract.Common {
     /// Largest page `events.since` returns (`max_events_page`).
     public static let maxEventsPage: Int64 = 1000
 

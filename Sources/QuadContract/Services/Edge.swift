@@ -1,9 +1,11 @@
 import QuadWire
 
-/// The edge part of the contract.
-public enum Edge {}
+extension Contract {
+    /// The edge part of the contract.
+    public enum Edge {}
+}
 
-extension Edge {
+extension Contract.Edge {
     public static let controlSchema = Definition("edge/control.schema.json", title: "quad-edge control socket", .allOf([
             .ref("../envelope.schema.json"),
             .any.keyword("properties", json: ["type": ["enum": ["edge.state", "edge.airplane", "edge.messages", "edge.act", "edge.view", "edge.wait", "edge.log", "edge.report", "edge.stop"]], "kind": ["enum": ["request", "reply", "error"]]]),

@@ -1,9 +1,15 @@
 import QuadWire
 
-/// The favorites part of the contract.
-public enum Favorites {}
+extension Contract {
+    /// The favorites part of the contract.
+    public enum Favorites {}
+}
 
-extension Favorites {
+extension Contract.Favorites {
+    /// Largest page of favorites.list (`max_page_size`) and of favorites.top (`max_top`).
+    public static let maxPageSize: Int64 = 200
+    public static let maxTop: Int64 = 50
+
     public static let add = Operation(
         "favorites.add", .mutation, auth: .user,
         request: .object([
@@ -33,7 +39,7 @@ extension Favorites {
         "favorites.list", .query, auth: .user,
         request: .object([
             "offset": .int(min: 0, default: 0).optional,
-            "limit": .int(1...200, default: 50).optional,
+            "limit": .int(1...maxPageSize, default: 50).limit("max_page_size").optional,
         ])
             .described("A page of the caller's favorites, newest first. Only the caller's: a body naming a user is refused with forbidden (403)."),
         reply: .object([
@@ -68,7 +74,7 @@ extension Favorites {
     public static let top = Operation(
         "favorites.top", .query, auth: .none,
         request: .object([
-            "limit": .int(1...50, default: 10).optional,
+            "limit": .int(1...maxTop, default: 10).limit("max_top").optional,
             "category": .ref("../catalog/product.schema.json#/$defs/category").optional,
         ])
             .described("The most favored products, most users first (ties by product id), optionally within one category. An aggregate: anyone may ask."),

@@ -1,9 +1,16 @@
 import QuadWire
 
-/// The orders part of the contract.
-public enum Orders {}
+extension Contract {
+    /// The orders part of the contract.
+    public enum Orders {}
+}
 
-extension Orders {
+extension Contract.Orders {
+    /// Most units of one product in a cart or an order (`max_quantity`),
+    /// and the largest page of orders.mine (`max_page_size`).
+    public static let maxQuantity: Int64 = 99
+    public static let maxPageSize: Int64 = 100
+
     public static let cancel = Operation(
         "orders.cancel", .mutation, auth: .user,
         request: .object([
@@ -17,7 +24,7 @@ extension Orders {
         "orders.cart.add", .mutation, auth: .user,
         request: .object([
             "product": .string(1...64),
-            "quantity": .int(1...99, default: 1).optional,
+            "quantity": .int(1...maxQuantity, default: 1).limit("max_quantity").optional,
         ])
             .described("Adds quantity units of a product to the caller's cart (a mutation: idempotent by envelope id). not_found (404) for a product orders' copy of the catalog does not hold, once that copy is loaded. conflict (409) past max_quantity (99 of one product) or max_cart_lines (50 products). Answers the cart."),
         reply: .ref("cart.schema.json")
@@ -43,7 +50,7 @@ extension Orders {
         "orders.cart.set", .mutation, auth: .user,
         request: .object([
             "product": .string(1...64),
-            "quantity": .int(0...99),
+            "quantity": .int(0...maxQuantity).limit("max_quantity"),
         ])
             .described("Sets the quantity of a product in the caller's cart; 0 removes the line (a mutation: idempotent by envelope id). Answers the cart."),
         reply: .ref("cart.schema.json")
@@ -68,7 +75,7 @@ extension Orders {
         "orders.mine", .query, auth: .user,
         request: .object([
             "offset": .int(min: 0, default: 0).optional,
-            "limit": .int(1...100, default: 20).optional,
+            "limit": .int(1...maxPageSize, default: 20).limit("max_page_size").optional,
             "status": .choice(["pending", "held", "confirmed", "rejected", "cancelled"]).optional,
         ])
             .described("A page of the caller's orders, newest first, optionally of one status (UniTrade's My Orders)."),

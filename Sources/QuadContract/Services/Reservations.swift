@@ -1,9 +1,11 @@
 import QuadWire
 
-/// The reservations part of the contract.
-public enum Reservations {}
+extension Contract {
+    /// The reservations part of the contract.
+    public enum Reservations {}
+}
 
-extension Reservations {
+extension Contract.Reservations {
     public static let cancel = Operation(
         "reservations.cancel", .mutation, auth: .user,
         request: .object([

@@ -1,14 +1,20 @@
 import QuadWire
 
-/// The telemetry part of the contract.
-public enum Telemetry {}
+extension Contract {
+    /// The telemetry part of the contract.
+    public enum Telemetry {}
+}
 
-extension Telemetry {
+extension Contract.Telemetry {
+    /// Most events in one batch (`max_batch_events`) and in one page of raw.since (`max_raw_page`).
+    public static let maxBatchEvents = 500
+    public static let maxRawPage: Int64 = 2000
+
     public static let ingest = Operation(
         "telemetry.ingest", .mutation, auth: .none,
         request: .object([
             "events": .array(of: .object(open: true)
-                    .described("An event: telemetry/event.schema.json, checked one by one."), min: 1, max: 500),
+                    .described("An event: telemetry/event.schema.json, checked one by one."), min: 1, max: maxBatchEvents).limit("max_batch_events"),
         ])
             .described("A batch of phone events (a mutation: idempotent by envelope id, so a phone's retry gets the same answer). At most 500 events (max_batch_events) and 1 MiB of encoded events (max_batch_bytes, not expressible here): over either, too_large (413) naming the limit, and nothing is stored. Each event is validated on its own against telemetry/event.schema.json: an invalid one is rejected with its reason and the rest are stored. Anyone may send (guests' phones too); the user id inside events is the phone's word, kept for analytics only. Publishes one telemetry.batch summary when any event was accepted."),
         reply: .object([
@@ -27,7 +33,7 @@ extension Telemetry {
         "telemetry.raw.since", .query, auth: .service,
         request: .object([
             "after": .int(min: 0).optional,
-            "limit": .int(1...2000).optional,
+            "limit": .int(1...maxRawPage).limit("max_raw_page").optional,
         ])
             .described("For Quad's services (role service, through the broker's internal frontend) and admins: the stored raw events after seq `after`, in seq order, at most `limit` (max_raw_page) and about 768 KiB. Seqs grow in commit order, with gaps. This is how analytics gets the events; they never travel on the event bus."),
         reply: .object([

@@ -1,9 +1,11 @@
 import QuadWire
 
-/// The wire part of the contract.
-public enum Wire {}
+extension Contract {
+    /// The wire part of the contract.
+    public enum Wire {}
+}
 
-extension Wire {
+extension Contract.Wire {
     public static let envelopeSchema = Definition("envelope.schema.json", title: "Quad envelope", .object([
             "v": .const(1)
                 .described("Protocol version. Anything else is answered with bad_request."),
