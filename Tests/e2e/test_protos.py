@@ -543,3 +543,19 @@ def test_live_still_serving_after_abuse(frontend):
     a good request still gets its reply."""
     request, answer = call(frontend, "catalog.product.get", json.loads((EXAMPLES / "catalog/product.get.request.json").read_text()))
     _check_reply(request, answer, "catalog/product.get.reply.json")
+
+
+# ---------------------------------------------------------------------------
+# The chaos checker and its tests name request and event types in strings:
+# each must be one the contract declares (protos/ is generated from it).
+
+CHECKER_FILES = [ROOT / "deploy" / "checker.py", ROOT / "Tests" / "e2e" / "test_chaos.py", ROOT / "Tests" / "e2e" / "test_chaos_faults.py"]
+_TYPE_IN_CODE = re.compile(r"""["']((?:accounts|catalog|favorites|orders|reservations|telemetry|analytics|occupancy)\.[a-z_.]+)["']""")
+
+
+@pytest.mark.parametrize("path", CHECKER_FILES, ids=[p.name for p in CHECKER_FILES])
+def test_checker_types_are_declared(path):
+    named = set(_TYPE_IN_CODE.findall(path.read_text()))
+    assert named, f"{path.name} names no type: the pattern is stale"
+    unknown = sorted(t for t in named if body_schema_for(t, "request") is None and body_schema_for(t, "event") is None)
+    assert not unknown, f"{path.relative_to(ROOT)} names types that protos/ (the contract) does not declare: {unknown}"
