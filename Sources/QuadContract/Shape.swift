@@ -43,12 +43,15 @@ extension Shape {
         var k: [String: JSON] = ["type": "object"]
         if !fields.isEmpty {
             k["properties"] = .object(Dictionary(fields.map { ($0.key, $0.value.schema) }, uniquingKeysWith: { a, _ in a }))
-            let required = fields.filter { !$0.value.isOptional }.map { JSON.string($0.key) }
-            if !required.isEmpty { k["required"] = .array(required) }
+            k["required"] = .array(fields.filter { !$0.value.isOptional }.map { JSON.string($0.key) })
         }
         if !open { k["additionalProperties"] = false }
         return Shape(k)
     }
+
+    /// An object with no fields at all, saying so (`properties` and
+    /// `required` empty): a phone event without props.
+    public static let noFields = Shape(["type": "object", "properties": .object([:]), "required": [], "additionalProperties": false])
 
     /// An object whose other fields each have `shape` (a map).
     public static func map(of shape: Shape, _ fields: KeyValuePairs<String, Shape> = [:]) -> Shape {
@@ -154,9 +157,28 @@ extension Shape {
     /// `x-quad-limit`.
     public func limit(_ name: String) -> Shape { with { $0["x-quad-limit"] = .string(name) } }
 
+    /// Going over this field's upper bound is too_large (413), not
+    /// bad_request: the bound is on how much is sent (`x-quad-over`).
+    public var overIsTooLarge: Shape { with { $0["x-quad-over"] = "too_large" } }
+
     /// The name of the setting of this field's lower bound, when it has
     /// its own (`min_password_length`): `x-quad-min-limit`.
     public func minLimit(_ name: String) -> Shape { with { $0["x-quad-min-limit"] = .string(name) } }
+
+    /// What a value that fails this shape's `pattern` should have been, as
+    /// the refusal says it: `must be one address like name@campus.edu`
+    /// (`x-quad-expected`).
+    public func expecting(_ text: String) -> Shape { with { $0["x-quad-expected"] = .string(text) } }
+
+    /// `a` and `b` may not both be given.
+    public func exclusive(_ a: String, _ b: String) -> Shape {
+        and(Shape(["not": ["required": [.string(a), .string(b)]], "x-quad-rule": ["exclusive": [.string(a), .string(b)]]]))
+    }
+
+    /// At least one of `fields` must be given.
+    public func requiresOne(of fields: [String]) -> Shape {
+        and(Shape(["anyOf": .array(fields.map { ["required": [.string($0)]] }), "x-quad-rule": ["one_required": .array(fields.map { .string($0) })]]))
+    }
 
     /// Any other JSON Schema keyword, its value a shape.
     public func keyword(_ name: String, _ shape: Shape) -> Shape { with { $0[name] = shape.schema } }

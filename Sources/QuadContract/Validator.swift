@@ -10,8 +10,17 @@ import QuadWire
 public struct Validator: Sendable {
     /// Schemas by `protos/` path, for `$ref`.
     let documents: [String: JSON]
+    /// What the body is of, in refusals: `favorites.remove`.
+    var subject = "this request"
 
     public init(documents: [String: JSON]) { self.documents = documents }
+
+    /// The same validator, naming `type` in its refusals.
+    public func of(_ type: String) -> Validator {
+        var v = self
+        v.subject = type
+        return v
+    }
 
     /// The contract's own schemas.
     public static let contract = Validator(documents: Dictionary(Contract.documents, uniquingKeysWith: { a, _ in a }))
@@ -28,15 +37,49 @@ public struct Validator: Sendable {
         public let message: String
         /// The body named `user`: these requests act on the signed-in user only.
         public let namesUser: Bool
+        /// Over a bound whose refusal is too_large (413), not bad_request.
+        public let tooLarge: Bool
     }
 
-    func fail(_ message: String, namesUser: Bool = false) -> Failure { Failure(message: message, namesUser: namesUser) }
+    func fail(_ message: String, namesUser: Bool = false, tooLarge: Bool = false) -> Failure {
+        Failure(message: message, namesUser: namesUser, tooLarge: tooLarge)
+    }
 
     func check(_ value: JSON, _ schema: JSON, base: String, at name: String) -> Failure? {
+        guard let failure = checkNode(value, schema, base: base, at: name) else { return nil }
+        guard case .object(let s) = schema else { return failure }
+        // A rule across fields says what it wants in its own words.
+        if let rule = s["x-quad-rule"]?.object {
+            if let pair = rule["exclusive"]?.array?.compactMap(\.string) {
+                return fail(pair.map { "\(name).\($0)" }.joined(separator: " and ") + " are exclusive")
+            }
+            if let fields = rule["one_required"]?.array?.compactMap(\.string) {
+                let named = fields.map { "\(name).\($0)" }
+                return fail(named.dropLast().joined(separator: ", ") + " or " + (named.last ?? "") + " is required")
+            }
+        }
+        // A shape that says what it expects replaces every refusal of its
+        // own but a length bound with a name (`max_email_length`).
+        if let expected = s["x-quad-expected"]?.string, !failure.message.hasPrefix("\(name) must be \(s["minLength"]?.int ?? 0) to") {
+            return fail("\(name) \(expected), got \(Validator.echo(value))")
+        }
+        return failure
+    }
+
+    /// A value as a refusal shows it: a string's first 40 Unicode scalars
+    /// (never a megabyte of combining marks back to its sender), else its type.
+    static func echo(_ value: JSON) -> String {
+        guard let s = value.string else { return value.typeName }
+        let head = String(String.UnicodeScalarView(s.unicodeScalars.prefix(40)))
+        return "'\(head)\(s.unicodeScalars.count > 40 ? "..." : "")'"
+    }
+
+    func checkNode(_ value: JSON, _ schema: JSON, base: String, at name: String) -> Failure? {
         if case .bool(let b) = schema { return b ? nil : fail("\(name) is not allowed") }
         guard case .object(let s) = schema else { return nil }
         let limit = s["x-quad-limit"]?.string.map { " (\($0))" } ?? ""
         let minLimit = s["x-quad-min-limit"]?.string.map { " (\($0))" }
+        let overIsTooLarge = s["x-quad-over"] == "too_large"
 
         if let ref = s["$ref"]?.string {
             guard let (doc, node) = resolve(ref, from: base) else { return fail("\(name): unresolvable schema \(ref)") }
@@ -46,7 +89,7 @@ public struct Validator: Sendable {
         if let c = s["const"], !same(value, c) { return fail("\(name) must be \(c.text)") }
         if let e = s["enum"]?.array, !e.contains(where: { same(value, $0) }) {
             let choices = e.map { $0.string ?? $0.text }.joined(separator: ", ")
-            return fail("\(name) must be one of \(choices), got \(value.string.map { "'\($0)'" } ?? value.text)")
+            return fail("\(name) must be one of \(choices), got \(value.string != nil ? Validator.echo(value) : value.text.count > 40 ? value.typeName : value.text)")
         }
         switch value {
         case .string(let str):
@@ -57,8 +100,8 @@ public struct Validator: Sendable {
             if (lo.map { n < $0 } ?? false) || (hi.map { n > $0 } ?? false) {
                 switch (lo, hi) {
                 case let (lo?, hi?): return fail("\(name) must be \(lo) to \(hi) characters\(limit)")
-                case let (lo?, nil): return fail("\(name) must be at least \(lo) characters\(limit)")
-                case let (nil, hi?): return fail("\(name) must be at most \(hi) characters\(limit)")
+                case let (lo?, nil): return fail("\(name) must be at least \(lo) characters\(minLimit ?? "")")
+                case let (nil, hi?): return fail("\(name) must be at most \(hi) characters\(limit)", tooLarge: overIsTooLarge)
                 default: break
                 }
             }
@@ -76,8 +119,10 @@ public struct Validator: Sendable {
             }
             if let m = s["multipleOf"]?.double, m > 0, (d / m).rounded() != d / m { return fail("\(name) must be a multiple of \(show(m))") }
         case .array(let items):
-            if let lo = s["minItems"]?.int, items.count < lo { return fail("\(name) must have at least \(lo) items\(limit)") }
-            if let hi = s["maxItems"]?.int, items.count > hi { return fail("\(name) must have at most \(hi) items\(limit)") }
+            if let lo = s["minItems"]?.int, items.count < lo { return fail("\(name) must have at least \(lo) item\(lo == 1 ? "" : "s")\(minLimit ?? "")") }
+            if let hi = s["maxItems"]?.int, items.count > hi {
+                return fail("\(name) has \(items.count) items, over the limit of \(hi)\(limit)", tooLarge: overIsTooLarge)
+            }
             let prefix = s["prefixItems"]?.array ?? []
             for (i, item) in items.enumerated() {
                 if i < prefix.count {
@@ -107,7 +152,7 @@ public struct Validator: Sendable {
                 } else if let extra = s["additionalProperties"] {
                     if extra == false {
                         let expected = props.keys.sorted().joined(separator: ", ")
-                        return fail("\(name).\(key) is not a field of this request" + (expected.isEmpty ? "" : ": expected \(expected)"),
+                        return fail("\(name).\(key) is not a field of \(subject)" + (expected.isEmpty ? "" : ": expected \(expected)"),
                                     namesUser: key == "user")
                     }
                     if let f = check(fields[key]!, extra, base: base, at: "\(name).\(key)") { return f }
@@ -154,6 +199,7 @@ public struct Validator: Sendable {
     func checkType(_ value: JSON, _ type: JSON, at name: String) -> Failure? {
         let names = type.array?.compactMap(\.string) ?? type.string.map { [$0] } ?? []
         if names.contains(where: { fits(value, $0) }) { return nil }
+        if names == ["boolean"] { return fail("\(name) must be true or false, got \(value.typeName)") }
         let article = names.count == 1 ? (["integer", "object", "array"].contains(names[0]) ? "an " : "a ") : ""
         return fail("\(name) must be \(article)\(names.joined(separator: " or ")), got \(value.typeName)")
     }
@@ -221,6 +267,6 @@ extension Contract {
     /// not_found answers that).
     public static func validate(_ type: String, _ body: JSON) -> Validator.Failure? {
         guard let op = operation(type), let path = schemaPaths(type)?.request else { return nil }
-        return Validator.contract.failure(of: body, against: op.request, in: path)
+        return Validator.contract.of(type).failure(of: body, against: op.request, in: path)
     }
 }

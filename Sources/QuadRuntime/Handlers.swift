@@ -240,7 +240,8 @@ extension Handlers {
               let op = Contract.operation(envelope.type) else { return nil }
         if op.auth != .none, envelope.user == nil, envelope.role == nil, envelope.caller?.hasPrefix("service:") != true { return nil }
         guard let failure = Contract.validate(envelope.type, envelope.body) else { return nil }
-        if failure.namesUser {
+        if failure.tooLarge { return .tooLarge(failure.message) }
+        if failure.namesUser, op.auth == .user {
             return .forbidden("\(envelope.type) acts on the signed-in user only: body.user cannot name a user")
         }
         return .badRequest(failure.message)

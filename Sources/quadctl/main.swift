@@ -17,6 +17,9 @@ var flags = Flags(program: "quadctl", summary: """
                            query or mutation, who may call it, its request and reply schemas
       contract write DIR   write the JSON Schemas of the contract (Sources/QuadContract) into
                            DIR, as protos/ keeps them: quadctl contract write protos
+      contract check TYPE JSON
+                           check a request body against the contract, offline: prints ok
+                           (exit 0) or the refusal a service would give (exit 1)
       phone ...            the phones of a quad-edge process (quadctl phone --help)
       watch [TOPIC]        print events as they pass: all by default, or those whose
                            service ("catalog/") or type ("catalog.stock") starts with TOPIC
@@ -179,7 +182,17 @@ case "types":
     guard args.count == 1 else { Flags.usageError("types takes no arguments (--json for JSON)", usage: flags.usage) }
     printTypes()
 case "contract":
-    guard args.count == 3, args[1] == "write" else { Flags.usageError("contract takes: write DIR, e.g. quadctl contract write protos", usage: flags.usage) }
+    if args.count == 4, args[1] == "check" {
+        let body: JSON
+        do { body = try JSON.parse(args[3]) } catch { fail("the body is not valid JSON: \(error.message)", code: 64) }
+        guard Contract.operation(args[2]) != nil else { fail("the contract declares no request type \(args[2])", code: 1) }
+        if let failure = Contract.validate(args[2], body) { print(failure.message); exit(1) }
+        print("ok")
+        exit(0)
+    }
+    guard args.count == 3, args[1] == "write" else {
+        Flags.usageError("contract takes: write DIR (quadctl contract write protos), or check TYPE JSON", usage: flags.usage)
+    }
     writeContract(into: args[2])
 case "login":
     guard args.count == 2 else { Flags.usageError("login takes one EMAIL, e.g. quadctl login ana@uni.edu", usage: flags.usage) }

@@ -173,11 +173,11 @@ extension Contract.Accounts {
             .definitions([
                 "user": .string(pattern: "^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
                     .described("A user id: a UUIDv7 made at registration. The broker puts it in the envelope's user."),
-                "email": .string(3...maxEmailLength, pattern: "^(?=[^@]{1,64}@)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$").limit("max_email_length")
+                "email": .string(3...maxEmailLength, pattern: "^(?=[^@]{1,64}@)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$").limit("max_email_length").expecting("must be one address like name@campus.edu")
                     .described("An address local@domain, at most 254 characters (max_email_length), at most 64 before the @; compared and stored lowercased, so it is unique whatever its case."),
                 "password": .string(minPasswordLength...maxPasswordLength).limit("max_password_length").minLimit("min_password_length")
                     .described("8 to 128 Unicode code points (min_password_length, max_password_length). Stored only as an Argon2id hash."),
-                "name": .string(1...maxNameLength, pattern: "\\S").limit("max_name_length")
+                "name": .string(1...maxNameLength, pattern: "\\S").limit("max_name_length").expecting("must not be empty")
                     .described("Display name: at most 100 code points after trimming spaces (max_name_length), not blank, no control characters."),
                 "semester": .int(1...12)
                     .described("The student's semester of study: 1 for the first, up to 12."),

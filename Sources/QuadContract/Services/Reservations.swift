@@ -118,19 +118,9 @@ extension Contract.Reservations {
                 .described("Only levels with mobile signal (not P2, P3).").optional,
         ])
             .described("Signed-in drivers (a mutation: idempotent by envelope id). Holds a spot for --hold-seconds (10 minutes by default): the one named, or the best free one for the filters. conflict (409) when the spot is taken or held, when no spot matches, or when the driver already has an active reservation; not_found (404) for an unknown spot, lot or destination. Publishes reservations.held.")
-            .keyword("oneOf", [
-                .not(.anyOf([
-                        .any.keyword("required", json: ["lot"]),
-                        .any.keyword("required", json: ["destination"]),
-                        .any.keyword("required", json: ["kind"]),
-                        .any.keyword("required", json: ["level"]),
-                        .any.keyword("required", json: ["signal"]),
-                    ])).keyword("required", json: ["spot"]),
-                .oneOf([
-                    .any.keyword("required", json: ["lot"]),
-                    .any.keyword("required", json: ["destination"]),
-                ]).keyword("not", .any.keyword("required", json: ["spot"])),
-            ]),
+            .requiresOne(of: ["spot", "lot", "destination"])
+            .exclusive("spot", "lot").exclusive("spot", "destination").exclusive("lot", "destination")
+            .exclusive("spot", "kind").exclusive("spot", "level").exclusive("spot", "signal"),
         reply: .object([
             "reservation": .ref("reservation.schema.json"),
             "hold_seconds": .int(min: 1),
@@ -265,10 +255,7 @@ extension Contract.Reservations {
             "limit": .int(1...100, default: 20).optional,
         ])
             .described("Free spots in a lot or near a destination building, best first (shortest walk, 40 m per level underground), with the recommended one. Give lot or destination, not both; not_found (404) for an unknown one.")
-            .keyword("oneOf", [
-                .any.keyword("required", json: ["lot"]),
-                .any.keyword("required", json: ["destination"]),
-            ]),
+            .requiresOne(of: ["lot", "destination"]).exclusive("lot", "destination"),
         reply: .object([
             "lot": .ref("parking.schema.json#/$defs/lotID").optional,
             "destination": .string(1...64).optional,
@@ -351,7 +338,8 @@ extension Contract.Reservations {
                     .int(0...4102444800000),
                     .string(pattern: "^([0-1]?\\d|2[0-3]):[0-5]\\d$|^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])[T ]([01]\\d|2[0-3]):[0-5]\\d(:[0-5]\\d(\\.\\d{1,9})?)?(Z|[+-]\\d{2}:?\\d{2})?$"),
                 ])
-                    .described("Epoch milliseconds, an ISO 8601 date-time (campus time when it has no offset), or HH:MM for that time today on campus."),
+                    .described("Epoch milliseconds, an ISO 8601 date-time (campus time when it has no offset), or HH:MM for that time today on campus.")
+                    .expecting("must be epoch milliseconds, an ISO 8601 date-time (2025-03-03T08:30:00-05:00) or HH:MM"),
                 "counts": .object([
                     "regular": .int(min: 0),
                     "accessible": .int(min: 0),

@@ -14,7 +14,7 @@ extension Contract.Telemetry {
         "telemetry.ingest", .mutation, auth: .none,
         request: .object([
             "events": .array(of: .object(open: true)
-                    .described("An event: telemetry/event.schema.json, checked one by one."), min: 1, max: maxBatchEvents).limit("max_batch_events"),
+                    .described("An event: telemetry/event.schema.json, checked one by one."), min: 1, max: maxBatchEvents).limit("max_batch_events").overIsTooLarge,
         ])
             .described("A batch of phone events (a mutation: idempotent by envelope id, so a phone's retry gets the same answer). At most 500 events (max_batch_events) and 1 MiB of encoded events (max_batch_bytes, not expressible here): over either, too_large (413) naming the limit, and nothing is stored. Each event is validated on its own against telemetry/event.schema.json: an invalid one is rejected with its reason and the rest are stored. Anyone may send (guests' phones too); the user id inside events is the phone's word, kept for analytics only. Publishes one telemetry.batch summary when any event was accepted."),
         reply: .object([
@@ -176,7 +176,7 @@ extension Contract.Telemetry {
         ])
             .described("The driver chose a nearby lot and tapped Navigate (BQ9)."))
 
-    public static let eventsNearbyOpenedSchema = Definition("telemetry/events/nearby.opened.schema.json", title: "props of telemetry event nearby.opened", .object()
+    public static let eventsNearbyOpenedSchema = Definition("telemetry/events/nearby.opened.schema.json", title: "props of telemetry event nearby.opened", .noFields
             .described("The campus was full and the driver opened the nearby lots. It has no props."))
 
     public static let eventsOfflineEndedSchema = Definition("telemetry/events/offline.ended.schema.json", title: "props of telemetry event offline.ended", .object([
@@ -185,7 +185,7 @@ extension Contract.Telemetry {
         ])
             .described("The signal came back."))
 
-    public static let eventsOfflineStartedSchema = Definition("telemetry/events/offline.started.schema.json", title: "props of telemetry event offline.started", .object()
+    public static let eventsOfflineStartedSchema = Definition("telemetry/events/offline.started.schema.json", title: "props of telemetry event offline.started", .noFields
             .described("The phone lost its signal. It has no props."))
 
     public static let eventsPurchaseMadeSchema = Definition("telemetry/events/purchase.made.schema.json", title: "props of telemetry event purchase.made", .object([
@@ -214,7 +214,7 @@ extension Contract.Telemetry {
         ])
             .described("The app was closed or sent to the background."))
 
-    public static let eventsSessionStartedSchema = Definition("telemetry/events/session.started.schema.json", title: "props of telemetry event session.started", .object()
+    public static let eventsSessionStartedSchema = Definition("telemetry/events/session.started.schema.json", title: "props of telemetry event session.started", .noFields
             .described("The app was opened. It has no props."))
 
     public static let eventsSpotSearchSchema = Definition("telemetry/events/spot.search.schema.json", title: "props of telemetry event spot.search", .object([
