@@ -59,8 +59,9 @@ public struct Validator: Sendable {
             }
         }
         // A shape that says what it expects replaces every refusal of its
-        // own but a length bound with a name (`max_email_length`).
-        if let expected = s["x-quad-expected"]?.string, !failure.message.hasPrefix("\(name) must be \(s["minLength"]?.int ?? 0) to") {
+        // own but a wrong type and a length bound (`max_email_length`).
+        let wrongType = s["type"].map { checkType(value, $0, at: name) != nil } ?? false
+        if let expected = s["x-quad-expected"]?.string, !wrongType, !failure.message.hasPrefix("\(name) must be \(s["minLength"]?.int ?? 0) to") {
             return fail("\(name) \(expected), got \(Validator.echo(value))")
         }
         return failure

@@ -253,8 +253,9 @@ extension Handlers {
     public var undeclared: [String] { types.filter { Contract.operation($0) == nil } }
 
     /// Registered as a query but declared a mutation or the other way round.
-    /// (orders.place and orders.cancel are declared mutations and run as
-    /// queries: their saga keeps its own idempotency record.)
+    /// (orders.place, orders.cancel, accounts.register and
+    /// accounts.profile.update are declared mutations and run as queries:
+    /// they keep their own idempotency record, outside the handler's transaction.)
     public var misdeclared: [String] {
         types.filter { type in
             guard let op = Contract.operation(type) else { return false }
