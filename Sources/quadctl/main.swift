@@ -305,7 +305,7 @@ func writeContract(into dir: String) -> Never {
     do {
         let listed = try c.request("sys.services", .object([:]), timeoutMs: timeout, attempts: attempts)
         let names = (listed["services"]?.array ?? []).compactMap { s -> String? in
-            guard let name = s["name"]?.string, (s["workers"]?.int ?? 0) > 0 else { return nil }
+            guard let name = s["name"]?.string, s["workers"]?.array?.isEmpty == false else { return nil }
             return name
         }.sorted()
         var rows: [JSON] = []
