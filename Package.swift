@@ -51,7 +51,7 @@ let package = Package(
         .target(name: "QuadFavorites", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
         .target(name: "QuadOrders", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
         .target(name: "QuadAccounts", dependencies: ["QuadContract", "QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
-        .target(name: "QuadReservations", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadReservations", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadTelemetry", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // The edge agent: emulated phones, one SQLite file each, on one poll loop.
         .target(name: "QuadEdge", dependencies: ["QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime"]),

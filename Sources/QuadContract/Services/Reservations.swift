@@ -6,6 +6,9 @@ extension Contract {
 }
 
 extension Contract.Reservations {
+    /// Largest page of reservations.mine and reservations.spots.find (`max_page_size`).
+    public static let maxPageSize: Int64 = 100
+
     public static let cancel = Operation(
         "reservations.cancel", .mutation, auth: .user,
         request: .object([
@@ -177,7 +180,7 @@ extension Contract.Reservations {
     public static let mine = Operation(
         "reservations.mine", .query, auth: .user,
         request: .object([
-            "limit": .int(1...100, default: 20)
+            "limit": .int(1...maxPageSize, default: 20).limit("max_page_size")
                 .described("Most history entries.").optional,
         ])
             .described("Signed-in drivers. The caller's active reservation and history, newest first."),
@@ -252,7 +255,7 @@ extension Contract.Reservations {
             "level": .ref("parking.schema.json#/$defs/levelName").optional,
             "signal": .bool
                 .described("Only levels with mobile signal (not P2, P3).").optional,
-            "limit": .int(1...100, default: 20).optional,
+            "limit": .int(1...maxPageSize, default: 20).limit("max_page_size").optional,
         ])
             .described("Free spots in a lot or near a destination building, best first (shortest walk, 40 m per level underground), with the recommended one. Give lot or destination, not both; not_found (404) for an unknown one.")
             .requiresOne(of: ["lot", "destination"]).exclusive("lot", "destination"),
