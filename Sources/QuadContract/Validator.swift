@@ -41,13 +41,23 @@ public struct Validator: Sendable {
         public let tooLarge: Bool
     }
 
-    func fail(_ message: String, namesUser: Bool = false, tooLarge: Bool = false) -> Failure {
-        Failure(message: message, namesUser: namesUser, tooLarge: tooLarge)
+    /// Checking a branch of `anyOf`, `oneOf`, `not` or `if`, whose
+    /// message nobody reads unless every branch fails: no message is built.
+    var quiet = false
+
+    func fail(_ message: @autoclosure () -> String, namesUser: Bool = false, tooLarge: Bool = false) -> Failure {
+        Failure(message: quiet ? "" : message(), namesUser: namesUser, tooLarge: tooLarge)
+    }
+
+    var silent: Validator {
+        var v = self
+        v.quiet = true
+        return v
     }
 
     func check(_ value: JSON, _ schema: JSON, base: String, at name: String) -> Failure? {
         guard let failure = checkNode(value, schema, base: base, at: name) else { return nil }
-        guard case .object(let s) = schema else { return failure }
+        guard !quiet, case .object(let s) = schema else { return failure }
         // A rule across fields says what it wants in its own words.
         if let rule = s["x-quad-rule"]?.object {
             if let pair = rule["exclusive"]?.array?.compactMap(\.string) {
@@ -165,22 +175,20 @@ public struct Validator: Sendable {
         for part in s["allOf"]?.array ?? [] {
             if let f = check(value, part, base: base, at: name) { return f }
         }
-        if let any = s["anyOf"]?.array {
-            let failures = any.map { check(value, $0, base: base, at: name) }
-            if !failures.contains(where: { $0 == nil }) { return closest(failures.compactMap { $0 }, name) }
+        if let any = s["anyOf"]?.array, !any.contains(where: { silent.check(value, $0, base: base, at: name) == nil }) {
+            return quiet ? fail("") : closest(any.compactMap { check(value, $0, base: base, at: name) }, name)
         }
         if let one = s["oneOf"]?.array {
-            let failures = one.map { check(value, $0, base: base, at: name) }
-            let fits = failures.filter { $0 == nil }.count
-            if fits == 0 { return closest(failures.compactMap { $0 }, name) }
+            let fits = one.filter { silent.check(value, $0, base: base, at: name) == nil }.count
+            if fits == 0 { return quiet ? fail("") : closest(one.compactMap { check(value, $0, base: base, at: name) }, name) }
             if fits > 1 { return fail("\(name) fits more than one of its allowed forms") }
         }
-        if let not = s["not"], check(value, not, base: base, at: name) == nil {
+        if let not = s["not"], silent.check(value, not, base: base, at: name) == nil {
             let what = not.object?["description"]?.string.map { ": \($0)" } ?? ""
             return fail("\(name) has a form that is not allowed\(what)")
         }
         if let cond = s["if"] {
-            if check(value, cond, base: base, at: name) == nil {
+            if silent.check(value, cond, base: base, at: name) == nil {
                 if let then = s["then"], let f = check(value, then, base: base, at: name) { return f }
             } else if let otherwise = s["else"], let f = check(value, otherwise, base: base, at: name) { return f }
         }
@@ -223,7 +231,7 @@ public struct Validator: Sendable {
     func show(_ d: Double) -> String { d.rounded() == d && abs(d) < 1e15 ? String(Int64(d)) : String(d) }
 
     func matches(_ s: String, _ pattern: String) -> Bool {
-        guard let re = try? NSRegularExpression(pattern: pattern) else { return false }
+        guard let re = Patterns.shared.compiled(pattern) else { return false }
         return re.firstMatch(in: s, range: NSRange(s.startIndex..., in: s)) != nil
     }
 
@@ -269,5 +277,24 @@ extension Contract {
     public static func validate(_ type: String, _ body: JSON) -> Validator.Failure? {
         guard let op = operation(type), let path = schemaPaths(type)?.request else { return nil }
         return Validator.contract.of(type).failure(of: body, against: op.request, in: path)
+    }
+}
+
+/// Compiled patterns, once each: the contract has a few dozen, and
+/// compiling one costs more than checking a whole body.
+final class Patterns: @unchecked Sendable {
+    static let shared = Patterns()
+    // Guarded by `lock`; NSRegularExpression is immutable once made, so a
+    // compiled one is used from any thread.
+    private var cache: [String: NSRegularExpression] = [:]
+    private let lock = NSLock()
+
+    func compiled(_ pattern: String) -> NSRegularExpression? {
+        lock.lock()
+        defer { lock.unlock() }
+        if let re = cache[pattern] { return re }
+        guard let re = try? NSRegularExpression(pattern: pattern) else { return nil }
+        cache[pattern] = re
+        return re
     }
 }
