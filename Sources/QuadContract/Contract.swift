@@ -112,15 +112,6 @@ public enum Contract {
 
     /// The event topic of `type`, if declared.
     public static func event(_ type: String) -> Event? { events.first { $0.type == type } }
-
-    /// A bound of a field in a request (`catalog.products.list`, `limit`),
-    /// for a handler that checks it itself: the number is written once, here.
-    public static func requestField(_ type: String, _ field: String) -> Shape {
-        guard let op = operation(type), let f = op.request.keywords["properties"]?[field] else {
-            fatalError("the contract declares no field \(field) in \(type)")  // a programming error, caught by any test
-        }
-        return Shape(f.object ?? [:])
-    }
 }
 
 // MARK: - protos/

@@ -197,14 +197,6 @@ extension Shape {
             k["allOf"] = .array(earlier + shapes.map(\.schema))
         }
     }
-
-    /// The integer bound of this shape, for a handler that checks it
-    /// itself: `(minimum, maximum)`.
-    public var intRange: ClosedRange<Int64> {
-        (keywords["minimum"]?.int ?? .min)...(keywords["maximum"]?.int ?? .max)
-    }
-    /// The largest length this string shape allows.
-    public var maxLength: Int { Int(keywords["maxLength"]?.int ?? Int64(Int.max)) }
 }
 
 extension JSON {
