@@ -29,6 +29,9 @@ let package = Package(
 
         // The wire: envelope, error, JSON values, ids, and key files (KeyFile).
         .target(name: "QuadWire"),
+        // The contract, written once: every request, reply and event body
+        // as a Shape, from which protos/ is generated and requests are checked.
+        .target(name: "QuadContract", dependencies: ["QuadWire"]),
         // ZeroMQ: context, sockets, frames, poller, the one Timers of every loop.
         .target(name: "QuadMessaging", dependencies: ["CZeroMQ"]),
         // Stores: SQLite and PostgreSQL behind one interface, migrations,
@@ -41,7 +44,7 @@ let package = Package(
         .target(name: "QuadProcess", dependencies: ["QuadWire"]),
         // The service runtime (worker loop, outbox relay, the event envelope
         // the outbox keeps) and the client. Re-exports QuadProcess.
-        .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadMessaging", "QuadStore", "QuadProcess"]),
+        .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadContract", "QuadMessaging", "QuadStore", "QuadProcess"]),
         // Session tokens (Ed25519), key files and password hashes: the only
         // module that imports CSodium.
         .target(name: "QuadAuth", dependencies: ["CSodium", "QuadWire"]),
@@ -50,16 +53,16 @@ let package = Package(
         // Tests/QuadRuntimeTests/BrokerLinkTests.swift checks with ldd.
         .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth"]),
         // Service domains.
-        .target(name: "QuadCatalog", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadCatalog", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // A service's own copy of the catalog, kept from catalog's events.
         .target(name: "QuadCatalogCopy", dependencies: ["QuadWire", "QuadStore"]),
-        .target(name: "QuadFavorites", dependencies: ["QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
-        .target(name: "QuadOrders", dependencies: ["QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
-        .target(name: "QuadAccounts", dependencies: ["QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
-        .target(name: "QuadReservations", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
-        .target(name: "QuadTelemetry", dependencies: ["QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadFavorites", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
+        .target(name: "QuadOrders", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
+        .target(name: "QuadAccounts", dependencies: ["QuadContract", "QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadReservations", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadTelemetry", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // The edge agent: emulated phones, one SQLite file each, on one poll loop.
-        .target(name: "QuadEdge", dependencies: ["QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadEdge", dependencies: ["QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime"]),
         // The business questions are SQL files, copied as resources.
         .target(name: "QuadAnalytics", dependencies: ["CMicroHTTPD", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
                 resources: [.copy("questions")]),
@@ -74,7 +77,7 @@ let package = Package(
         .executableTarget(name: "quad-telemetry", dependencies: ["QuadTelemetry", "QuadRuntime"]),
         .executableTarget(name: "quad-analytics", dependencies: ["QuadAnalytics", "QuadRuntime"]),
         .executableTarget(name: "quad-edge", dependencies: ["QuadEdge", "QuadRuntime"]),
-        .executableTarget(name: "quadctl", dependencies: ["QuadRuntime", "QuadWire", "QuadAuth"]),
+        .executableTarget(name: "quadctl", dependencies: ["QuadRuntime", "QuadWire", "QuadAuth", "QuadContract"]),
         // Quad's side of the benchmarks (deploy/bench).
         .executableTarget(name: "quad-bench", dependencies: ["QuadRuntime", "QuadMessaging", "QuadWire"]),
         // A counter service the runtime's tests run as real processes.
@@ -88,6 +91,7 @@ let package = Package(
         .target(name: "QuadTestSupport", dependencies: ["QuadRuntime", "QuadStore", "QuadWire"]),
 
         .testTarget(name: "QuadWireTests", dependencies: ["QuadWire", "QuadMessaging"]),
+        .testTarget(name: "QuadContractTests", dependencies: ["QuadContract", "QuadWire"]),
         .testTarget(name: "QuadMessagingTests", dependencies: ["QuadMessaging"]),
         // The broker's routing rules, without sockets or clocks.
         .testTarget(name: "QuadBrokerTests", dependencies: ["QuadBroker", "QuadWire"]),
@@ -101,9 +105,9 @@ let package = Package(
         .testTarget(name: "QuadTelemetryTests", dependencies: ["QuadTelemetry", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadSecurityTests", dependencies: [
             "QuadBroker", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport", "QuadAccounts", "QuadCatalog",
-            "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics",
+            "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics", "QuadContract",
         ]),
-        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadAnalyticsTests", dependencies: ["QuadAnalytics", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,5 +1,6 @@
 import Foundation
 import QuadAuth
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -15,14 +16,14 @@ public enum Accounts: ServiceDomain {
     /// UniTrade's categories, the choices for a profile's preferences.
     public static let categories = ["Study", "Tech", "Creative", "Lab", "Personal", "Others"]
     /// Longest email address (`max_email_length`, RFC 5321's path limit).
-    public static let maxEmailLength = 254
+    public static let maxEmailLength = Contract.Accounts.maxEmailLength
     /// Longest part before the `@`.
     public static let maxEmailLocalLength = 64
     /// Password length bounds in Unicode code points (`min_password_length`, `max_password_length`).
-    public static let minPasswordLength = 8
-    public static let maxPasswordLength = 128
+    public static let minPasswordLength = Contract.Accounts.minPasswordLength
+    public static let maxPasswordLength = Contract.Accounts.maxPasswordLength
     /// Longest display name in code points, after trimming spaces (`max_name_length`).
-    public static let maxNameLength = 100
+    public static let maxNameLength = Contract.Accounts.maxNameLength
     /// A student's semester of study: an integer, 1 for the first semester.
     public static let semesters: ClosedRange<Int64> = 1...12
     /// Token lifetime bounds, in seconds (`token_ttl_seconds`): an hour by

@@ -1,4 +1,5 @@
 import Foundation
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -12,9 +13,9 @@ public enum Catalog: ServiceDomain {
     /// UniTrade's categories.
     public static let categories = ["Study", "Tech", "Creative", "Lab", "Personal", "Others"]
     /// Largest page of `catalog.products.list` (`max_page_size`).
-    public static let maxPageSize: Int64 = 200
+    public static let maxPageSize = Contract.Catalog.maxPageSize
     /// Longest text query (`max_query_length`).
-    public static let maxQueryLength = 200
+    public static let maxQueryLength = Contract.Catalog.maxQueryLength
 
     public static let options: [(String, String, String?)] = [
         ("hold-ttl-seconds", "how long a stock hold lasts unless confirmed or released", "120"),

@@ -1,3 +1,4 @@
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -44,8 +45,8 @@ extension Catalog {
     }
 
     /// Most lines in one hold (`max_hold_items`) and units per line (`max_hold_quantity`).
-    public static let maxHoldItems = 50
-    public static let maxHoldQuantity: Int64 = 100
+    public static let maxHoldItems = Contract.Catalog.maxHoldItems
+    public static let maxHoldQuantity = Contract.Catalog.maxHoldQuantity
 
     static func registerStock(_ h: Handlers, db: Database, holdTTLms: Int64) {
         h.mutation("catalog.stock.hold") { req in

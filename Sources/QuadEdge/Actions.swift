@@ -1,4 +1,5 @@
 import Foundation
+import QuadContract
 import QuadStore
 import QuadWire
 
@@ -70,7 +71,8 @@ enum Actions {
         case "orders.cart.add":
             let product = try string(body, "product", type)
             let quantity = body["quantity"]?.int ?? 1
-            guard (1...99).contains(quantity) else { throw QuadError.badRequest("body.quantity must be an integer from 1 to 99") }
+            let most = Contract.Orders.maxQuantity
+            guard (1...most).contains(quantity) else { throw QuadError.badRequest("body.quantity must be an integer from 1 to \(most) (max_quantity)") }
             try db.execute("""
                 INSERT INTO cart (product, quantity, added_ms) VALUES ($1, $2, $3)
                 ON CONFLICT (product) DO UPDATE SET quantity = cart.quantity + excluded.quantity

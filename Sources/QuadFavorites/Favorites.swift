@@ -1,4 +1,5 @@
 import QuadCatalogCopy
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -16,9 +17,9 @@ public enum Favorites: ServiceDomain {
     public static let summary = "each user's favorite products, with product summaries and counts"
 
     /// Largest page of `favorites.list` (`max_page_size`).
-    public static let maxPageSize: Int64 = 200
+    public static let maxPageSize = Contract.Favorites.maxPageSize
     /// Largest `favorites.top` (`max_top`).
-    public static let maxTop: Int64 = 50
+    public static let maxTop = Contract.Favorites.maxTop
     /// UniTrade's categories, as the catalog has them.
     static let categories = ["Study", "Tech", "Creative", "Lab", "Personal", "Others"]
     /// Most favorites one user keeps (`max_favorites`).

@@ -1,4 +1,5 @@
 import QuadCatalogCopy
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -21,7 +22,7 @@ enum Cart {
     /// Most lines in a cart (`max_cart_lines`): what the catalog holds in one order.
     static let maxLines: Int64 = 50
     /// Most units of one product in a cart or an order (`max_quantity`).
-    static let maxQuantity: Int64 = 99
+    static let maxQuantity = Contract.Orders.maxQuantity
 
     static func register(_ h: Handlers, db: Database, fees: FeeSchedule) {
         h.mutation("orders.cart.add") { req in

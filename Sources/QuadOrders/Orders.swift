@@ -1,4 +1,5 @@
 import QuadCatalogCopy
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -13,7 +14,7 @@ public enum Orders: ServiceDomain {
     public static let summary = "carts, and orders to buy or rent, held and confirmed with the catalog"
 
     /// Largest page of `orders.mine` (`max_page_size`).
-    public static let maxPageSize: Int64 = 100
+    public static let maxPageSize = Contract.Orders.maxPageSize
 
     public static let options: [(String, String, String?)] = [
         ("fees", "transaction fee in percent by category", FeeSchedule.defaultText),

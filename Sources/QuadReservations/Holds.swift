@@ -1,3 +1,4 @@
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -116,7 +117,7 @@ enum Holds {
         h.query("reservations.mine") { req in
             let user = try req.requireUser()
             let body = try Body(req.body, type: "reservations.mine", allowed: ["limit"])
-            let limit = try body.int("limit", in: 1...100, default: 20)
+            let limit = try body.int("limit", in: 1...Contract.Reservations.maxPageSize, default: 20)
             let now = Int64(Clock.nowMillis())
             let rows = try db.query("\(selectSQL) WHERE r.user_id = $1 ORDER BY r.held_ms DESC, r.id DESC LIMIT $2", .text(user), .int(limit + 1))
             let active = rows.first { ["held", "checked_in"].contains($0.string("status")) }

@@ -1,3 +1,4 @@
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -20,7 +21,7 @@ enum Places {
         h.query("reservations.spots.find") { req in
             let body = try Body(req.body, type: "reservations.spots.find", allowed: ["lot", "destination", "kind", "level", "signal", "limit"])
             let search = try SpotSearch(db, body)
-            let limit = try body.int("limit", in: 1...100, default: 20)
+            let limit = try body.int("limit", in: 1...Contract.Reservations.maxPageSize, default: 20)
             let found = try search.free(db, limit: limit)
             var reply: [String: JSON] = [
                 "kind": .string(search.kind), "count": .int(try search.count(db)), "spots": .array(found), "recommended": found.first ?? .null,

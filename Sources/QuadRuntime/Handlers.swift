@@ -1,4 +1,5 @@
 import Foundation
+import QuadContract
 import QuadStore
 import QuadWire
 
@@ -58,8 +59,8 @@ public final class Handlers {
     /// A mutation committed since the worker last relayed: the outbox may
     /// hold new events, which the worker publishes once the reply is sent.
     var outboxWritten = false
-    /// Largest page `events.since` returns.
-    public static let maxEventsPage = 1000
+    /// Largest page `events.since` returns (`max_events_page`, from the contract).
+    public static let maxEventsPage = Int(Contract.Common.maxEventsPage)
 
     public init(service: String, instance: String, db: Database?) {
         self.service = service
@@ -86,6 +87,7 @@ public final class Handlers {
             }
             return m
         }
+        answerTypes()
         if let db {
             query("\(service).events.since") { req in
                 let after = req.body["after"]?.int ?? 0
@@ -152,6 +154,7 @@ public final class Handlers {
         guard envelope.kind == .request else {
             return Reply(envelope.error(.badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), src: src))
         }
+        if let refusal = refusal(envelope) { return Reply(envelope.error(refusal, src: src)) }
         let request = Request(envelope)
         if let handler = queries[envelope.type] {
             do {
@@ -224,6 +227,55 @@ public final class Handlers {
         case let e as QuadError: return e
         case let e as StoreError: return e.quadError
         default: return .internal("\(error)")
+        }
+    }
+}
+
+// MARK: - The contract
+
+extension Handlers {
+    /// Why `envelope`'s body is not a request of its type as the contract
+    /// declares it (400 naming the field and the limit; 403 for a body that
+    /// names a user), or nil. A request for a signed-in caller that came
+    /// without one is left to its handler, which answers 401 or 403 before
+    /// it reads the body: a stranger learns nothing of the body's rules.
+    func refusal(_ envelope: Envelope) -> QuadError? {
+        guard queries[envelope.type] != nil || mutations[envelope.type] != nil,
+              let op = Contract.operation(envelope.type) else { return nil }
+        if op.auth != .none, envelope.user == nil, envelope.role == nil, envelope.caller?.hasPrefix("service:") != true { return nil }
+        guard let failure = Contract.validate(envelope.type, envelope.body) else { return nil }
+        if failure.tooLarge { return .tooLarge(failure.message) }
+        if failure.namesUser, op.auth == .user {
+            return .forbidden("\(envelope.type) acts on the signed-in user only: body.user cannot name a user")
+        }
+        return .badRequest(failure.message)
+    }
+
+    /// The types registered here that the contract does not declare: a
+    /// worker with any refuses to start (``ServiceMain``), and a test
+    /// of every service's handlers checks that there are none.
+    public var undeclared: [String] { types.filter { Contract.operation($0) == nil } }
+
+    /// Registered as a query but declared a mutation or the other way round.
+    /// (orders.place, orders.cancel, accounts.register and
+    /// accounts.profile.update are declared mutations and run as queries:
+    /// they keep their own idempotency record, outside the handler's transaction.)
+    public var misdeclared: [String] {
+        types.filter { type in
+            guard let op = Contract.operation(type) else { return false }
+            return (op.kind == .mutation) != (mutations[type] != nil)
+        }
+    }
+
+    /// `<service>.sys.types`: what this worker answers, from the contract.
+    func answerTypes() {
+        query("\(service).sys.types") { [unowned self] _ in
+            let rows: [JSON] = self.types.compactMap { type in
+                guard let op = Contract.operation(type), let paths = Contract.schemaPaths(type) else { return nil }
+                return ["type": .string(type), "kind": .string(op.kind.rawValue), "auth": .string(op.auth.rawValue),
+                        "request": .string(paths.request), "reply": .string(paths.reply)]
+            }
+            return ["service": .string(self.service), "types": .array(rows)]
         }
     }
 }

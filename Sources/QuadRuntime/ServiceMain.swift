@@ -15,10 +15,14 @@ public protocol ServiceDomain {
     static var options: [(String, String, String?)] { get }
     /// Registers handlers and timers. Runs once per worker, after migrations.
     static func install(on worker: Worker, db: Database, options: [String: String]) throws
+    /// Whether every type it answers must be declared in the contract
+    /// (Sources/QuadContract). Only test doubles (quad-tally) say no.
+    static var isInContract: Bool { get }
 }
 
 extension ServiceDomain {
     public static var options: [(String, String, String?)] { [] }
+    public static var isInContract: Bool { true }
 }
 
 /// The whole `main` of a service executable: flags and environment, the
@@ -102,6 +106,11 @@ public enum ServiceMain {
             worker.maxCallsInFlight = maxCalls
             handlers.metrics.slowHandlerMs = Int64(slowMs)
             try D.install(on: worker, db: db, options: flags.values)
+            // Every type a worker answers is in the contract (Sources/QuadContract):
+            // one that is not has no schema, no validation, no sys.types row.
+            if D.isInContract, !handlers.undeclared.isEmpty {
+                throw QuadError.internal("handlers for types the contract does not declare: \(handlers.undeclared.joined(separator: ", "))")
+            }
             Log.info(instance, "store \(location.contains("://") ? "postgres" : location)")
             exit(worker.run())
         } catch {

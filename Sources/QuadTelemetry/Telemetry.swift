@@ -1,4 +1,5 @@
 import Foundation
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -14,12 +15,12 @@ public enum Telemetry: ServiceDomain {
     public static let summary = "collects phones' telemetry batches, stored once each by event id"
 
     /// Most events in one `telemetry.ingest` (`max_batch_events`).
-    public static let maxBatchEvents = 500
+    public static let maxBatchEvents = Contract.Telemetry.maxBatchEvents
     /// Largest `body.events`, encoded, in bytes (`max_batch_bytes`).
     public static let maxBatchBytes = 1 << 20
     /// Largest page of `telemetry.raw.since` (`max_raw_page`), and the bytes
     /// a page stops at, so a reply stays well under the message limit.
-    public static let maxRawPage: Int64 = 2000
+    public static let maxRawPage = Contract.Telemetry.maxRawPage
     static let rawPageBytes = 768 * 1024
     /// Rows per INSERT statement.
     static let insertChunk = 100

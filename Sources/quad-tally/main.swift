@@ -18,6 +18,9 @@ enum Tally: ServiceDomain {
         Migration(3, "CREATE TABLE mirror (key TEXT PRIMARY KEY, total BIGINT NOT NULL, events BIGINT NOT NULL)"),
     ]
 
+    /// A test double: its types are not Quad's contract.
+    static let isInContract = false
+
     static func install(on worker: Worker, db: Database, options: [String: String]) throws {
         let h = worker.handlers
         let name = Tally.name

@@ -1,5 +1,6 @@
 import Foundation
 import QuadAuth
+import QuadContract
 import QuadMessaging
 import QuadRuntime
 import QuadWire
@@ -12,6 +13,13 @@ var flags = Flags(program: "quadctl", summary: """
       call TYPE [JSON]     send a request; prints the reply body as JSON (exit 0),
                            the error body (exit 1), or says no answer came (exit 2)
       services             list services with their live workers and queue depth
+      types [--json]       every request type each service answers (from <service>.sys.types):
+                           query or mutation, who may call it, its request and reply schemas
+      contract write DIR   write the JSON Schemas of the contract (Sources/QuadContract) into
+                           DIR, as protos/ keeps them: quadctl contract write protos
+      contract check TYPE JSON
+                           check a request body against the contract, offline: prints ok
+                           (exit 0) or the refusal a service would give (exit 1)
       phone ...            the phones of a quad-edge process (quadctl phone --help)
       watch [TOPIC]        print events as they pass: all by default, or those whose
                            service ("catalog/") or type ("catalog.stock") starts with TOPIC
@@ -41,6 +49,7 @@ flags.option("as", "log in as this email first and send the request with its tok
 flags.option("password", "password for --as, login and register (default: QUAD_PASSWORD, else asked)")
 flags.option("broker-key", "the broker's CURVE public key: Z85 text, @FILE, or off (default: QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE, $QUAD_HOME/keys/broker.pub)")
 flags.option("count", "with watch: stop after this many events (0: never)", default: "0")
+flags.flag("json", "with types: print JSON, not a table")
 flags.flag("envelope", "with call: print the whole reply envelope, not only the body")
 flags.flag("internal", "speak on the broker's internal frontend (QUAD_INTERNAL, the stack's own socket: no token, no rate limit, instances and pids shown), as deploy/stack does for health and status")
 // `quadctl phone ...` has flags of its own (the phones' control socket).
@@ -169,6 +178,22 @@ case "call":
     call(args[1], body)
 case "services":
     call("sys.services", .object([:]))
+case "types":
+    guard args.count == 1 else { Flags.usageError("types takes no arguments (--json for JSON)", usage: flags.usage) }
+    printTypes()
+case "contract":
+    if args.count == 4, args[1] == "check" {
+        let body: JSON
+        do { body = try JSON.parse(args[3]) } catch { fail("the body is not valid JSON: \(error.message)", code: 64) }
+        guard Contract.operation(args[2]) != nil else { fail("the contract declares no request type \(args[2])", code: 1) }
+        if let failure = Contract.validate(args[2], body) { print(failure.message); exit(1) }
+        print("ok")
+        exit(0)
+    }
+    guard args.count == 3, args[1] == "write" else {
+        Flags.usageError("contract takes: write DIR (quadctl contract write protos), or check TYPE JSON", usage: flags.usage)
+    }
+    writeContract(into: args[2])
 case "login":
     guard args.count == 2 else { Flags.usageError("login takes one EMAIL, e.g. quadctl login ana@uni.edu", usage: flags.usage) }
     let session = login(args[1])
@@ -252,4 +277,63 @@ case "watch":
     }
 default:
     Flags.usageError("unknown command '\(command)'", usage: flags.usage)
+}
+
+/// Writes every schema of the contract under `dir` (making folders), and
+/// says how many files changed; files it does not write are left alone.
+func writeContract(into dir: String) -> Never {
+    var changed = 0
+    for file in Contract.files {
+        let url = URL(fileURLWithPath: dir).appendingPathComponent(file.path)
+        if (try? String(contentsOf: url, encoding: .utf8)) == file.text { continue }
+        do {
+            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data(file.text.utf8).write(to: url)
+            changed += 1
+        } catch { fail("cannot write \(url.path): \(error)", code: 1) }
+    }
+    print("wrote \(changed) of \(Contract.files.count) schema files under \(dir)")
+    exit(0)
+}
+
+/// Asks the broker which services have workers, then each of them what it
+/// answers (`<service>.sys.types`), and prints one table (or JSON).
+@MainActor func printTypes() -> Never {
+    let c = client()
+    let timeout = Int64(flags.int("timeout"))
+    let attempts = max(1, flags.int("attempts"))
+    do {
+        let listed = try c.request("sys.services", .object([:]), timeoutMs: timeout, attempts: attempts)
+        let names = (listed["services"]?.array ?? []).compactMap { s -> String? in
+            guard let name = s["name"]?.string, s["workers"]?.array?.isEmpty == false else { return nil }
+            return name
+        }.sorted()
+        var rows: [JSON] = []
+        var failures: [String] = []
+        for name in names {
+            do {
+                let answer = try c.request("\(name).sys.types", .object([:]), timeoutMs: timeout, attempts: attempts)
+                for t in answer["types"]?.array ?? [] {
+                    guard case .object(var f) = t else { continue }
+                    f["service"] = .string(name)
+                    rows.append(.object(f))
+                }
+            } catch { failures.append("\(name): \(error.message)") }
+        }
+        if flags.bool("json") {
+            print(JSON.object(["types": .array(rows), "unanswered": .array(failures.map { .string($0) })]).text)
+        } else {
+            let header = ["TYPE", "KIND", "AUTH", "REQUEST", "REPLY"]
+            let table = rows.map { r in ["type", "kind", "auth", "request", "reply"].map { r[$0]?.string ?? "-" } }
+            let widths = header.indices.map { i in ([header[i]] + table.map { $0[i] }).map(\.count).max() ?? 0 }
+            for line in [header] + table {
+                print(line.enumerated().map { i, cell in i == line.count - 1 ? cell : cell.padding(toLength: widths[i], withPad: " ", startingAt: 0) }.joined(separator: "  "))
+            }
+            for f in failures { FileHandle.standardError.write(Data("quadctl: no sys.types from \(f)\n".utf8)) }
+        }
+        exit(failures.isEmpty ? 0 : 1)
+    } catch {
+        if error.code == "timeout" { noAnswer(error.message) }
+        fail("types: \(error.message)", code: 1)
+    }
 }

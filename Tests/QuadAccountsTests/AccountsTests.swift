@@ -119,23 +119,23 @@ struct AccountsHandlerTests {
         ("email not a string", ["email": 5, "password": "correct horse", "name": "A", "semester": 1], "body.email must be a string, got number"),
         ("no @", ana(["email": "ana.uni.edu"]), "body.email must be one address like name@campus.edu"),
         ("two @", ana(["email": "a@b@uni.edu"]), "body.email must be one address"),
-        ("no domain dot", ana(["email": "ana@localhost"]), "body.email: the domain must be like campus.edu"),
-        ("space", ana(["email": "an a@uni.edu"]), "body.email: the part before '@' has a character"),
-        ("double dot", ana(["email": "an..a@uni.edu"]), "body.email: the part before '@' has a character"),
+        ("no domain dot", ana(["email": "ana@localhost"]), "body.email must be one address like name@campus.edu, got 'ana@localhost'"),
+        ("space", ana(["email": "an a@uni.edu"]), "body.email must be one address like name@campus.edu"),
+        ("double dot", ana(["email": "an..a@uni.edu"]), "body.email must be one address like name@campus.edu"),
         ("too long", ana(["email": .string(String(repeating: "a", count: 60) + "@" + String(repeating: "b", count: 190) + ".edu")]),
-         "body.email is longer than 254 characters (max_email_length)"),
+         "body.email must be 3 to 254 characters (max_email_length)"),
         ("short password", ana(["password": "1234567"]), "body.password must be at least 8 characters (min_password_length)"),
         ("long password", ana(["password": .string(String(repeating: "p", count: 129))]), "body.password must be at most 128 characters (max_password_length)"),
         ("blank name", ana(["name": "   "]), "body.name must not be empty"),
-        ("long name", ana(["name": .string(String(repeating: "n", count: 101))]), "body.name is longer than 100 characters (max_name_length)"),
+        ("long name", ana(["name": .string(String(repeating: "n", count: 101))]), "body.name must be 1 to 100 characters (max_name_length)"),
         ("no semester", ["email": "a@uni.edu", "password": "correct horse", "name": "A"], "body.semester is required"),
-        ("semester 0", ana(["semester": 0]), "body.semester must be an integer from 1 to 12"),
-        ("semester 13", ana(["semester": 13]), "body.semester must be an integer from 1 to 12"),
-        ("semester text", ana(["semester": "2026-1"]), "body.semester must be an integer from 1 to 12"),
-        ("unknown category", ana(["categories": ["Tech", "Cars"]]), "body.categories: unknown category \"Cars\""),
-        ("repeated category", ana(["categories": ["Tech", "Tech"]]), "body.categories lists 'Tech' twice"),
+        ("semester 0", ana(["semester": 0]), "body.semester must be between 1 and 12"),
+        ("semester 13", ana(["semester": 13]), "body.semester must be between 1 and 12"),
+        ("semester text", ana(["semester": "2026-1"]), "body.semester must be an integer, got string"),
+        ("unknown category", ana(["categories": ["Tech", "Cars"]]), "body.categories[1] must be one of Study, Tech, Creative, Lab, Personal, Others, got 'Cars'"),
+        ("repeated category", ana(["categories": ["Tech", "Tech"]]), "body.categories[1] repeats an earlier item"),
         ("categories not a list", ana(["categories": "Tech"]), "body.categories must be an array"),
-        ("a role", ana(["role": "admin"]), "body.role cannot be changed with accounts.register"),
+        ("a role", ana(["role": "admin"]), "body.role is not a field of accounts.register"),
         ("unknown field", ana(["nickname": "x"]), "body.nickname is not a field of accounts.register"),
     ]
 
@@ -164,10 +164,10 @@ struct AccountsHandlerTests {
         let (h, _, _) = try accounts()
         let a = try #require(try h.call("accounts.register", ana())["user"]?.string)
         #expect(refusal { try h.call("accounts.profile.update", ["password": "new password!"], user: a) }?.message
-                == "body.current_password is required to change body.password")
+                == "body.current_password is required with body.password")
         #expect(refusal { try h.call("accounts.profile.update", ["password": "new password!", "current_password": "nope nope"], user: a) }?.status == 403)
         #expect(refusal { try h.call("accounts.profile.update", ["password": "short", "current_password": "correct horse"], user: a) }?.status == 400)
-        #expect(refusal { try h.call("accounts.profile.update", ["email": "x@uni.edu"], user: a) }?.message == "body.email cannot be changed with accounts.profile.update")
+        #expect(refusal { try h.call("accounts.profile.update", ["email": "x@uni.edu"], user: a) }?.message.hasPrefix("body.email is not a field of accounts.profile.update") == true)
         #expect(refusal { try h.call("accounts.profile.update", [:], user: a) }?.status == 400)
         _ = try h.call("accounts.profile.update", ["password": "new password!", "current_password": "correct horse"], user: a)
         #expect(refusal { try h.call("accounts.login", ["email": "ana@uni.edu", "password": "correct horse"]) }?.status == 401)

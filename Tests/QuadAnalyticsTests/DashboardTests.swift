@@ -89,13 +89,14 @@ struct DashboardTests {
         #expect(throws: QuadError.forbidden("")) { try p.handlers.call("analytics.summary", user: alice, role: "student") }
         #expect(throws: QuadError.unauthorized("")) { try p.handlers.call("analytics.question", ["id": "fee_per_week"]) }
         #expect { try p.handlers.call("analytics.question", ["id": "nope"], role: "admin") } throws: {
-            ($0 as? QuadError)?.code == "not_found" && ($0 as? QuadError)?.message.hasPrefix("no question 'nope': expected one of purchase_screen, ") == true
+            ($0 as? QuadError)?.code == "bad_request" && ($0 as? QuadError)?.message.hasPrefix("body.id must be one of buy_vs_rent, ") == true
+                && ($0 as? QuadError)?.message.hasSuffix("got 'nope'") == true
         }
         #expect { try p.handlers.call("analytics.question", ["id": "fee_per_week", "from": 10, "to": 5], role: "admin") } throws: {
             ($0 as? QuadError)?.message == "body.from must be before body.to"
         }
         #expect { try p.handlers.call("analytics.summary", ["since": 1], role: "admin") } throws: {
-            ($0 as? QuadError)?.message == "body.since is not a field of analytics.summary"
+            ($0 as? QuadError)?.message == "body.since is not a field of analytics.summary: expected from, to"
         }
         try p.plantMarketplace()
         let one = try p.handlers.call("analytics.question", ["id": "fee_per_week", "from": .int(at(8, 0))], role: "admin")

@@ -57,10 +57,10 @@ struct CatalogTests {
     static let badListings: [(JSON, String)] = [
         (JSON.object(["limit": .int(0)]), "body.limit must be between 1 and 200 (max_page_size)"),
         (JSON.object(["limit": .string("ten")]), "body.limit must be an integer, got string"),
-        (JSON.object(["category": .string("Food")]), "unknown category 'Food'"),
-        (JSON.object(["q": .string(String(repeating: "a", count: 201))]), "body.q is longer than 200 characters (max_query_length)"),
+        (JSON.object(["category": .string("Food")]), "body.category must be one of Study, Tech, Creative, Lab, Personal, Others, got 'Food'"),
+        (JSON.object(["q": .string(String(repeating: "a", count: 201))]), "body.q must be at most 200 characters (max_query_length)"),
         (JSON.object(["sort": .string("random")]), "body.sort must be one of"),
-        (JSON.object(["min_price": .int(-1)]), "body.min_price must be a number"),
+        (JSON.object(["min_price": .int(-1)]), "body.min_price must be between 0 and 1000000000"),
         (JSON.object(["offset": .int(-3)]), "body.offset must be >= 0"),
     ]
 

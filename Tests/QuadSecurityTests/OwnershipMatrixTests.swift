@@ -3,6 +3,7 @@ import QuadAccounts
 import QuadAnalytics
 import QuadAuth
 import QuadCatalog
+import QuadContract
 import QuadFavorites
 import QuadOrders
 import QuadReservations
@@ -100,6 +101,7 @@ struct OwnershipMatrixTests {
             rows += [
                 Row(type: "\(s).sys.health", access: .anyone),
                 Row(type: "\(s).sys.metrics", access: .anyone),
+                Row(type: "\(s).sys.types", access: .anyone),
                 Row(type: "\(s).events.since", access: .admin, body: { _ in ["after": 0, "limit": 10] }),
             ]
         }
@@ -330,5 +332,50 @@ struct OwnershipMatrixTests {
         let registered = Set(installed.flatMap { $0.1.handlers.types })
         let stale = table.subtracting(registered).subtracting(["sys.services", "sys.health"])
         #expect(stale.isEmpty, "rows for types no service registers: \(stale.sorted())")
+    }
+
+    /// The matrix and the contract (Sources/QuadContract) say the same: every
+    /// row is a declared type with the access its x-quad-auth gives (admin
+    /// rows are for admins or Quad's services), every type the contract
+    /// declares for these services has a row, and every type a service
+    /// registers is declared, as the kind (query or mutation) it runs as.
+    @Test func theTableAgreesWithTheContract() throws {
+        let dir = NSTemporaryDirectory() + "quad-matrix-contract-\(getpid())"
+        let installed: [(String, InProcessService)] = [
+            ("accounts", try InProcessService(Accounts.self, options: ["password-hashing": "minimum", "signing-key": dir + "/accounts.key"])),
+            ("catalog", try InProcessService(Catalog.self)),
+            ("favorites", try InProcessService(Favorites.self)),
+            ("orders", try InProcessService(Orders.self)),
+            ("reservations", try InProcessService(Reservations.self, options: ["sim": "off", "history-days": "0"])),
+            ("telemetry", try InProcessService(Telemetry.self)),
+            ("analytics", try InProcessService(Analytics.self, options: ["http": "off"])),
+        ]
+        let names = installed.map(\.0)
+        let rows = Self.rows(services: names)
+        for row in rows {
+            guard let op = Contract.operation(row.type) else {
+                Issue.record("the matrix has a row for \(row.type), which the contract does not declare")
+                continue
+            }
+            let expected: Access = switch op.auth {
+            case .none: .anyone
+            case .user: .user
+            case .admin, .service: .admin
+            }
+            #expect(row.access == expected, "\(row.type): the matrix says \(row.access), the contract's auth is \(op.auth)")
+        }
+        let table = Set(rows.map(\.type))
+        let declared = Contract.operations.filter { names.contains($0.service) }.map(\.type)
+            + names.flatMap { s in Contract.common.map { "\(s).\($0.type)" } }
+        let unchecked = Set(declared).subtracting(table)
+        #expect(unchecked.isEmpty, "types the contract declares that the matrix does not check: \(unchecked.sorted())")
+        for (name, service) in installed {
+            #expect(service.handlers.undeclared.isEmpty, "\(name) answers types the contract does not declare: \(service.handlers.undeclared)")
+            // The orders saga and the password-hashing mutations of accounts
+            // keep their own idempotency record: mutations registered as queries.
+            let ownRecord: Set = ["orders.place", "orders.cancel", "accounts.register", "accounts.profile.update"]
+            let misdeclared = Set(service.handlers.misdeclared).subtracting(ownRecord)
+            #expect(misdeclared.isEmpty, "\(name) registers as the other kind what the contract declares: \(misdeclared.sorted())")
+        }
     }
 }

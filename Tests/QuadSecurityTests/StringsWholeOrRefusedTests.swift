@@ -61,7 +61,7 @@ struct StringsWholeOrRefusedTests {
         let heavy = try me.call(.request("reservations.car.save", body: [
             "lat": 4.6, "lon": -74.06, "note": .string("n" + String(repeating: "\u{0301}", count: 100_000)),
         ]), timeoutMs: 8000, attempts: 1)
-        #expect(heavy.quadError?.status == 400 && heavy.quadError?.message.contains("body.note is longer than 200 characters") == true,
+        #expect(heavy.quadError?.status == 400 && heavy.quadError?.message.contains("body.note must be at most 200 characters") == true,
                 "\(heavy.body.text.prefix(300))")
         // Every process is still up.
         #expect(full.pids().count == full.running.count + 1)

@@ -123,7 +123,7 @@ struct IngestTests {
         let tooMany: JSON = .array((0..<501).map { event($0) })
         #expect { try h.call("telemetry.ingest", ["events": tooMany]) } throws: { e in
             let q = e as? QuadError
-            return q?.status == 413 && q?.message == "body.events has 501 events, over the limit max_batch_events=500"
+            return q?.status == 413 && q?.message == "body.events has 501 items, over the limit of 500 (max_batch_events)"
         }
         // 500 events of about 2.2 kB: over 1 MiB in all (the size is checked before the events).
         let big: JSON = .array((0..<500).map { k in
@@ -135,7 +135,7 @@ struct IngestTests {
             let q = e as? QuadError
             return q?.status == 413 && q?.message.hasSuffix("over the limit max_batch_bytes=1048576") == true
         }
-        #expect { try h.call("telemetry.ingest", ["events": []]) } throws: { ($0 as? QuadError)?.message == "body.events must hold at least one event" }
+        #expect { try h.call("telemetry.ingest", ["events": []]) } throws: { ($0 as? QuadError)?.message == "body.events must have at least 1 item" }
         #expect { try h.call("telemetry.ingest", [:]) } throws: { ($0 as? QuadError)?.message == "body.events is required" }
         #expect(try count(db, "events") == 0)
         // Exactly 500 is fine.

@@ -93,7 +93,7 @@ class World:
             (self.t - 10, self.t + 600_000, self.t + 50, self.t + 100))
         self.event("reservations", "reservations.held", {"reservation": "h1"})
         self.act("reservations.checkin", "c1")
-        self.event("reservations", "reservations.checked_in", {"reservation": "h1"})
+        self.event("reservations", "reservations.checkedin", {"reservation": "h1"})
         self.act("orders.cart.add", "a1", body={"product": "p-0002", "quantity": 1})
         self.act("orders.place", "o1", body={"source": "cart"})
         self.db["orders"].execute("INSERT INTO orders VALUES ('o1', 'u1', 'confirmed', 'cart', ?, ?)",

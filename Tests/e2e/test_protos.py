@@ -145,12 +145,15 @@ def test_schema_is_valid_2020_12(rel):
 @pytest.mark.parametrize("rel", sorted(SCHEMAS))
 def test_schema_annotations(rel):
     """x-quad-auth on a request schema: who may call it (user: signed in,
-    admin: role admin); absent means anyone."""
+    admin: role admin, service: Quad's own services or an admin); absent means
+    anyone. x-quad-kind: query or mutation, on every request schema."""
     schema = SCHEMAS[rel]
     if "x-quad-auth" in schema:
         assert rel.endswith(".request.json"), f"{rel}: x-quad-auth belongs on request schemas"
-        assert schema["x-quad-auth"] in ("user", "admin"), f"{rel}: x-quad-auth is user or admin"
-    unknown = [k for k in schema if k.startswith("x-") and k != "x-quad-auth"]
+        assert schema["x-quad-auth"] in ("user", "admin", "service"), f"{rel}: x-quad-auth is user, admin or service"
+    if rel.endswith(".request.json"):
+        assert schema.get("x-quad-kind") in ("query", "mutation"), f"{rel}: x-quad-kind is query or mutation"
+    unknown = [k for k in schema if k.startswith("x-") and k not in ("x-quad-auth", "x-quad-kind", "x-quad-limit")]
     assert not unknown, f"{rel}: unknown annotations {unknown}"
 
 
@@ -554,3 +557,19 @@ def test_live_still_serving_after_abuse(frontend):
     a good request still gets its reply."""
     request, answer = call(frontend, "catalog.product.get", json.loads((EXAMPLES / "catalog/product.get.request.json").read_text()))
     _check_reply(request, answer, "catalog/product.get.reply.json")
+
+
+# ---------------------------------------------------------------------------
+# The chaos checker and its tests name request and event types in strings:
+# each must be one the contract declares (protos/ is generated from it).
+
+CHECKER_FILES = [ROOT / "deploy" / "checker.py", ROOT / "Tests" / "e2e" / "test_chaos.py", ROOT / "Tests" / "e2e" / "test_chaos_faults.py"]
+_TYPE_IN_CODE = re.compile(r"""["']((?:accounts|catalog|favorites|orders|reservations|telemetry|analytics|occupancy)\.[a-z_.]+)["']""")
+
+
+@pytest.mark.parametrize("path", CHECKER_FILES, ids=[p.name for p in CHECKER_FILES])
+def test_checker_types_are_declared(path):
+    named = set(_TYPE_IN_CODE.findall(path.read_text()))
+    assert named, f"{path.name} names no type: the pattern is stale"
+    unknown = sorted(t for t in named if body_schema_for(t, "request") is None and body_schema_for(t, "event") is None)
+    assert not unknown, f"{path.relative_to(ROOT)} names types that protos/ (the contract) does not declare: {unknown}"

@@ -1,0 +1,62 @@
+import QuadWire
+
+extension Contract {
+    /// The sys part of the contract.
+    public enum BrokerSys {}
+}
+
+extension Contract.BrokerSys {
+    public static let health = Operation(
+        "sys.health", .query, auth: .none,
+        request: .object()
+            .described("No parameters: the body is an empty object (or absent). Answered by the broker itself; a service's own health is <service>.sys.health (common/)."),
+        reply: .object([
+            "status": .choice(["ok", "degraded"]),
+            "service": .const("broker"),
+            "pid": .int(min: 1)
+                .described("Shown to admins and services only.").optional,
+            "malformed": .int(min: 0)
+                .described("Messages refused for their frame count (admins and services only).").optional,
+            "revocations": .int(min: 0)
+                .described("Revoked tokens and users the broker holds (admins and services only).").optional,
+            "uptime_ms": .int(min: 0),
+            "workers": .int(min: 0)
+                .described("Live workers of every service."),
+            "requests": .int(min: 0)
+                .described("Messages received from clients."),
+            "events": .int(min: 0)
+                .described("Events relayed from publishers to subscribers."),
+            "curve": .bool
+                .described("Whether the public frontend speaks CURVE (false only with --curve off).").optional,
+            "rate_limited": .int(min: 0)
+                .described("Requests refused with 429 by the rate limit (rate_per_second, rate_burst).").optional,
+        ])
+            .described("The broker is alive: its counters since it started."))
+
+    public static let services = Operation(
+        "sys.services", .query, auth: .none,
+        request: .object()
+            .described("No parameters: the body is an empty object (or absent). Answered by the broker itself."),
+        reply: .object([
+            "services": .array(of: .object([
+                    "name": .string(pattern: "^[a-z0-9_-]+$"),
+                    "queue": .int(min: 0)
+                        .described("Requests waiting for an idle worker."),
+                    "routed": .int(min: 0)
+                        .described("Requests sent to its workers since the broker started.").optional,
+                    "expired": .int(min: 0)
+                        .described("Requests answered unavailable because their deadline passed in the queue.").optional,
+                    "workers": .array(of: .object([
+                            "instance": .string(1...128).optional,
+                            "pid": .int(min: 1).optional,
+                            "served": .int(min: 0)
+                                .described("Requests the broker has routed to it."),
+                            "busy": .bool
+                                .described("A request is out on it now."),
+                        ])),
+                ])),
+        ])
+            .described("What the broker routes to: every service a worker registered (a request for a service that never registered creates nothing and gets 404), with its live workers and the requests waiting for one. Instance names and pids are shown to admins and services only."))
+
+    public static let operations: [Operation] = [health, services]
+}

@@ -1,0 +1,79 @@
+import QuadWire
+
+extension Contract {
+    /// The common part of the contract.
+    public enum Common {}
+}
+
+extension Contract.Common {
+    /// Largest page `events.since` returns (`max_events_page`).
+    public static let maxEventsPage: Int64 = 1000
+
+    public static let eventsSince = Operation(
+        "events.since", .query, auth: .admin,
+        request: .object([
+            "after": .int(min: 0, default: 0).optional,
+            "limit": .int(1...maxEventsPage, default: 500).limit("max_events_page").optional,
+        ])
+            .described("Catch-up: the service's events with seq greater than after, oldest first, at most limit (max_events_page, 1000). For services (the broker's internal frontend) and admins: the public frontend refuses it to anyone else (events carry user ids)."),
+        reply: .object([
+            "events": .array(of: .allOf([
+                    .ref("../envelope.schema.json"),
+                    .any.keyword("properties", json: ["kind": ["const": "event"]]).keyword("required", json: ["seq", "ts"]),
+                ]), max: 1000),
+            "last": .int(min: 0),
+            "oldest": .int(min: 1),
+            "missed": .int(min: 1).optional,
+        ])
+            .described("The events as they were published, in seq order, and the highest seq written so far: when last is greater than the last event returned, ask again after it. oldest is the lowest seq the source still keeps (published events past outbox_retention_ms, or beyond outbox_max_rows, are pruned); when after + 1 < oldest, missed says how many events the subscriber can no longer get."))
+
+    public static let sysHealth = Operation(
+        "sys.health", .query, auth: .none,
+        request: .object()
+            .described("No parameters: the body is an empty object (or absent). Answered by the worker that receives it."),
+        reply: .object([
+            "service": .string(pattern: "^[a-z0-9_-]+$"),
+            "instance": .string(1...128)
+                .described("The worker's name, as in src (catalog/1); admins and Quad's services only.").optional,
+            "status": .choice(["ok", "degraded"]),
+            "pid": .int(min: 1).optional,
+        ])
+            .described("The worker that answered is alive and serving."))
+
+    public static let sysMetrics = Operation(
+        "sys.metrics", .query, auth: .none,
+        request: .object()
+            .described("No parameters: the body is an empty object (or absent). Answered by the worker that receives it."),
+        reply: .object([
+            "served": .int(min: 0),
+            "errors": .map(of: .int(min: 1))
+                .described("Error replies by code.").keyword("propertyNames", .ref("../error.schema.json#/properties/code")),
+            "latency_us": .object([
+                "p50": .int(min: 0),
+                "p99": .int(min: 0),
+                "window": .int(min: 0)
+                    .described("How many recent requests the percentiles cover."),
+            ]),
+            "uptime_ms": .int(min: 0),
+            "instance": .string(1...128).optional,
+        ])
+            .described("Counters of the worker that answered, since it started, and latency percentiles over its last window requests (handler time, in microseconds)."))
+
+    public static let sysTypes = Operation(
+        "sys.types", .query, auth: .none,
+        request: .object()
+            .described("No parameters: the body is an empty object (or absent)."),
+        reply: .object([
+            "service": .string(pattern: "^[a-z0-9_-]+$"),
+            "types": .array(of: .object([
+                "type": .string(1...128).described("The request type, as sent: catalog.products.list."),
+                "kind": .choice(["query", "mutation"]).described("A mutation is idempotent by the envelope id."),
+                "auth": .choice(["none", "user", "admin", "service"]).described("Who may send it (x-quad-auth)."),
+                "request": .string(1...200).described("The request body's schema, a path under protos/."),
+                "reply": .string(1...200).described("The reply body's schema, a path under protos/."),
+            ])),
+        ])
+            .described("Every request type the service answers, from the contract (Sources/QuadContract), by type."))
+
+    public static let operations: [Operation] = [eventsSince, sysHealth, sysMetrics, sysTypes]
+}

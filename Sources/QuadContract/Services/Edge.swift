@@ -1,0 +1,222 @@
+import QuadWire
+
+extension Contract {
+    /// The edge part of the contract.
+    public enum Edge {}
+}
+
+extension Contract.Edge {
+    public static let controlSchema = Definition("edge/control.schema.json", title: "quad-edge control socket", .allOf([
+            .ref("../envelope.schema.json"),
+            .any.keyword("properties", json: ["type": ["enum": ["edge.state", "edge.airplane", "edge.messages", "edge.act", "edge.view", "edge.wait", "edge.log", "edge.report", "edge.stop"]], "kind": ["enum": ["request", "reply", "error"]]]),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.state"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/state.request"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.state"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/state.reply"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.airplane"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/airplane.request"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.airplane"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/airplane.reply"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.messages"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/messages.request"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.messages"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/messages.reply"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.act"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/act.request"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.act"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/act.reply"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.view"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/view.request"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.view"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/view.reply"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.wait"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/wait.request"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.wait"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/wait.reply"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.log"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/log.request"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.log"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/log.reply"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.report"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/report.request"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.report"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/report.reply"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.stop"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/stop.request"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.stop"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/stop.reply"]])),
+            .when(.any.keyword("properties", json: ["kind": ["const": "error"]]).keyword("required", json: ["kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "../error.schema.json"]])),
+        ])
+            .described("What a harness (a test, quadctl phone) and a quad-edge process say on its control socket (--control, a ROUTER; a DEALER or REQ asks). Each message is a whole Quad envelope of type edge.<op>: a request, and its reply or error with corr set. The socket is the edge process's own, not behind the broker. edge.view and edge.wait are answered when the view has something to show or the drain ends; the others at once. Errors: bad_request (a missing or wrong field), not_found (no such phone), unavailable (an online-only action without network), conflict (an action the phone refuses at once: one active reservation, empty cart).")
+            .definitions([
+                "phone_state": .object([
+                    "phone": .string(),
+                    "user": .string().nullable
+                        .described("The signed-in user id, null before the first sign-in."),
+                    "online": .bool
+                        .described("Radio on and the network answering."),
+                    "airplane": .bool,
+                    "signal": .bool
+                        .described("False where the scenario has no signal (an underground level)."),
+                    "reachable": .bool
+                        .described("False after a request went unanswered (a cut the phone cannot see), true after any answer."),
+                    "pending": .int(min: 0)
+                        .described("Actions in the outbox."),
+                    "oldest_pending_age_ms": .int(min: 0).nullable,
+                    "telemetry_queued": .int(min: 0),
+                    "last_sync": .int().nullable
+                        .described("When a service last answered one of its actions, ms since 1970."),
+                    "messages": .int(min: 0),
+                    "sender": .choice(["idle", "signing_in", "sending", "backing_off"]),
+                    "session": .string(),
+                ])
+                    .described("One phone as the control socket reports it."),
+                "message": .object([
+                    "ts": .int(min: 0),
+                    "action": .string(),
+                    "type": .string(),
+                    "code": .string(),
+                    "status": .int(),
+                    "reason": .string()
+                        .described("The service's own message."),
+                    "text": .string()
+                        .described("What the user reads."),
+                ])
+                    .described("A message left for the user: an action a service refused, with its reason."),
+                "state.request": .object([
+                    "phone": .string(1...64)
+                        .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
+                ])
+                    .described("All phones without phone."),
+                "state.reply": .object([
+                    "phones": .array(of: .ref("#/$defs/phone_state")),
+                    "totals": .object([
+                        "phones": .int(min: 0),
+                        "online": .int(min: 0),
+                        "pending": .int(min: 0),
+                        "telemetry_queued": .int(min: 0),
+                    ]),
+                ]),
+                "airplane.request": .object([
+                    "phone": .string(1...64)
+                        .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
+                    "on": .bool,
+                ])
+                    .described("Airplane mode on or off, for one phone or (without phone) for all. Off starts the sender at once."),
+                "airplane.reply": .object([
+                    "phones": .array(of: .ref("#/$defs/phone_state")),
+                ]),
+                "messages.request": .object([
+                    "phone": .string(1...64)
+                        .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
+                    "limit": .int(1...1000).optional,
+                ]),
+                "messages.reply": .object([
+                    "phone": .string(),
+                    "messages": .array(of: .ref("#/$defs/message")),
+                ]),
+                "act.request": .object([
+                    "phone": .string(1...64)
+                        .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
+                    "type": .choice(["favorites.add", "favorites.remove", "orders.cart.add", "orders.place", "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel", "reservations.car.save", "orders.cancel"])
+                        .described("The action's request type. orders.cancel is online only: refused at once (unavailable, 503) without network, with the reason."),
+                    "body": .object(open: true)
+                        .described("The action's body as the service takes it; reservations.checkin, checkout and cancel default to the phone's active reservation.").optional,
+                ])
+                    .described("The phone's user makes an action: written to the outbox with its envelope id and shown at once (optimistic). A refusal the phone can tell at once (no active reservation, an empty cart, online only while offline) is the error answer."),
+                "act.reply": .object([
+                    "phone": .string(),
+                    "id": .string()
+                        .described("The action's envelope id: the service's idempotency key for every retry."),
+                    "outcome": .choice(["queued", "sent"])
+                        .described("queued: in the outbox; sent: an online-only action sent at once, its refusal left as a message."),
+                ]),
+                "view.request": .object([
+                    "phone": .string(1...64)
+                        .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
+                    "view": .choice(["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels", "forecast", "spots", "nearby", "reservation", "car", "messages"]),
+                    "params": .object(open: true)
+                        .described("The view's parameters: lot, destination, kind, level for spots; q, category, min_price, max_price, in_stock, sort for search; id for product...").optional,
+                    "refresh": .bool
+                        .described("Pull to refresh: spots skip the in-memory cache.").optional,
+                ]),
+                "view.reply": .object([
+                    "phone": .string(),
+                    "view": .string(),
+                    "source": .choice(["network", "saved", "memory", "local", "none"])
+                        .described("Where what is shown came from."),
+                    "age_ms": .int(min: 0).optional,
+                    "body": .any
+                        .described("What the view shows: the service's reply body, a saved copy of it, or what the phone computed."),
+                    "notice": .string()
+                        .described("What the user is told about it: offline with the age of the copy, pending changes, a stale total.").optional,
+                    "error": .ref("../error.schema.json").optional,
+                ]),
+                "wait.request": .object([
+                    "phone": .string(1...64)
+                        .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
+                    "timeout_ms": .int(0...3600000).optional,
+                    "telemetry": .bool
+                        .described("Also wait for the telemetry queues.").optional,
+                ])
+                    .described("Answers once the outboxes (of one phone, or all) are empty, or at the timeout (default 30000)."),
+                "wait.reply": .object([
+                    "drained": .bool,
+                    "pending": .int(min: 0),
+                    "telemetry_queued": .int(min: 0),
+                    "waited_ms": .int(min: 0),
+                ]),
+                "log.request": .object([
+                    "phone": .string(1...64)
+                        .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
+                    "limit": .int(min: 1).optional,
+                ]),
+                "log.reply": .object([
+                    "phone": .string(),
+                    "actions": .array(of: .object([
+                            "id": .string(),
+                            "type": .string(),
+                            "outcome": .choice(["pending", "done", "rejected"]),
+                            "attempts": .int(min: 0),
+                            "created_at": .int(min: 0),
+                            "code": .string()
+                                .described("The refusal's code; dropped for a step queued behind a refused one.").optional,
+                            "reason": .string().optional,
+                        ])),
+                ]),
+                "report.request": .object(),
+                "report.reply": .object([
+                    "final": .bool,
+                    "phones": .int(min: 0),
+                    "elapsed_ms": .int(min: 0),
+                    "actions": .object([
+                        "created": .int(min: 0),
+                        "done": .int(min: 0),
+                        "rejected": .int(min: 0),
+                        "pending": .int(min: 0),
+                        "by_type": .object(open: true),
+                    ]),
+                    "rejected": .array(of: .object([
+                            "type": .string(),
+                            "code": .string(),
+                            "reason": .string(),
+                            "count": .int(min: 0),
+                        ])),
+                    "refused_online_only": .object(open: true).optional,
+                    "max_queue": .object([
+                        "phone": .int(min: 0),
+                        "all_phones": .int(min: 0),
+                    ]),
+                    "drain": .object(open: true),
+                    "reads": .object(open: true).optional,
+                    "reads_by_view": .object(open: true).optional,
+                    "telemetry": .object(open: true),
+                    "accounted": .bool
+                        .described("created = done + rejected + pending, and, in a final report, nothing pending."),
+                    "seed": .int(min: 0).optional,
+                    "speed": .number().optional,
+                    "duration_ms": .int(min: 0).optional,
+                    "activities": .int(min: 0).optional,
+                    "sign_in_before_day": .oneOf([
+                        .object([
+                            "ms": .oneOf([
+                                .int(min: 0),
+                                .null,
+                            ]),
+                            "phones_with_session": .int(min: 0),
+                        ]),
+                        .null,
+                    ])
+                        .described("quad-edge run --sign-in-first on (the default): how long every phone took to sign in (register) before the day's clock started, and how many had a session then; null with --sign-in-first off.").optional,
+                ])
+                    .described("What quad-edge run prints as JSON at the end of a campus day (and writes to --report)."),
+                "stop.request": .object(),
+                "stop.reply": .object([
+                    "stopping": .const(true),
+                ]),
+            ]))
+
+    public static let definitions: [Definition] = [controlSchema]
+}
