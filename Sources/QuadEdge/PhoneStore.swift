@@ -1,4 +1,5 @@
 import Foundation
+import CSQLite
 import QuadStore
 import QuadWire
 
@@ -132,13 +133,15 @@ enum PhoneStore {
     ]
 
     /// Opens (creating) a phone's file, small: a phone keeps little in memory.
-    /// The page cache is the most of it: at 512 KiB a phone's connection
-    /// kept every page it had read (its whole file, ~150 KiB, after the
-    /// migrations), 271 KiB per idle phone in all (deploy/bench, 1,000
-    /// phones); at 64 KiB (16 pages) the rest is read again from the OS's
-    /// cache of the WAL when needed, and an idle phone costs well under
-    /// 100 KiB (the 32 KiB WAL index included).
+    /// An idle phone cost 271 KiB (deploy/bench, 1,000 phones), 159 KiB of
+    /// it SQLite's: each connection's page cache allocated 20 pages (~87
+    /// KiB) at its first read, before any cache_size applies (the pragma
+    /// reads the schema first), so the process asks SQLite for none up
+    /// front (`pageCacheUpFront`); the cache is capped at 64 KiB (16
+    /// pages; the rest is read again from the OS's cache of the file), and
+    /// 8 statements stay prepared, not the 64 a service keeps.
     static func open(_ path: String) throws -> SQLiteDatabase {
+        _ = pageCacheUpFront
         let db = try SQLiteDatabase(path: path)
         try db.executeScript("PRAGMA cache_size=-64; PRAGMA temp_store=MEMORY;")
         try Migrations.apply(db, migrations, scope: "phone")
@@ -151,6 +154,11 @@ enum PhoneStore {
 
     /// Prepared statements a phone's connection keeps (LRU).
     static let phoneStatementCacheCapacity = 8
+
+    /// Pages a connection's cache allocates at its first read, set once for
+    /// the process before its first connection (SQLITE_CONFIG_PCACHE_INITSZ;
+    /// SQLite refuses it once a connection is open, and the default stays).
+    static let pageCacheUpFront: Int32 = quad_sqlite_config_pcache_initsz(0)
 }
 
 extension Database {
