@@ -92,7 +92,8 @@ quad_pip_install() {
 # MDP/0.2 worker and client no one here wrote, for Tests/e2e/test_majordomo.py).
 quad_install_deps() {
     local pkg apt_missing=()
-    for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev; do
+    # nats-server: deploy/bench sets Quad against NATS request/reply and pub/sub.
+    for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev nats-server; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || apt_missing+=("$pkg")
     done
     quad_pg_bindir >/dev/null || apt_missing+=(postgresql)

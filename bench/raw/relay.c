@@ -7,15 +7,19 @@
  * at most CREDIT at a time (1, the default, is the broker's rule: a worker
  * holds one request), least loaded first.
  *
- *   relay [-n N] [-i INFLIGHT] [-w WORKERS] [-k CREDIT] [-W WARMUP]
+ *   relay [-n N] [-i INFLIGHT] [-w WORKERS] [-k CREDIT] [-W WARMUP] [-c]
  *     N         measured requests (default 100000)
  *     INFLIGHT  requests the client keeps outstanding (default 1; try 8, 64)
  *     WORKERS   worker processes (default 1)
  *     CREDIT    requests a worker may hold at once (default 1)
  *     WARMUP    unmeasured requests first (default 2000)
+ *     -c        CURVE on the frontend, as Quad's public frontend has it: the
+ *               relay is the CURVE server (a key pair made at start), the
+ *               client a CURVE client with a key pair of its own; the
+ *               backend stays plain, as Quad's internal sockets are
  *
  * Latency is per request, from the client's send to its reply. Prints
- * {"bench":"raw_relay","inflight":..,"workers":..,"credit":..,"p50_us":..,"p99_us":..,"rps":..,"n":..}. */
+ * {"bench":"raw_relay","inflight":..,"workers":..,"credit":..,"curve":..,"p50_us":..,"p99_us":..,"rps":..,"n":..}. */
 #include "common.h"
 
 #define MAX_WORKERS 64
@@ -74,12 +78,20 @@ static void drop_rest(void *sock) {
 }
 
 static int credit = 1;
+static int curve = 0;
+/* Z85 keys, made before the relay is forked (the child inherits them). */
+static char server_public[41], server_secret[41], client_public[41], client_secret[41];
 
 static void relay_serve(void *arg, int report_fd) {
     (void)arg;
     void *ctx = zmq_ctx_new();
     void *front = zmq_socket(ctx, ZMQ_ROUTER);
     void *back = zmq_socket(ctx, ZMQ_ROUTER);
+    if (curve) {
+        int one = 1;
+        if (zmq_setsockopt(front, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+            zmq_setsockopt(front, ZMQ_CURVE_SECRETKEY, server_secret, 40) != 0) die("relay CURVE server");
+    }
     if (zmq_bind(front, "tcp://127.0.0.1:*") != 0 || zmq_bind(back, "tcp://127.0.0.1:*") != 0) die("relay bind");
     char ep1[ENDPOINT_MAX], ep2[ENDPOINT_MAX], both[2 * ENDPOINT_MAX + 2];
     size_t l1 = sizeof ep1, l2 = sizeof ep2;
@@ -180,31 +192,35 @@ static void worker_serve(void *arg, int report_fd) {
 }
 
 static void usage(const char *prog) {
-    fprintf(stderr, "usage: %s [-n N] [-i INFLIGHT] [-w WORKERS] [-k CREDIT] [-W WARMUP]\n", prog);
+    fprintf(stderr, "usage: %s [-n N] [-i INFLIGHT] [-w WORKERS] [-k CREDIT] [-W WARMUP] [-c]\n", prog);
     exit(64);
 }
 
 int main(int argc, char **argv) {
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        printf("usage: %s [-n N] [-i INFLIGHT] [-w WORKERS] [-k CREDIT] [-W WARMUP]\n"
-               "The broker's hops in raw libzmq: DEALER -> ROUTER|relay|ROUTER -> DEALER worker; prints one JSON line.\n", argv[0]);
+        printf("usage: %s [-n N] [-i INFLIGHT] [-w WORKERS] [-k CREDIT] [-W WARMUP] [-c]\n"
+               "The broker's hops in raw libzmq: DEALER -> ROUTER|relay|ROUTER -> DEALER worker; prints one JSON line.\n"
+               "-c: CURVE on the client-facing hop, as Quad's public frontend.\n", argv[0]);
         return 0;
     }
     long n = 100000, warmup = 2000;
     int inflight = 1, nworkers = 1, opt;
-    while ((opt = getopt(argc, argv, "n:i:w:k:W:h")) != -1) {
+    while ((opt = getopt(argc, argv, "n:i:w:k:W:ch")) != -1) {
         switch (opt) {
         case 'n': n = atol(optarg); break;
         case 'i': inflight = atoi(optarg); break;
         case 'w': nworkers = atoi(optarg); break;
         case 'k': credit = atoi(optarg); break;
         case 'W': warmup = atol(optarg); break;
+        case 'c': curve = 1; break;
         default: usage(argv[0]);
         }
     }
     if (optind != argc || n <= 0 || warmup < 0 || inflight < 1 || nworkers < 1 || nworkers > MAX_WORKERS || credit < 1)
         usage(argv[0]);
 
+    if (curve && (zmq_curve_keypair(server_public, server_secret) != 0 || zmq_curve_keypair(client_public, client_secret) != 0))
+        die("zmq_curve_keypair");
     char endpoints[ENDPOINT_MAX], ignored[ENDPOINT_MAX], frontend[ENDPOINT_MAX];
     pid_t relay = spawn(relay_serve, NULL, endpoints);
     if (sscanf(endpoints, "%255s %255s", frontend, backend_endpoint) != 2) {
@@ -218,6 +234,9 @@ int main(int argc, char **argv) {
     void *dealer = zmq_socket(ctx, ZMQ_DEALER);
     int zero = 0;
     zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof zero);
+    if (curve && (zmq_setsockopt(dealer, ZMQ_CURVE_SERVERKEY, server_public, 40) != 0 ||
+                  zmq_setsockopt(dealer, ZMQ_CURVE_PUBLICKEY, client_public, 40) != 0 ||
+                  zmq_setsockopt(dealer, ZMQ_CURVE_SECRETKEY, client_secret, 40) != 0)) die("client CURVE");
     if (zmq_connect(dealer, frontend) != 0) die("zmq_connect");
 
     long total = n + warmup, sent = 0, received = 0;
@@ -250,7 +269,7 @@ int main(int argc, char **argv) {
     uint64_t elapsed = now_ns() - started;
 
     char extra[128];
-    snprintf(extra, sizeof extra, ",\"inflight\":%d,\"workers\":%d,\"credit\":%d", inflight, nworkers, credit);
+    snprintf(extra, sizeof extra, ",\"inflight\":%d,\"workers\":%d,\"credit\":%d,\"curve\":%s", inflight, nworkers, credit, curve ? "true" : "false");
     report("raw_relay", lat, (size_t)n, elapsed, extra);
 
     zmq_close(dealer);
