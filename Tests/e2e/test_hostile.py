@@ -145,17 +145,23 @@ def test_the_orders_saga_records_are_bound_to_the_buyer(stack):
 
 
 def test_another_caller_never_replaces_a_queued_request(stack):
-    """Two callers send the same id at once while the service is busy: the
-    first keeps its answer, the second gets its own (a conflict or a
-    separate answer), never the first's."""
+    """Two callers send the same id at once: the one whose request reaches
+    the broker first keeps its answer, the other gets a conflict, and neither
+    ever gets the other's answer. Which arrives first is the network's
+    choice (two connections), so the test accepts either order."""
     ana, ben = stack.student("Ana"), stack.student("Ben")
     rid = quadclient.uuid7()
     for c, product in ((ana, "p-0006"), (ben, "p-0007")):
         env = quadclient.envelope("favorites.add", {"product": product}, rid, c.token, c.src, 10000)
         c.send(env)
     a, b = ana.receive(rid, 10), ben.receive(rid, 10)
-    assert a is not None and error_code(a) is None and a["body"].get("product") == "p-0006", a
-    assert b is not None and error_code(b) == "conflict", b
+    assert a is not None and b is not None, (a, b)
+    answers = {"p-0006": a, "p-0007": b}
+    won = [p for p, r in answers.items() if error_code(r) is None]
+    assert len(won) == 1, (a, b)
+    assert answers[won[0]]["body"].get("product") == won[0], answers[won[0]]
+    lost = [r for p, r in answers.items() if p not in won]
+    assert error_code(lost[0]) == "conflict" and "p-000" not in json.dumps(lost[0]["body"]), lost[0]
 
 
 # ----------------------------------------------------------------- 2. strings
