@@ -29,6 +29,8 @@ public final class Reactor {
     /// Bumped by every change, so a turn knows an unregistration happened
     /// inside one of its handlers.
     private var generation = 0
+    /// Times the poll set was built (tests check it is not every turn).
+    private(set) var builds = 0
 
     /// `now` is the timers' monotonic clock in milliseconds
     /// (`Clock.monotonicMillis`).
@@ -78,6 +80,7 @@ public final class Reactor {
     public func turn(timeoutCap: Int64) throws(ZMQError) {
         if items == nil {
             polled = registrations
+            builds += 1
             items = polled.map { zmq_pollitem_t(socket: $0.socket.handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0) }
         }
         let timeout = Int(timers.timeout(cap: timeoutCap))
