@@ -115,7 +115,9 @@ public final class Broker {
     /// The routing rules (queues, workers, deadlines): the broker feeds it
     /// what the sockets say and carries out what it answers.
     var routing: Routing
-    let timers = Timers(now: Clock.monotonicMillis)
+    /// The broker's one loop: its sockets and its timers.
+    let reactor = Reactor(now: Clock.monotonicMillis)
+    var timers: Timers { reactor.timers }
     var eventsRelayed: Int64 = 0
     var requestsIn: Int64 = 0
     let name = "broker"
@@ -250,28 +252,19 @@ public final class Broker {
         Log.info(name, limiter.isOn
                  ? "rate limit on the frontend: \(settings.ratePerSecond) requests per second per user, client key, connection and phone, bursts of \(Int64(limiter.burst)); \(settings.addressRatePerSecond) per second per address"
                  : "rate limit off (--rate-per-second 0)")
-        var poller = Poller()
-        poller.add(frontend)
-        poller.add(backend)
-        poller.add(eventsIn)
-        poller.add(eventsOut)
-        poller.add(internalFrontend)
-        let zapIndex = authenticator.map { poller.add($0.socket) }
-        let monitorIndex = monitor.map { poller.add($0.socket) }
-        while !Shutdown.isRequested && !shouldStop() {
-            let ready: [Bool]
-            do { ready = try poller.poll(timeoutMs: Int(timers.timeout(cap: 100))) } catch {
-                Log.error(name, "poll: \(error)")
-                return 1
-            }
-            if let k = zapIndex, ready[k] { authenticator?.drain() }
-            if let k = monitorIndex, ready[k] { readHandshakeEvents() }
-            if ready[1] { drainBackend() }
-            if ready[0] { drainFrontend(frontend, origin: Broker.public) }
-            if ready[4] { drainFrontend(internalFrontend, origin: Broker.internal) }
-            if ready[2] { relay(from: eventsIn, to: eventsOut, events: true) }
-            if ready[3] { relay(from: eventsOut, to: eventsIn, events: false) }
-            timers.runDue()
+        // The order of a turn: CURVE's ZAP requests and handshake events
+        // first (a connection is admitted before its first message is read),
+        // workers before clients (a freed worker takes the next request).
+        if let authenticator { reactor.register(authenticator.socket) { _ in authenticator.drain() } }
+        if let monitor { reactor.register(monitor.socket) { [unowned self] _ in self.readHandshakeEvents() } }
+        reactor.register(backend) { [unowned self] _ in self.drainBackend() }
+        reactor.register(frontend) { [unowned self] s in self.drainFrontend(s, origin: Broker.public) }
+        reactor.register(internalFrontend) { [unowned self] s in self.drainFrontend(s, origin: Broker.internal) }
+        reactor.register(eventsIn) { [unowned self] _ in self.relay(from: self.eventsIn, to: self.eventsOut, events: true) }
+        reactor.register(eventsOut) { [unowned self] _ in self.relay(from: self.eventsOut, to: self.eventsIn, events: false) }
+        do { try reactor.run(until: { Shutdown.isRequested || shouldStop() }) } catch {
+            Log.error(name, "poll: \(error)")
+            return 1
         }
         for identity in routing.workers.keys { disconnectWorker(identity) }
         Log.info(name, "stopped")

@@ -5,14 +5,17 @@ import QuadStore
 import QuadWire
 
 /// One quad-edge process: one phone or many, each with its own file and its
-/// own DEALER, all on ONE poll loop with one agenda of timers (a ZeroMQ
+/// own DEALER, all on ONE ``Reactor`` with one agenda of timers (a ZeroMQ
 /// socket belongs to one thread; phones are not threads). A control ROUTER
 /// lets a harness read each phone's state, switch airplane mode, make a
 /// phone act or open a view, and wait until the outboxes are drained.
 public final class Fleet {
     public let settings: EdgeSettings
     let context = ZMQContext()
-    let agenda = Timers(now: Clock.monotonicMillis)
+    /// The edge's one loop: the control socket and each phone's link
+    /// (registered while its radio is on), the phones' timers beside them.
+    let reactor = Reactor(now: Clock.monotonicMillis)
+    var agenda: Timers { reactor.timers }
     private(set) var phones: [Phone] = []
     var byName: [String: Phone] = [:]
     var control: Socket?
@@ -40,7 +43,7 @@ public final class Fleet {
         for k in 1...max(1, count) {
             let number = String(k)
             let name = "\(prefix)-" + String(repeating: "0", count: max(0, width - number.count)) + number
-            let phone = try Phone(name: name, path: "\(dir)/\(name).db", context: context, agenda: agenda, settings: settings,
+            let phone = try Phone(name: name, path: "\(dir)/\(name).db", context: context, reactor: reactor, settings: settings,
                                   seed: seed &* 1_000_003 &+ UInt64(k))
             phones.append(phone)
             byName[name] = phone
@@ -49,6 +52,7 @@ public final class Fleet {
             let s = try context.socket(.router)
             try s.bind(control)
             self.control = s
+            reactor.register(s) { [unowned self] _ in self.serveControl() }
         }
     }
 
@@ -85,27 +89,10 @@ public final class Fleet {
     /// One turn of the loop: poll every socket, serve what arrived, run the
     /// timers that are due. Returns an exit code when polling fails.
     func turn(cap: Int64 = 100) -> Int32? {
-        var poller = Poller()
-        var owners: [Phone] = []
-        if let control { poller.add(control) }
-        for phone in phones {
-            if let s = phone.link.socket {
-                poller.add(s)
-                owners.append(phone)
-            }
-        }
-        let ready: [Bool]
-        do { ready = try poller.poll(timeoutMs: Int(agenda.timeout(cap: cap))) } catch {
+        do { try reactor.turn(timeoutCap: cap) } catch {
             Log.error("edge", "poll: \(error)")
             return 1
         }
-        var k = 0
-        if control != nil {
-            if ready[0] { serveControl() }
-            k = 1
-        }
-        for (n, phone) in owners.enumerated() where ready[k + n] { phone.link.receive() }
-        agenda.runDue()
         return nil
     }
 

@@ -15,8 +15,8 @@ enum LinkFailure: Error, Equatable {
 
 /// A phone's connection to the broker's frontend: one DEALER, requests sent
 /// without waiting and answered through a completion matched by `corr`.
-/// Nothing here blocks; the edge's one loop polls ``socket`` and calls
-/// ``receive()``. A late answer to a request that timed out is dropped,
+/// Nothing here blocks; the socket is registered on the edge's one
+/// ``Reactor`` while the radio is on, which calls ``receive()``. A late answer to a request that timed out is dropped,
 /// unless a retry under the same id is waiting for it, which it then answers
 /// (the same id means the same request).
 final class Link {
@@ -30,7 +30,8 @@ final class Link {
     let context: ZMQContext
     let endpoint: String
     let source: String
-    let agenda: Timers
+    let reactor: Reactor
+    var agenda: Timers { reactor.timers }
     private(set) var socket: Socket?
     private var calls: [String: Call] = [:]
     /// The phone's session token, put on every request.
@@ -48,14 +49,14 @@ final class Link {
     /// retry after airplane mode must come from the same key.
     let clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?
 
-    init(context: ZMQContext, endpoint: String, source: String, agenda: Timers, serverKey: [UInt8]? = nil) {
+    init(context: ZMQContext, endpoint: String, source: String, reactor: Reactor, serverKey: [UInt8]? = nil) {
         self.serverKey = serverKey
         // zmq_curve_keypair's Z85 output always decodes.
         clientKeys = serverKey == nil ? nil : (try? Curve.keyPair()).map { (Curve.decode($0.publicKey)!, Curve.decode($0.secretKey)!) }
         self.context = context
         self.endpoint = endpoint
         self.source = source
-        self.agenda = agenda
+        self.reactor = reactor
     }
 
     var isUp: Bool { socket != nil }
@@ -79,11 +80,13 @@ final class Link {
         }
         try s.connect(endpoint)
         socket = s
+        reactor.register(s) { [unowned self] _ in self.receive() }
     }
 
     /// Closes the socket (the radio is off): what was queued in it is
     /// dropped, and every waiting request fails as offline.
     func down() {
+        if let socket { reactor.unregister(socket) }
         socket = nil
         let waiting = calls
         calls = [:]

@@ -132,13 +132,13 @@ final class Phone {
     var onMessage: (Phone, JSON) -> Void = { _, _ in }
     var onDrained: (Phone) -> Void = { _ in }
 
-    init(name: String, path: String, context: ZMQContext, agenda: Timers, settings: EdgeSettings, seed: UInt64) throws {
+    init(name: String, path: String, context: ZMQContext, reactor: Reactor, settings: EdgeSettings, seed: UInt64) throws {
         self.name = name
-        self.agenda = agenda
+        self.agenda = reactor.timers
         self.settings = settings
         self.rng = SeededRandom(seed: seed)
         db = try PhoneStore.open(path)
-        link = Link(context: context, endpoint: settings.frontend, source: "edge/\(name)", agenda: agenda, serverKey: settings.brokerKey)
+        link = Link(context: context, endpoint: settings.frontend, source: "edge/\(name)", reactor: reactor, serverKey: settings.brokerKey)
         try loadSession()
         link.onAnswer = { [unowned self] in self.heard() }
     }

@@ -228,6 +228,7 @@ extension Worker {
             try socket.connect(endpoints.internal)
             let made = ServiceCalls(socket: socket, timers: timers, source: handlers.instance, metrics: handlers.metrics, maxInFlight: maxCallsInFlight)
             calls = made
+            reactor.register(socket) { [unowned self] _ in self.receiveCalls(made) }
             return made
         } catch {
             Log.error(handlers.instance, "cannot open a socket to \(endpoints.internal): \(error)")
@@ -274,6 +275,7 @@ extension Worker {
                 try InternalCurve.secure(s)
                 try s.connect(endpoints.backend)
                 lateReplies = s
+                reactor.register(s) { [unowned self] s in self.drainLateReplies(s) }
             } catch {
                 Log.error(handlers.instance, "late reply not sent (no socket to \(endpoints.backend)): \(error)")
                 return

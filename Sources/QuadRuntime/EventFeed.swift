@@ -196,8 +196,11 @@ extension Worker {
         try sub.connect(endpoints.eventsOut)
         for s in sources { try sub.subscribe(EventFeed.topic(s)) }
         feeds.append((feed, sub))
+        // Either socket readable: the feed reads both.
+        reactor.register(sub) { [unowned self] _ in self.receiveEvents(feed, sub) }
+        reactor.register(requests) { [unowned self] _ in self.receiveEvents(feed, sub) }
         timers.after(0) { feed.catchUpAll() }
-        timers.every(catchUpEveryMs) { feed.catchUpAll() }
+        timers.every(catchUpEveryMs) { [unowned self] in if !self.leaving { feed.catchUpAll() } }
     }
 
     func receiveEvents(_ feed: EventFeed, _ socket: Socket) {

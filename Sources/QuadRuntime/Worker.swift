@@ -13,7 +13,15 @@ public final class Worker {
     public let handlers: Handlers
     public let endpoints: Endpoints
     let context: ZMQContext
-    let timers = Timers(now: Clock.monotonicMillis)
+    /// The worker's one loop: the broker socket, the feeds', the calls' and
+    /// the late replies' sockets, and the timers beside them.
+    let reactor = Reactor(now: Clock.monotonicMillis)
+    var timers: Timers { reactor.timers }
+    /// Set by ``leave()``: the periodic timers (heartbeats, sweeps, catch-ups)
+    /// stop, the answers owed still come in.
+    var leaving = false
+    /// The broker confirmed our DISCONNECT while leaving.
+    var confirmed = false
     var socket: Socket
     var publisher: Socket?
     var brokerExpiry: Int64 = 0
@@ -65,6 +73,7 @@ public final class Worker {
     /// simulators). Errors are logged, never fatal.
     public func every(_ ms: Int64, _ action: @escaping () throws -> Void) {
         timers.every(ms) { [handlers] in
+            if self.leaving { return }
             let started = Clock.monotonicMicros()
             do { try action() } catch { Log.error(handlers.instance, "timer: \(error)") }
             handlers.metrics.ran("timer every \(ms) ms", micros: Clock.monotonicMicros() - started, src: handlers.instance)
@@ -73,7 +82,11 @@ public final class Worker {
     }
 
     func connect() throws {
+        reactor.unregister(socket)
         socket = try context.socket(.dealer)
+        reactor.register(socket) { [unowned self] _ in
+            if !self.receive(leaving: self.leaving) { self.confirmed = true }
+        }
         try socket.setMaxMessageSize(Int64(maxMessageBytes) + 65536)
         // Never blocks on the broker: a send with no connection to queue on
         // (a broker that refused the CURVE handshake) is dropped, and the
@@ -145,6 +158,7 @@ public final class Worker {
         }
         Log.info(handlers.instance, "serving \(handlers.service) via \(endpoints.backend)")
         timers.every(heartbeatMs) { [unowned self] in
+            if self.leaving { return }
             try? self.socket.send(Majordomo.frames(.heartbeat), dontWait: true)
             if Clock.monotonicMillis() > self.brokerExpiry {
                 self.reconnects += 1
@@ -152,34 +166,12 @@ public final class Worker {
                 try? self.connect()
             }
         }
-        timers.every(100) { [unowned self] in self.relayOutbox() }
-        if handlers.db != nil { timers.every(retention.everyMs) { [unowned self] in self.prune() } }
+        timers.every(100) { [unowned self] in if !self.leaving { self.relayOutbox() } }
+        if handlers.db != nil { timers.every(retention.everyMs) { [unowned self] in if !self.leaving { self.prune() } } }
 
-        while !Shutdown.isRequested {
-            var poller = Poller()
-            poller.add(socket)
-            for (feed, sub) in feeds {
-                poller.add(sub)
-                poller.add(feed.requests)
-            }
-            let polledCalls = calls
-            let polledLate = lateReplies
-            if let polledCalls { poller.add(polledCalls.socket) }
-            if let polledLate { poller.add(polledLate) }
-            let ready: [Bool]
-            do { ready = try poller.poll(timeoutMs: Int(timers.timeout(cap: 200))) } catch {
-                Log.error(handlers.instance, "poll: \(error)")
-                return 1
-            }
-            if ready[0] { receive() }
-            for (k, (feed, sub)) in feeds.enumerated() where ready[2 * k + 1] || ready[2 * k + 2] { receiveEvents(feed, sub) }
-            var next = 1 + 2 * feeds.count
-            if let polledCalls {
-                if ready[next] { receiveCalls(polledCalls) }
-                next += 1
-            }
-            if let polledLate, ready[next] { drainLateReplies(polledLate) }
-            timers.runDue()
+        do { try reactor.run(timeoutCap: 200, until: { Shutdown.isRequested }) } catch {
+            Log.error(handlers.instance, "poll: \(error)")
+            return 1
         }
         leave()
         return 0
@@ -235,22 +227,22 @@ public final class Worker {
     func leave() {
         Log.info(handlers.instance, "shutting down: disconnecting from broker")
         try? socket.send(Majordomo.frames(.disconnect), dontWait: true)
+        leaving = true
+        // The feeds stop here: what they would apply now is caught up by
+        // the next start. The broker socket and the calls' stay polled.
+        for (feed, sub) in feeds {
+            reactor.unregister(sub)
+            reactor.unregister(feed.requests)
+        }
         let until = Clock.monotonicMillis() + 3000
-        var open = true
         // Answers owed (a saga waiting on the catalog) come in meanwhile;
         // what is still open after that is finished by the next worker's
         // recovery, and its client's retry gets the outcome.
-        while (open || owed > 0) && Clock.monotonicMillis() < until {
-            var poller = Poller()
-            poller.add(socket)
-            let polledCalls = calls
-            if let polledCalls { poller.add(polledCalls.socket) }
-            guard let ready = try? poller.poll(timeoutMs: 100) else { continue }
-            if ready[0] { open = receive(leaving: true) && open }
-            if let polledCalls, ready[1] { receiveCalls(polledCalls) }
+        while (!confirmed || owed > 0) && Clock.monotonicMillis() < until {
+            do { try reactor.turn(timeoutCap: 100) } catch { break }
         }
         relayOutbox()
         handlers.db?.close()
-        Log.info(handlers.instance, open ? "broker did not confirm; exiting" : "drained; exiting")
+        Log.info(handlers.instance, confirmed ? "drained; exiting" : "broker did not confirm; exiting")
     }
 }

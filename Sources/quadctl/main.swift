@@ -256,12 +256,9 @@ case "watch":
         try sub.subscribe("")
         Shutdown.install()
         var seen = 0
-        var poller = Poller()
-        poller.add(sub)
-        FileHandle.standardError.write(Data("quadctl: watching '\(topic.isEmpty ? "*" : topic)' on \(flags["events-out"]!)\n".utf8))
-        while !Shutdown.isRequested {
-            guard try poller.poll(timeoutMs: 200)[0] else { continue }
-            while let frames = try sub.receive(dontWait: true) {
+        let reactor = Reactor(now: Clock.monotonicMillis)
+        reactor.register(sub) { sub in
+            while let frames = try? sub.receive(dontWait: true) {
                 guard let last = frames.last, let first = frames.first else { continue }
                 let frameTopic = String(decoding: first, as: UTF8.self)
                 let type = frameTopic.split(separator: "/", maxSplits: 1).last.map(String.init) ?? frameTopic
@@ -271,6 +268,8 @@ case "watch":
                 if limit > 0 && seen >= limit { exit(0) }
             }
         }
+        FileHandle.standardError.write(Data("quadctl: watching '\(topic.isEmpty ? "*" : topic)' on \(flags["events-out"]!)\n".utf8))
+        try reactor.run(timeoutCap: 200, until: { Shutdown.isRequested })
         exit(0)
     } catch {
         fail("watch: \(error)", code: 1)

@@ -97,7 +97,8 @@ final class FakeBroker {
 /// One phone on a loop the test turns by hand, against ``FakeBroker``.
 final class PhoneRig {
     let context = ZMQContext()
-    let agenda = Timers(now: Clock.monotonicMillis)
+    let reactor = Reactor(now: Clock.monotonicMillis)
+    var agenda: Timers { reactor.timers }
     let broker: FakeBroker
     let phone: Phone
     let dir: String
@@ -113,7 +114,8 @@ final class PhoneRig {
         settings.backoffCapMs = 400
         settings.telemetryEveryMs = 60_000
         adjust(&settings)
-        phone = try Phone(name: "phone-t", path: dir + "/phone-t.db", context: context, agenda: agenda, settings: settings, seed: 42)
+        phone = try Phone(name: "phone-t", path: dir + "/phone-t.db", context: context, reactor: reactor, settings: settings, seed: 42)
+        reactor.register(broker.socket) { [broker] _ in broker.receive() }
         // Signed in already: these tests are about the outbox.
         phone.registered = true
         phone.token = "t"
@@ -129,14 +131,9 @@ final class PhoneRig {
     func run(forMs: Int64, until done: () -> Bool = { false }) {
         let end = Clock.monotonicMillis() + forMs
         while Clock.monotonicMillis() < end && !done() {
-            var poller = Poller()
-            poller.add(broker.socket)
-            if let s = phone.link.socket { poller.add(s) }
-            _ = try? poller.poll(timeoutMs: Int(min(10, agenda.timeout(cap: 10))))
-            broker.receive()
+            // The phone's link registers itself while its radio is on.
+            try? reactor.turn(timeoutCap: 10)
             broker.sendDue()
-            phone.link.receive()
-            agenda.runDue()
         }
     }
 

@@ -1,0 +1,178 @@
+import Foundation
+import Testing
+@testable import QuadMessaging
+
+/// Milliseconds of a monotonic clock, for the reactor's timers.
+private func monotonicMillis() -> Int64 { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }
+
+/// PULL sockets bound on inproc, each with a PUSH connected to it.
+private final class Pipes {
+    let context = ZMQContext()
+    var pulls: [Socket] = []
+    var pushes: [Socket] = []
+
+    init(_ count: Int) throws {
+        let tag = UInt32.random(in: 0...UInt32.max)
+        for k in 0..<count {
+            let pull = try context.socket(.pull)
+            try pull.bind("inproc://reactor-\(tag)-\(k)")
+            let push = try context.socket(.push)
+            try push.connect("inproc://reactor-\(tag)-\(k)")
+            pulls.append(pull)
+            pushes.append(push)
+        }
+    }
+
+    func send(_ k: Int) throws { try pushes[k].send([[UInt8(k)]]) }
+}
+
+/// Reads everything waiting on `socket`.
+private func drain(_ socket: Socket) -> Int {
+    var n = 0
+    while (try? socket.receive(dontWait: true)) != nil { n += 1 }
+    return n
+}
+
+@Suite("Reactor: one poll loop, sockets and timers")
+struct ReactorTests {
+    @Test func callsTheHandlerOfEachReadableSocketWithThatSocket() throws {
+        let pipes = try Pipes(3)
+        let reactor = Reactor(now: monotonicMillis)
+        var calls: [Int: Int] = [:]
+        for (k, pull) in pipes.pulls.enumerated() {
+            reactor.register(pull) { s in
+                #expect(s === pull)
+                calls[k, default: 0] += drain(s)
+            }
+        }
+        try pipes.send(0)
+        try pipes.send(2)
+        try pipes.send(2)
+        // Waits for the first readable socket; inproc delivers at once, but
+        // a loaded machine gets more turns.
+        let deadline = monotonicMillis() + 30_000
+        while calls[0] == nil || calls[2, default: 0] < 2, monotonicMillis() < deadline {
+            try reactor.turn(timeoutCap: 1000)
+        }
+        #expect(calls == [0: 1, 2: 2])
+        // Nothing readable: no handler runs, and the turn ends at its cap.
+        let before = calls
+        try reactor.turn(timeoutCap: 20)
+        #expect(calls == before)
+    }
+
+    @Test func timersRunBesideSocketsInDueOrderAndBoundThePoll() throws {
+        let pipes = try Pipes(1)
+        let reactor = Reactor(now: monotonicMillis)
+        var log: [String] = []
+        reactor.register(pipes.pulls[0]) { s in if drain(s) > 0 { log.append("socket") } }
+        reactor.timers.after(600) { log.append("late") }
+        reactor.timers.after(10) { log.append("early") }
+        reactor.timers.after(30) {
+            log.append("send")
+            try? pipes.send(0)
+        }
+        let started = monotonicMillis()
+        // A cap far above the timers: the poll sleeps only until the next one.
+        try reactor.run(timeoutCap: 60_000, until: { log.count >= 4 || monotonicMillis() - started > 30_000 })
+        #expect(log == ["early", "send", "socket", "late"])
+        #expect(monotonicMillis() - started < 30_000)
+    }
+
+    @Test func aSocketUnregisteredInsideAHandlerGetsNoMoreCalls() throws {
+        let pipes = try Pipes(2)
+        let (a, b) = (pipes.pulls[0], pipes.pulls[1])
+        let reactor = Reactor(now: monotonicMillis)
+        var aCalls = 0, bCalls = 0
+        reactor.register(a) { s in
+            aCalls += 1
+            _ = drain(s)
+            reactor.unregister(b)
+            reactor.unregister(s)
+        }
+        reactor.register(b) { _ in bCalls += 1 }
+        try pipes.send(1)
+        try pipes.send(0)
+        // b was readable in the turn a unregistered it: its handler must not run.
+        let deadline = monotonicMillis() + 30_000
+        while aCalls == 0, monotonicMillis() < deadline { try reactor.turn(timeoutCap: 1000) }
+        #expect(aCalls == 1)
+        #expect(bCalls == 0)
+        #expect(reactor.count == 0)
+        // b is still readable (nobody read it), a gets more: neither is polled.
+        try pipes.send(0)
+        try reactor.turn(timeoutCap: 50)
+        #expect(aCalls == 1 && bCalls == 0)
+        #expect(drain(b) == 1)
+    }
+
+    @Test func aSocketRegisteredInsideAHandlerIsPolledFromTheNextTurn() throws {
+        let pipes = try Pipes(2)
+        let (a, b) = (pipes.pulls[0], pipes.pulls[1])
+        let reactor = Reactor(now: monotonicMillis)
+        var bCalls = 0
+        var turnOfA: Int?
+        var turns = 0
+        reactor.register(a) { s in
+            _ = drain(s)
+            turnOfA = turns
+            reactor.register(b) { s in bCalls += drain(s) }
+        }
+        try pipes.send(1)
+        try pipes.send(0)
+        let deadline = monotonicMillis() + 30_000
+        while turnOfA == nil, monotonicMillis() < deadline {
+            try reactor.turn(timeoutCap: 1000)
+            turns += 1
+        }
+        // b was readable already, and was not polled in the turn that added it.
+        #expect(turnOfA != nil)
+        #expect(bCalls == 0)
+        try reactor.turn(timeoutCap: 1000)
+        #expect(bCalls == 1)
+    }
+
+    @Test func registeringAgainReplacesTheHandler() throws {
+        let pipes = try Pipes(1)
+        let reactor = Reactor(now: monotonicMillis)
+        var who: [String] = []
+        reactor.register(pipes.pulls[0]) { s in _ = drain(s); who.append("first") }
+        reactor.register(pipes.pulls[0]) { s in _ = drain(s); who.append("second") }
+        #expect(reactor.count == 1)
+        try pipes.send(0)
+        let deadline = monotonicMillis() + 30_000
+        while who.isEmpty, monotonicMillis() < deadline { try reactor.turn(timeoutCap: 1000) }
+        #expect(who == ["second"])
+    }
+
+    @Test func thePollSetIsBuiltOnlyWhenRegistrationsChange() throws {
+        let pipes = try Pipes(3)
+        let reactor = Reactor(now: monotonicMillis)
+        reactor.register(pipes.pulls[0]) { s in _ = drain(s) }
+        reactor.register(pipes.pulls[1]) { s in _ = drain(s) }
+        for _ in 0..<20 {
+            try pipes.send(0)
+            try reactor.turn(timeoutCap: 5)
+        }
+        #expect(reactor.builds == 1)
+        reactor.register(pipes.pulls[2]) { s in _ = drain(s) }
+        try reactor.turn(timeoutCap: 1)
+        try reactor.turn(timeoutCap: 1)
+        #expect(reactor.builds == 2)
+        reactor.unregister(pipes.pulls[0])
+        try reactor.turn(timeoutCap: 1)
+        #expect(reactor.builds == 3)
+    }
+
+    @Test func runStopsWhenAskedAndAsksBeforeEveryTurn() throws {
+        let reactor = Reactor(now: monotonicMillis)
+        var ticks = 0
+        reactor.timers.every(1) { ticks += 1 }
+        let started = monotonicMillis()
+        try reactor.run(timeoutCap: 1000, until: { ticks >= 3 || monotonicMillis() - started > 30_000 })
+        #expect(ticks == 3)
+        // Already stopped: not one turn.
+        try reactor.run(until: { true })
+        #expect(ticks == 3)
+    }
+}
