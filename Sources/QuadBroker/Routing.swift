@@ -171,6 +171,14 @@ struct Routing {
             items[k] = p
         }
 
+        /// Takes out the newest anonymous request (the last one queued), to
+        /// make room for a first-class one; nil when every request is first class.
+        mutating func evictNewestAnonymous() -> Pending? {
+            guard items.count > firstClass, let p = items.popLast() else { return nil }
+            bytes -= p.request.bytes.count
+            return p
+        }
+
         /// Takes out the requests that `matching` says, in order.
         mutating func remove(where matching: (Pending) -> Bool) -> [Pending] {
             let gone = items.filter(matching)
@@ -392,6 +400,7 @@ struct Routing {
         let deadline = min(r.deadlineMs ?? limits.defaultDeadlineMs, limits.maxDeadlineMs)
         let pending = Pending(request: r, expires: now + deadline, deadlineMs: deadline)
         let limits = limits
+        var evicted: [Pending] = []
         let refusal: QuadError? = withQueue(name, early: isEarly) { queue in
             // A retry of a request still queued replaces it rather than
             // queueing twice, when it is the same owner's; another owner's
@@ -402,6 +411,15 @@ struct Routing {
                 return nil
             }
             let what = isEarly ? "service '\(name)' (not registered yet)" : "service '\(name)'"
+            // A full queue never shuts out signed-in users and services:
+            // anonymous requests make room for them, the newest first, and
+            // are answered 503 naming the limit.
+            if r.isFirstClass {
+                while queue.count >= limits.maxQueue || queue.bytes + r.bytes.count > limits.maxQueueBytes,
+                      let p = queue.evictNewestAnonymous() {
+                    evicted.append(p)
+                }
+            }
             if queue.count >= limits.maxQueue {
                 return .unavailable("\(what) has \(queue.count) requests queued, the limit max_queue=\(limits.maxQueue)")
             }
@@ -410,6 +428,12 @@ struct Routing {
             }
             queue.enqueue(pending)
             return nil
+        }
+        for p in evicted {
+            let limit = "max_queue=\(limits.maxQueue), max_queue_bytes=\(limits.maxQueueBytes)"
+            out.append(.replyError(route: p.request.client, error: .unavailable(
+                "service '\(name)' is at its queue limit (\(limit)): an anonymous request gave its place to a signed-in user's; retry later"),
+                corr: p.request.id, type: p.request.type))
         }
         if let refusal {
             refuse(refusal)

@@ -140,6 +140,32 @@ struct RoutingTests {
         #expect(h.routing.services["cat"]?.queue.count == 2)
     }
 
+    @Test func aFullQueueOfAnonymousRequestsMakesRoomForASignedInUser() {
+        var h = Harness { $0.maxQueue = 2; $0.maxQueueBytes = 1000 }
+        h.ready("A")
+        h.ask("busy")
+        h.ask("anon1", owner: "key:abc")
+        h.ask("anon2", owner: "key:abc")
+        // The newest anonymous request gives its place, answered 503.
+        let made = h.ask("user1", owner: "user:u1").errors
+        #expect(made.map(\.code) == ["unavailable"])
+        #expect(made.first?.error.message.contains("max_queue=2") == true)
+        #expect(h.routing.services["cat"]?.queue.items.map(\.request.id) == ["user1", "anon1"])
+        // A full queue of first-class requests still refuses the next one.
+        h.ask("user2", owner: "user:u2")
+        #expect(h.routing.services["cat"]?.queue.items.map(\.request.id) == ["user1", "user2"])
+        #expect(h.ask("user3", owner: "user:u3").errors.map(\.code) == ["unavailable"])
+        // And bytes: anonymous requests make room by size too.
+        var b = Harness { $0.maxQueueBytes = 100 }
+        b.ready("A")
+        b.ask("busy")
+        b.ask("anon1", owner: "key:abc", size: 50)
+        b.ask("anon2", owner: "key:abc", size: 50)
+        #expect(b.ask("user1", owner: "user:u1", size: 40).errors.count == 1)
+        #expect(b.routing.services["cat"]?.queue.items.map(\.request.id) == ["user1", "anon1"])
+        #expect(b.routing.services["cat"]?.queue.bytes == 90)
+    }
+
     @Test func maxQueueBytesRefusesARequestThatWouldPassIt() {
         var h = Harness { $0.maxQueueBytes = 100 }
         h.ready("A")
