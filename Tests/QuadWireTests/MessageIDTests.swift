@@ -2,7 +2,7 @@ import Foundation
 import QuadWire
 import Testing
 
-@Suite struct MessageIDTests {
+@Suite struct MessageIDFormatTests {
     /// The written-in-place formatting must give the RFC 9562 text form:
     /// 8-4-4-4-12 lowercase hex, version 7, variant 10, the milliseconds first.
     @Test func idsAreUUIDv7TextWithTheTimeFirst() throws {
