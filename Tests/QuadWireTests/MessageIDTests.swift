@@ -25,3 +25,19 @@ import Testing
         #expect(earlier < later)
     }
 }
+
+@Suite struct JSONWriteTests {
+    /// Integers are written digit by digit, without a String: every edge
+    /// must come out as Swift's own description of it, and parse back.
+    @Test func integersAreWrittenAsTheirDecimalText() throws {
+        for i: Int64 in [0, 1, -1, 9, 10, -10, 1_234_567_890, Int64.max, Int64.min, Int64.min + 1] {
+            #expect(String(decoding: JSON.int(i).encoded(), as: UTF8.self) == String(i))
+            #expect(try JSON.parse(JSON.int(i).encoded()) == .int(i))
+        }
+    }
+
+    @Test func objectKeysAreWrittenSorted() {
+        let value: JSON = ["b": 2, "a": ["z": true, "y": .null], "c": "x"]
+        #expect(String(decoding: value.encoded(), as: UTF8.self) == #"{"a":{"y":null,"z":true},"b":2,"c":"x"}"#)
+    }
+}
