@@ -107,9 +107,10 @@ public final class Worker {
         guard let db = handlers.db, let publisher else { return }
         do {
             var full = true
+            let prefix = Array(EventFeed.topic(handlers.service).utf8)
             for _ in 0..<Worker.relayPages where full {
                 let sent = try Outbox.relay(db, limit: Worker.relayPage) { event in
-                    try publisher.send([Array((EventFeed.topic(handlers.service) + event.type).utf8), event.bytes(src: handlers.service)])
+                    try publisher.send([prefix + Array(event.type.utf8), event.bytes(src: handlers.service)])
                 }
                 full = sent == Worker.relayPage
             }

@@ -32,6 +32,18 @@ public enum ServiceTables {
         // the relay sends these bytes as they are. Rows written before
         // have none and are built from their columns, as before.
         Migration(3, "ALTER TABLE outbox ADD COLUMN envelope TEXT"),
+        // What the relay has published is a prefix of the outbox by seq
+        // (seqs are taken under outbox_seq's row lock, held to commit, so
+        // they commit in order): one cursor row says where it ends. Marking
+        // each row instead rewrote every relayed row and its index entry,
+        // about 400 KB of WAL per 1,000 events, and the checkpoints that
+        // followed were most of the time events spent on their way (issue 13).
+        Migration(4, """
+            CREATE TABLE outbox_relayed (one INTEGER PRIMARY KEY CHECK (one = 1), seq BIGINT NOT NULL);
+            INSERT INTO outbox_relayed (one, seq) SELECT 1, COALESCE(MAX(seq), 0) FROM outbox WHERE published = 1;
+            DROP INDEX outbox_unpublished;
+            ALTER TABLE outbox DROP COLUMN published;
+            """),
     ]
 }
 
@@ -139,10 +151,24 @@ public enum Outbox {
 
     static let columns = "seq, id, type, ts, body, envelope"
 
+    /// ``columns`` for a relay page: on SQLite the envelope read as a blob,
+    /// its bytes as stored, with no String built and validated per event.
+    static func relayColumns(_ db: Database) -> String {
+        db.dialect == .postgres ? columns : "seq, id, type, ts, body, CAST(envelope AS BLOB) AS envelope"
+    }
+
+    /// Rows of ``columns`` (or ``relayColumns(_:)``), read by position.
     static func events(_ rows: [Row]) -> [StoredEvent] {
         rows.map { r in
-            StoredEvent(seq: r.int("seq"), id: r.string("id"), type: r.string("type"), ts: r.int("ts"),
-                        encoded: r.optionalString("envelope").map { Array($0.utf8) }, bodyColumn: r.string("body"))
+            let v = r.values
+            let encoded: [UInt8]?
+            switch v[5] {
+            case .blob(let bytes): encoded = bytes
+            case .text(let text): encoded = Array(text.utf8)
+            default: encoded = nil
+            }
+            return StoredEvent(seq: v[0].int ?? 0, id: v[1].string ?? "", type: v[2].string ?? "", ts: v[3].int ?? 0,
+                               encoded: encoded, bodyColumn: v[4].string ?? "")
         }
     }
 
@@ -168,15 +194,27 @@ public enum Outbox {
     public static func prune(_ db: Database, before: Int64, maxRows: Int64, limit: Int) throws -> Int {
         try db.transaction {
             let last = try lastSeq(db)
+            let relayed = try relayedSeq(db)
             var upTo: Int64?
-            for row in try db.query("SELECT seq, ts, published FROM outbox ORDER BY seq LIMIT $1", .int(Int64(limit))) {
+            for row in try db.query("SELECT seq, ts FROM outbox ORDER BY seq LIMIT $1", .int(Int64(limit))) {
                 let seq = row.int("seq")
-                guard row.int("published") == 1, row.int("ts") < before || last - seq >= maxRows else { break }
+                guard seq <= relayed, row.int("ts") < before || last - seq >= maxRows else { break }
                 upTo = seq
             }
             guard let upTo else { return 0 }
-            return try db.execute("DELETE FROM outbox WHERE seq <= $1 AND published = 1", .int(upTo))
+            return try db.execute("DELETE FROM outbox WHERE seq <= $1", .int(upTo))
         }
+    }
+
+    /// The highest seq the relay has published: every event at or below it
+    /// has gone out, none above it has.
+    public static func relayedSeq(_ db: Database) throws -> Int64 {
+        try db.queryOne("SELECT seq FROM outbox_relayed WHERE one = 1")?.int("seq") ?? 0
+    }
+
+    /// How many events wait for the relay.
+    public static func unpublishedCount(_ db: Database) throws -> Int64 {
+        try db.queryOne("SELECT COUNT(*) AS n FROM outbox WHERE seq > (SELECT seq FROM outbox_relayed WHERE one = 1)")?.int("n") ?? 0
     }
 
     /// The highest seq written.
@@ -184,22 +222,24 @@ public enum Outbox {
         try db.queryOne("SELECT seq FROM outbox_seq WHERE one = 1")?.int("seq") ?? 0
     }
 
-    /// Publishes unpublished events in seq order through `publish`, marking
-    /// them in the same transaction. The write lock makes one worker relay at
-    /// a time; a crash before commit republishes, and subscribers drop
+    /// Publishes unpublished events in seq order through `publish`, moving
+    /// the relay's cursor past them in the same transaction (one row
+    /// written, however many events). The write lock makes one worker relay
+    /// at a time; a crash before commit republishes, and subscribers drop
     /// repeats by seq.
     @discardableResult
     public static func relay(_ db: Database, limit: Int = 500, publish: (StoredEvent) throws -> Void) throws -> Int {
         // A cheap unlocked peek first, so idle workers do not take the lock.
-        guard try db.queryOne("SELECT seq FROM outbox WHERE published = 0 LIMIT 1") != nil else { return 0 }
+        guard try db.queryOne("SELECT o.seq FROM outbox o, outbox_relayed r WHERE r.one = 1 AND o.seq > r.seq LIMIT 1") != nil else { return 0 }
         return try db.transaction {
             // SQLite's BEGIN IMMEDIATE already excludes other relays; on
             // PostgreSQL an advisory lock does, without blocking writers.
             if db.dialect == .postgres { _ = try db.query("SELECT pg_advisory_xact_lock(7007001)") }
-            let pending = events(try db.query("SELECT \(columns) FROM outbox WHERE published = 0 ORDER BY seq LIMIT $1", .int(Int64(limit))))
+            let relayed = try relayedSeq(db)
+            let pending = events(try db.query("SELECT \(relayColumns(db)) FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2", .int(relayed), .int(Int64(limit))))
             for e in pending { try publish(e) }
             if let last = pending.last {
-                try db.execute("UPDATE outbox SET published = 1 WHERE published = 0 AND seq <= $1", .int(last.seq))
+                try db.execute("UPDATE outbox_relayed SET seq = $1 WHERE one = 1", .int(last.seq))
             }
             return pending.count
         }

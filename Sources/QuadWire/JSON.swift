@@ -342,7 +342,7 @@ extension JSON {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
-        case .int(let i): out.append(contentsOf: String(i).utf8)
+        case .int(let i): JSON.writeInt(i, into: &out)
         case .double(let d):
             if d.rounded() == d && abs(d) < 1e15 { out.append(contentsOf: String(Int64(d)).utf8) } else { out.append(contentsOf: "\(d)".utf8) }
         case .string(let s): JSON.writeString(s, into: &out)
@@ -355,17 +355,39 @@ extension JSON {
             out.append(UInt8(ascii: "]"))
         case .object(let fields):
             out.append(UInt8(ascii: "{"))
-            for (n, key) in fields.keys.sorted().enumerated() {
+            // The pairs sorted together: no hash lookup per key afterwards
+            // (a profile of telemetry.ingest had 12% in hashing here).
+            for (n, field) in fields.sorted(by: { $0.key < $1.key }).enumerated() {
                 if n > 0 { out.append(UInt8(ascii: ",")) }
-                JSON.writeString(key, into: &out)
+                JSON.writeString(field.key, into: &out)
                 out.append(UInt8(ascii: ":"))
-                fields[key]!.write(into: &out)
+                field.value.write(into: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
     }
 
     static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    /// Decimal digits written straight into `out`, with no String made.
+    static func writeInt(_ i: Int64, into out: inout [UInt8]) {
+        if i == 0 { out.append(UInt8(ascii: "0")); return }
+        if i < 0 { out.append(UInt8(ascii: "-")) }
+        // The magnitude as unsigned, so Int64.min has one too.
+        var m = i.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: 20 digits fit
+        let count = withUnsafeMutableBytes(of: &digits) { raw -> Int in
+            var k = raw.count
+            while m > 0 {
+                k -= 1
+                raw[k] = UInt8(ascii: "0") + UInt8(m % 10)
+                m /= 10
+            }
+            out.append(contentsOf: raw[k...])
+            return raw.count - k
+        }
+        _ = count
+    }
 
     static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))

@@ -3,21 +3,43 @@ import Foundation
 /// Time-ordered UUIDv7 ids (RFC 9562): 48 bits of Unix milliseconds, then
 /// random bits. Ids that sort by time keep batched inserts into B-trees fast.
 public enum MessageID {
+    /// Lowercase hex digits, indexed by nibble.
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    /// One id: one `getrandom` call for the 10 random bytes (the old code made
+    /// two through `SystemRandomNumberGenerator`), and the 36 characters
+    /// written straight into the string's buffer (the old code built a
+    /// `String` per byte and joined them, 7% of a catalog worker's profile).
     public static func make(now: UInt64 = Clock.nowMillis()) -> String {
-        var bytes = [UInt8](repeating: 0, count: 16)
+        var bytes: (UInt64, UInt64) = (0, 0)
+        return withUnsafeMutableBytes(of: &bytes) { raw -> String in
+            let b = raw.bindMemory(to: UInt8.self)
+            for k in 0..<6 { b[k] = UInt8((now >> (8 * (5 - k))) & 0xFF) }
+            fillRandom(UnsafeMutableRawBufferPointer(rebasing: raw[6..<16]))
+            b[6] = 0x70 | (b[6] & 0x0F)
+            b[8] = 0x80 | (b[8] & 0x3F)
+            return String(unsafeUninitializedCapacity: 36) { out in
+                var o = 0
+                for k in 0..<16 {
+                    if k == 4 || k == 6 || k == 8 || k == 10 { out[o] = UInt8(ascii: "-"); o += 1 }
+                    out[o] = hexDigits[Int(b[k] >> 4)]
+                    out[o + 1] = hexDigits[Int(b[k] & 0x0F)]
+                    o += 2
+                }
+                return o
+            }
+        }
+    }
+
+    /// Fills `buffer` from the kernel's CSPRNG in one call (glibc's
+    /// `arc4random_buf` is one `getrandom`); elsewhere from the standard
+    /// library's generator.
+    private static func fillRandom(_ buffer: UnsafeMutableRawBufferPointer) {
+        #if os(Linux)
+        if let base = buffer.baseAddress { arc4random_buf(base, buffer.count); return }
+        #endif
         var rng = SystemRandomNumberGenerator()
-        let r1 = rng.next() as UInt64
-        let r2 = rng.next() as UInt64
-        for k in 0..<6 { bytes[k] = UInt8((now >> (8 * (5 - k))) & 0xFF) }
-        for k in 6..<16 { bytes[k] = UInt8(((k < 11 ? r1 : r2) >> (8 * (k % 8))) & 0xFF) }
-        bytes[6] = 0x70 | (bytes[6] & 0x0F)
-        bytes[8] = 0x80 | (bytes[8] & 0x3F)
-        let hex = bytes.map { b -> String in
-            let s = String(b, radix: 16)
-            return s.count == 1 ? "0" + s : s
-        }.joined()
-        let h = Array(hex)
-        return String(h[0..<8]) + "-" + String(h[8..<12]) + "-" + String(h[12..<16]) + "-" + String(h[16..<20]) + "-" + String(h[20..<32])
+        for k in 0..<buffer.count { buffer[k] = UInt8(truncatingIfNeeded: rng.next() as UInt64) }
     }
 }
 

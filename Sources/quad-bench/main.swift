@@ -192,18 +192,24 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
     poller.add(sub)
     var got = 0, bytes = 0, topicBytes = 0
     var first: Int64 = 0, last: Int64 = 0
+    // Gaps of 1 ms or more between two events: a stream that waits (on a
+    // timer, a page, a lock) rather than one that is busy all along.
+    var stalls = 0, stalledMicros: Int64 = 0
     while got < n {
         guard try poller.poll(timeoutMs: 30_000)[0] else { throw QuadError.timeout("got \(got) of \(n) \(wanted) events, then none for 30 s") }
         while let frames = try sub.receive(dontWait: true) {
             guard frames.count == 2, let e = try? Envelope.decode(frames[1], maxBytes: .max), e.type == wanted else { continue }
-            last = Clock.monotonicMicros()
+            let now = Clock.monotonicMicros()
+            if got > 0, now - last >= 1000 { stalls += 1; stalledMicros += now - last }
+            last = now
             if got == 0 { first = last; bytes = frames[1].count; topicBytes = frames[0].count }
             got += 1
         }
     }
     let seconds = Double(last - first) / 1e6
     emit(["bench": "quad_events", "service": .string(service), "n": .int(Int64(n)), "bytes": .int(Int64(bytes)), "topic_bytes": .int(Int64(topicBytes)),
-          "seconds": .double((seconds * 1000).rounded() / 1000), "events_per_s": .int(seconds > 0 ? Int64(Double(n - 1) / seconds) : 0)])
+          "seconds": .double((seconds * 1000).rounded() / 1000),
+          "stalls": .int(Int64(stalls)), "stalled_ms": .int(stalledMicros / 1000), "events_per_s": .int(seconds > 0 ? Int64(Double(n - 1) / seconds) : 0)])
 }
 
 /// Envelope encode and decode against JSONSerialization on the same bytes.

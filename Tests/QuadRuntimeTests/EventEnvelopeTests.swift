@@ -45,7 +45,7 @@ struct EventEnvelopeTests {
         let worker = try Worker(handlers: handlers, endpoints: endpoints, context: context)
         try worker.connect()
         _ = try broker.receive()  // READY
-        func unpublished() throws -> Int64 { try db.queryOne("SELECT COUNT(*) AS n FROM outbox WHERE published = 0")?.int("n") ?? -1 }
+        func unpublished() throws -> Int64 { try Outbox.unpublishedCount(db) }
 
         // Handling a mutation commits its event and leaves it to the worker.
         _ = handlers.reply(to: .request("ev.say", body: ["word": "one"], user: "alice"))

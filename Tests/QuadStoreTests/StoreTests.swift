@@ -99,6 +99,26 @@ struct StoreTests {
         }
     }
 
+    /// The relay moves one cursor row, not a flag on every event; what is
+    /// past the cursor is what waits, and pruning never passes it.
+    @Test func theRelayMovesACursorAndPruningStopsAtIt() throws {
+        for db in try stores() {
+            try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
+            try db.transaction { for n in 1...5 { try Outbox.append(db, type: "t.e", body: ["n": .int(Int64(n))]) } }
+            #expect(try Outbox.unpublishedCount(db) == 5)
+            #expect(try Outbox.relay(db, limit: 3) { _ in } == 3)
+            #expect(try Outbox.relayedSeq(db) == 3)
+            #expect(try Outbox.unpublishedCount(db) == 2)
+            // Everything is old enough to go; only the relayed three may.
+            #expect(try Outbox.prune(db, before: Int64.max, maxRows: 0, limit: 100) == 3)
+            #expect(try Outbox.oldestSeq(db) == 4)
+            var next: [Int64] = []
+            #expect(try Outbox.relay(db) { next.append($0.seq) } == 2)
+            #expect(next == [4, 5])
+            #expect(try Outbox.unpublishedCount(db) == 0)
+        }
+    }
+
     @Test func aFailedPublishLeavesEventsForTheNextRelay() throws {
         struct Down: Error {}
         for db in try stores() {
