@@ -55,6 +55,12 @@ extension Contract.Common {
                     .described("How many recent requests the percentiles cover."),
             ]),
             "uptime_ms": .int(min: 0),
+            "slow_handlers": .object([
+                "count": .int(min: 0).described("Requests whose handler held the worker's loop past threshold_ms."),
+                "slowest_type": .string(1...128).nullable.described("The request type of the slowest of them, null before any."),
+                "max_us": .int(min: 0).described("The slowest handler time seen, in microseconds."),
+                "threshold_ms": .int(min: 0).described("slow_handler_ms: what counts as slow."),
+            ]),
             "instance": .string(1...128).optional,
         ])
             .described("Counters of the worker that answered, since it started, and latency percentiles over its last window requests (handler time, in microseconds)."))
