@@ -28,6 +28,8 @@ extension Contract.BrokerSys {
                 .described("Events relayed from publishers to subscribers."),
             "curve": .bool
                 .described("Whether the public frontend speaks CURVE (false only with --curve off).").optional,
+            "late_replies": .int(min: 0)
+                .described("Replies that came from a worker after the broker had answered timeout (504), dropped.").optional,
             "rate_limited": .int(min: 0)
                 .described("Requests refused with 429 by the rate limit (rate_per_second, rate_burst).").optional,
         ])
@@ -46,6 +48,8 @@ extension Contract.BrokerSys {
                         .described("Requests sent to its workers since the broker started.").optional,
                     "expired": .int(min: 0)
                         .described("Requests answered unavailable because their deadline passed in the queue.").optional,
+                    "timed_out": .int(min: 0)
+                        .described("Requests answered timeout (504) because their deadline passed while a worker held them.").optional,
                     "workers": .array(of: .object([
                             "instance": .string(1...128).optional,
                             "pid": .int(min: 1).optional,
