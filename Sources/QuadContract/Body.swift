@@ -28,6 +28,10 @@ public protocol Body: WireValue {
     /// Whether fields the type does not name are allowed in (and kept
     /// out of) the body; false unless the type says so.
     static var open: Bool { get }
+    /// Decoding and encoding; the defaults go field by field (a type that
+    /// is all escape hatch, ``JSONBody``, keeps the JSON whole).
+    init(json: JSON) throws(QuadError)
+    var json: JSON { get }
 }
 
 extension Body {
@@ -47,7 +51,8 @@ extension Body {
             var given = values[field.name]
             if given == nil || given == .null && field.shape.isOptional, let d = field.shape.keywords["default"] { given = d }
             do { try field.decode(&value, given) } catch {
-                throw .badRequest("body.\(field.name) \(error.message)")
+                // A nested part's message goes on with its path: body.inner.ok, body.rows[0].ok.
+                throw .badRequest(wirePath("body.\(field.name)", error.message))
             }
         }
         self = value
@@ -64,7 +69,9 @@ extension Body {
 
     public init(wire: JSON?) throws(QuadError) {
         guard let wire else { throw .badRequest("is required") }
-        do { try self.init(json: wire) } catch { throw .badRequest("is not a valid object: \(error.message)") }
+        do { try self.init(json: wire) } catch {
+            throw .badRequest(error.message.hasPrefix("body.") ? String(error.message.dropFirst(4)) : error.message)
+        }
     }
 
     public var wire: JSON? { json }
@@ -153,11 +160,36 @@ extension Array: WireValue where Element: WireValue {
         var out: [Element] = []
         out.reserveCapacity(items.count)
         for (i, item) in items.enumerated() {
-            do { out.append(try Element(wire: item)) } catch { throw .badRequest("[\(i)] \(error.message)") }
+            do { out.append(try Element(wire: item)) } catch { throw .badRequest(wirePath("[\(i)]", error.message)) }
         }
         self = out
     }
     public var wire: JSON? { .array(map { $0.wire ?? .null }) }
+}
+
+extension Dictionary: WireValue where Key == String, Value: WireValue {
+    /// A map (`Shape.map(of:)`): every member a value of one type.
+    public init(wire: JSON?) throws(QuadError) {
+        guard let members = wire?.object else { throw .badRequest(wire == nil ? "is required" : "must be an object") }
+        var out: [String: Value] = [:]
+        for (key, member) in members {
+            do { out[key] = try Value(wire: member) } catch { throw .badRequest(wirePath(".\(key)", error.message)) }
+        }
+        self = out
+    }
+    public var wire: JSON? { .object(mapValues { $0.wire ?? .null }) }
+}
+
+/// A reply the contract leaves open as a whole (an `allOf` of a shared
+/// definition, an analytics answer): the JSON as the handler built it.
+public struct JSONBody: Body {
+    public var value: JSON = .object([:])
+    public init() {}
+    public init(_ value: JSON) { self.value = value }
+    public static let fields: [Field<Self>] = []
+    public static var open: Bool { true }
+    public init(json: JSON) throws(QuadError) { value = json }
+    public var json: JSON { value }
 }
 
 /// A body with no fields: `{}`.
@@ -187,4 +219,10 @@ public struct TypedEvent<B: Body>: Sendable {
     public init(_ type: String, body: Shape = B.shape) { event = Event(type, body: body) }
 
     public var type: String { event.type }
+}
+
+/// `head` and what a part of it said: `body.rows` and `[0].ok must be a
+/// boolean` read as one path; a plain message comes after a space.
+func wirePath(_ head: String, _ message: String) -> String {
+    message.first == "." || message.first == "[" ? head + message : head + " " + message
 }
