@@ -1,4 +1,5 @@
 import Foundation
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -117,18 +118,17 @@ public enum Analytics: ServiceDomain {
 
     /// Registers the handlers; split from ``install`` so tests drive them without a broker.
     public static func register(_ h: Handlers, db: Database, questions: [Question]) {
-        h.query("analytics.summary") { req in
+        typealias C = Contract.Analytics
+        h.query(C.summary) { req, body in
             try req.requireAdmin()
-            let (from, to) = try period(req.body, allowed: ["from", "to"], type: "analytics.summary")
-            return try summarize(db, questions: questions, from: from, to: to)
+            let (from, to) = try period(from: body.from, to: body.to)
+            return try summary(db, questions: questions, from: from, to: to)
         }
-        h.query("analytics.question") { req in
+        h.query(C.question) { req, body in
             try req.requireAdmin()
-            let (from, to) = try period(req.body, allowed: ["id", "from", "to"], type: "analytics.question")
-            guard let v = req.body["id"] else { throw QuadError.badRequest("body.id is required: one of \(questions.map(\.id).joined(separator: ", "))") }
-            guard let id = v.string else { throw QuadError.badRequest("body.id must be a string, got \(v.typeName)") }
-            guard let q = questions.first(where: { $0.id == id }) else {
-                throw QuadError.notFound("no question '\(id)': expected one of \(questions.map(\.id).joined(separator: ", "))")
+            let (from, to) = try period(from: body.from, to: body.to)
+            guard let q = questions.first(where: { $0.id == body.id }) else {
+                throw QuadError.notFound("no question '\(body.id)': expected one of \(questions.map(\.id).joined(separator: ", "))")
             }
             var answer = try q.answer(db, from: from, to: to).json
             if case .object(var f) = answer {
@@ -136,36 +136,30 @@ public enum Analytics: ServiceDomain {
                 f["to"] = .int(to)
                 answer = .object(f)
             }
-            return answer
+            return JSONBody(answer)
         }
     }
 
     /// `from` (inclusive) and `to` (exclusive), ms since 1970; the whole
-    /// history by default.
-    static func period(_ body: JSON, allowed: Set<String>, type: String) throws(QuadError) -> (Int64, Int64) {
-        guard case .object(let f) = body else { throw .badRequest("the body must be an object") }
-        if let extra = f.keys.sorted().first(where: { !allowed.contains($0) }) { throw .badRequest("body.\(extra) is not a field of \(type)") }
-        func ms(_ key: String, _ d: Int64) throws(QuadError) -> Int64 {
-            guard let v = f[key], !v.isNull else { return d }
-            guard let i = v.int, !v.isBoolean, i >= 0 else { throw .badRequest("body.\(key) must be an integer >= 0 (ms since 1970), got \(v.text)") }
-            return i
-        }
-        let from = try ms("from", 0), to = try ms("to", Int64.max)
+    /// history by default. The contract checked each bound; their order is checked here.
+    static func period(from: Int64?, to: Int64?) throws(QuadError) -> (Int64, Int64) {
+        let from = from ?? 0, to = to ?? Int64.max
         guard from < to else { throw .badRequest("body.from must be before body.to") }
         return (from, to)
     }
 
     /// Every question's answer for `[from, to)`, and how many facts they read.
     public static func summarize(_ db: Database, questions: [Question], from: Int64, to: Int64) throws -> JSON {
+        try summary(db, questions: questions, from: from, to: to).json
+    }
+
+    static func summary(_ db: Database, questions: [Question], from: Int64, to: Int64) throws -> Contract.Analytics.Summary.Reply {
         var answers: [JSON] = []
         for q in questions { answers.append(try q.answer(db, from: from, to: to).json) }
-        var facts: [String: JSON] = [:]
+        var facts: [String: Int64] = [:]
         for table in ["tel_events", "orders", "favorites", "holds", "occupancy", "tel_batches"] {
-            facts[table] = .int(try db.queryOne("SELECT COUNT(*) AS n FROM \(table)")?.int("n") ?? 0)
+            facts[table] = try db.queryOne("SELECT COUNT(*) AS n FROM \(table)")?.int("n") ?? 0
         }
-        return [
-            "generated_at": .int(Int64(Clock.nowMillis())), "from": .int(from), "to": .int(to),
-            "questions": .array(answers), "facts": .object(facts),
-        ]
+        return .init(generatedAt: Int64(Clock.nowMillis()), from: from, to: to, questions: answers, facts: facts)
     }
 }

@@ -60,46 +60,38 @@ public enum Catalog: ServiceDomain {
     /// drive the handlers without a broker.
     public static func register(_ h: Handlers, db: Database, holdTTLms: Int64 = 120_000) {
         registerStock(h, db: db, holdTTLms: holdTTLms)
-        h.query("catalog.products.list") { req in try list(db, req.body) }
-        h.query("catalog.search") { req in try list(db, req.body) }
-        h.query("catalog.foryou") { req in
-            let user = try req.requireUser()
-            let limit = req.body["limit"]?.int ?? 20
-            guard (1...maxPageSize).contains(limit) else { throw QuadError.badRequest("body.limit must be between 1 and \(maxPageSize) (max_page_size)") }
-            return try forYou(db, user: user, limit: limit)
+        typealias C = Contract.Catalog
+        h.query(C.productsList) { _, body in try list(db, body) }
+        h.query(C.search) { _, body in try list(db, body) }
+        h.query(C.foryou) { req, body in
+            try forYou(db, user: try req.requireUser(), limit: body.limit)
         }
-        h.query("catalog.product.get") { req in
-            let id = try requiredString(req.body, "id", max: 64)
-            guard let row = try db.queryOne("SELECT * FROM products WHERE id = $1", .text(id)) else {
-                throw QuadError.notFound("no product with id '\(id)'")
+        h.query(C.productGet) { _, body in
+            guard let row = try db.queryOne("SELECT * FROM products WHERE id = $1", .text(body.id)) else {
+                throw QuadError.notFound("no product with id '\(body.id)'")
             }
             return product(row)
         }
-        h.query("catalog.categories") { _ in
+        h.query(C.categories) { _, _ in
             let rows = try db.query("SELECT category AS name, COUNT(*) AS n, SUM(CASE WHEN stock > 0 THEN 1 ELSE 0 END) AS available FROM products GROUP BY category")
             var counts: [String: (Int64, Int64)] = [:]
             for r in rows { counts[r.string("name")] = (r.int("n"), r.int("available")) }
-            return ["categories": .array(categories.map { c in
-                ["name": .string(c), "count": .int(counts[c]?.0 ?? 0), "in_stock": .int(counts[c]?.1 ?? 0)]
-            })]
+            return C.Categories.Reply(categories: categories.map { c in .init(name: c, count: counts[c]?.0 ?? 0, inStock: counts[c]?.1 ?? 0) })
         }
-        h.query("catalog.collections") { _ in
+        h.query(C.collections) { _, _ in
             let rows = try db.query("SELECT collection AS name, COUNT(*) AS n FROM products GROUP BY collection ORDER BY collection")
-            return ["collections": .array(rows.map { ["name": .string($0.string("name")), "count": .int($0.int("n"))] })]
+            return C.Collections.Reply(collections: rows.map { .init(name: $0.string("name"), count: $0.int("n")) })
         }
-        h.mutation("catalog.stock.adjust") { req in
+        h.mutation(C.stockAdjust) { req, body in
             try req.requireAdmin()
-            let id = try requiredString(req.body, "id", max: 64)
-            guard let delta = req.body["delta"]?.int, (-1_000_000...1_000_000).contains(delta) else {
-                throw QuadError.badRequest("body.delta must be an integer between -1000000 and 1000000")
-            }
+            let (id, delta) = (body.id, body.delta)
             guard let row = try db.queryOne("UPDATE products SET stock = stock + $1 WHERE id = $2 AND stock + $1 >= 0 RETURNING stock", .int(delta), .text(id)) else {
                 if try db.queryOne("SELECT 1 AS x FROM products WHERE id = $1", .text(id)) == nil { throw QuadError.notFound("no product with id '\(id)'") }
                 throw QuadError.conflict("stock of '\(id)' cannot go below 0")
             }
             let stock = row.int("stock")
             try stockChanged(db, product: id, stock: stock, delta: delta, reason: "adjust", order: nil)
-            return ["id": .string(id), "stock": .int(stock)]
+            return C.StockAdjust.Reply(id: id, stock: stock)
         }
     }
 
@@ -110,32 +102,13 @@ public enum Catalog: ServiceDomain {
         return s
     }
 
-    static func optionalString(_ body: JSON, _ key: String, max: Int) throws(QuadError) -> String? {
-        guard let value = body[key], !value.isNull else { return nil }
-        guard let s = value.string else { throw .badRequest("body.\(key) must be a string, got \(value.typeName)") }
-        guard s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) is longer than \(max) characters (max_query_length)") }
-        return s
-    }
-
-    static func list(_ db: Database, _ body: JSON) throws -> JSON {
-        let category = try optionalString(body, "category", max: 64)
-        let collection = try optionalString(body, "collection", max: 64)
-        let q = try optionalString(body, "q", max: maxQueryLength)
-        let offset = body["offset"]?.int ?? 0
-        let limit = body["limit"]?.int ?? 20
-        if let v = body["offset"], v.int == nil { throw QuadError.badRequest("body.offset must be an integer, got \(v.typeName)") }
-        if let v = body["limit"], v.int == nil { throw QuadError.badRequest("body.limit must be an integer, got \(v.typeName)") }
-        guard offset >= 0 else { throw QuadError.badRequest("body.offset must be >= 0") }
-        guard (1...maxPageSize).contains(limit) else { throw QuadError.badRequest("body.limit must be between 1 and \(maxPageSize) (max_page_size)") }
-        let minPrice = try number(body, "min_price")
-        let maxPrice = try number(body, "max_price")
-        let inStock = try flag(body, "in_stock")
-        let sort = try optionalString(body, "sort", max: 32) ?? "name"
-        guard let order = sortOrders[sort] else {
-            throw QuadError.badRequest("body.sort must be one of \(sortOrders.keys.sorted().joined(separator: ", ")), got '\(sort)'")
-        }
-        if let category, !categories.contains(category) {
-            throw QuadError.badRequest("unknown category '\(category)': expected one of \(categories.joined(separator: ", "))")
+    /// A page of products; the request was checked against the contract
+    /// (category, sort, bounds) before it got here.
+    static func list(_ db: Database, _ body: Contract.Catalog.ListRequest) throws -> Contract.Catalog.ListReply {
+        let (category, collection, q, offset, limit) = (body.category, body.collection, body.q, body.offset, body.limit)
+        let (minPrice, maxPrice, inStock) = (body.minPrice, body.maxPrice, body.inStock)
+        guard let order = sortOrders[body.sort] else {
+            throw QuadError.badRequest("body.sort must be one of \(sortOrders.keys.sorted().joined(separator: ", ")), got '\(body.sort)'")
         }
         var conditions: [String] = []
         var params: [SQLValue] = []
@@ -155,7 +128,7 @@ public enum Catalog: ServiceDomain {
         params.append(.int(limit))
         params.append(.int(offset))
         let rows = try db.query("SELECT * FROM products \(filter) ORDER BY \(order) LIMIT $\(params.count - 1) OFFSET $\(params.count)", params)
-        return ["products": .array(rows.map(product)), "total": .int(total), "offset": .int(offset), "limit": .int(limit)]
+        return .init(products: rows.map(product), total: total, offset: offset, limit: limit)
     }
 
     /// Sort orders of a listing, by name in the request.
@@ -164,31 +137,22 @@ public enum Catalog: ServiceDomain {
         "stock": "stock DESC, id", "newest": "id DESC",
     ]
 
-    static func number(_ body: JSON, _ key: String) throws(QuadError) -> Double? {
-        guard let v = body[key], !v.isNull else { return nil }
-        guard let d = v.double, d >= 0, d <= 1e9 else { throw .badRequest("body.\(key) must be a number from 0 to 1000000000") }
-        return d
-    }
-
-    static func flag(_ body: JSON, _ key: String) throws(QuadError) -> Bool {
-        guard let v = body[key], !v.isNull else { return false }
-        guard let b = v.bool else { throw .badRequest("body.\(key) must be true or false, got \(v.typeName)") }
-        return b
-    }
-
     static func escapeLike(_ s: String) -> String {
         s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_")
     }
 
     /// A product row as the seeds' model.
-    static func product(_ r: Row) -> JSON {
-        [
-            "id": .string(r.string("id")), "name": .string(r.string("name")),
-            "price": ["value": .double(r.double("price_value")), "currency": .string(r.string("currency"))],
-            "info": (try? JSON.parse(r.string("info"))) ?? .object([:]),
-            "type": .string(r.string("type")), "imageUrl": .string(r.string("image_url")),
-            "category": .string(r.string("category")), "collection": .string(r.string("collection")),
-            "stock": .int(r.int("stock")),
-        ]
+    static func product(_ r: Row) -> Contract.Catalog.Product {
+        var p = Contract.Catalog.Product()
+        p.id = r.string("id")
+        p.name = r.string("name")
+        p.price = .init(value: r.double("price_value"), currency: r.string("currency"))
+        p.info = (try? JSON.parse(r.string("info"))) ?? .object([:])
+        p.type = r.string("type")
+        p.imageUrl = r.string("image_url")
+        p.category = r.string("category")
+        p.collection = r.string("collection")
+        p.stock = r.int("stock")
+        return p
     }
 }

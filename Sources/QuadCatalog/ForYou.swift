@@ -1,3 +1,4 @@
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -58,7 +59,7 @@ extension Catalog {
     ]
 
     /// The calling user's category scores and the products they rank.
-    static func forYou(_ db: Database, user: String, limit: Int64) throws -> JSON {
+    static func forYou(_ db: Database, user: String, limit: Int64) throws -> Contract.Catalog.ForYou.Reply {
         var scores: [String: Int64] = [:]
         for r in try db.query("SELECT category FROM user_categories WHERE user_id = $1", .text(user)) {
             scores[r.string("category"), default: 0] += profileWeight
@@ -70,7 +71,7 @@ extension Catalog {
             scores[r.string("category"), default: 0] += purchaseWeight * r.int("n")
         }
         let ranked = scores.filter { $0.value > 0 }.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }
-        var products: [JSON] = []
+        var products: [Contract.Catalog.Product] = []
         if !ranked.isEmpty {
             // Products in the user's categories, best category first; what
             // they already favor or bought is left out; in stock only.
@@ -86,9 +87,6 @@ extension Catalog {
                 """, .text(user), .int(limit))
             products = rows.map(product)
         }
-        return [
-            "products": .array(products),
-            "categories": .array(ranked.map { ["name": .string($0.key), "score": .int($0.value)] }),
-        ]
+        return .init(products: products, categories: ranked.map { .init(name: $0.key, score: $0.value) })
     }
 }

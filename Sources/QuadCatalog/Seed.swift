@@ -94,7 +94,7 @@ extension Catalog {
                     """, values)
                 let row = Row(columns: ["id", "name", "price_value", "currency", "info", "type", "image_url", "category", "collection", "stock"],
                               values: Array(values.prefix(10)))
-                try Outbox.append(db, type: "catalog.product.changed", body: product(row))
+                try Outbox.append(db, type: "catalog.product.changed", body: product(row).json)
             }
         }
     }

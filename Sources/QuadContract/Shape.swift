@@ -40,6 +40,11 @@ extension Shape {
     /// An object whose fields are `fields` (required unless marked
     /// ``optional``); fields it does not name are refused unless `open`.
     public static func object(_ fields: KeyValuePairs<String, Shape> = [:], open: Bool = false) -> Shape {
+        object(fields: fields.map { ($0.key, $0.value) }, open: open)
+    }
+
+    /// The same, from a list of fields in order (a ``Body``'s).
+    static func object(fields: [(key: String, value: Shape)], open: Bool) -> Shape {
         var k: [String: JSON] = ["type": "object"]
         if !fields.isEmpty {
             k["properties"] = .object(Dictionary(fields.map { ($0.key, $0.value.schema) }, uniquingKeysWith: { a, _ in a }))

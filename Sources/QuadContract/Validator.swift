@@ -280,6 +280,16 @@ extension Contract {
     }
 }
 
+extension Contract {
+    /// The first reason `body` is not a reply of `type` as declared, or nil
+    /// (also for a type the contract does not declare): what debug builds
+    /// and the service suites check every reply against.
+    public static func validateReply(_ type: String, _ body: JSON) -> Validator.Failure? {
+        guard let op = operation(type), let path = schemaPaths(type)?.reply else { return nil }
+        return Validator.contract.of("\(type) reply").failure(of: body, against: op.reply, in: path)
+    }
+}
+
 /// Compiled patterns, once each: the contract has a few dozen, and
 /// compiling one costs more than checking a whole body.
 final class Patterns: @unchecked Sendable {

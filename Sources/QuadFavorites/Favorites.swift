@@ -48,9 +48,11 @@ public enum Favorites: ServiceDomain {
     /// Registers the handlers; split from ``install`` so tests can drive
     /// them without a broker.
     public static func register(_ h: Handlers, db: Database) {
-        h.mutation("favorites.add") { req in
+        typealias C = Contract.Favorites
+
+        h.mutation(C.add) { req, body in
             let user = try req.requireUser()
-            let product = try Fields(req, allowed: ["product"]).string("product")
+            let product = body.product
             guard try CatalogCopy.admits(db, product) else { throw QuadError.notFound("no product with id '\(product)' in the catalog") }
             let added = try db.execute("INSERT INTO favorites (user_id, product, created_ms) VALUES ($1, $2, $3) ON CONFLICT (user_id, product) DO NOTHING",
                                        .text(user), .text(product), .int(Int64(Clock.nowMillis()))) == 1
@@ -59,55 +61,44 @@ public enum Favorites: ServiceDomain {
                 guard try db.queryOne("SELECT COUNT(*) AS n FROM favorites WHERE user_id = $1", .text(user))?.int("n") ?? 0 <= maxFavorites else {
                     throw QuadError.conflict("a user keeps at most \(maxFavorites) favorites (max_favorites): remove one first")
                 }
-                try Outbox.append(db, type: "favorites.added", body: ["user": .string(user), "product": .string(product)])
+                try Outbox.append(db, type: C.added.type, body: C.Changed(user: user, product: product).json)
             }
-            return ["product": .string(product), "favorite": true, "changed": .bool(added), "users": .int(try users(db, product))]
+            return C.Change(product: product, favorite: true, changed: added, users: try users(db, product))
         }
 
-        h.mutation("favorites.remove") { req in
+        h.mutation(C.remove) { req, body in
             let user = try req.requireUser()
-            let product = try Fields(req, allowed: ["product"]).string("product")
+            let product = body.product
             let removed = try db.execute("DELETE FROM favorites WHERE user_id = $1 AND product = $2", .text(user), .text(product)) == 1
             if removed {
-                try Outbox.append(db, type: "favorites.removed", body: ["user": .string(user), "product": .string(product)])
+                try Outbox.append(db, type: C.removed.type, body: C.Changed(user: user, product: product).json)
             }
-            return ["product": .string(product), "favorite": false, "changed": .bool(removed), "users": .int(try users(db, product))]
+            return C.Change(product: product, favorite: false, changed: removed, users: try users(db, product))
         }
 
-        h.query("favorites.list") { req in
+        h.query(C.list) { req, body in
             let user = try req.requireUser()
-            let f = try Fields(req, allowed: ["offset", "limit"])
-            let offset = try f.int("offset", default: 0, in: 0...Int64(Int32.max))
-            let limit = try f.int("limit", default: 50, in: 1...maxPageSize, limit: "max_page_size")
             let total = try db.queryOne("SELECT COUNT(*) AS n FROM favorites WHERE user_id = $1", .text(user))?.int("n") ?? 0
             let rows = try db.query("""
                 SELECT f.product AS product, f.created_ms AS created_ms, p.id AS id, p.name AS name, p.price_value AS price_value,
                        p.currency AS currency, p.category AS category, p.image_url AS image_url, p.stock AS stock
                 FROM favorites f LEFT JOIN catalog_products p ON p.id = f.product
                 WHERE f.user_id = $1 ORDER BY f.created_ms DESC, f.product LIMIT $2 OFFSET $3
-                """, .text(user), .int(limit), .int(offset))
-            let items: [JSON] = rows.map { r in
-                ["product": .string(r.string("product")), "added_at": .int(r.int("created_ms")),
-                 "summary": r["id"].isNull ? .null : CatalogCopy.summary(r)]
+                """, .text(user), .int(body.limit), .int(body.offset))
+            let items = rows.map { r in
+                C.List.Item(product: r.string("product"), addedAt: r.int("created_ms"), summary: r["id"].isNull ? nil : CatalogCopy.summary(r))
             }
-            return ["items": .array(items), "total": .int(total), "offset": .int(offset), "limit": .int(limit)]
+            return C.List.Reply(items: items, total: total, offset: body.offset, limit: body.limit)
         }
 
-        h.query("favorites.count") { req in
-            let product = try Fields(req, allowed: ["product"]).string("product")
-            return ["product": .string(product), "users": .int(try users(db, product))]
+        h.query(C.count) { _, body in
+            C.CountReply(product: body.product, users: try users(db, body.product))
         }
 
-        h.query("favorites.top") { req in
-            let f = try Fields(req, allowed: ["limit", "category"])
-            let limit = try f.int("limit", default: 10, in: 1...maxTop, limit: "max_top")
-            let category = try f.optionalString("category", max: 32)
-            if let category, !categories.contains(category) {
-                throw QuadError.badRequest("unknown category '\(category)': expected one of \(categories.joined(separator: ", "))")
-            }
-            var params: [SQLValue] = [.int(limit)]
+        h.query(C.top) { _, body in
+            var params: [SQLValue] = [.int(body.limit)]
             var filter = ""
-            if let c = category {
+            if let c = body.category {
                 params.append(.text(c))
                 filter = "WHERE f.product IN (SELECT id FROM catalog_products WHERE category = $2)"
             }
@@ -115,9 +106,10 @@ public enum Favorites: ServiceDomain {
                 SELECT f.product AS product, COUNT(*) AS users FROM favorites f \(filter)
                 GROUP BY f.product ORDER BY users DESC, f.product LIMIT $1
                 """, params)
-            return ["products": .array(try rows.map { r in
-                ["product": .string(r.string("product")), "users": .int(r.int("users")), "summary": try CatalogCopy.summary(db, r.string("product"))]
-            })]
+            return C.Top.Reply(products: try rows.map { r in
+                let summary = try CatalogCopy.summary(db, r.string("product"))
+                return C.Top.Product(product: r.string("product"), users: r.int("users"), summary: summary.isNull ? nil : summary)
+            })
         }
     }
 

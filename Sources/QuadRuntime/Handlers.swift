@@ -118,11 +118,11 @@ public final class Handlers {
     }
 
     /// Registers a read-only handler.
-    public func query(_ type: String, _ handler: @escaping Handler) { queries[type] = handler }
+    public func query(_ type: String, _ handler: @escaping Handler) { queries[type] = Handlers.replyChecked(handler) }
 
     /// Registers a handler that changes state: it runs inside a transaction
     /// with the idempotency record of the request id.
-    public func mutation(_ type: String, _ handler: @escaping Handler) { mutations[type] = handler }
+    public func mutation(_ type: String, _ handler: @escaping Handler) { mutations[type] = Handlers.replyChecked(handler) }
 
     public var types: [String] { (Array(queries.keys) + Array(mutations.keys)).sorted() }
 

@@ -6,37 +6,69 @@ extension Contract {
 }
 
 extension Contract.Analytics {
-    public static let question = Operation(
+    static let fromField: Shape = .int(min: 0).described("Start of the period, inclusive, ms since 1970 (default 0).").optional
+    static let toField: Shape = .int(min: 1).described("End of the period, exclusive, ms since 1970 (default: no end).").optional
+
+    public enum Question {
+        public struct Request: Body {
+            public var id = ""
+            public var from: Int64?
+            public var to: Int64?
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.id, "id", .string().keyword("enum", json: ["buy_vs_rent", "carts_abandoned", "favorites_to_purchases", "fee_per_week", "forecast_before_search", "hold_to_checkin", "holds_outcome", "nearby_parked", "occupancy_by_level_hour", "offline_actions", "purchase_screen", "purchases_by_semester", "sessions_in_reservation_flow", "special_spots_demand"])),
+                .field(\.from, "from", fromField),
+                .field(\.to, "to", toField),
+            ]
+        }
+    }
+
+    public static let question = TypedOperation<Question.Request, JSONBody>(
         "analytics.question", .query, auth: .admin,
-        request: .object([
-            "id": .string().keyword("enum", json: ["buy_vs_rent", "carts_abandoned", "favorites_to_purchases", "fee_per_week", "forecast_before_search", "hold_to_checkin", "holds_outcome", "nearby_parked", "occupancy_by_level_hour", "offline_actions", "purchase_screen", "purchases_by_semester", "sessions_in_reservation_flow", "special_spots_demand"]),
-            "from": .int(min: 0)
-                .described("Start of the period, inclusive, ms since 1970 (default 0).").optional,
-            "to": .int(min: 1)
-                .described("End of the period, exclusive, ms since 1970 (default: no end).").optional,
-        ])
+        request: Question.Request.shape
             .described("Admins only. One business question for the period [from, to); not_found (404) naming the known ids for another id."),
         reply: .allOf([
             .ref("answer.schema.json"),
         ])
             .described("The question's answer, with the period it covers.").keyword("required", json: ["from", "to"]))
 
-    public static let summary = Operation(
+    public enum Summary {
+        public struct Request: Body {
+            public var from: Int64?
+            public var to: Int64?
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.from, "from", fromField),
+                .field(\.to, "to", toField),
+            ]
+        }
+        public struct Reply: Body {
+            public var generatedAt: Int64 = 0
+            public var from: Int64 = 0
+            public var to: Int64 = 1
+            /// Each an `answer.schema.json`, built by the analytics library.
+            public var questions: [JSON] = []
+            /// Facts held, by table.
+            public var facts: [String: Int64] = [:]
+            public init() {}
+            public init(generatedAt: Int64, from: Int64, to: Int64, questions: [JSON], facts: [String: Int64]) {
+                (self.generatedAt, self.from, self.to, self.questions, self.facts) = (generatedAt, from, to, questions, facts)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.generatedAt, "generated_at", .int(min: 0)),
+                .field(\.from, "from", .int(min: 0)),
+                .field(\.to, "to", .int(min: 1)),
+                .field(\.questions, "questions", .array(of: .ref("answer.schema.json"))),
+                .field(\.facts, "facts", .map(of: .int(min: 0))),
+            ]
+        }
+    }
+
+    public static let summary = TypedOperation<Summary.Request, Summary.Reply>(
         "analytics.summary", .query, auth: .admin,
-        request: .object([
-            "from": .int(min: 0)
-                .described("Start of the period, inclusive, ms since 1970 (default 0).").optional,
-            "to": .int(min: 1)
-                .described("End of the period, exclusive, ms since 1970 (default: no end).").optional,
-        ])
+        request: Summary.Request.shape
             .described("Admins only. Every business question answered for the period [from, to), in dashboard order. GET /api/v1/analytics/summary on the dashboard's HTTP port answers the same for the whole history (recomputed every few seconds when facts changed)."),
-        reply: .object([
-            "generated_at": .int(min: 0),
-            "from": .int(min: 0),
-            "to": .int(min: 1),
-            "questions": .array(of: .ref("answer.schema.json")),
-            "facts": .map(of: .int(min: 0)),
-        ])
+        reply: Summary.Reply.shape
             .described("The answers, and how many facts analytics holds by table (how far the feeds have come)."))
 
     public static let answerSchema = Definition("analytics/answer.schema.json", title: "the answer to one business question", .object([
@@ -55,6 +87,6 @@ extension Contract.Analytics {
         ])
             .described("One question's SQL result: named columns and rows of values (aggregates only: counts, sums, shares, days, lots, categories; never a user id or email). chart says how the dashboard draws it: [\"bar\", LABEL, VALUE...] or [\"heat\", ROW, COLUMN, VALUE], naming columns. A null value is unknown (a buyer without a known semester) or not defined (a share of nothing)."))
 
-    public static let operations: [Operation] = [question, summary]
+    public static let operations: [Operation] = [question.operation, summary.operation]
     public static let definitions: [Definition] = [answerSchema]
 }

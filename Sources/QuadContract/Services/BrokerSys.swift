@@ -28,10 +28,10 @@ extension Contract.BrokerSys {
                 .described("Events relayed from publishers to subscribers."),
             "curve": .bool
                 .described("Whether the public frontend speaks CURVE (false only with --curve off).").optional,
+            "late_replies": .int(min: 0)
+                .described("Replies that came from a worker after the broker had answered timeout (504), dropped.").optional,
             "rate_limited": .int(min: 0)
                 .described("Requests refused with 429 by the rate limit (rate_per_second, rate_burst).").optional,
-            "late_replies": .int(min: 0)
-                .described("Replies a worker sent after the request's deadline, when its client had been answered timeout (504): dropped.").optional,
         ])
             .described("The broker is alive: its counters since it started."))
 
@@ -49,7 +49,7 @@ extension Contract.BrokerSys {
                     "expired": .int(min: 0)
                         .described("Requests answered unavailable because their deadline passed in the queue.").optional,
                     "timed_out": .int(min: 0)
-                        .described("Requests answered timeout (504) because a worker held them past their deadline.").optional,
+                        .described("Requests answered timeout (504) because their deadline passed while a worker held them.").optional,
                     "workers": .array(of: .object([
                             "instance": .string(1...128).optional,
                             "pid": .int(min: 1).optional,

@@ -6,37 +6,69 @@ extension Contract {
 }
 
 extension Contract.Catalog {
-    public static let categories = Operation(
+    public enum Categories {
+        public struct Row: Body {
+            public var name = ""
+            public var count: Int64 = 0
+            public var inStock: Int64?
+            public init() {}
+            public init(name: String, count: Int64, inStock: Int64?) { (self.name, self.count, self.inStock) = (name, count, inStock) }
+            public static let fields: [Field<Self>] = [
+                .field(\.name, "name", .ref("product.schema.json#/$defs/category")),
+                .field(\.count, "count", .int(min: 0)),
+                .field(\.inStock, "in_stock", .int(min: 0).described("How many of them have stock > 0.").optional),
+            ]
+        }
+        public struct Reply: Body {
+            public var categories: [Row] = []
+            public init() {}
+            public init(categories: [Row]) { self.categories = categories }
+            public static let fields: [Field<Self>] = [.field(\.categories, "categories", .array(of: Row.shape))]
+        }
+    }
+
+    public static let categories = TypedOperation<NoFields, Categories.Reply>(
         "catalog.categories", .query, auth: .none,
-        request: .object()
+        request: NoFields.shape
             .described("No parameters: the body is an empty object (or absent)."),
-        reply: .object([
-            "categories": .array(of: .object([
-                    "name": .ref("product.schema.json#/$defs/category"),
-                    "count": .int(min: 0),
-                    "in_stock": .int(min: 0)
-                        .described("How many of them have stock > 0.").optional,
-                ])),
-        ])
+        reply: Categories.Reply.shape
             .described("Every category with the number of products in it, in the order of the enum."))
 
-    public static let collections = Operation(
+    public enum Collections {
+        public struct Row: Body {
+            public var name = ""
+            public var count: Int64 = 0
+            public init() {}
+            public init(name: String, count: Int64) { (self.name, self.count) = (name, count) }
+            public static let fields: [Field<Self>] = [
+                .field(\.name, "name", .string(min: 1)),
+                .field(\.count, "count", .int(min: 0)),
+            ]
+        }
+        public struct Reply: Body {
+            public var collections: [Row] = []
+            public init() {}
+            public init(collections: [Row]) { self.collections = collections }
+            public static let fields: [Field<Self>] = [.field(\.collections, "collections", .array(of: Row.shape))]
+        }
+    }
+
+    public static let collections = TypedOperation<NoFields, Collections.Reply>(
         "catalog.collections", .query, auth: .none,
-        request: .object()
+        request: NoFields.shape
             .described("No parameters: the body is an empty object (or absent)."),
-        reply: .object([
-            "collections": .array(of: .object([
-                    "name": .string(min: 1),
-                    "count": .int(min: 0),
-                ])),
-        ])
+        reply: Collections.Reply.shape
             .described("Every collection with the number of products in it, by name."))
 
-    public static let productGet = Operation(
+    public struct ProductGet: Body {
+        public var id = ""
+        public init() {}
+        public static let fields: [Field<Self>] = [.field(\.id, "id", .string(1...64))]
+    }
+
+    public static let productGet = TypedOperation<ProductGet, Product>(
         "catalog.product.get", .query, auth: .none,
-        request: .object([
-            "id": .string(1...64),
-        ])
+        request: ProductGet.shape
             .described("One product by id; not_found (404) when there is none."),
         reply: .ref("product.schema.json")
             .described("The product itself."))
@@ -52,49 +84,96 @@ extension Contract.Catalog {
     public static let sortOrders = ["name", "price", "-price", "stock", "newest"]
 
     /// The filters of a listing; `catalog.search` takes the same.
-    static let listRequest: Shape = .object([
-        "category": .ref("product.schema.json#/$defs/category").optional,
-        "collection": .string(1...64).optional,
-        "q": .string(max: maxQueryLength).limit("max_query_length")
-            .described("Case-insensitive search over name, type and info: every word (up to 8) must appear.").optional,
-        "in_stock": .bool.described("Only products with stock > 0.").default(false).optional,
-        "min_price": .number(min: 0, max: 1_000_000_000).described("Lowest price.value, inclusive.").optional,
-        "max_price": .number(min: 0, max: 1_000_000_000).described("Highest price.value, inclusive.").optional,
-        "sort": .choice(sortOrders).described("name (default), price (lowest first), -price (highest first), stock (most first), newest.")
-            .default("name").optional,
-        "offset": .int(min: 0, default: 0).optional,
-        "limit": .int(1...maxPageSize, default: 20).limit("max_page_size").optional,
-    ])
+    public struct ListRequest: Body {
+        public var category: String?
+        public var collection: String?
+        public var q: String?
+        public var inStock = false
+        public var minPrice: Double?
+        public var maxPrice: Double?
+        public var sort = "name"
+        public var offset: Int64 = 0
+        public var limit: Int64 = 20
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.category, "category", .ref("product.schema.json#/$defs/category").optional),
+            .field(\.collection, "collection", .string(1...64).optional),
+            .field(\.q, "q", .string(max: maxQueryLength).limit("max_query_length")
+                .described("Case-insensitive search over name, type and info: every word (up to 8) must appear.").optional),
+            .field(\.inStock, "in_stock", .bool.described("Only products with stock > 0.").default(false).optional),
+            .field(\.minPrice, "min_price", .number(min: 0, max: 1_000_000_000).described("Lowest price.value, inclusive.").optional),
+            .field(\.maxPrice, "max_price", .number(min: 0, max: 1_000_000_000).described("Highest price.value, inclusive.").optional),
+            .field(\.sort, "sort", .choice(sortOrders).described("name (default), price (lowest first), -price (highest first), stock (most first), newest.")
+                .default("name").optional),
+            .field(\.offset, "offset", .int(min: 0, default: 0).optional),
+            .field(\.limit, "limit", .int(1...maxPageSize, default: 20).limit("max_page_size").optional),
+        ]
+    }
+
+    static let listRequest: Shape = ListRequest.shape
         .described("A page of products, filtered by category, collection, a text query over name, type and info, stock and price; all filters combine with AND.")
 
-    static let listReply: Shape = .object([
-        "products": .array(of: .ref("product.schema.json"), max: Int(maxPageSize)),
-        "total": .int(min: 0),
-        "offset": .int(min: 0),
-        "limit": .int(1...maxPageSize),
-    ])
+    /// One page of a listing.
+    public struct ListReply: Body {
+        public var products: [Product] = []
+        public var total: Int64 = 0
+        public var offset: Int64 = 0
+        public var limit: Int64 = 0
+        public init() {}
+        public init(products: [Product], total: Int64, offset: Int64, limit: Int64) {
+            (self.products, self.total, self.offset, self.limit) = (products, total, offset, limit)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.products, "products", .array(of: .ref("product.schema.json"), max: Int(maxPageSize))),
+            .field(\.total, "total", .int(min: 0)),
+            .field(\.offset, "offset", .int(min: 0)),
+            .field(\.limit, "limit", .int(1...maxPageSize)),
+        ]
+    }
+
+    static let listReply: Shape = ListReply.shape
         .described("One page: products in the order asked for, total matching the filters, and the offset and limit applied.")
 
-    public static let productsList = Operation("catalog.products.list", .query, auth: .none, request: listRequest, reply: listReply)
+    public static let productsList = TypedOperation<ListRequest, ListReply>("catalog.products.list", .query, auth: .none, request: listRequest, reply: listReply)
 
-    public static let search = Operation("catalog.search", .query, auth: .none,
+    public static let search = TypedOperation<ListRequest, ListReply>("catalog.search", .query, auth: .none,
         request: listRequest.described("The same as catalog.products.list: a page of products matching the filters."),
         reply: listReply)
 
-    public static let foryou = Operation(
+    public enum ForYou {
+        public struct Request: Body {
+            public var limit: Int64 = 20
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.limit, "limit", .int(1...maxPageSize, default: 20).limit("max_page_size").optional),
+            ]
+        }
+        public struct Score: Body {
+            public var name = ""
+            public var score: Int64 = 0
+            public init() {}
+            public init(name: String, score: Int64) { (self.name, self.score) = (name, score) }
+            public static let fields: [Field<Self>] = [
+                .field(\.name, "name", .ref("product.schema.json#/$defs/category")),
+                .field(\.score, "score", .int(min: 0)),
+            ]
+        }
+        public struct Reply: Body {
+            public var products: [Product] = []
+            public var categories: [Score] = []
+            public init() {}
+            public init(products: [Product], categories: [Score]) { (self.products, self.categories) = (products, categories) }
+            public static let fields: [Field<Self>] = [
+                .field(\.products, "products", .array(of: .ref("product.schema.json"), max: Int(maxPageSize))),
+                .field(\.categories, "categories", .array(of: Score.shape).described("The user's categories with their scores, best first.")),
+            ]
+        }
+    }
+
+    public static let foryou = TypedOperation<ForYou.Request, ForYou.Reply>(
         "catalog.foryou", .query, auth: .user,
-        request: .object([
-            "limit": .int(1...maxPageSize, default: 20).limit("max_page_size").optional,
-        ])
-            .described("Products for the signed-in user: in the categories of their profile, favorites and purchases, best first; what they already favor or bought is left out; in stock only."),
-        reply: .object([
-            "products": .array(of: .ref("product.schema.json"), max: Int(maxPageSize)),
-            "categories": .array(of: .object([
-                "name": .ref("product.schema.json#/$defs/category"),
-                "score": .int(min: 0),
-            ]))
-                .described("The user's categories with their scores, best first."),
-        ]))
+        request: ForYou.Request.shape
+            .described("Products for the signed-in user: in the categories of their profile, favorites and purchases, best first; what they already favor or bought is left out; in stock only."))
 
     /// The stock a saga holds for one order (the reply of every stock.* call but adjust).
     static let holdState: Shape = .object([
@@ -139,17 +218,33 @@ extension Contract.Catalog {
         request: orderOnly.described("Quad's services only: the hold of an order, as it is."),
         reply: holdState)
 
-    public static let stockAdjust = Operation(
+    public enum StockAdjust {
+        public struct Request: Body {
+            public var id = ""
+            public var delta: Int64 = 0
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.id, "id", .string(1...64)),
+                .field(\.delta, "delta", .int(-1000000...1000000)),
+            ]
+        }
+        public struct Reply: Body {
+            public var id = ""
+            public var stock: Int64 = 0
+            public init() {}
+            public init(id: String, stock: Int64) { (self.id, self.stock) = (id, stock) }
+            public static let fields: [Field<Self>] = [
+                .field(\.id, "id", .string(1...64)),
+                .field(\.stock, "stock", .int(min: 0)),
+            ]
+        }
+    }
+
+    public static let stockAdjust = TypedOperation<StockAdjust.Request, StockAdjust.Reply>(
         "catalog.stock.adjust", .mutation, auth: .admin,
-        request: .object([
-            "id": .string(1...64),
-            "delta": .int(-1000000...1000000),
-        ])
+        request: StockAdjust.Request.shape
             .described("Admins only (a mutation: idempotent by envelope id). Adds delta to a product's stock; conflict (409) when stock would go below 0, not_found (404) for an unknown product. Publishes catalog.stock.changed."),
-        reply: .object([
-            "id": .string(1...64),
-            "stock": .int(min: 0),
-        ])
+        reply: StockAdjust.Reply.shape
             .described("The product's stock after the change."))
 
     public static let productChanged = Event("catalog.product.changed", body: .ref("product.schema.json")
@@ -163,38 +258,58 @@ extension Contract.Catalog {
         ])
             .described("A product's stock changed by delta and is now stock."))
 
-    public static let productSchema = Definition("catalog/product.schema.json", title: "Product", .object([
-            "id": .string(1...64),
-            "name": .string(1...200),
-            "price": .object([
-                "value": .number(min: 0),
-                "currency": .string(pattern: "^[A-Z]{3}$")
-                    .described("ISO 4217 code."),
-            ]),
-            "info": .object([
+    /// One product of the marketplace (`product.schema.json`).
+    public struct Product: Body, Equatable {
+        public struct Price: Body, Equatable {
+            public var value = 0.0
+            public var currency = ""
+            public init() {}
+            public init(value: Double, currency: String) { (self.value, self.currency) = (value, currency) }
+            public static let fields: [Field<Self>] = [
+                .field(\.value, "value", .number(min: 0)),
+                .field(\.currency, "currency", .string(pattern: "^[A-Z]{3}$").described("ISO 4217 code.")),
+            ]
+        }
+        public var id = ""
+        public var name = ""
+        public var price = Price()
+        /// Free-form specifications, kept as the seed or admin wrote them.
+        public var info: JSON = .object([:])
+        public var type = ""
+        public var imageUrl = ""
+        public var category = ""
+        public var collection = ""
+        public var stock: Int64 = 0
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.id, "id", .string(1...64)),
+            .field(\.name, "name", .string(1...200)),
+            .field(\.price, "price", Price.shape),
+            .field(\.info, "info", .object([
                 "color": .string().optional,
                 "storage": .string().optional,
                 "memory": .string().optional,
                 "processor": .string().optional,
                 "type": .string().optional,
             ])
-                .described("Free-form specifications; every field is optional."),
-            "type": .string()
-                .described("The kind of product (Electronic, Book, Kit)."),
-            "imageUrl": .string(),
-            "category": .ref("#/$defs/category"),
-            "collection": .string(min: 1)
-                .described("The collection it is shown under (ShopEase's first screen)."),
-            "stock": .int(min: 0)
-                .described("Units available: not held by an order, not sold."),
-        ])
+                .described("Free-form specifications; every field is optional.")),
+            .field(\.type, "type", .string().described("The kind of product (Electronic, Book, Kit).")),
+            .field(\.imageUrl, "imageUrl", .string()),
+            .field(\.category, "category", .ref("#/$defs/category")),
+            .field(\.collection, "collection", .string(min: 1).described("The collection it is shown under (ShopEase's first screen).")),
+            .field(\.stock, "stock", .int(min: 0).described("Units available: not held by an order, not sold.")),
+        ]
+    }
+
+    public static let productSchema = Definition("catalog/product.schema.json", title: "Product", Product.shape
             .described("One product of the marketplace, after ShopEase's product (id, name, price, info, type, imageUrl) with UniTrade's category, a collection and the stock on hand.")
             .definitions([
                 "category": .choice(["Study", "Tech", "Creative", "Lab", "Personal", "Others"])
                     .described("UniTrade's categories. For You is not one: it is computed per user."),
             ]))
 
-    public static let operations: [Operation] = [categories, collections, productGet, productsList, search, foryou, stockAdjust, stockHold, stockConfirm, stockRelease, stockGet]
+    public static let operations: [Operation] = [categories.operation, collections.operation, productGet.operation, productsList.operation,
+        search.operation, foryou.operation, stockAdjust.operation, stockHold, stockConfirm, stockRelease, stockGet]
     public static let events: [Event] = [productChanged, stockChanged]
     public static let definitions: [Definition] = [productSchema]
 }

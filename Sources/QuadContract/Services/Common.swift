@@ -61,7 +61,7 @@ extension Contract.Common {
                 "slowest_type": .string(1...128).nullable.described("What held the loop longest, or null when nothing was slow."),
                 "max_us": .int(min: 0).described("The longest hold, in microseconds."),
                 "threshold_ms": .int(min: 0).described("slow_handler_ms."),
-            ]).optional,
+            ]),
         ])
             .described("Counters of the worker that answered, since it started, and latency percentiles over its last window requests (handler time, in microseconds)."))
 
