@@ -272,55 +272,29 @@ extension Contract.Reservations {
         ])
             .described("count is every free spot matching; spots the best limit of them; recommended the first, or null when none is free (see reservations.nearby)."))
 
-    public static let cancelled = Event("reservations.cancelled", body: .object([
-            "user": .string(min: 1)
-                .described("The driver (stays inside the backend)."),
-            "reservation": .allOf([
-                .ref("reservation.schema.json"),
-                .any.keyword("properties", json: ["status": ["const": "cancelled"]]),
-            ]),
-        ])
-            .described("A driver gave up a hold; the spot is free."))
+    /// The body of every event of a driver's reservation: the driver and the
+    /// reservation, in the state the event names.
+    static func reservationEvent(_ type: String, status: String, _ description: String) -> Event {
+        Event(type, body: .object([
+                "user": .string(min: 1)
+                    .described("The driver (stays inside the backend)."),
+                "reservation": .allOf([
+                    .ref("reservation.schema.json"),
+                    .any.keyword("properties", json: ["status": ["const": .string(status)]]),
+                ]),
+            ])
+                .described(description))
+    }
 
-    public static let checkedin = Event("reservations.checkedin", body: .object([
-            "user": .string(min: 1)
-                .described("The driver (stays inside the backend)."),
-            "reservation": .allOf([
-                .ref("reservation.schema.json"),
-                .any.keyword("properties", json: ["status": ["const": "checked_in"]]),
-            ]),
-        ])
-            .described("A driver checked in before the deadline: the hold is fulfilled."))
+    public static let cancelled = reservationEvent("reservations.cancelled", status: "cancelled", "A driver gave up a hold; the spot is free.")
 
-    public static let checkedout = Event("reservations.checkedout", body: .object([
-            "user": .string(min: 1)
-                .described("The driver (stays inside the backend)."),
-            "reservation": .allOf([
-                .ref("reservation.schema.json"),
-                .any.keyword("properties", json: ["status": ["const": "checked_out"]]),
-            ]),
-        ])
-            .described("A driver left: the spot is free and the stay recorded."))
+    public static let checkedin = reservationEvent("reservations.checkedin", status: "checked_in", "A driver checked in before the deadline: the hold is fulfilled.")
 
-    public static let expired = Event("reservations.expired", body: .object([
-            "user": .string(min: 1)
-                .described("The driver (stays inside the backend)."),
-            "reservation": .allOf([
-                .ref("reservation.schema.json"),
-                .any.keyword("properties", json: ["status": ["const": "expired"]]),
-            ]),
-        ])
-            .described("A hold reached its deadline without check-in: the service released the spot. Published once per hold."))
+    public static let checkedout = reservationEvent("reservations.checkedout", status: "checked_out", "A driver left: the spot is free and the stay recorded.")
 
-    public static let held = Event("reservations.held", body: .object([
-            "user": .string(min: 1)
-                .described("The driver (stays inside the backend)."),
-            "reservation": .allOf([
-                .ref("reservation.schema.json"),
-                .any.keyword("properties", json: ["status": ["const": "held"]]),
-            ]),
-        ])
-            .described("A driver held a spot until the deadline."))
+    public static let expired = reservationEvent("reservations.expired", status: "expired", "A hold reached its deadline without check-in: the service released the spot. Published once per hold.")
+
+    public static let held = reservationEvent("reservations.held", status: "held", "A driver held a spot until the deadline.")
 
     public static let parkingSchema = Definition("reservations/parking.schema.json", title: "Parking definitions", .any
             .described("Shared pieces of the reservations service's bodies: the kinds of spot, counts per kind, a spot, a level, a lot, a moment, a snapshot, a car.")
