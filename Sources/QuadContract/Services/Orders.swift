@@ -117,50 +117,33 @@ extension Contract.Orders {
         ])
             .described("A confirmed order was cancelled by its buyer; its stock goes back to the catalog."))
 
-    public static let confirmed = Event("orders.confirmed", body: .object([
-            "order": .string(1...64),
-            "user": .string(1...128),
-            "items": .array(of: .object([
-                    "product": .string(1...64),
-                    "quantity": .int(1...99),
-                    "price": .number(min: 0)
-                        .described("Unit price."),
-                    "category": .ref("../catalog/product.schema.json#/$defs/category"),
-                ]), min: 1, max: 50),
-            "mode": .choice(["buy", "rent"]),
-            "screen": .choice(["home", "favorites", "search", "cart"]),
-            "source": .choice(["cart", "buy_now"]),
-            "semester": .ref("order.schema.json#/$defs/semester"),
-            "currency": .string(pattern: "^[A-Z]{3}$"),
-            "subtotal": .number(min: 0),
-            "fee": .number(min: 0),
-            "total": .number(min: 0),
-            "return_date": .string(format: "date")
-                .described("mode rent only.").optional,
-        ])
+    public static let confirmed = Event("orders.confirmed", body: orderPlaced
             .described("The order is bought (or rented): the catalog confirmed its stock. The body repeats orders.placed's."))
 
-    public static let placed = Event("orders.placed", body: .object([
-            "order": .string(1...64),
-            "user": .string(1...128),
-            "items": .array(of: .object([
-                    "product": .string(1...64),
-                    "quantity": .int(1...99),
-                    "price": .number(min: 0)
-                        .described("Unit price."),
-                    "category": .ref("../catalog/product.schema.json#/$defs/category"),
-                ]), min: 1, max: 50),
-            "mode": .choice(["buy", "rent"]),
-            "screen": .choice(["home", "favorites", "search", "cart"]),
-            "source": .choice(["cart", "buy_now"]),
-            "semester": .ref("order.schema.json#/$defs/semester"),
-            "currency": .string(pattern: "^[A-Z]{3}$"),
-            "subtotal": .number(min: 0),
-            "fee": .number(min: 0),
-            "total": .number(min: 0),
-            "return_date": .string(format: "date")
-                .described("mode rent only.").optional,
-        ])
+    /// What orders.placed and orders.confirmed say of the order.
+    static let orderPlaced: Shape = .object([
+        "order": .string(1...64),
+        "user": .string(1...128),
+        "items": .array(of: .object([
+                "product": .string(1...64),
+                "quantity": .int(1...99),
+                "price": .number(min: 0)
+                    .described("Unit price."),
+                "category": .ref("../catalog/product.schema.json#/$defs/category"),
+            ]), min: 1, max: 50),
+        "mode": .choice(["buy", "rent"]),
+        "screen": .choice(["home", "favorites", "search", "cart"]),
+        "source": .choice(["cart", "buy_now"]),
+        "semester": .ref("order.schema.json#/$defs/semester"),
+        "currency": .string(pattern: "^[A-Z]{3}$"),
+        "subtotal": .number(min: 0),
+        "fee": .number(min: 0),
+        "total": .number(min: 0),
+        "return_date": .string(format: "date")
+            .described("mode rent only.").optional,
+    ])
+
+    public static let placed = Event("orders.placed", body: orderPlaced
             .described("The catalog holds the order's stock: the order is in, priced at the catalog's prices. orders.confirmed follows, or orders.rejected if the hold is lost (it expired before confirmation). An order the catalog refuses outright has orders.rejected alone."))
 
     public static let rejected = Event("orders.rejected", body: .object([
