@@ -13,6 +13,8 @@ import QuadWire
 enum Holds {
     static let active = "('held', 'checked_in')"
 
+    typealias C = Contract.Reservations
+
     static func register(_ h: Handlers, db: Database, settings: Settings) {
         let clock = settings.clock
         h.mutation("reservations.hold") { req in
@@ -66,11 +68,10 @@ enum Holds {
             return ["reservation": reservation, "hold_seconds": .int(settings.holdSeconds)]
         }
 
-        h.mutation("reservations.checkin") { req in
+        h.mutation(C.checkin) { req, body in
             let user = try req.requireUser()
-            let body = try Body(req.body, type: "reservations.checkin", allowed: ["reservation"])
             let now = Int64(Clock.nowMillis())
-            let row = try target(db, user: user, id: try body.string("reservation"), doing: "check in")
+            let row = try target(db, user: user, id: body.reservation, doing: "check in")
             let id = row.string("id")
             let changed = try db.execute("""
                 UPDATE reservations SET status = 'checked_in', checked_in_ms = $1 WHERE id = $2 AND status = 'held' AND deadline_ms > $1
@@ -78,14 +79,13 @@ enum Holds {
             guard changed == 1 else { throw refusal(row, doing: "check in", clock: clock) }
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
             try Outbox.append(db, type: "reservations.checkedin", body: event(reservation, user: user))
-            return ["reservation": reservation]
+            return C.StepReply(reservation: reservation)
         }
 
-        h.mutation("reservations.checkout") { req in
+        h.mutation(C.checkout) { req, body in
             let user = try req.requireUser()
-            let body = try Body(req.body, type: "reservations.checkout", allowed: ["reservation"])
             let now = Int64(Clock.nowMillis())
-            let row = try target(db, user: user, id: try body.string("reservation"), doing: "check out")
+            let row = try target(db, user: user, id: body.reservation, doing: "check out")
             let id = row.string("id")
             guard try db.execute("UPDATE reservations SET status = 'checked_out', ended_ms = $1 WHERE id = $2 AND status = 'checked_in'",
                                  .int(now), .text(id)) == 1 else {
@@ -94,14 +94,13 @@ enum Holds {
             try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
             try Outbox.append(db, type: "reservations.checkedout", body: event(reservation, user: user))
-            return ["reservation": reservation]
+            return C.StepReply(reservation: reservation)
         }
 
-        h.mutation("reservations.cancel") { req in
+        h.mutation(C.cancel) { req, body in
             let user = try req.requireUser()
-            let body = try Body(req.body, type: "reservations.cancel", allowed: ["reservation"])
             let now = Int64(Clock.nowMillis())
-            let row = try target(db, user: user, id: try body.string("reservation"), doing: "cancel")
+            let row = try target(db, user: user, id: body.reservation, doing: "cancel")
             let id = row.string("id")
             guard try db.execute("""
                 UPDATE reservations SET status = 'cancelled', ended_ms = $1 WHERE id = $2 AND status = 'held' AND deadline_ms > $1
@@ -111,13 +110,12 @@ enum Holds {
             try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
             try Outbox.append(db, type: "reservations.cancelled", body: event(reservation, user: user))
-            return ["reservation": reservation]
+            return C.StepReply(reservation: reservation)
         }
 
-        h.query("reservations.mine") { req in
+        h.query(C.mine) { req, body in
             let user = try req.requireUser()
-            let body = try Body(req.body, type: "reservations.mine", allowed: ["limit"])
-            let limit = try body.int("limit", in: 1...Contract.Reservations.maxPageSize, default: 20)
+            let limit = body.limit
             let now = Int64(Clock.nowMillis())
             let rows = try db.query("\(selectSQL) WHERE r.user_id = $1 ORDER BY r.held_ms DESC, r.id DESC LIMIT $2", .text(user), .int(limit + 1))
             let active = rows.first { ["held", "checked_in"].contains($0.string("status")) }
@@ -125,11 +123,9 @@ enum Holds {
             let stays = try db.queryOne("""
                 SELECT COUNT(*) AS n, COALESCE(SUM(ended_ms - checked_in_ms), 0) AS ms FROM reservations WHERE user_id = $1 AND status = 'checked_out'
                 """, .text(user))
-            return [
-                "active": active.map { json($0, now: now, clock: clock) } ?? .null,
-                "history": .array(history.map { json($0, now: now, clock: clock) }),
-                "stays": ["count": .int(stays?.int("n") ?? 0), "seconds": .int((stays?.int("ms") ?? 0) / 1000)],
-            ]
+            return C.Mine.Reply(active: active.map { json($0, now: now, clock: clock) },
+                                history: history.map { json($0, now: now, clock: clock) },
+                                stays: C.Mine.Stays(count: stays?.int("n") ?? 0, seconds: (stays?.int("ms") ?? 0) / 1000))
         }
     }
 
@@ -246,27 +242,22 @@ enum Holds {
 /// the level and a note say the rest).
 enum Car {
     static func register(_ h: Handlers, db: Database) {
-        h.mutation("reservations.car.save") { req in
+        h.mutation(Contract.Reservations.carSave) { req, body in
             let user = try req.requireUser()
-            let body = try Body(req.body, type: "reservations.car.save", allowed: ["lat", "lon", "level", "note"])
-            let lat = try body.double("lat", in: -90...90)
-            let lon = try body.double("lon", in: -180...180)
-            let level = try body.string("level", max: 16)
-            let note = try body.text("note", max: 200) ?? ""
+            let (lat, lon, level, note) = (body.lat, body.lon, body.level, body.note ?? "")
             let now = Int64(Clock.nowMillis())
             try db.execute("""
                 INSERT INTO cars (user_id, lat, lon, level, note, saved_ms) VALUES ($1, $2, $3, $4, $5, $6)
                 ON CONFLICT (user_id) DO UPDATE SET lat = excluded.lat, lon = excluded.lon, level = excluded.level, note = excluded.note, saved_ms = excluded.saved_ms
                 """, .text(user), .double(lat), .double(lon), .of(level), .text(note), .int(now))
-            return ["car": car(try db.queryOne("SELECT * FROM cars WHERE user_id = $1", .text(user))!)]
+            return Contract.Reservations.CarReply(car: car(try db.queryOne("SELECT * FROM cars WHERE user_id = $1", .text(user))!))
         }
-        h.query("reservations.car.get") { req in
+        h.query(Contract.Reservations.carGet) { req, _ in
             let user = try req.requireUser()
-            _ = try Body(req.body, type: "reservations.car.get", allowed: [])
             guard let row = try db.queryOne("SELECT * FROM cars WHERE user_id = $1", .text(user)) else {
                 throw QuadError.notFound("no car saved yet: reservations.car.save stores where you parked")
             }
-            return ["car": car(row)]
+            return Contract.Reservations.CarReply(car: car(row))
         }
     }
 

@@ -9,64 +9,115 @@ extension Contract.Reservations {
     /// Largest page of reservations.mine and reservations.spots.find (`max_page_size`).
     public static let maxPageSize: Int64 = 100
 
-    public static let cancel = Operation(
+    /// reservations.checkin, checkout and cancel: which reservation.
+    public struct StepRequest: Body {
+        public var reservation: String?
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.reservation, "reservation", .string(1...64)
+                .described("The reservation; the caller's active one (else latest) when absent.").optional),
+        ]
+    }
+
+    /// reservations.checkin, checkout and cancel: the reservation after the
+    /// step, as ``reservationSchema`` has it.
+    public struct StepReply: Body {
+        public var reservation: JSON = .null
+        public init() {}
+        public init(reservation: JSON) { self.reservation = reservation }
+        public static let fields: [Field<Self>] = [.field(\.reservation, "reservation", .ref("reservation.schema.json"))]
+    }
+
+    /// reservations.car.get and car.save: the car (`parking.schema.json#/$defs/car`).
+    public struct CarReply: Body {
+        public var car: JSON = .null
+        public init() {}
+        public init(car: JSON) { self.car = car }
+        public static let fields: [Field<Self>] = [.field(\.car, "car", .ref("parking.schema.json#/$defs/car"))]
+    }
+
+    public struct CarSaveRequest: Body {
+        public var lat: Double = 0
+        public var lon: Double = 0
+        public var level: String?
+        public var note: String?
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.lat, "lat", .number(min: -90, max: 90)),
+            .field(\.lon, "lon", .number(min: -180, max: 180)),
+            .field(\.level, "level", .string(1...16)
+                .described("The level (P1 to P3) or any short label.").optional),
+            .field(\.note, "note", .string(max: 200).optional),
+        ]
+    }
+
+    public enum Mine {
+        public struct Request: Body {
+            public var limit: Int64 = 20
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.limit, "limit", .int(1...maxPageSize, default: 20).limit("max_page_size")
+                    .described("Most history entries.").optional),
+            ]
+        }
+        /// The finished stays: how many, and their seconds summed.
+        public struct Stays: Body {
+            public var count: Int64 = 0
+            public var seconds: Int64 = 0
+            public init() {}
+            public init(count: Int64, seconds: Int64) { (self.count, self.seconds) = (count, seconds) }
+            public static let fields: [Field<Self>] = [
+                .field(\.count, "count", .int(min: 0)),
+                .field(\.seconds, "seconds", .int(min: 0)),
+            ]
+        }
+        public struct Reply: Body {
+            public var active: JSON?
+            public var history: [JSON] = []
+            public var stays = Stays()
+            public init() {}
+            public init(active: JSON?, history: [JSON], stays: Stays) { (self.active, self.history, self.stays) = (active, history, stays) }
+            public static let fields: [Field<Self>] = [
+                .field(\.active, "active", .oneOf([.ref("reservation.schema.json"), .null])),
+                .field(\.history, "history", .array(of: .ref("reservation.schema.json"), max: 100)),
+                .field(\.stays, "stays", Stays.shape),
+            ]
+        }
+    }
+
+    public static let cancel = TypedOperation<StepRequest, StepReply>(
         "reservations.cancel", .mutation, auth: .user,
-        request: .object([
-            "reservation": .string(1...64)
-                .described("The reservation; the caller's active one (else latest) when absent.").optional,
-        ])
+        request: StepRequest.shape
             .described("Signed-in drivers (a mutation: idempotent by envelope id). Gives up a hold before its deadline and frees the spot. conflict (409) once checked in, expired or over. not_found (404) for a reservation that is not the caller's. Publishes reservations.cancelled."),
-        reply: .object([
-            "reservation": .ref("reservation.schema.json"),
-        ])
+        reply: StepReply.shape
             .described("The reservation after the step."))
 
-    public static let carGet = Operation(
+    public static let carGet = TypedOperation<NoFields, CarReply>(
         "reservations.car.get", .query, auth: .user,
-        request: .object()
+        request: NoFields.shape
             .described("Signed-in drivers. Where the caller's car is; not_found (404) before the first reservations.car.save."),
-        reply: .object([
-            "car": .ref("parking.schema.json#/$defs/car"),
-        ])
+        reply: CarReply.shape
             .described("The car as last saved."))
 
-    public static let carSave = Operation(
+    public static let carSave = TypedOperation<CarSaveRequest, CarReply>(
         "reservations.car.save", .mutation, auth: .user,
-        request: .object([
-            "lat": .number(min: -90, max: 90),
-            "lon": .number(min: -180, max: 180),
-            "level": .string(1...16)
-                .described("The level (P1 to P3) or any short label.").optional,
-            "note": .string(max: 200).optional,
-        ])
+        request: CarSaveRequest.shape
             .described("Signed-in drivers (a mutation: idempotent by envelope id). Saves where the car is; a new save replaces the last."),
-        reply: .object([
-            "car": .ref("parking.schema.json#/$defs/car"),
-        ])
+        reply: CarReply.shape
             .described("The car as saved."))
 
-    public static let checkin = Operation(
+    public static let checkin = TypedOperation<StepRequest, StepReply>(
         "reservations.checkin", .mutation, auth: .user,
-        request: .object([
-            "reservation": .string(1...64)
-                .described("The reservation; the caller's active one (else latest) when absent.").optional,
-        ])
+        request: StepRequest.shape
             .described("Signed-in drivers (a mutation: idempotent by envelope id). \"I parked\" before the deadline: the hold becomes checked_in. After the deadline: conflict (409), the hold expired and the spot is free again. not_found (404) for a reservation that is not the caller's. Publishes reservations.checkedin."),
-        reply: .object([
-            "reservation": .ref("reservation.schema.json"),
-        ])
+        reply: StepReply.shape
             .described("The reservation after the step."))
 
-    public static let checkout = Operation(
+    public static let checkout = TypedOperation<StepRequest, StepReply>(
         "reservations.checkout", .mutation, auth: .user,
-        request: .object([
-            "reservation": .string(1...64)
-                .described("The reservation; the caller's active one (else latest) when absent.").optional,
-        ])
+        request: StepRequest.shape
             .described("Signed-in drivers (a mutation: idempotent by envelope id). \"I left\": frees the spot and records the stay. conflict (409) unless checked in. not_found (404) for a reservation that is not the caller's. Publishes reservations.checkedout."),
-        reply: .object([
-            "reservation": .ref("reservation.schema.json"),
-        ])
+        reply: StepReply.shape
             .described("The reservation after the step."))
 
     public static let forecast = Operation(
@@ -177,24 +228,11 @@ extension Contract.Reservations {
         ])
             .described("Lots in display order and the destinations."))
 
-    public static let mine = Operation(
+    public static let mine = TypedOperation<Mine.Request, Mine.Reply>(
         "reservations.mine", .query, auth: .user,
-        request: .object([
-            "limit": .int(1...maxPageSize, default: 20).limit("max_page_size")
-                .described("Most history entries.").optional,
-        ])
+        request: Mine.Request.shape
             .described("Signed-in drivers. The caller's active reservation and history, newest first."),
-        reply: .object([
-            "active": .oneOf([
-                .ref("reservation.schema.json"),
-                .null,
-            ]),
-            "history": .array(of: .ref("reservation.schema.json"), max: 100),
-            "stays": .object([
-                "count": .int(min: 0),
-                "seconds": .int(min: 0),
-            ]),
-        ])
+        reply: Mine.Reply.shape
             .described("active is held or checked_in, or null; stays counts and sums the finished stays."))
 
     public static let nearby = Operation(
@@ -396,7 +434,7 @@ extension Contract.Reservations {
         ])
             .described("A hold on a spot and what became of it: held until the deadline, then checked_in (the driver parked) and checked_out (left), or expired, or cancelled. At most one active (held or checked_in) per user and per spot."))
 
-    public static let operations: [Operation] = [cancel, carGet, carSave, checkin, checkout, forecast, hold, levels, lots, mine, nearby, occupancy, spotsFind]
+    public static let operations: [Operation] = [cancel.operation, carGet.operation, carSave.operation, checkin.operation, checkout.operation, forecast, hold, levels, lots, mine.operation, nearby, occupancy, spotsFind]
     public static let events: [Event] = [cancelled, checkedin, checkedout, expired, held]
     public static let definitions: [Definition] = [parkingSchema, reservationSchema]
 }
