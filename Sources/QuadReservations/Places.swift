@@ -12,11 +12,10 @@ enum Places {
             let kind = try body.oneOf("kind", ["campus", "nearby"])
             return try lots(db, kind: kind)
         }
-        h.query("reservations.levels") { req in
-            let body = try Body(req.body, type: "reservations.levels", allowed: ["lot"])
-            let lot = try requireLot(db, try body.requiredString("lot"))
+        h.query(Contract.Reservations.levels) { _, body in
+            let lot = try requireLot(db, body.lot)
             let now = try Reservations.campusNow(db, settings: settings)
-            return ["lot": .string(lot), "levels": .array(try levels(db, lot: lot)), "at": .int(now), "local": .string(settings.clock.iso(now))]
+            return Contract.Reservations.Levels.Reply(lot: lot, levels: try levels(db, lot: lot), at: now, local: settings.clock.iso(now))
         }
         h.query("reservations.spots.find") { req in
             let body = try Body(req.body, type: "reservations.spots.find", allowed: ["lot", "destination", "kind", "level", "signal", "limit"])

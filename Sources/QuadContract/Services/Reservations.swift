@@ -51,6 +51,30 @@ extension Contract.Reservations {
         ]
     }
 
+    /// reservations.levels: the lot's levels, live.
+    public enum Levels {
+        public struct Request: Body {
+            public var lot = ""
+            public init() {}
+            public static let fields: [Field<Self>] = [.field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID"))]
+        }
+        public struct Reply: Body {
+            public var lot = ""
+            public var levels: [JSON] = []
+            public var at: Int64 = 0
+            public var local = ""
+            public init() {}
+            public init(lot: String, levels: [JSON], at: Int64, local: String) { (self.lot, self.levels, self.at, self.local) = (lot, levels, at, local) }
+            public static let fields: [Field<Self>] = [
+                .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
+                .field(\.levels, "levels", .array(of: .ref("parking.schema.json#/$defs/level"))),
+                .field(\.at, "at", .int(min: 0)
+                    .described("Epoch milliseconds.")),
+                .field(\.local, "local", .ref("parking.schema.json#/$defs/local")),
+            ]
+        }
+    }
+
     public enum Mine {
         public struct Request: Body {
             public var limit: Int64 = 20
@@ -181,19 +205,11 @@ extension Contract.Reservations {
         ])
             .described("The reservation, held, with its deadline."))
 
-    public static let levels = Operation(
+    public static let levels = TypedOperation<Levels.Request, Levels.Reply>(
         "reservations.levels", .query, auth: .none,
-        request: .object([
-            "lot": .ref("parking.schema.json#/$defs/lotID"),
-        ])
+        request: Levels.Request.shape
             .described("The levels of a lot with their free spots per kind, live (the Live map). not_found (404) for an unknown lot."),
-        reply: .object([
-            "lot": .ref("parking.schema.json#/$defs/lotID"),
-            "levels": .array(of: .ref("parking.schema.json#/$defs/level")),
-            "at": .int(min: 0)
-                .described("Epoch milliseconds."),
-            "local": .ref("parking.schema.json#/$defs/local"),
-        ])
+        reply: Levels.Reply.shape
             .described("Levels from P1 down, at the simulated campus time."))
 
     public static let lots = Operation(
@@ -434,7 +450,7 @@ extension Contract.Reservations {
         ])
             .described("A hold on a spot and what became of it: held until the deadline, then checked_in (the driver parked) and checked_out (left), or expired, or cancelled. At most one active (held or checked_in) per user and per spot."))
 
-    public static let operations: [Operation] = [cancel.operation, carGet.operation, carSave.operation, checkin.operation, checkout.operation, forecast, hold, levels, lots, mine.operation, nearby, occupancy, spotsFind]
+    public static let operations: [Operation] = [cancel.operation, carGet.operation, carSave.operation, checkin.operation, checkout.operation, forecast, hold, levels.operation, lots, mine.operation, nearby, occupancy, spotsFind]
     public static let events: [Event] = [cancelled, checkedin, checkedout, expired, held]
     public static let definitions: [Definition] = [parkingSchema, reservationSchema]
 }
