@@ -227,14 +227,12 @@ public enum Accounts: ServiceDomain {
                 // account needs no second Argon2id hash (a login's verify)
                 // before its first request. A retry under the same id gets
                 // this same reply, token included, from the idempotency record.
-                return registered(profile(row), session: session(user: id, role: "student", settings: settings))
+                return registered(profile(row), session: session(user: id, role: "student", settings: settings).json)
             }
         })
 
-        h.query("accounts.login") { req in
-            try Validation.onlyFields(req.body, ["email", "password"], type: "accounts.login")
-            let rawEmail = try Validation.required(Validation.string(req.body, "email"), "email")
-            let password = try Validation.required(Validation.string(req.body, "password"), "password")
+        h.query(Contract.Accounts.login) { req, body in
+            let (rawEmail, password) = (body.email, body.password)
             let refused = QuadError.unauthorized("wrong email or password")
             guard rawEmail.utf8.count <= maxEmailLength, password.unicodeScalars.count <= maxPasswordLength else { throw refused }
             let account = rawEmail.lowercased()
@@ -349,13 +347,10 @@ public enum Accounts: ServiceDomain {
     }
 
     /// A new session token for `user`, as accounts.login and accounts.refresh answer.
-    static func session(user: String, role: String, settings: Settings) -> JSON {
+    static func session(user: String, role: String, settings: Settings) -> Contract.Accounts.Session {
         let now = Int64(Clock.nowMillis())
         let claims = TokenClaims(user: user, role: role, expiresAt: now + settings.tokenTTLMillis, issuedAt: now)
-        return [
-            "token": .string(settings.signingKey.sign(claims)), "user": .string(claims.user),
-            "role": .string(claims.role), "expires_at": .int(claims.expiresAt),
-        ]
+        return Contract.Accounts.Session(token: settings.signingKey.sign(claims), user: claims.user, role: claims.role, expiresAt: claims.expiresAt)
     }
 
     /// accounts.register's reply: the profile, and the session's `token`

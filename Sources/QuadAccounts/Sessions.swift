@@ -108,7 +108,7 @@ enum Sessions {
             if !claims.tokenID.isEmpty {
                 try revoke(db, user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt, maxPerUser: maxPerUser)
             }
-            return Accounts.session(user: claims.user, role: row.string("role"), settings: settings)
+            return Accounts.session(user: claims.user, role: row.string("role"), settings: settings).json
         }
 
         h.query("accounts.revocations") { req in

@@ -14,20 +14,41 @@ extension Contract.Accounts {
     public static let maxPasswordLength = 128
     public static let maxNameLength = 100
 
-    public static let login = Operation(
+    /// accounts.login: who signs in, and the password.
+    public struct LoginRequest: Body {
+        public var email = ""
+        public var password = ""
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.email, "email", .string(min: 1)),
+            .field(\.password, "password", .string(min: 1)),
+        ]
+    }
+
+    /// A session token and what it says, as accounts.login and accounts.refresh answer.
+    public struct Session: Body {
+        public var token = ""
+        public var user = ""
+        public var role = ""
+        public var expiresAt: Int64 = 0
+        public init() {}
+        public init(token: String, user: String, role: String, expiresAt: Int64) {
+            (self.token, self.user, self.role, self.expiresAt) = (token, user, role, expiresAt)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.token, "token", .string(max: 4096, pattern: "^[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]{86}$")),
+            .field(\.user, "user", .ref("profile.schema.json#/$defs/user")),
+            .field(\.role, "role", .ref("profile.schema.json#/$defs/role")),
+            .field(\.expiresAt, "expires_at", .int(min: 0)
+                .described("ms since the Unix epoch.")),
+        ]
+    }
+
+    public static let login = TypedOperation<LoginRequest, Session>(
         "accounts.login", .query, auth: .none,
-        request: .object([
-            "email": .string(min: 1),
-            "password": .string(min: 1),
-        ])
+        request: LoginRequest.shape
             .described("Checks the password and returns a session token. unauthorized (401) 'wrong email or password', the same for an unknown email and a wrong password. A query: nothing is written. Send it without a token (a stale token would be refused by the broker first)."),
-        reply: .object([
-            "token": .string(max: 4096, pattern: "^[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]{86}$"),
-            "user": .ref("profile.schema.json#/$defs/user"),
-            "role": .ref("profile.schema.json#/$defs/role"),
-            "expires_at": .int(min: 0)
-                .described("ms since the Unix epoch."),
-        ])
+        reply: Session.shape
             .described("A session token to send in the envelope's token field. It is base64url(payload) '.' base64url(Ed25519 signature over the first part), payload {sub, role, exp, iat, jti} with times in ms; the broker checks it with accounts' public key and refuses it with 401 once expires_at passes (1 h by default, --token-ttl-seconds; accounts.refresh trades it for a new one; a revoked token is refused with 401 too)."))
 
     public static let logout = Operation(
@@ -205,7 +226,7 @@ extension Contract.Accounts {
                     .described("An account as its owner sees it. Never the password or its hash."),
             ]))
 
-    public static let operations: [Operation] = [login, logout, profileGet, profileUpdate, refresh, register, revocations]
+    public static let operations: [Operation] = [login.operation, logout, profileGet, profileUpdate, refresh, register, revocations]
     public static let events: [Event] = [sessionRevoked, userRegistered, userUpdated]
     public static let definitions: [Definition] = [profileSchema]
 }
