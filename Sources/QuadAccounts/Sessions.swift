@@ -1,4 +1,5 @@
 import QuadAuth
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -93,8 +94,8 @@ enum Sessions {
             return body(user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt)
         }
 
-        h.mutation("accounts.refresh") { req in
-            try Validation.onlyFields(req.body, ["token"], type: "accounts.refresh")
+        h.mutation(Contract.Accounts.refresh) { req, _ in
+            // ownToken reads body.token itself: logout shares it.
             let claims = try ownToken(req, key: key)
             let now = Int64(Clock.nowMillis())
             guard claims.expiresAt > now else { throw TokenError.expired(at: claims.expiresAt).quadError }
@@ -108,7 +109,7 @@ enum Sessions {
             if !claims.tokenID.isEmpty {
                 try revoke(db, user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt, maxPerUser: maxPerUser)
             }
-            return Accounts.session(user: claims.user, role: row.string("role"), settings: settings).json
+            return Accounts.session(user: claims.user, role: row.string("role"), settings: settings)
         }
 
         h.query("accounts.revocations") { req in

@@ -101,12 +101,19 @@ extension Contract.Accounts {
         reply: .ref("profile.schema.json#/$defs/profile")
             .described("The profile after the change."))
 
-    public static let refresh = Operation(
+    /// accounts.refresh: the token to trade.
+    public struct RefreshRequest: Body {
+        public var token = ""
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.token, "token", .string(1...4096)
+                .described("A session token, as accounts.login returns it.")),
+        ]
+    }
+
+    public static let refresh = TypedOperation<RefreshRequest, Session>(
         "accounts.refresh", .mutation, auth: .user,
-        request: .object([
-            "token": .string(1...4096)
-                .described("A session token, as accounts.login returns it."),
-        ])
+        request: RefreshRequest.shape
             .described("Trades a valid session token of the signed-in user for a new one and ends the old (401 for an expired or revoked token). A retry under the same id gets the same new token."),
         reply: .ref("login.reply.json")
             .described("A new session, as accounts.login answers."))
@@ -226,7 +233,7 @@ extension Contract.Accounts {
                     .described("An account as its owner sees it. Never the password or its hash."),
             ]))
 
-    public static let operations: [Operation] = [login.operation, logout, profileGet, profileUpdate, refresh, register, revocations]
+    public static let operations: [Operation] = [login.operation, logout, profileGet, profileUpdate, refresh.operation, register, revocations]
     public static let events: [Event] = [sessionRevoked, userRegistered, userUpdated]
     public static let definitions: [Definition] = [profileSchema]
 }
