@@ -71,13 +71,12 @@ public final class Handlers {
         db?.eventSource = service
         // Which process answered (instance, pid) is for admins and Quad's
         // own services: a stranger learns a service is up, not its layout.
+        // The request has no fields (the validator checks it; an absent
+        // body is allowed): nothing to decode.
         query("\(service).sys.health") { [unowned self] req in
-            var f: [String: JSON] = ["service": .string(self.service), "status": "ok"]
-            if req.seesInstances {
-                f["instance"] = .string(self.instance)
-                f["pid"] = .int(Int64(getpid()))
-            }
-            return .object(f)
+            let sees = req.seesInstances
+            return Contract.Common.Health(service: self.service, instance: sees ? self.instance : nil, status: "ok",
+                                          pid: sees ? Int64(getpid()) : nil).json
         }
         query("\(service).sys.metrics") { [unowned self] req in
             var m = self.metrics.json
@@ -90,8 +89,9 @@ public final class Handlers {
         answerTypes()
         if let db {
             query("\(service).events.since") { req in
-                let after = req.body["after"]?.int ?? 0
-                let limit = req.body["limit"]?.int ?? 500
+                // An absent body is every default.
+                let body = try Contract.Common.EventsSinceRequest(json: req.body.isNull ? .object([:]) : req.body)
+                let (after, limit) = (body.after, body.limit)
                 guard after >= 0 else { throw QuadError.badRequest("body.after must be >= 0") }
                 guard (1...Int64(Handlers.maxEventsPage)).contains(limit) else {
                     throw QuadError.badRequest("body.limit must be between 1 and \(Handlers.maxEventsPage) (max_events_page)")

@@ -9,12 +9,21 @@ extension Contract.Common {
     /// Largest page `events.since` returns (`max_events_page`).
     public static let maxEventsPage: Int64 = 1000
 
-    public static let eventsSince = Operation(
+    /// events.since: after which seq, and how many.
+    public struct EventsSinceRequest: Body {
+        public var after: Int64 = 0
+        public var limit: Int64 = 500
+        public init() {}
+        public init(after: Int64, limit: Int64) { (self.after, self.limit) = (after, limit) }
+        public static let fields: [Field<Self>] = [
+            .field(\.after, "after", .int(min: 0, default: 0).optional),
+            .field(\.limit, "limit", .int(1...maxEventsPage, default: 500).limit("max_events_page").optional),
+        ]
+    }
+
+    public static let eventsSince = TypedOperation<EventsSinceRequest, JSONBody>(
         "events.since", .query, auth: .admin,
-        request: .object([
-            "after": .int(min: 0, default: 0).optional,
-            "limit": .int(1...maxEventsPage, default: 500).limit("max_events_page").optional,
-        ])
+        request: EventsSinceRequest.shape
             .described("Catch-up: the service's events with seq greater than after, oldest first, at most limit (max_events_page, 1000). For services (the broker's internal frontend) and admins: the public frontend refuses it to anyone else (events carry user ids)."),
         reply: .object([
             "events": .array(of: .allOf([
@@ -27,17 +36,30 @@ extension Contract.Common {
         ])
             .described("The events as they were published, in seq order, and the highest seq written so far: when last is greater than the last event returned, ask again after it. oldest is the lowest seq the source still keeps (published events past outbox_retention_ms, or beyond outbox_max_rows, are pruned); when after + 1 < oldest, missed says how many events the subscriber can no longer get."))
 
-    public static let sysHealth = Operation(
+    /// sys.health's reply: which service, and, for admins and services, which process.
+    public struct Health: Body {
+        public var service = ""
+        public var instance: String?
+        public var status = "ok"
+        public var pid: Int64?
+        public init() {}
+        public init(service: String, instance: String?, status: String, pid: Int64?) {
+            (self.service, self.instance, self.status, self.pid) = (service, instance, status, pid)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.service, "service", .string(pattern: "^[a-z0-9_-]+$")),
+            .field(\.instance, "instance", .string(1...128)
+                .described("The worker's name, as in src (catalog/1); admins and Quad's services only.").optional),
+            .field(\.status, "status", .choice(["ok", "degraded"])),
+            .field(\.pid, "pid", .int(min: 1).optional),
+        ]
+    }
+
+    public static let sysHealth = TypedOperation<NoFields, Health>(
         "sys.health", .query, auth: .none,
-        request: .object()
+        request: NoFields.shape
             .described("No parameters: the body is an empty object (or absent). Answered by the worker that receives it."),
-        reply: .object([
-            "service": .string(pattern: "^[a-z0-9_-]+$"),
-            "instance": .string(1...128)
-                .described("The worker's name, as in src (catalog/1); admins and Quad's services only.").optional,
-            "status": .choice(["ok", "degraded"]),
-            "pid": .int(min: 1).optional,
-        ])
+        reply: Health.shape
             .described("The worker that answered is alive and serving."))
 
     public static let sysMetrics = Operation(
@@ -81,5 +103,5 @@ extension Contract.Common {
         ])
             .described("Every request type the service answers, from the contract (Sources/QuadContract), by type."))
 
-    public static let operations: [Operation] = [eventsSince, sysHealth, sysMetrics, sysTypes]
+    public static let operations: [Operation] = [eventsSince.operation, sysHealth.operation, sysMetrics, sysTypes]
 }
