@@ -270,12 +270,11 @@ extension Handlers {
     /// `<service>.sys.types`: what this worker answers, from the contract.
     func answerTypes() {
         query("\(service).sys.types") { [unowned self] _ in
-            let rows: [JSON] = self.types.compactMap { type in
+            let rows = self.types.compactMap { type -> Contract.Common.Types.Row? in
                 guard let op = Contract.operation(type), let paths = Contract.schemaPaths(type) else { return nil }
-                return ["type": .string(type), "kind": .string(op.kind.rawValue), "auth": .string(op.auth.rawValue),
-                        "request": .string(paths.request), "reply": .string(paths.reply)]
+                return .init(type: type, kind: op.kind.rawValue, auth: op.auth.rawValue, request: paths.request, reply: paths.reply)
             }
-            return ["service": .string(self.service), "types": .array(rows)]
+            return Contract.Common.Types(service: self.service, types: rows).json
         }
     }
 }

@@ -87,21 +87,43 @@ extension Contract.Common {
         ])
             .described("Counters of the worker that answered, since it started, and latency percentiles over its last window requests (handler time, in microseconds)."))
 
-    public static let sysTypes = Operation(
+    /// sys.types's reply: the service and every type it answers.
+    public struct Types: Body {
+        /// One type the service answers, as the contract declares it.
+        public struct Row: Body {
+            public var type = ""
+            public var kind = ""
+            public var auth = ""
+            public var request = ""
+            public var reply = ""
+            public init() {}
+            public init(type: String, kind: String, auth: String, request: String, reply: String) {
+                (self.type, self.kind, self.auth, self.request, self.reply) = (type, kind, auth, request, reply)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.type, "type", .string(1...128).described("The request type, as sent: catalog.products.list.")),
+                .field(\.kind, "kind", .choice(["query", "mutation"]).described("A mutation is idempotent by the envelope id.")),
+                .field(\.auth, "auth", .choice(["none", "user", "admin", "service"]).described("Who may send it (x-quad-auth).")),
+                .field(\.request, "request", .string(1...200).described("The request body's schema, a path under protos/.")),
+                .field(\.reply, "reply", .string(1...200).described("The reply body's schema, a path under protos/.")),
+            ]
+        }
+        public var service = ""
+        public var types: [Row] = []
+        public init() {}
+        public init(service: String, types: [Row]) { (self.service, self.types) = (service, types) }
+        public static let fields: [Field<Self>] = [
+            .field(\.service, "service", .string(pattern: "^[a-z0-9_-]+$")),
+            .field(\.types, "types", .array(of: Row.shape)),
+        ]
+    }
+
+    public static let sysTypes = TypedOperation<NoFields, Types>(
         "sys.types", .query, auth: .none,
-        request: .object()
+        request: NoFields.shape
             .described("No parameters: the body is an empty object (or absent)."),
-        reply: .object([
-            "service": .string(pattern: "^[a-z0-9_-]+$"),
-            "types": .array(of: .object([
-                "type": .string(1...128).described("The request type, as sent: catalog.products.list."),
-                "kind": .choice(["query", "mutation"]).described("A mutation is idempotent by the envelope id."),
-                "auth": .choice(["none", "user", "admin", "service"]).described("Who may send it (x-quad-auth)."),
-                "request": .string(1...200).described("The request body's schema, a path under protos/."),
-                "reply": .string(1...200).described("The reply body's schema, a path under protos/."),
-            ])),
-        ])
+        reply: Types.shape
             .described("Every request type the service answers, from the contract (Sources/QuadContract), by type."))
 
-    public static let operations: [Operation] = [eventsSince.operation, sysHealth.operation, sysMetrics, sysTypes]
+    public static let operations: [Operation] = [eventsSince.operation, sysHealth.operation, sysMetrics, sysTypes.operation]
 }
