@@ -79,12 +79,9 @@ public final class Handlers {
                                           pid: sees ? Int64(getpid()) : nil).json
         }
         query("\(service).sys.metrics") { [unowned self] req in
-            var m = self.metrics.json
-            if req.seesInstances, case .object(var f) = m {
-                f["instance"] = .string(self.instance)
-                m = .object(f)
-            }
-            return m
+            var m = self.metrics.reply
+            if req.seesInstances { m.instance = self.instance }
+            return m.json
         }
         answerTypes()
         if let db {

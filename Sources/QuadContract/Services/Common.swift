@@ -62,29 +62,60 @@ extension Contract.Common {
         reply: Health.shape
             .described("The worker that answered is alive and serving."))
 
-    public static let sysMetrics = Operation(
+    /// sys.metrics's reply: the answering worker's counters.
+    public struct Metrics: Body {
+        public struct Latency: Body {
+            public var p50: Int64 = 0
+            public var p99: Int64 = 0
+            public var window: Int64 = 0
+            public init() {}
+            public init(p50: Int64, p99: Int64, window: Int64) { (self.p50, self.p99, self.window) = (p50, p99, window) }
+            public static let fields: [Field<Self>] = [
+                .field(\.p50, "p50", .int(min: 0)),
+                .field(\.p99, "p99", .int(min: 0)),
+                .field(\.window, "window", .int(min: 0)
+                    .described("How many recent requests the percentiles cover.")),
+            ]
+        }
+        public struct Slow: Body {
+            public var count: Int64 = 0
+            public var slowestType: String?
+            public var maxUs: Int64 = 0
+            public var thresholdMs: Int64 = 0
+            public init() {}
+            public init(count: Int64, slowestType: String?, maxUs: Int64, thresholdMs: Int64) {
+                (self.count, self.slowestType, self.maxUs, self.thresholdMs) = (count, slowestType, maxUs, thresholdMs)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.count, "count", .int(min: 0).described("Handlers, call callbacks and timers that held the loop longer than slow_handler_ms.")),
+                .field(\.slowestType, "slowest_type", .string(1...128).nullable.described("What held the loop longest, or null when nothing was slow.")),
+                .field(\.maxUs, "max_us", .int(min: 0).described("The longest hold, in microseconds.")),
+                .field(\.thresholdMs, "threshold_ms", .int(min: 0).described("slow_handler_ms.")),
+            ]
+        }
+        public var served: Int64 = 0
+        public var errors: [String: Int64] = [:]
+        public var latency = Latency()
+        public var uptimeMs: Int64 = 0
+        public var instance: String?
+        public var slowHandlers = Slow()
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.served, "served", .int(min: 0)),
+            .field(\.errors, "errors", .map(of: .int(min: 1))
+                .described("Error replies by code.").keyword("propertyNames", .ref("../error.schema.json#/properties/code"))),
+            .field(\.latency, "latency_us", Latency.shape),
+            .field(\.uptimeMs, "uptime_ms", .int(min: 0)),
+            .field(\.instance, "instance", .string(1...128).optional),
+            .field(\.slowHandlers, "slow_handlers", Slow.shape),
+        ]
+    }
+
+    public static let sysMetrics = TypedOperation<NoFields, Metrics>(
         "sys.metrics", .query, auth: .none,
-        request: .object()
+        request: NoFields.shape
             .described("No parameters: the body is an empty object (or absent). Answered by the worker that receives it."),
-        reply: .object([
-            "served": .int(min: 0),
-            "errors": .map(of: .int(min: 1))
-                .described("Error replies by code.").keyword("propertyNames", .ref("../error.schema.json#/properties/code")),
-            "latency_us": .object([
-                "p50": .int(min: 0),
-                "p99": .int(min: 0),
-                "window": .int(min: 0)
-                    .described("How many recent requests the percentiles cover."),
-            ]),
-            "uptime_ms": .int(min: 0),
-            "instance": .string(1...128).optional,
-            "slow_handlers": .object([
-                "count": .int(min: 0).described("Handlers, call callbacks and timers that held the loop longer than slow_handler_ms."),
-                "slowest_type": .string(1...128).nullable.described("What held the loop longest, or null when nothing was slow."),
-                "max_us": .int(min: 0).described("The longest hold, in microseconds."),
-                "threshold_ms": .int(min: 0).described("slow_handler_ms."),
-            ]),
-        ])
+        reply: Metrics.shape
             .described("Counters of the worker that answered, since it started, and latency percentiles over its last window requests (handler time, in microseconds)."))
 
     /// sys.types's reply: the service and every type it answers.
@@ -125,5 +156,5 @@ extension Contract.Common {
         reply: Types.shape
             .described("Every request type the service answers, from the contract (Sources/QuadContract), by type."))
 
-    public static let operations: [Operation] = [eventsSince.operation, sysHealth.operation, sysMetrics, sysTypes.operation]
+    public static let operations: [Operation] = [eventsSince.operation, sysHealth.operation, sysMetrics.operation, sysTypes.operation]
 }
