@@ -25,11 +25,11 @@ enum Cart {
     static let maxQuantity = Contract.Orders.maxQuantity
 
     static func register(_ h: Handlers, db: Database, fees: FeeSchedule) {
-        h.mutation("orders.cart.add") { req in
+        typealias C = Contract.Orders
+
+        h.mutation(C.cartAdd) { req, body in
             let user = try req.requireUser()
-            let f = try Fields(req, allowed: ["product", "quantity"])
-            let product = try f.string("product")
-            let quantity = try f.int("quantity", default: 1, in: 1...maxQuantity, limit: "max_quantity")
+            let (product, quantity) = (body.product, body.quantity)
             guard try CatalogCopy.admits(db, product) else { throw QuadError.notFound("no product with id '\(product)' in the catalog") }
             let added = try db.execute("""
                 UPDATE cart_lines SET quantity = quantity + $3 WHERE user_id = $1 AND product = $2 AND quantity + $3 <= $4
@@ -40,15 +40,12 @@ enum Cart {
                 }
                 try insertLine(db, user: user, product: product, quantity: quantity)
             }
-            return try view(db, user: user, fees: fees)
+            return JSONBody(try view(db, user: user, fees: fees))
         }
 
-        h.mutation("orders.cart.set") { req in
+        h.mutation(C.cartSet) { req, body in
             let user = try req.requireUser()
-            let f = try Fields(req, allowed: ["product", "quantity"])
-            let product = try f.string("product")
-            guard f.has("quantity") else { throw QuadError.badRequest("body.quantity is required (0 removes the line)") }
-            let quantity = try f.int("quantity", default: 0, in: 0...maxQuantity, limit: "max_quantity")
+            let (product, quantity) = (body.product, body.quantity)
             if quantity == 0 {
                 try db.execute("DELETE FROM cart_lines WHERE user_id = $1 AND product = $2", .text(user), .text(product))
             } else if try db.execute("UPDATE cart_lines SET quantity = $3 WHERE user_id = $1 AND product = $2",
@@ -56,27 +53,23 @@ enum Cart {
                 guard try CatalogCopy.admits(db, product) else { throw QuadError.notFound("no product with id '\(product)' in the catalog") }
                 try insertLine(db, user: user, product: product, quantity: quantity)
             }
-            return try view(db, user: user, fees: fees)
+            return JSONBody(try view(db, user: user, fees: fees))
         }
 
-        h.mutation("orders.cart.remove") { req in
+        h.mutation(C.cartRemove) { req, body in
             let user = try req.requireUser()
-            let product = try Fields(req, allowed: ["product"]).string("product")
-            try db.execute("DELETE FROM cart_lines WHERE user_id = $1 AND product = $2", .text(user), .text(product))
-            return try view(db, user: user, fees: fees)
+            try db.execute("DELETE FROM cart_lines WHERE user_id = $1 AND product = $2", .text(user), .text(body.product))
+            return JSONBody(try view(db, user: user, fees: fees))
         }
 
-        h.mutation("orders.cart.clear") { req in
+        h.mutation(C.cartClear) { req, _ in
             let user = try req.requireUser()
-            _ = try Fields(req, allowed: [])
             try db.execute("DELETE FROM cart_lines WHERE user_id = $1", .text(user))
-            return try view(db, user: user, fees: fees)
+            return JSONBody(try view(db, user: user, fees: fees))
         }
 
-        h.query("orders.cart.view") { req in
-            let user = try req.requireUser()
-            _ = try Fields(req, allowed: [])
-            return try view(db, user: user, fees: fees)
+        h.query(C.cartView) { req, _ in
+            JSONBody(try view(db, user: try req.requireUser(), fees: fees))
         }
     }
 

@@ -66,6 +66,7 @@ public enum Orders: ServiceDomain {
     /// Registers the handlers; split from ``install`` so tests can drive
     /// them without a broker.
     static func register(_ h: Handlers, db: Database, saga: OrderSaga) {
+        typealias C = Contract.Orders
         Cart.register(h, db: db, fees: saga.settings.fees)
         // Not mutations: the saga must not hold the write transaction across
         // calls to the catalog. Each keeps its idempotency record itself.
@@ -73,24 +74,22 @@ public enum Orders: ServiceDomain {
         h.deferred("orders.place") { req, answer in try saga.place(req, answer) }
         h.query("orders.cancel") { req in try saga.cancel(req) }
 
-        h.query("orders.get") { req in
+        h.query(C.get) { req, body in
             let user = try req.requireUser()
-            let id = try Fields(req, allowed: ["order"]).string("order")
+            let id = body.order
             guard let order = try OrderRecord.load(db, id), order.user == user || req.role == "admin" else {
                 throw QuadError.notFound("you have no order '\(id)'")
             }
-            return order.json
+            return JSONBody(order.json)
         }
 
-        h.query("orders.mine") { req in
+        h.query(C.mine) { req, body in
             let user = try req.requireUser()
-            let f = try Fields(req, allowed: ["offset", "limit", "status"])
-            let offset = try f.int("offset", default: 0, in: 0...Int64(Int32.max))
-            let limit = try f.int("limit", default: 20, in: 1...maxPageSize, limit: "max_page_size")
+            let (offset, limit) = (body.offset, body.limit)
             var filter = "user_id = $1"
             var params: [SQLValue] = [.text(user)]
-            if f.has("status") {
-                params.append(.text(try f.choice("status", ["pending", "held", "confirmed", "rejected", "cancelled"], default: nil)))
+            if let status = body.status {
+                params.append(.text(status))
                 filter += " AND status = $2"
             }
             let total = try db.queryOne("SELECT COUNT(*) AS n FROM orders WHERE \(filter)", params)?.int("n") ?? 0
@@ -98,7 +97,7 @@ public enum Orders: ServiceDomain {
             let rows = try db.query("""
                 SELECT * FROM orders WHERE \(filter) ORDER BY created_ms DESC, id DESC LIMIT $\(params.count - 1) OFFSET $\(params.count)
                 """, params)
-            return ["orders": .array(rows.map { OrderRecord($0).json }), "total": .int(total), "offset": .int(offset), "limit": .int(limit)]
+            return C.Mine.Reply(orders: rows.map { OrderRecord($0).json }, total: total, offset: offset, limit: limit)
         }
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import QuadCatalogCopy
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -463,7 +464,7 @@ final class OrderSaga {
         let reply: Envelope
         let id: String
         do {
-            id = try Fields(req, allowed: ["order"]).string("order")
+            id = try Contract.Orders.OrderRequest(json: req.body).order
             reply = try db.transaction {
                 if let stored = try Idempotency.claim(db, id: req.id, type: type, owner: owner) { return stored }
                 guard let order = try OrderRecord.load(db, id), order.user == user else { throw QuadError.notFound("you have no order '\(id)'") }

@@ -71,27 +71,24 @@ public final class Handlers {
         db?.eventSource = service
         // Which process answered (instance, pid) is for admins and Quad's
         // own services: a stranger learns a service is up, not its layout.
+        // The request has no fields (the validator checks it; an absent
+        // body is allowed): nothing to decode.
         query("\(service).sys.health") { [unowned self] req in
-            var f: [String: JSON] = ["service": .string(self.service), "status": "ok"]
-            if req.seesInstances {
-                f["instance"] = .string(self.instance)
-                f["pid"] = .int(Int64(getpid()))
-            }
-            return .object(f)
+            let sees = req.seesInstances
+            return Contract.Common.Health(service: self.service, instance: sees ? self.instance : nil, status: "ok",
+                                          pid: sees ? Int64(getpid()) : nil).json
         }
         query("\(service).sys.metrics") { [unowned self] req in
-            var m = self.metrics.json
-            if req.seesInstances, case .object(var f) = m {
-                f["instance"] = .string(self.instance)
-                m = .object(f)
-            }
-            return m
+            var m = self.metrics.reply
+            if req.seesInstances { m.instance = self.instance }
+            return m.json
         }
         answerTypes()
         if let db {
             query("\(service).events.since") { req in
-                let after = req.body["after"]?.int ?? 0
-                let limit = req.body["limit"]?.int ?? 500
+                // An absent body is every default.
+                let body = try Contract.Common.EventsSinceRequest(json: req.body.isNull ? .object([:]) : req.body)
+                let (after, limit) = (body.after, body.limit)
                 guard after >= 0 else { throw QuadError.badRequest("body.after must be >= 0") }
                 guard (1...Int64(Handlers.maxEventsPage)).contains(limit) else {
                     throw QuadError.badRequest("body.limit must be between 1 and \(Handlers.maxEventsPage) (max_events_page)")
@@ -270,12 +267,11 @@ extension Handlers {
     /// `<service>.sys.types`: what this worker answers, from the contract.
     func answerTypes() {
         query("\(service).sys.types") { [unowned self] _ in
-            let rows: [JSON] = self.types.compactMap { type in
+            let rows = self.types.compactMap { type -> Contract.Common.Types.Row? in
                 guard let op = Contract.operation(type), let paths = Contract.schemaPaths(type) else { return nil }
-                return ["type": .string(type), "kind": .string(op.kind.rawValue), "auth": .string(op.auth.rawValue),
-                        "request": .string(paths.request), "reply": .string(paths.reply)]
+                return .init(type: type, kind: op.kind.rawValue, auth: op.auth.rawValue, request: paths.request, reply: paths.reply)
             }
-            return ["service": .string(self.service), "types": .array(rows)]
+            return Contract.Common.Types(service: self.service, types: rows).json
         }
     }
 }

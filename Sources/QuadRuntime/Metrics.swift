@@ -1,3 +1,4 @@
+import QuadContract
 import QuadWire
 
 /// Counters and latency percentiles a worker reports in `sys.metrics`.
@@ -46,6 +47,17 @@ public final class Metrics {
         guard !latencies.isEmpty else { return 0 }
         let sorted = latencies.sorted()
         return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * q + 0.5))]
+    }
+
+    /// The counters as sys.metrics answers them (its instance left to the handler).
+    var reply: Contract.Common.Metrics {
+        var m = Contract.Common.Metrics()
+        m.served = served
+        m.errors = errorsByCode
+        m.latency = .init(p50: percentile(0.5), p99: percentile(0.99), window: Int64(latencies.count))
+        m.uptimeMs = Clock.monotonicMillis() - started
+        m.slowHandlers = .init(count: slow, slowestType: slowestType, maxUs: slowestMicros, thresholdMs: slowHandlerMs)
+        return m
     }
 
     public var json: JSON {

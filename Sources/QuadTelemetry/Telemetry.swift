@@ -135,29 +135,14 @@ public enum Telemetry: ServiceDomain {
             let result = try ingest(db, req.body, batch: req.id, user: req.user)
             return result.json
         }
-        h.query("telemetry.raw.since") { req in
+        h.query(Contract.Telemetry.rawSince) { req, body in
             try req.requireService()
-            let after = try integer(req.body, "after", default: 0, in: 0...Int64.max)
-            let limit = try integer(req.body, "limit", default: 1000, in: 1...maxRawPage, limitName: "max_raw_page")
-            if let extra = req.body.object?.keys.first(where: { !["after", "limit"].contains($0) }) {
-                throw QuadError.badRequest("body.\(extra) is not a field of telemetry.raw.since")
-            }
-            return try rawSince(db, after: after, limit: limit)
+            return JSONBody(try rawSince(db, after: body.after ?? 0, limit: body.limit ?? 1000))
         }
-        h.query("telemetry.stats") { req in
+        h.query(Contract.Telemetry.stats) { req, _ in
             try req.requireService()
-            return try stats(db)
+            return JSONBody(try stats(db))
         }
-    }
-
-    static func integer(_ body: JSON, _ key: String, default d: Int64, in range: ClosedRange<Int64>, limitName: String? = nil) throws(QuadError) -> Int64 {
-        guard let v = body[key], !v.isNull else { return d }
-        guard let i = v.int, !v.isBoolLike else { throw .badRequest("body.\(key) must be an integer, got \(v.typeName)") }
-        guard range.contains(i) else {
-            let upper = range.upperBound == Int64.max ? "must be >= \(range.lowerBound)" : "must be between \(range.lowerBound) and \(range.upperBound)"
-            throw .badRequest("body.\(key) \(upper)\(limitName.map { " (\($0))" } ?? "")")
-        }
-        return i
     }
 
     // MARK: ingest

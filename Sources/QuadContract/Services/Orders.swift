@@ -11,80 +11,135 @@ extension Contract.Orders {
     public static let maxQuantity: Int64 = 99
     public static let maxPageSize: Int64 = 100
 
-    public static let cancel = Operation(
+    /// The caller's cart (``cartSchema``) as every cart operation answers
+    /// it: built as JSON by the service, checked against the schema in
+    /// debug builds.
+    static let cartReply: Shape = .ref("cart.schema.json")
+
+    /// orders.get and orders.cancel: which order.
+    public struct OrderRequest: Body {
+        public var order = ""
+        public init() {}
+        public init(order: String) { self.order = order }
+        public static let fields: [Field<Self>] = [.field(\.order, "order", .string(1...64))]
+    }
+
+    /// orders.cart.add: the product and how many units to add.
+    public struct CartAdd: Body {
+        public var product = ""
+        public var quantity: Int64 = 1
+        public init() {}
+        public init(product: String, quantity: Int64) { (self.product, self.quantity) = (product, quantity) }
+        public static let fields: [Field<Self>] = [
+            .field(\.product, "product", .string(1...64)),
+            .field(\.quantity, "quantity", .int(1...maxQuantity, default: 1).limit("max_quantity").optional),
+        ]
+    }
+
+    /// orders.cart.set: the product and its new quantity (0 removes the line).
+    public struct CartSet: Body {
+        public var product = ""
+        public var quantity: Int64 = 0
+        public init() {}
+        public init(product: String, quantity: Int64) { (self.product, self.quantity) = (product, quantity) }
+        public static let fields: [Field<Self>] = [
+            .field(\.product, "product", .string(1...64)),
+            .field(\.quantity, "quantity", .int(0...maxQuantity).limit("max_quantity")),
+        ]
+    }
+
+    /// orders.cart.remove: the product whose line goes.
+    public struct CartRemove: Body {
+        public var product = ""
+        public init() {}
+        public init(product: String) { self.product = product }
+        public static let fields: [Field<Self>] = [.field(\.product, "product", .string(1...64))]
+    }
+
+    public static let cancel = TypedOperation<OrderRequest, JSONBody>(
         "orders.cancel", .mutation, auth: .user,
-        request: .object([
-            "order": .string(1...64),
-        ])
+        request: OrderRequest.shape
             .described("Cancels one of the caller's confirmed orders and gives its stock back to the catalog (idempotent by envelope id). not_found (404) for an order that is not the caller's; conflict (409) when it is already cancelled, was rejected, or is still being placed. Publishes orders.cancelled."),
         reply: .ref("order.schema.json")
             .described("The order, now cancelled."))
 
-    public static let cartAdd = Operation(
+    public static let cartAdd = TypedOperation<CartAdd, JSONBody>(
         "orders.cart.add", .mutation, auth: .user,
-        request: .object([
-            "product": .string(1...64),
-            "quantity": .int(1...maxQuantity, default: 1).limit("max_quantity").optional,
-        ])
+        request: CartAdd.shape
             .described("Adds quantity units of a product to the caller's cart (a mutation: idempotent by envelope id). not_found (404) for a product orders' copy of the catalog does not hold, once that copy is loaded. conflict (409) past max_quantity (99 of one product) or max_cart_lines (50 products). Answers the cart."),
-        reply: .ref("cart.schema.json")
+        reply: cartReply
             .described("The caller's cart as it is now."))
 
-    public static let cartClear = Operation(
+    public static let cartClear = TypedOperation<NoFields, JSONBody>(
         "orders.cart.clear", .mutation, auth: .user,
-        request: .object()
+        request: NoFields.shape
             .described("Empties the caller's cart (a mutation: idempotent by envelope id). Answers the empty cart."),
-        reply: .ref("cart.schema.json")
+        reply: cartReply
             .described("The caller's cart as it is now."))
 
-    public static let cartRemove = Operation(
+    public static let cartRemove = TypedOperation<CartRemove, JSONBody>(
         "orders.cart.remove", .mutation, auth: .user,
-        request: .object([
-            "product": .string(1...64),
-        ])
+        request: CartRemove.shape
             .described("Removes a product's line from the caller's cart; removing what is not there changes nothing (a mutation: idempotent by envelope id). Answers the cart."),
-        reply: .ref("cart.schema.json")
+        reply: cartReply
             .described("The caller's cart as it is now."))
 
-    public static let cartSet = Operation(
+    public static let cartSet = TypedOperation<CartSet, JSONBody>(
         "orders.cart.set", .mutation, auth: .user,
-        request: .object([
-            "product": .string(1...64),
-            "quantity": .int(0...maxQuantity).limit("max_quantity"),
-        ])
+        request: CartSet.shape
             .described("Sets the quantity of a product in the caller's cart; 0 removes the line (a mutation: idempotent by envelope id). Answers the cart."),
-        reply: .ref("cart.schema.json")
+        reply: cartReply
             .described("The caller's cart as it is now."))
 
-    public static let cartView = Operation(
+    public static let cartView = TypedOperation<NoFields, JSONBody>(
         "orders.cart.view", .query, auth: .user,
-        request: .object()
+        request: NoFields.shape
             .described("The caller's cart. Only the caller's: a body naming a user is refused with forbidden (403)."),
-        reply: .ref("cart.schema.json")
+        reply: cartReply
             .described("The caller's cart as it is now."))
 
-    public static let get = Operation(
+    public static let get = TypedOperation<OrderRequest, JSONBody>(
         "orders.get", .query, auth: .user,
-        request: .object([
-            "order": .string(1...64),
-        ])
+        request: OrderRequest.shape
             .described("One of the caller's orders; not_found (404) for any other, whoever it belongs to."),
         reply: .ref("order.schema.json"))
 
-    public static let mine = Operation(
+    public enum Mine {
+        public struct Request: Body {
+            public var offset: Int64 = 0
+            public var limit: Int64 = 20
+            public var status: String?
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.offset, "offset", .int(min: 0, default: 0).optional),
+                .field(\.limit, "limit", .int(1...maxPageSize, default: 20).limit("max_page_size").optional),
+                .field(\.status, "status", .choice(["pending", "held", "confirmed", "rejected", "cancelled"]).optional),
+            ]
+        }
+        /// One page of orders; each order is the service's JSON of it
+        /// (``orderSchema``, checked in debug builds).
+        public struct Reply: Body {
+            public var orders: [JSON] = []
+            public var total: Int64 = 0
+            public var offset: Int64 = 0
+            public var limit: Int64 = 0
+            public init() {}
+            public init(orders: [JSON], total: Int64, offset: Int64, limit: Int64) {
+                (self.orders, self.total, self.offset, self.limit) = (orders, total, offset, limit)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.orders, "orders", .array(of: .ref("order.schema.json"), max: 100)),
+                .field(\.total, "total", .int(min: 0)),
+                .field(\.offset, "offset", .int(min: 0)),
+                .field(\.limit, "limit", .int(1...100)),
+            ]
+        }
+    }
+
+    public static let mine = TypedOperation<Mine.Request, Mine.Reply>(
         "orders.mine", .query, auth: .user,
-        request: .object([
-            "offset": .int(min: 0, default: 0).optional,
-            "limit": .int(1...maxPageSize, default: 20).limit("max_page_size").optional,
-            "status": .choice(["pending", "held", "confirmed", "rejected", "cancelled"]).optional,
-        ])
-            .described("A page of the caller's orders, newest first, optionally of one status (UniTrade's My Orders)."),
-        reply: .object([
-            "orders": .array(of: .ref("order.schema.json"), max: 100),
-            "total": .int(min: 0),
-            "offset": .int(min: 0),
-            "limit": .int(1...100),
-        ]))
+        request: Mine.Request.shape
+            .described("A page of the caller's orders, newest first, optionally of one status (UniTrade's My Orders)."))
 
     public static let place = Operation(
         "orders.place", .mutation, auth: .user,
@@ -218,7 +273,8 @@ extension Contract.Orders {
                     .described("The buyer's semester when the order was placed, as accounts published it; null when orders has not heard of the buyer from accounts."),
             ]))
 
-    public static let operations: [Operation] = [cancel, cartAdd, cartClear, cartRemove, cartSet, cartView, get, mine, place]
+    public static let operations: [Operation] = [cancel.operation, cartAdd.operation, cartClear.operation, cartRemove.operation, cartSet.operation,
+                                                 cartView.operation, get.operation, mine.operation, place]
     public static let events: [Event] = [cancelled, confirmed, placed, rejected]
     public static let definitions: [Definition] = [cartSchema, orderSchema]
 }

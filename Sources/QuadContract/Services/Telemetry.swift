@@ -29,12 +29,22 @@ extension Contract.Telemetry {
         ])
             .described("What became of each event of the batch: accepted (stored now), duplicate (stored before with the same payload: nothing to do), conflicting (stored before with another payload: kept aside and counted, not applied), rejected (invalid, with the index in the batch, the id when readable, and the reason). accepted + duplicate + conflicting + len(rejected) is the number of events sent."))
 
-    public static let rawSince = Operation(
+    /// telemetry.raw.since: where to start and how many; absent, from the
+    /// first event, 1000 at a time.
+    public struct RawSinceRequest: Body {
+        public var after: Int64?
+        public var limit: Int64?
+        public init() {}
+        public init(after: Int64?, limit: Int64?) { (self.after, self.limit) = (after, limit) }
+        public static let fields: [Field<Self>] = [
+            .field(\.after, "after", .int(min: 0).optional),
+            .field(\.limit, "limit", .int(1...maxRawPage).limit("max_raw_page").optional),
+        ]
+    }
+
+    public static let rawSince = TypedOperation<RawSinceRequest, JSONBody>(
         "telemetry.raw.since", .query, auth: .service,
-        request: .object([
-            "after": .int(min: 0).optional,
-            "limit": .int(1...maxRawPage).limit("max_raw_page").optional,
-        ])
+        request: RawSinceRequest.shape
             .described("For Quad's services (role service, through the broker's internal frontend) and admins: the stored raw events after seq `after`, in seq order, at most `limit` (max_raw_page) and about 768 KiB. Seqs grow in commit order, with gaps. This is how analytics gets the events; they never travel on the event bus."),
         reply: .object([
             "events": .array(of: .object([
@@ -49,9 +59,9 @@ extension Contract.Telemetry {
         ])
             .described("The events, each as stored (telemetry/event.schema.json) plus its seq; last is the highest seq stored; more says whether to ask again at once."))
 
-    public static let stats = Operation(
+    public static let stats = TypedOperation<NoFields, JSONBody>(
         "telemetry.stats", .query, auth: .service,
-        request: .object()
+        request: NoFields.shape
             .described("For admins and Quad's services: what the collector holds."),
         reply: .object([
             "events": .int(min: 0),
@@ -229,7 +239,7 @@ extension Contract.Telemetry {
         ])
             .described("A screen of the app was opened."))
 
-    public static let operations: [Operation] = [ingest, rawSince, stats]
+    public static let operations: [Operation] = [ingest, rawSince.operation, stats.operation]
     public static let events: [Event] = [batch]
     public static let definitions: [Definition] = [eventSchema, eventsActionSyncedSchema, eventsAppCrashSchema, eventsCheckinDoneSchema, eventsFavoriteAddedSchema, eventsForecastOpenedSchema, eventsHoldCreatedSchema, eventsNearbyChosenSchema, eventsNearbyOpenedSchema, eventsOfflineEndedSchema, eventsOfflineStartedSchema, eventsPurchaseMadeSchema, eventsSearchPerformedSchema, eventsSessionEndedSchema, eventsSessionStartedSchema, eventsSpotSearchSchema, eventsViewOpenedSchema]
 }
