@@ -109,6 +109,8 @@ final class Phone {
     var answers: [(QueuedAction, Result<Envelope, LinkFailure>)] = []
     var unanswered = 0
     var confirmScheduled = false
+    /// The connection's sizes are the drain's (``drainMode(_:)``).
+    var draining = false
     /// The first action of the batch to send again, after a backoff.
     var pendingRetry: (QueuedAction, String, Bool)?
     var authRetries = 0

@@ -146,7 +146,7 @@ enum PhoneStore {
     static func open(_ path: String) throws -> SQLiteDatabase {
         _ = pageCacheUpFront
         let db = try SQLiteDatabase(path: path)
-        try db.executeScript("PRAGMA cache_size=-16; PRAGMA temp_store=MEMORY;")
+        try db.executeScript("PRAGMA cache_size=-\(idleCacheKiB); PRAGMA temp_store=MEMORY;")
         try Migrations.apply(db, migrations, scope: "phone")
         // Setting the capacity finalizes what the migrations prepared: an
         // idle phone keeps only the few statements it uses.
@@ -156,6 +156,12 @@ enum PhoneStore {
 
     /// Prepared statements a phone's connection keeps (LRU).
     static let phoneStatementCacheCapacity = 4
+    /// Prepared statements kept while the sender drains the outbox: every
+    /// statement of one send-and-confirm cycle (Phone.drainMode).
+    static let drainStatementCacheCapacity = 24
+    /// The page cache of an idle phone, and of one draining its outbox, KiB.
+    static let idleCacheKiB = 16
+    static let drainCacheKiB = 256
 
     /// Pages a connection's cache allocates at its first read, set once for
     /// the process before its first connection (SQLITE_CONFIG_PAGECACHE's N;

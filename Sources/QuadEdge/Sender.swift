@@ -102,10 +102,17 @@ extension Phone {
         }
     }
 
-    /// Sends the head of the outbox, if the phone can.
-    func pump() {
+    /// Sends the head of the outbox, if the phone can. `prepared` is a batch
+    /// whose attempts were already counted in the transaction that confirmed
+    /// the batch before it (``confirmAnswers()``): it goes at once.
+    func pump(prepared: [QueuedAction]? = nil) {
         guard sender == .idle else { return }
+        if let prepared, !prepared.isEmpty {
+            transmit(prepared)
+            return
+        }
         guard let action = head() else {
+            drainMode(false)
             if let start = stats.drainStartMs {
                 stats.drains.append(Clock.monotonicMillis() - start)
                 if stats.drainStartWithoutSession { stats.drainsWithoutSession.append(Clock.monotonicMillis() - start) }
@@ -138,21 +145,46 @@ extension Phone {
             return
         }
         let batch = sendable(from: action)
+        // One transaction for the batch's attempt counts.
+        _ = try? db.transaction { try countAttempts(batch) }
+        transmit(batch)
+    }
+
+    /// Counts one more attempt for each action of `batch`, inside the
+    /// caller's transaction, before the batch is sent: a count written
+    /// after the send could be lost to a kill between the two.
+    func countAttempts(_ batch: [QueuedAction]) throws {
+        for a in batch {
+            try db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = $1", .text(a.id))
+            try db.execute("UPDATE action_log SET attempts = attempts + 1 WHERE id = $1", .text(a.id))
+        }
+    }
+
+    /// Sends a batch whose attempts are counted.
+    func transmit(_ batch: [QueuedAction]) {
+        drainMode(true)
         sender = .sending(Set(batch.map(\.id)))
         answers = []
         unanswered = batch.count
-        // One transaction for the batch's attempt counts.
-        _ = try? db.transaction {
-            for a in batch {
-                try db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = $1", .text(a.id))
-                try db.execute("UPDATE action_log SET attempts = attempts + 1 WHERE id = $1", .text(a.id))
-            }
-        }
         for a in batch {
             request(a.type, a.body, id: a.id, timeoutMs: settings.actionTimeoutMs) { [weak self] result in
                 self?.settle(a, result)
             }
         }
+    }
+
+    /// While the sender works through the outbox, the phone's connection
+    /// keeps every statement of the send-and-confirm cycle prepared (about
+    /// a dozen; the idle capacity of 4 made each one be parsed again for
+    /// every action) and a larger page cache (the outbox, action log and
+    /// telemetry pages were read again from the OS for every action). Both
+    /// go back to the idle sizes once the outbox is empty, so an idle phone
+    /// costs what it did (PhoneStore.open).
+    func drainMode(_ on: Bool) {
+        guard draining != on else { return }
+        draining = on
+        db.statementCacheCapacity = on ? PhoneStore.drainStatementCacheCapacity : PhoneStore.phoneStatementCacheCapacity
+        _ = try? db.executeScript(on ? "PRAGMA cache_size=-\(PhoneStore.drainCacheKiB)" : "PRAGMA cache_size=-\(PhoneStore.idleCacheKiB)")
     }
 
     /// The actions sent together: the head of the outbox and, behind it,
@@ -196,7 +228,8 @@ extension Phone {
         answers = []
         var retry: (QueuedAction, String, Bool)?
         stats.confirmTransactions += 1
-        _ = try? db.transaction {
+        var next: [QueuedAction] = []
+        let committed = (try? db.transaction { () throws -> Void in
             for (action, result) in arrived {
                 switch result {
                 case .failure(.offline):
@@ -220,7 +253,16 @@ extension Phone {
                     }
                 }
             }
-        }
+            // The batch is settled and the sender goes on: the next batch's
+            // attempts are counted in this same transaction, one commit per
+            // action drained instead of two. A savepoint of its own: a count
+            // that fails leaves the confirmations above committed, and the
+            // next batch goes through pump()'s own transaction.
+            if retry == nil, pendingRetry == nil, unanswered == 0, radioOn, hasValidToken, let action = head() {
+                let batch = sendable(from: action)
+                next = (try? db.transaction { () throws -> [QueuedAction] in try countAttempts(batch); return batch }) ?? []
+            }
+        }) != nil
         if let retry { pendingRetry = pendingRetry ?? retry }
         guard unanswered == 0 else { return }
         sender = .idle
@@ -228,7 +270,7 @@ extension Phone {
             pendingRetry = nil
             backOff(action, why: why, afterTimeout: afterTimeout)
         } else {
-            pump()
+            pump(prepared: committed ? next : nil)
         }
     }
 

@@ -164,6 +164,29 @@ struct PhoneTests {
         #expect(rig.broker.maxInFlightActions == 2, "one action in flight per service: the last favorite and the cart line together")
     }
 
+    @Test func aDrainKeepsItsStatementsPreparedCountsEachAttemptOnceAndGoesBackToIdleSizes() throws {
+        let rig = try PhoneRig()
+        rig.phone.airplane = true
+        rig.phone.start()
+        var ids: [String] = []
+        for k in 1...30 {
+            guard case .queued(let id) = rig.phone.act("favorites.add", ["product": .string("p-\(1000 + k)")]) else { Issue.record("not queued"); return }
+            ids.append(id)
+        }
+        rig.phone.setAirplane(false)
+        var mostPrepared = 0
+        rig.run(forMs: 30_000) {
+            mostPrepared = max(mostPrepared, rig.phone.db.preparedStatements)
+            return rig.outbox == 0
+        }
+        #expect(rig.outbox == 0)
+        #expect(rig.broker.actions.map(\.id) == ids, "each action sent once, in order")
+        #expect(mostPrepared > PhoneStore.phoneStatementCacheCapacity, "the drain's statements stay prepared (\(mostPrepared))")
+        #expect(rig.phone.db.preparedStatements <= PhoneStore.phoneStatementCacheCapacity, "an idle phone keeps the idle capacity")
+        let attempts = try rig.phone.db.query("SELECT attempts FROM action_log WHERE outcome = 'done'").map { $0.int("attempts") }
+        #expect(attempts.count == 30 && attempts.allSatisfy { $0 == 1 }, "each send counted once, before it went: \(attempts)")
+    }
+
     @Test func duringACutTheSameIDIsRetriedWithGrowingBackoffAndSentAgainWhenTheNetworkAnswers() throws {
         let rig = try PhoneRig()
         rig.phone.start()
