@@ -125,8 +125,11 @@ public final class CampusDay {
             guard let self else { return false }
             let now = Clock.monotonicMillis()
             let pending = self.fleet.phones.reduce(0) { $0 + $1.queueLength }
-            // Telemetry too, while a collector answers (none may be running).
-            let collector = self.fleet.phones.compactMap(\.lastTelemetryAnswerMs).max().map { now - $0 < 10_000 } ?? false
+            // Telemetry too, once a collector has answered during the day
+            // (none may be running): a phone in its telemetry backoff after a
+            // partition may not have heard from it for a while, and its
+            // queued events still count (up to drain_timeout).
+            let collector = self.fleet.phones.contains { $0.lastTelemetryAnswerMs != nil }
             let telemetry = collector ? self.fleet.phones.reduce(0) { $0 + $1.telemetryQueued } : 0
             let waited = now - self.drainStarted!
             if self.finalDrainMs == nil && pending == 0 { self.finalDrainMs = waited }
