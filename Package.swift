@@ -64,7 +64,7 @@ let package = Package(
         // The edge agent: emulated phones, one SQLite file each, on one poll loop.
         .target(name: "QuadEdge", dependencies: ["QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime"]),
         // The business questions are SQL files, copied as resources.
-        .target(name: "QuadAnalytics", dependencies: ["CMicroHTTPD", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
+        .target(name: "QuadAnalytics", dependencies: ["CMicroHTTPD", "QuadAuth", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
                 resources: [.copy("questions")]),
 
         // Thin executables.

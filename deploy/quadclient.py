@@ -134,3 +134,78 @@ def error_code(answer):
     if answer is None:
         return "no answer"
     return answer["body"].get("code") if answer.get("kind") == "error" else None
+
+
+# The endpoints a launched stack must not inherit from the caller's shell:
+# a test's stack is its own, on its own port base and QUAD_HOME.
+STACK_ENDPOINT_VARIABLES = ("QUAD_FRONTEND", "QUAD_BACKEND", "QUAD_EVENTS_IN", "QUAD_EVENTS_OUT", "QUAD_INTERNAL",
+                            "QUAD_CURVE", "QUAD_BROKER_KEY", "QUAD_BROKER_KEY_FILE", "QUAD_TOKEN")
+
+
+class StackFailed(Exception):
+    """deploy/stack up did not bring the stack up; the message has its output's tail and where the logs are."""
+
+
+class LaunchedStack:
+    """A stack started with `deploy/stack up` as a user starts it, on a port
+    base and a QUAD_HOME of its own, for the end-to-end tests.
+
+    `with LaunchedStack("quad-hostile-", 18800) as s:` brings it up (or raises
+    StackFailed, the stack brought down again), and brings it down at the end.
+    `env` adds settings (QUAD_ADMIN_PASSWORD, limits); `keep` names variables
+    of STACK_ENDPOINT_VARIABLES the caller's environment may pass on.
+    """
+
+    def __init__(self, prefix, port_base, env=None, timeout=None, keep=()):
+        import tempfile
+        from pathlib import Path
+        self.root = Path(__file__).resolve().parents[1]
+        self.script = self.root / "deploy" / "stack"
+        self.home = tempfile.mkdtemp(prefix=prefix)
+        self.port_base = int(port_base)
+        self.timeout = float(timeout if timeout is not None else os.environ.get("QUAD_STACK_TIMEOUT", "300"))
+        self.env = dict(os.environ, QUAD_HOME=self.home, QUAD_PORT_BASE=str(self.port_base))
+        for k in STACK_ENDPOINT_VARIABLES:
+            if k not in keep:
+                self.env.pop(k, None)
+        self.env.update(env or {})
+        self.frontend = f"tcp://127.0.0.1:{self.port_base}"
+        self.up_output = ""
+
+    def run(self, *args, timeout=60):
+        """`deploy/stack ARGS` in this stack's environment; a timeout is a result with returncode None."""
+        import subprocess
+        try:
+            return subprocess.run([str(self.script), *args], cwd=self.root, env=self.env,
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            return subprocess.CompletedProcess(e.cmd, None, out, err)
+
+    def up(self):
+        up = self.run("up", timeout=self.timeout)
+        self.up_output = up.stdout + up.stderr
+        if up.returncode != 0:
+            self.down()
+            how = f"did not finish in {self.timeout:.0f} s" if up.returncode is None else f"exited {up.returncode}"
+            raise StackFailed(f"deploy/stack up {how} (logs in {self.home}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+        return self
+
+    def exported(self):
+        """What `deploy/stack env` exports, as a dict."""
+        out = self.run("env").stdout.replace("export ", "")
+        return {k: v.strip("'\"") for k, v in (line.split("=", 1) for line in out.splitlines() if "=" in line)}
+
+    def broker_key(self):
+        return broker_key(self.home)
+
+    def down(self):
+        return self.run("down", timeout=120)
+
+    def __enter__(self):
+        return self.up()
+
+    def __exit__(self, *exc):
+        self.down()
+        return False

@@ -70,8 +70,17 @@ public enum Analytics: ServiceDomain {
         let state = State()
         register(worker.handlers, db: db, questions: questions)
 
+        let revoked = Contract.Accounts.sessionRevoked.type
         let pull = try RawPull(db: db, endpoint: worker.endpoints.internal, name: instance, clock: clock)
-        try worker.subscribe(to: Facts.sources, wants: { Facts.events.contains($0.type) }) { event in
+        try worker.subscribe(to: Facts.sources, wants: { Facts.events.contains($0.type) || $0.type == revoked }) { event in
+            if event.type == revoked {
+                // Not a fact: a dashboard session ends with its token.
+                let b = event.body
+                if let user = b["user"]?.string, let ended = state.server?.revoke(user: user, tokenID: b["jti"]?.string, issuedBefore: b["before_ms"]?.int), ended > 0 {
+                    Log.info(instance, "\(ended) dashboard session(s) of \(user) ended: their token was revoked")
+                }
+                return
+            }
             try Facts.apply(db, event, clock: clock)
             state.changed = true
             if event.type == "telemetry.batch" { pull.wake = true }

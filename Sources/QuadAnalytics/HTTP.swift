@@ -96,16 +96,31 @@ public final class DashboardServer: @unchecked Sendable {
     var retained: Unmanaged<DashboardServer>?
     public private(set) var port: UInt16 = 0
 
+    /// Ends the dashboard sessions opened with a token accounts has
+    /// revoked (`accounts.session.revoked`: that token, or every token of
+    /// the user issued before an instant); returns how many ended.
+    @discardableResult
+    public func revoke(user: String, tokenID: String?, issuedBefore: Int64?) -> Int {
+        sessions.revoke(user: user, tokenID: tokenID, issuedBefore: issuedBefore)
+    }
+
     /// Who accounts says signed in.
     public struct SignedIn: Sendable, Equatable {
         public var user: String
         public var role: String
         /// When the token accounts issued ends, ms since 1970: the session ends no later.
         public var expiresAt: Int64
-        public init(user: String, role: String, expiresAt: Int64) {
+        /// The token's `jti` and when it was issued (ms since 1970): a
+        /// revocation of that token, or of every token of the user issued
+        /// before a later instant, ends the session (``revoke(user:tokenID:issuedBefore:)``).
+        public var tokenID: String
+        public var issuedAt: Int64
+        public init(user: String, role: String, expiresAt: Int64, tokenID: String = "", issuedAt: Int64 = 0) {
             self.user = user
             self.role = role
             self.expiresAt = expiresAt
+            self.tokenID = tokenID
+            self.issuedAt = issuedAt
         }
     }
 
@@ -318,7 +333,7 @@ public final class DashboardServer: @unchecked Sendable {
         guard who.role == "admin" else { return refuse(403, "the dashboard is for admins only") }
         let expires = min(now + Int64(limits.sessionSeconds) * 1000, who.expiresAt)
         guard expires > now else { return refuse(401, "the session accounts gave has already ended") }
-        let id = sessions.start(user: who.user, expires: expires)
+        let id = sessions.start(who, expires: expires)
         Log.line(["src": name, "level": "info", "msg": "dashboard sign-in", "user": who.user, "client": r.client, "until": expires])
         headers["Set-Cookie"] = cookie(id, maxAge: Int((expires - now) / 1000))
         headers["Location"] = "/dashboard/"

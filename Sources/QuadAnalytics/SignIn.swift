@@ -1,4 +1,5 @@
 import Foundation
+import QuadAuth
 import QuadMessaging
 import QuadRuntime
 import QuadWire
@@ -7,25 +8,53 @@ import QuadWire
 /// each, kept in memory until it ends. A restart signs everyone out, which
 /// is the safe way round. At most `max` are kept; past it the one ending
 /// soonest goes, so the table is bounded by the setting, not by sign-ins.
+/// A session lives no longer than the token accounts gave for it: a logout
+/// of that token, a password or role change (``revoke(user:tokenID:issuedBefore:)``,
+/// from `accounts.session.revoked`) ends it as it ends the token at the broker.
 final class Sessions: @unchecked Sendable {
+    struct Open {
+        var user: String
+        var expires: Int64
+        var tokenID: String
+        var issuedAt: Int64
+    }
+
     // Safe to share: every field is read and written under `lock`.
     let lock = NSLock()
-    var open: [String: (user: String, expires: Int64)] = [:]
+    var open: [String: Open] = [:]
     let max: Int
 
     init(max: Int) { self.max = Swift.max(1, max) }
 
     /// Opens a session for `user` until `expires` (ms since 1970); returns its id.
     func start(user: String, expires: Int64) -> String {
+        start(DashboardServer.SignedIn(user: user, role: "admin", expiresAt: expires), expires: expires)
+    }
+
+    /// Opens a session for who signed in, until `expires`; returns its id.
+    func start(_ who: DashboardServer.SignedIn, expires: Int64) -> String {
         var g = SystemRandomNumberGenerator()
         let id = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &g)) }.joined()
         let now = Int64(Clock.nowMillis())
         lock.withLock {
             open = open.filter { $0.value.expires > now }
             while open.count >= max, let first = open.min(by: { $0.value.expires < $1.value.expires }) { open[first.key] = nil }
-            open[id] = (user, expires)
+            open[id] = Open(user: who.user, expires: expires, tokenID: who.tokenID, issuedAt: who.issuedAt)
         }
         return id
+    }
+
+    /// Ends the sessions of `user` whose token is `tokenID`, or was issued
+    /// before `issuedBefore` (ms since 1970); returns how many ended.
+    @discardableResult
+    func revoke(user: String, tokenID: String?, issuedBefore: Int64?) -> Int {
+        lock.withLock {
+            let ending = open.filter { _, s in
+                s.user == user && ((tokenID.map { !$0.isEmpty && $0 == s.tokenID } ?? false) || (issuedBefore.map { s.issuedAt < $0 } ?? false))
+            }
+            for id in ending.keys { open[id] = nil }
+            return ending.count
+        }
     }
 
     /// The user of a live session, or nil.
@@ -96,10 +125,14 @@ public enum AccountsSignIn {
             let reply = try client.call(.request("accounts.login", body: ["email": .string(email), "password": .string(password)]),
                                         timeoutMs: timeoutMs, attempts: 1)
             if let error = reply.quadError { throw error }
-            guard let user = reply.body["user"]?.string, let role = reply.body["role"]?.string else {
-                throw QuadError.internal("accounts.login answered without user and role")
+            guard let user = reply.body["user"]?.string, let role = reply.body["role"]?.string,
+                  let token = reply.body["token"]?.string, let claims = try? Token.unverifiedClaims(token) else {
+                throw QuadError.internal("accounts.login answered without user, role and a readable token")
             }
-            return DashboardServer.SignedIn(user: user, role: role, expiresAt: reply.body["expires_at"]?.int ?? Int64.max)
+            // Read, not verified: it came from accounts over the internal
+            // socket; the session needs its id and age to end with it.
+            return DashboardServer.SignedIn(user: user, role: role, expiresAt: reply.body["expires_at"]?.int ?? claims.expiresAt,
+                                            tokenID: claims.tokenID, issuedAt: claims.issuedAt)
         }
     }
 }

@@ -94,6 +94,20 @@ struct DashboardCredentialTests {
         #expect(secure.headers["Set-Cookie"]?.hasSuffix("; Secure") == true)
     }
 
+    @Test func aRevocationEndsOnlyTheSessionsOfItsTokenOrItsAge() {
+        let sessions = Sessions(max: 8)
+        let later = Int64(Clock.nowMillis()) + 600_000
+        let a = sessions.start(.init(user: "u1", role: "admin", expiresAt: later, tokenID: "jti-a", issuedAt: 1_000), expires: later)
+        let b = sessions.start(.init(user: "u1", role: "admin", expiresAt: later, tokenID: "jti-b", issuedAt: 5_000), expires: later)
+        let c = sessions.start(.init(user: "u2", role: "admin", expiresAt: later, tokenID: "jti-c", issuedAt: 1_000), expires: later)
+        #expect(sessions.revoke(user: "u1", tokenID: "jti-c", issuedBefore: nil) == 0, "another user's token id ends nothing")
+        #expect(sessions.revoke(user: "u1", tokenID: "jti-a", issuedBefore: nil) == 1)
+        #expect(sessions.user(a) == nil && sessions.user(b) == "u1" && sessions.user(c) == "u2")
+        #expect(sessions.revoke(user: "u1", tokenID: nil, issuedBefore: 5_000) == 0, "issued at the instant is not before it")
+        #expect(sessions.revoke(user: "u1", tokenID: nil, issuedBefore: 5_001) == 1)
+        #expect(sessions.user(b) == nil && sessions.user(c) == "u2")
+    }
+
     @Test func sessionsAreBoundedBySetting() throws {
         let sessions = Sessions(max: 3)
         let far = Int64(Clock.nowMillis()) + 600_000
@@ -231,6 +245,34 @@ struct DashboardSignInTests {
         #expect(s9 == 303 && h9["location"] == "/signin")
         // The header still serves scripts.
         #expect(try httpGet(port: port, path: "/api/v1/analytics/summary", headers: ["Authorization": "Bearer \(token)"]).0 == 200)
+    }
+
+    @Test func aRevokedTokenEndsTheDashboardSessionItOpened() throws {
+        let stack = try dashboardStack("signin-revoked")
+        let port = try dashboardPort(stack, "analytics/1")
+        let form = ["Content-Type": "application/x-www-form-urlencoded"]
+        func signIn(_ password: String) throws -> String {
+            let (status, headers, _) = try httpRequest(port: port, method: "POST", path: "/signin", headers: form,
+                                                       body: signInForm("admin@quad.campus", password))
+            #expect(status == 303, "sign-in answered \(status)")
+            return String(try #require(headers["set-cookie"]).split(separator: ";")[0])
+        }
+        func open(_ session: String) throws -> Bool { try httpGet(port: port, path: "/dashboard/", headers: ["Cookie": session]).0 == 200 }
+        let first = try signIn("admin-pass-7f3a9c")
+        #expect(try open(first))
+        // The admin changes the password from a phone: every token issued
+        // before it is revoked, the dashboard's session with them.
+        let c = try stack.client()
+        let login = try c.request("accounts.login", ["email": "admin@quad.campus", "password": "admin-pass-7f3a9c"])
+        c.token = try #require(login["token"]?.string)
+        #expect(try eventually { (try? c.request("accounts.profile.get", timeoutMs: 1000, attempts: 1)) != nil }, "the broker never accepted a token")
+        _ = try c.request("accounts.profile.update", ["password": "admin-pass-changed-1", "current_password": "admin-pass-7f3a9c"])
+        #expect(try eventually(30_000) { try !open(first) }, "the session opened before the password change still opens the dashboard")
+        let (s, h, _) = try httpGet(port: port, path: "/dashboard/", headers: ["Cookie": first])
+        #expect(s == 303 && h["location"] == "/signin")
+        // A session opened after it lives on.
+        let second = try signIn("admin-pass-changed-1")
+        #expect(try open(second))
     }
 
     @Test func theConnectionLimitsAreSettings() throws {

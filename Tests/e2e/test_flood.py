@@ -12,35 +12,29 @@ Environment: QUAD_FLOOD_PORT_BASE (default 18900), QUAD_FLOOD_SECONDS
 import json
 import os
 import subprocess
-import tempfile
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "deploy"))
+import quadclient  # noqa: E402
+
 PORT_BASE = int(os.environ.get("QUAD_FLOOD_PORT_BASE", "18900"))
 SECONDS = float(os.environ.get("QUAD_FLOOD_SECONDS", "30"))
 STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
 
 
 def test_a_flood_from_one_anonymous_client_leaves_the_broker_bounded_and_serving():
-    home = tempfile.mkdtemp(prefix="quad-flood-")
-    env = dict(os.environ, QUAD_HOME=home, QUAD_PORT_BASE=str(PORT_BASE))
-    for k in ("QUAD_FRONTEND", "QUAD_BACKEND", "QUAD_EVENTS_IN", "QUAD_EVENTS_OUT", "QUAD_INTERNAL", "QUAD_TOKEN"):
-        env.pop(k, None)
-    stack = [str(ROOT / "deploy" / "stack")]
-    up = subprocess.run(stack + ["up"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=STACK_TIMEOUT)
-    try:
-        assert up.returncode == 0, f"deploy/stack up exited {up.returncode}:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
-        report = Path(home, "flood.json")
+    with quadclient.LaunchedStack("quad-flood-", PORT_BASE, timeout=STACK_TIMEOUT) as stack:
+        report = Path(stack.home, "flood.json")
         flood = subprocess.run(
-            [str(ROOT / "deploy" / "flood"), "--seconds", str(SECONDS), "--frontend", f"tcp://127.0.0.1:{PORT_BASE}",
-             "--home", home, "--min-answered", "0.95", "--report", str(report)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=SECONDS + 180)
+            [str(ROOT / "deploy" / "flood"), "--seconds", str(SECONDS), "--frontend", stack.frontend,
+             "--home", stack.home, "--min-answered", "0.95", "--report", str(report)],
+            cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=SECONDS + 180)
         print(flood.stdout[-4000:])
         print(flood.stderr[-2000:])
         figures = json.loads(report.read_text())
         assert figures["flood_sent"] > 0 and figures["flood_connections"] > 10, figures
         assert flood.returncode == 0, f"deploy/flood failed: {figures['failures']}"
-        status = subprocess.run(stack + ["status"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        status = stack.run("status")
         assert status.returncode == 0, status.stdout + status.stderr
-    finally:
-        subprocess.run(stack + ["down"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

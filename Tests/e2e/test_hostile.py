@@ -20,7 +20,6 @@ import secrets
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -75,28 +74,21 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack():
-    script = ROOT / "deploy" / "stack"
-    home = tempfile.mkdtemp(prefix="quad-hostile-")
-    env = dict(os.environ, QUAD_HOME=home, QUAD_PORT_BASE=str(PORT_BASE))
-    for k in ("QUAD_FRONTEND", "QUAD_BACKEND", "QUAD_EVENTS_IN", "QUAD_EVENTS_OUT", "QUAD_INTERNAL", "QUAD_ADMIN_PASSWORD"):
-        env.pop(k, None)
-
-    def run(*args, timeout=60):
-        return subprocess.run([str(script), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-
-    up = run("up", timeout=STACK_TIMEOUT)
-    if up.returncode != 0:
-        run("down")
-        pytest.fail(f"deploy/stack up exited {up.returncode} (logs in {home}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
-    s = Stack(home, f"tcp://127.0.0.1:{PORT_BASE}")
-    s.up_output = up.stdout + up.stderr
-    s.run = run
+    launched = quadclient.LaunchedStack("quad-hostile-", PORT_BASE, timeout=STACK_TIMEOUT)
+    launched.env.pop("QUAD_ADMIN_PASSWORD", None)  # the admin's password is the one the stack makes
+    try:
+        launched.up()
+    except quadclient.StackFailed as e:
+        pytest.fail(str(e))
+    s = Stack(launched.home, launched.frontend)
+    s.up_output = launched.up_output
+    s.run = launched.run
     try:
         yield s
     finally:
         for c in s.clients:
             c.close()
-        run("down")
+        launched.down()
 
 
 # ---------------------------------------------------------------- 1. replies

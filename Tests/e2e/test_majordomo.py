@@ -18,9 +18,7 @@ environment (QUAD_BUILD_DIR, QUAD_BIN_DIR).
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -89,28 +87,18 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack():
-    script = ROOT / "deploy" / "stack"
-    home = tempfile.mkdtemp(prefix="quad-majordomo-")
-    env = dict(os.environ, QUAD_HOME=home, QUAD_PORT_BASE=str(PORT_BASE))
-    for k in ("QUAD_FRONTEND", "QUAD_BACKEND", "QUAD_EVENTS_IN", "QUAD_EVENTS_OUT", "QUAD_INTERNAL", "QUAD_CURVE",
-              "QUAD_BROKER_KEY", "QUAD_BROKER_KEY_FILE"):
-        env.pop(k, None)
-
-    def run(*args, timeout=60):
-        return subprocess.run([str(script), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-
-    up = run("up", timeout=STACK_TIMEOUT)
-    if up.returncode != 0:
-        run("down")
-        pytest.fail(f"deploy/stack up exited {up.returncode} (logs in {home}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
-    endpoints = dict(line.split("=", 1) for line in run("env").stdout.replace("export ", "").splitlines() if "=" in line)
-    s = Stack(home, f"tcp://127.0.0.1:{PORT_BASE}", endpoints["QUAD_BACKEND"].strip("'\""))
+    launched = quadclient.LaunchedStack("quad-majordomo-", PORT_BASE, timeout=STACK_TIMEOUT)
+    try:
+        launched.up()
+    except quadclient.StackFailed as e:
+        pytest.fail(str(e))
+    s = Stack(launched.home, launched.frontend, launched.exported()["QUAD_BACKEND"])
     try:
         yield s
     finally:
         if hasattr(s, "watcher"):
             s.watcher.close()
-        run("down")
+        launched.down()
 
 
 class EchoWorker:

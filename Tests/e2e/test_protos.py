@@ -23,8 +23,7 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
-import tempfile
+import sys
 import time
 from pathlib import Path
 
@@ -35,6 +34,8 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "deploy"))
+import quadclient  # noqa: E402
 PROTOS = ROOT / "protos"
 EXAMPLES = PROTOS / "examples"
 MALFORMED = EXAMPLES / "malformed"
@@ -359,14 +360,6 @@ def call(endpoint, type_, body):
     return request, answer_to(endpoint, json.dumps(request).encode())
 
 
-def _text(output):
-    return output.decode("utf-8", "replace") if isinstance(output, bytes) else (output or "")
-
-
-def _tail(text, lines=40):
-    return "\n".join((text or "").splitlines()[-lines:])
-
-
 def _wait_for_catalog(endpoint, until):
     last = "no answer"
     while time.monotonic() < until:
@@ -395,10 +388,6 @@ def frontend():
         yield given
         return
 
-    stack = ROOT / "deploy" / "stack"
-    if not os.access(stack, os.X_OK):
-        pytest.fail(f"cannot start the stack: {stack} is missing or not executable (or set QUAD_FRONTEND)")
-    home = tempfile.mkdtemp(prefix="quad-protos-")
     # The admin's first password is the one protos/examples/accounts/login.request.json shows
     # (deploy/stack up makes a random one otherwise).
     # Every exchange here is a fresh CURVE key from 127.0.0.1, about a hundred
@@ -406,25 +395,15 @@ def frontend():
     # burst of 200; test_hostile.py tests it) would refuse most of them and
     # leave some unanswered past REPLY_TIMEOUT while libzmq reconnects. This
     # stack checks the contract, so that limit is off here.
-    env = dict(os.environ, QUAD_HOME=home, QUAD_PORT_BASE=str(PORT_BASE), QUAD_ADMIN_PASSWORD="quad-admin-pass",
-               QUAD_HANDSHAKE_RATE_PER_ADDRESS="0")
-    endpoint = f"tcp://127.0.0.1:{PORT_BASE}"
-
-    def down():
-        try:
-            return subprocess.run([str(stack), "down"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-        except subprocess.TimeoutExpired:
-            return None
-
+    launched = quadclient.LaunchedStack("quad-protos-", PORT_BASE, timeout=STACK_TIMEOUT,
+                                        env={"QUAD_ADMIN_PASSWORD": "quad-admin-pass",
+                                             "QUAD_HANDSHAKE_RATE_PER_ADDRESS": "0"})
+    home, endpoint = launched.home, launched.frontend
     try:
-        up = subprocess.run([str(stack), "up"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=STACK_TIMEOUT)
-    except subprocess.TimeoutExpired as e:
-        down()
-        pytest.fail(f"deploy/stack up did not finish in {STACK_TIMEOUT:.0f} s (logs in {home}):\n{_tail(_text(e.stdout))}\n{_tail(_text(e.stderr))}")
-    if up.returncode != 0:
-        down()
-        pytest.fail(f"deploy/stack up exited {up.returncode} (logs in {home}):\n"
-                    f"{_tail(up.stdout)}\n{_tail(up.stderr)}")
+        launched.up()
+    except quadclient.StackFailed as e:
+        pytest.fail(str(e))
+    down = launched.down
     pub = Path(home, "keys", "broker.pub")
     BROKER_KEY = pub.read_text().strip().encode() if pub.is_file() else None
     problem = _wait_for_catalog(endpoint, time.monotonic() + 30)
@@ -443,7 +422,7 @@ def frontend():
         else:
             os.environ["QUAD_FRONTEND"] = previous
         result = down()
-        if result is not None and result.returncode == 0:
+        if result.returncode == 0:
             shutil.rmtree(home, ignore_errors=True)
 
 
