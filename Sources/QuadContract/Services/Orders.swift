@@ -164,7 +164,7 @@ extension Contract.Orders {
             .field(\.source, "source", .choice(["cart", "buy_now"])),
             .field(\.product, "product", .string(1...64)
                 .described("buy_now only.").optional),
-            .field(\.quantity, "quantity", .int(1...99, default: 1)
+            .field(\.quantity, "quantity", .int(1...maxQuantity, default: 1).limit("max_quantity")
                 .described("buy_now only.").optional),
             .field(\.mode, "mode", .choice(["buy", "rent"]).default("buy").optional),
             .field(\.returnDate, "return_date", .string(pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", format: "date")
@@ -306,8 +306,10 @@ extension Contract.Orders {
                 .when(.any.keyword("properties", json: ["source": ["const": "buy_now"]]), then: .any.keyword("required", json: ["product"]), otherwise: .not(.anyOf([
                             .any.keyword("required", json: ["product"]),
                             .any.keyword("required", json: ["quantity"]),
-                        ]))),
-                .when(.any.keyword("properties", json: ["mode": ["const": "rent"]]).keyword("required", json: ["mode"]), then: .any.keyword("required", json: ["return_date"]), otherwise: .not(.any.keyword("required", json: ["return_date"])))
+                        ])
+                            .described("body.product and body.quantity are for source 'buy_now': an order from the cart takes the cart's lines"))),
+                .when(.any.keyword("properties", json: ["mode": ["const": "rent"]]).keyword("required", json: ["mode"]), then: .any.keyword("required", json: ["return_date"]), otherwise: .not(.any.keyword("required", json: ["return_date"])
+                        .described("body.return_date is only for mode 'rent'")))
             ),
         reply: .ref("order.schema.json")
             .described("The order, confirmed, priced at the catalog's prices with the fee."))
