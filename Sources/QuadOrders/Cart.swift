@@ -40,7 +40,7 @@ enum Cart {
                 }
                 try insertLine(db, user: user, product: product, quantity: quantity)
             }
-            return JSONBody(try view(db, user: user, fees: fees))
+            return try view(db, user: user, fees: fees)
         }
 
         h.mutation(C.cartSet) { req, body in
@@ -53,23 +53,23 @@ enum Cart {
                 guard try CatalogCopy.admits(db, product) else { throw QuadError.notFound("no product with id '\(product)' in the catalog") }
                 try insertLine(db, user: user, product: product, quantity: quantity)
             }
-            return JSONBody(try view(db, user: user, fees: fees))
+            return try view(db, user: user, fees: fees)
         }
 
         h.mutation(C.cartRemove) { req, body in
             let user = try req.requireUser()
             try db.execute("DELETE FROM cart_lines WHERE user_id = $1 AND product = $2", .text(user), .text(body.product))
-            return JSONBody(try view(db, user: user, fees: fees))
+            return try view(db, user: user, fees: fees)
         }
 
         h.mutation(C.cartClear) { req, _ in
             let user = try req.requireUser()
             try db.execute("DELETE FROM cart_lines WHERE user_id = $1", .text(user))
-            return JSONBody(try view(db, user: user, fees: fees))
+            return try view(db, user: user, fees: fees)
         }
 
         h.query(C.cartView) { req, _ in
-            JSONBody(try view(db, user: try req.requireUser(), fees: fees))
+            try view(db, user: try req.requireUser(), fees: fees)
         }
     }
 
@@ -100,7 +100,7 @@ enum Cart {
 
     /// The cart as the phone shows it. A line whose product the local copy
     /// does not hold yet has no price and counts in no total.
-    static func view(_ db: Database, user: String, fees: FeeSchedule) throws -> JSON {
+    static func view(_ db: Database, user: String, fees: FeeSchedule) throws -> Contract.Orders.Cart {
         let rows = try db.query("""
             SELECT c.product AS product, c.quantity AS quantity, p.id AS id, p.name AS name, p.price_value AS price_value,
                    p.currency AS currency, p.category AS category, p.image_url AS image_url, p.stock AS stock
@@ -111,34 +111,25 @@ enum Cart {
         var fee: Int64 = 0
         var units: Int64 = 0
         var currency: String?
-        let lines: [JSON] = rows.map { r in
+        let lines: [Contract.Orders.Cart.Line] = rows.map { r in
             let quantity = r.int("quantity")
             units += quantity
-            var line: [String: JSON] = ["product": .string(r.string("product")), "quantity": .int(quantity)]
-            guard !r["id"].isNull else {
-                line["available"] = false
-                return .object(line)
-            }
+            var line = Contract.Orders.Cart.Line(product: r.string("product"), quantity: quantity, available: false)
+            guard !r["id"].isNull else { return line }
             let category = r.string("category")
             let lineCents = Cents.of(r.double("price_value")) * quantity
             let lineFee = fees.fee(cents: lineCents, category: category)
             subtotal += lineCents
             fee += lineFee
             currency = currency ?? r.string("currency")
-            line["name"] = .string(r.string("name"))
-            line["category"] = .string(category)
-            line["imageUrl"] = .string(r.string("image_url"))
-            line["stock"] = .int(r.int("stock"))
-            line["available"] = .bool(r.int("stock") >= quantity)
-            line["unit_price"] = .double(r.double("price_value"))
-            line["line_total"] = Cents.json(lineCents)
-            line["fee_rate"] = .double(fees.rate(category))
-            line["fee"] = Cents.json(lineFee)
-            return .object(line)
+            (line.name, line.category, line.imageUrl) = (r.string("name"), category, r.string("image_url"))
+            line.stock = r.int("stock")
+            line.available = r.int("stock") >= quantity
+            (line.unitPrice, line.lineTotal) = (r.double("price_value"), Cents.amount(lineCents))
+            (line.feeRate, line.fee) = (fees.rate(category), Cents.amount(lineFee))
+            return line
         }
-        return [
-            "lines": .array(lines), "units": .int(units), "currency": .string(currency ?? "USD"),
-            "subtotal": Cents.json(subtotal), "fee": Cents.json(fee), "total": Cents.json(subtotal + fee),
-        ]
+        return .init(lines: lines, units: units, currency: currency ?? "USD",
+                     subtotal: Cents.amount(subtotal), fee: Cents.amount(fee), total: Cents.amount(subtotal + fee))
     }
 }

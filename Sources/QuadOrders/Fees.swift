@@ -39,5 +39,6 @@ public struct FeeSchedule: Sendable, Equatable {
 /// Money as whole cents, shown as a decimal number of the currency.
 enum Cents {
     static func of(_ price: Double) -> Int64 { Int64((price * 100).rounded()) }
-    static func json(_ cents: Int64) -> JSON { .double(Double(cents) / 100) }
+    static func json(_ cents: Int64) -> JSON { .double(amount(cents)) }
+    static func amount(_ cents: Int64) -> Double { Double(cents) / 100 }
 }

@@ -1,3 +1,4 @@
+import QuadContract
 import QuadStore
 import QuadWire
 
@@ -27,18 +28,14 @@ struct OrderItem: Equatable {
     }
 
     /// As stored and as replied: price, category, line_total and fee once held.
-    var json: JSON {
-        var f: [String: JSON] = ["product": .string(product), "quantity": .int(quantity)]
-        if let price { f["price"] = .double(price) }
-        if let category { f["category"] = .string(category) }
-        if let lineCents { f["line_total"] = Cents.json(lineCents) }
-        if let feeCents { f["fee"] = Cents.json(feeCents) }
-        return .object(f)
+    var reply: Contract.Orders.Order.Item {
+        .init(product: product, quantity: quantity, price: price, category: category,
+              lineTotal: lineCents.map(Cents.amount), fee: feeCents.map(Cents.amount))
     }
 
     /// As events carry it: {product, quantity, price, category}.
-    var eventJSON: JSON {
-        ["product": .string(product), "quantity": .int(quantity), "price": .double(price ?? 0), "category": .string(category ?? "Others")]
+    var event: Contract.Orders.Placed.Item {
+        .init(product: product, quantity: quantity, price: price ?? 0, category: category ?? "Others")
     }
 }
 
@@ -117,35 +114,30 @@ struct OrderRecord {
         updatedMs = r.int("updated_ms")
     }
 
-    /// An order as `orders.get`, `orders.mine` and `orders.place` answer it.
-    /// Amounts appear once the catalog has priced it (status held or later).
-    var json: JSON {
-        var f: [String: JSON] = [
-            "order": .string(id), "status": .string(status), "source": .string(source), "mode": .string(mode),
-            "screen": .string(screen), "semester": semester, "items": .array(items.map(\.json)),
-            "created_at": .int(createdMs), "updated_at": .int(updatedMs),
-        ]
-        if let returnDate { f["return_date"] = .string(returnDate) }
-        if let reason { f["reason"] = .string(reason) }
+    /// An order as `orders.get`, `orders.mine`, `orders.cancel` and
+    /// `orders.place` answer it. Amounts appear once the catalog has priced
+    /// it (status held or later).
+    var reply: Contract.Orders.Order {
+        var o = Contract.Orders.Order()
+        (o.order, o.status, o.source, o.mode, o.screen, o.semester) = (id, status, source, mode, screen, semester)
+        (o.returnDate, o.reason, o.items) = (returnDate, reason, items.map(\.reply))
+        (o.createdAt, o.updatedAt) = (createdMs, updatedMs)
         if let currency {
-            f["currency"] = .string(currency)
-            f["subtotal"] = Cents.json(subtotalCents)
-            f["fee"] = Cents.json(feeCents)
-            f["total"] = Cents.json(totalCents)
+            o.currency = currency
+            (o.subtotal, o.fee, o.total) = (Cents.amount(subtotalCents), Cents.amount(feeCents), Cents.amount(totalCents))
         }
-        return .object(f)
+        return o
     }
 
     /// The body of `orders.placed` and `orders.confirmed`.
-    var eventBody: JSON {
-        var f: [String: JSON] = [
-            "order": .string(id), "user": .string(user), "items": .array(items.map(\.eventJSON)), "mode": .string(mode),
-            "screen": .string(screen), "source": .string(source), "semester": semester, "currency": .string(currency ?? "USD"),
-            "subtotal": Cents.json(subtotalCents), "fee": Cents.json(feeCents), "total": Cents.json(totalCents),
-        ]
-        if let returnDate { f["return_date"] = .string(returnDate) }
-        return .object(f)
+    var event: Contract.Orders.Placed {
+        var e = Contract.Orders.Placed()
+        (e.order, e.user, e.items, e.mode, e.screen, e.source) = (id, user, items.map(\.event), mode, screen, source)
+        (e.semester, e.currency, e.returnDate) = (semester, currency ?? "USD", returnDate)
+        (e.subtotal, e.fee, e.total) = (Cents.amount(subtotalCents), Cents.amount(feeCents), Cents.amount(totalCents))
+        return e
     }
 
-    static func itemsText(_ items: [OrderItem]) -> String { JSON.array(items.map(\.json)).text }
+    /// The items as the `items` column keeps them: as replied.
+    static func itemsText(_ items: [OrderItem]) -> String { JSON.array(items.map { $0.reply.json }).text }
 }

@@ -71,8 +71,8 @@ public enum Orders: ServiceDomain {
         // Not mutations: the saga must not hold the write transaction across
         // calls to the catalog. Each keeps its idempotency record itself.
         // A place answers once the catalog has (``OrderSaga``).
-        h.deferred("orders.place") { req, answer in try saga.place(req, answer) }
-        h.query("orders.cancel") { req in try saga.cancel(req) }
+        h.deferred(C.place) { req, body, answer in try saga.place(req, body, answer) }
+        h.query(C.cancel) { req, body in try saga.cancel(req, body) }
 
         h.query(C.get) { req, body in
             let user = try req.requireUser()
@@ -80,7 +80,7 @@ public enum Orders: ServiceDomain {
             guard let order = try OrderRecord.load(db, id), order.user == user || req.role == "admin" else {
                 throw QuadError.notFound("you have no order '\(id)'")
             }
-            return JSONBody(order.json)
+            return order.reply
         }
 
         h.query(C.mine) { req, body in
@@ -97,7 +97,7 @@ public enum Orders: ServiceDomain {
             let rows = try db.query("""
                 SELECT * FROM orders WHERE \(filter) ORDER BY created_ms DESC, id DESC LIMIT $\(params.count - 1) OFFSET $\(params.count)
                 """, params)
-            return C.Mine.Reply(orders: rows.map { OrderRecord($0).json }, total: total, offset: offset, limit: limit)
+            return C.Mine.Reply(orders: rows.map { OrderRecord($0).reply }, total: total, offset: offset, limit: limit)
         }
     }
 }

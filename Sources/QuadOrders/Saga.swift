@@ -96,7 +96,7 @@ final class OrderSaga {
     /// `orders.place`: the request id is the order id. Answers later: it
     /// must not hold the store's write lock, nor the loop, across calls to
     /// the catalog; it keeps the idempotency record itself.
-    func place(_ req: Request, _ answer: Answer) throws {
+    func place(_ req: Request, _ body: Contract.Orders.Place, _ answer: Answer) throws {
         let user = try req.requireUser()
         let id = req.id
         let owner = Self.owner(user)
@@ -105,7 +105,7 @@ final class OrderSaga {
         if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return answer.send(Reply(stored)) }
         let start: Start
         do {
-            let plan = try PlacePlan(req)
+            let plan = try PlacePlan(body)
             start = try db.transaction { () throws -> Start in
                 if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return .answered(stored) }
                 if let existing = try OrderRecord.load(db, id) {
@@ -379,7 +379,7 @@ final class OrderSaga {
                 """, .text(order.id), .text(OrderRecord.itemsText(priced)), .text(currency), .int(subtotal), .int(fee), .int(subtotal + fee),
                 .int(now), .int(now + settings.leaseMs))
             let current = try OrderRecord.load(db, order.id)!
-            if moved == 1 { try Outbox.append(db, type: "orders.placed", body: current.eventBody) }
+            if moved == 1 { try Outbox.append(db, type: Contract.Orders.placed.type, body: current.event.json) }
             return current
         }
     }
@@ -391,7 +391,7 @@ final class OrderSaga {
                                        .text(order.id), .int(Self.now))
             let current = try OrderRecord.load(db, order.id)!
             if moved == 1 {
-                try Outbox.append(db, type: "orders.confirmed", body: current.eventBody)
+                try Outbox.append(db, type: Contract.Orders.confirmed.type, body: current.event.json)
                 if current.source == "cart" { try Cart.takeOut(db, user: current.user, items: current.items) }
             }
             return try finalAnswer(current)
@@ -406,9 +406,8 @@ final class OrderSaga {
                 """, .text(order.id), .text(refusal.message), .int(Self.now))
             let current = try OrderRecord.load(db, order.id)!
             if moved == 1 {
-                try Outbox.append(db, type: "orders.rejected", body: [
-                    "order": .string(order.id), "user": .string(order.user), "reason": .string(refusal.message), "code": .string(refusal.code),
-                ])
+                try Outbox.append(db, type: Contract.Orders.rejected.type,
+                                  body: Contract.Orders.Rejected(order: order.id, user: order.user, reason: refusal.message, code: refusal.code).json)
                 var details = refusal.details.object ?? [:]
                 details["order"] = .string(order.id)
                 var answer = refusal
@@ -441,7 +440,7 @@ final class OrderSaga {
         let request = Envelope.request("orders.place", id: order.id)
         switch order.status {
         case "confirmed", "cancelled":
-            return try remember(order.id, request.reply(order.json, src: source), owner: owner)
+            return try remember(order.id, request.reply(order.reply.json, src: source), owner: owner)
         case "rejected":
             return try remember(order.id, request.error(.conflict(order.reason ?? "rejected", details: ["order": .string(order.id)]), src: source), owner: owner)
         default:
@@ -456,7 +455,7 @@ final class OrderSaga {
     /// first, with a release to send, and is the answer; the release is sent
     /// at once, without waiting for it, and, if the catalog does not answer,
     /// again by the recovery until it does.
-    func cancel(_ req: Request) throws -> JSON {
+    func cancel(_ req: Request, _ body: Contract.Orders.OrderRequest) throws -> Contract.Orders.Order {
         let user = try req.requireUser()
         let owner = Self.owner(user)
         let type = req.envelope.type
@@ -464,7 +463,7 @@ final class OrderSaga {
         let reply: Envelope
         let id: String
         do {
-            id = try Contract.Orders.OrderRequest(json: req.body).order
+            id = body.order
             reply = try db.transaction {
                 if let stored = try Idempotency.claim(db, id: req.id, type: type, owner: owner) { return stored }
                 guard let order = try OrderRecord.load(db, id), order.user == user else { throw QuadError.notFound("you have no order '\(id)'") }
@@ -475,8 +474,8 @@ final class OrderSaga {
                         UPDATE orders SET status = 'cancelled', release_pending = 1, updated_ms = $2, lease_until = $3
                         WHERE id = $1 AND status = 'confirmed'
                         """, .text(id), .int(now), .int(now + settings.leaseMs))
-                    try Outbox.append(db, type: "orders.cancelled", body: ["order": .string(id), "user": .string(user)])
-                    let answer = req.envelope.reply(try OrderRecord.load(db, id)!.json, src: source)
+                    try Outbox.append(db, type: Contract.Orders.cancelled.type, body: Contract.Orders.Cancelled(order: id, user: user).json)
+                    let answer = req.envelope.reply(try OrderRecord.load(db, id)!.reply.json, src: source)
                     try Idempotency.store(db, id: req.id, type: type, owner: owner, reply: answer)
                     return answer
                 case "cancelled":
@@ -494,10 +493,10 @@ final class OrderSaga {
         return try Self.answer(reply)
     }
 
-    /// A stored reply as a handler's result: its body, or its error thrown.
-    static func answer(_ e: Envelope) throws -> JSON {
+    /// A stored reply as a handler's result: its order, or its error thrown.
+    static func answer(_ e: Envelope) throws -> Contract.Orders.Order {
         if let error = e.quadError { throw error }
-        return e.body
+        return try Contract.Orders.Order(json: e.body)
     }
 
     /// Sends the release of a cancelled order's stock; clears the flag once
@@ -544,11 +543,11 @@ final class OrderSaga {
     }
 }
 
-/// The body of `orders.place`, checked.
+/// The body of `orders.place` with what its shape cannot check: which
+/// fields go with the source and the mode (the contract says so too, in
+/// ``Contract/Orders/place``'s shape) and that a return date is a real day
+/// within ``maxRentDays`` of today.
 struct PlacePlan {
-    static let sources = ["cart", "buy_now"]
-    static let modes = ["buy", "rent"]
-    static let screens = ["home", "favorites", "search", "cart"]
     /// Furthest return date of a rental (`max_rent_days`).
     static let maxRentDays = 365
 
@@ -559,29 +558,30 @@ struct PlacePlan {
     let returnDate: String?
     let screen: String
 
-    init(_ req: Request, today: Date = Date()) throws(QuadError) {
-        let f = try Fields(req, allowed: ["source", "product", "quantity", "mode", "return_date", "screen"])
-        source = try f.choice("source", PlacePlan.sources, default: nil)
+    init(_ body: Contract.Orders.Place, today: Date = Date()) throws(QuadError) {
+        source = body.source
         if source == "buy_now" {
-            product = try f.string("product")
-            quantity = try f.int("quantity", default: 1, in: 1...Cart.maxQuantity, limit: "max_quantity")
+            guard let product = body.product else { throw .badRequest("body.product is required for source 'buy_now'") }
+            self.product = product
+            quantity = body.quantity
         } else {
-            if f.has("product") || f.has("quantity") {
+            // The shape refuses a quantity from the cart; its default (1) cannot be told from an absent one here.
+            if body.product != nil {
                 throw .badRequest("body.product and body.quantity are for source 'buy_now': an order from the cart takes the cart's lines")
             }
             product = nil
             quantity = 0
         }
-        mode = try f.choice("mode", PlacePlan.modes, default: "buy")
-        screen = try f.choice("screen", PlacePlan.screens, default: source == "cart" ? "cart" : "home")
+        mode = body.mode
+        screen = body.screen ?? (source == "cart" ? "cart" : "home")
         if mode == "rent" {
-            guard let date = try f.optionalString("return_date", max: 10) else {
+            guard let date = body.returnDate else {
                 throw .badRequest("body.return_date is required to rent: an ISO date (YYYY-MM-DD) after today")
             }
             try PlacePlan.checkReturnDate(date, today: today)
             returnDate = date
         } else {
-            if f.has("return_date") { throw .badRequest("body.return_date is only for mode 'rent'") }
+            if body.returnDate != nil { throw .badRequest("body.return_date is only for mode 'rent'") }
             returnDate = nil
         }
     }

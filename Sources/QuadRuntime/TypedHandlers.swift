@@ -17,20 +17,33 @@ extension Handlers {
         mutation(op.type, Handlers.typed(op, handler))
     }
 
+    /// Registers a handler that answers later for `op` (see
+    /// ``deferred(_:_:)``), given the request as its type. The worker's
+    /// loop hands a deferred request straight to its handler, so the
+    /// ``Validator`` runs here. The reply goes out through the ``Answer``,
+    /// which also sends stored answers as they are: the handler writes
+    /// `R`'s ``Body/json`` there (an answer to store is an envelope).
+    public func deferred<Q, R>(_ op: TypedOperation<Q, R>, _ handler: @escaping (Request, Q, Answer) throws -> Void) {
+        deferred(op.type) { [unowned self] req, answer in
+            if let refusal = refusal(req.envelope) { throw refusal }
+            try handler(req, try Handlers.decoded(op, req), answer)
+        }
+    }
+
     static func typed<Q, R>(_ op: TypedOperation<Q, R>, _ handler: @escaping (Request, Q) throws -> R) -> Handler {
-        let operation = op.operation
-        return { req in
-            let body: Q
-            do { body = try Q(json: req.body) } catch {
-                // The validator leaves the body of a caller with no identity
-                // unread when the operation needs one (``refusal(_:)``): such
-                // a caller learns it must sign in, not the body's rules.
-                if operation.auth != .none, req.user == nil, req.role == nil, req.envelope.caller?.hasPrefix("service:") != true {
-                    throw QuadError.unauthorized("\(req.envelope.type) needs a signed-in user")
-                }
-                throw error
+        { req in try handler(req, try decoded(op, req)).json }
+    }
+
+    /// `req`'s body as `op`'s request type.
+    static func decoded<Q, R>(_ op: TypedOperation<Q, R>, _ req: Request) throws -> Q {
+        do { return try Q(json: req.body) } catch {
+            // The validator leaves the body of a caller with no identity
+            // unread when the operation needs one (``refusal(_:)``): such
+            // a caller learns it must sign in, not the body's rules.
+            if op.operation.auth != .none, req.user == nil, req.role == nil, req.envelope.caller?.hasPrefix("service:") != true {
+                throw QuadError.unauthorized("\(req.envelope.type) needs a signed-in user")
             }
-            return try handler(req, body).json
+            throw error
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -132,16 +133,16 @@ struct SagaTests {
 
     @Test func aRentalNeedsAReturnDateAfterToday() throws {
         let today = PlacePlan.dayFormatter().date(from: "2025-03-10")!
+        // As the worker hands it over: checked by the contract, decoded, then planned.
         func plan(_ body: JSON) throws -> PlacePlan {
-            var e = Envelope.request("orders.place", body: body)
-            e.user = "u"
-            return try PlacePlan(Request(e), today: today)
+            if let failure = Contract.validate("orders.place", body) { throw QuadError.badRequest(failure.message) }
+            return try PlacePlan(Contract.Orders.Place(json: body), today: today)
         }
         let rent = try plan(["source": "buy_now", "product": "p-0001", "mode": "rent", "return_date": "2025-03-11", "screen": "favorites"])
         #expect(rent.returnDate == "2025-03-11" && rent.screen == "favorites" && rent.quantity == 1)
         #expect(try plan(["source": "cart"]).screen == "cart")
         let refusals: [(JSON, String)] = [
-            (["source": "buy_now", "product": "p-0001", "mode": "rent"], "body.return_date is required to rent"),
+            (["source": "buy_now", "product": "p-0001", "mode": "rent"], "body.return_date is required"),
             (["source": "buy_now", "product": "p-0001", "mode": "rent", "return_date": "2025-03-10"], "must be after today: 2025-03-11 or later"),
             (["source": "buy_now", "product": "p-0001", "mode": "rent", "return_date": "2025-02-30"], "must be an ISO date"),
             (["source": "buy_now", "product": "p-0001", "mode": "rent", "return_date": "2026-03-11"], "max_rent_days"),
@@ -157,6 +158,43 @@ struct SagaTests {
             let error = try #require(throws: QuadError.self) { try plan(body) }
             #expect(error.status == 400 && error.message.contains(message), "\(body): \(error.message)")
         }
+    }
+
+    /// The cart and the order as replied, and every orders event, are their
+    /// contract's types: each decodes as its ``Body`` and encodes back to
+    /// the JSON that went out (the wire did not change with the types).
+    @Test func repliesAndEventsAreTheirContractTypes() throws {
+        typealias C = Contract.Orders
+        let catalog = FakeCatalog()
+        catalog.stock = ["p-1": 5]
+        catalog.prices = ["p-1": (10.25, "Study")]
+        let (h, _, db) = try ordersService(catalog)
+        // The copy of the catalog is empty: the line has no price.
+        let cart = h.send("orders.cart.add", ["product": "p-1", "quantity": 2], user: "ana")
+        let typedCart = try C.Cart(json: cart.body)
+        #expect(typedCart.lines.map(\.available) == [false] && typedCart.lines.first?.unitPrice == nil && typedCart.json == cart.body)
+        #expect(cart.body["lines"]?.array?.first?.object?.keys.sorted() == ["available", "product", "quantity"], "unpriced fields absent, not null")
+        let placed = h.send("orders.place", ["source": "cart"], user: "ana")
+        let order = try C.Order(json: placed.body)
+        #expect(order.status == "confirmed" && order.items.first?.lineTotal == 20.5 && order.semester == .null)
+        #expect(order.json == placed.body && placed.body.object?["semester"] == .null, "semester is null, not absent")
+        let cancelled = h.send("orders.cancel", ["order": .string(order.order)], user: "ana")
+        #expect(try C.Order(json: cancelled.body).status == "cancelled")
+        #expect(h.send("orders.place", ["source": "buy_now", "product": "p-2"], user: "ana").quadError?.status == 404)
+        let events = try Outbox.since(db, after: 0, limit: 10).map { try Envelope.decode(try #require($0.encoded)) }
+        #expect(events.map(\.type) == [C.placed.type, C.confirmed.type, C.cancelled.type, C.rejected.type])
+        let retyped: [JSON] = try events.map { e in
+            switch e.type {
+            case C.placed.type, C.confirmed.type: try C.Placed(json: e.body).json
+            case C.cancelled.type: try C.Cancelled(json: e.body).json
+            default: try C.Rejected(json: e.body).json
+            }
+        }
+        #expect(retyped == events.map(\.body))
+        let confirmed = try C.Placed(json: events[1].body)
+        #expect(confirmed.user == "ana" && confirmed.items.map(\.category) == ["Study"] && confirmed.returnDate == nil)
+        #expect(events[1].body.object?["return_date"] == nil, "no return_date when buying")
+        #expect(try C.Rejected(json: events[3].body).code == "not_found")
     }
 
     @Test func anOrderRecordsTheBuyersSemesterFromAccountsEvents() throws {
