@@ -17,21 +17,16 @@ enum Holds {
 
     static func register(_ h: Handlers, db: Database, settings: Settings) {
         let clock = settings.clock
-        h.mutation("reservations.hold") { req in
+        h.mutation(C.hold) { req, body in
             let user = try req.requireUser()
-            let body = try Body(req.body, type: "reservations.hold", allowed: ["spot", "lot", "destination", "kind", "level", "signal"])
             let now = Int64(Clock.nowMillis())
             let spot: String
-            if let wanted = try body.string("spot") {
-                for other in ["lot", "destination", "kind", "level", "signal"] where body.present(other) != nil {
-                    throw QuadError.badRequest("body.spot and body.\(other) are exclusive: name a spot, or give filters")
-                }
+            // The contract has refused a spot given with filters, and a
+            // body with none of spot, lot and destination.
+            if let wanted = body.spot {
                 spot = try claim(db, spot: wanted, reservation: req.id, user: user)
             } else {
-                guard body.present("lot") != nil || body.present("destination") != nil else {
-                    throw QuadError.badRequest("body.spot, body.lot or body.destination is required")
-                }
-                let search = try SpotSearch(db, body)
+                let search = try SpotSearch(db, lot: body.lot, destination: body.destination, kind: body.kind, level: body.level, signal: body.signal)
                 var best = search.bestSQL()
                 best.params.append(.text(req.id))
                 // On PostgreSQL a concurrent hold may take the chosen spot
@@ -64,8 +59,8 @@ enum Holds {
                 throw QuadError.conflict("spot \(spot) is already held by another driver")
             }
             let reservation = try load(db, id: req.id, user: user, now: now, clock: clock)
-            try Outbox.append(db, type: "reservations.held", body: event(reservation, user: user))
-            return ["reservation": reservation, "hold_seconds": .int(settings.holdSeconds)]
+            try publish(db, C.held, reservation, user: user)
+            return C.Hold.Reply(reservation: reservation, holdSeconds: settings.holdSeconds)
         }
 
         h.mutation(C.checkin) { req, body in
@@ -78,7 +73,7 @@ enum Holds {
                 """, .int(now), .text(id))
             guard changed == 1 else { throw refusal(row, doing: "check in", clock: clock) }
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
-            try Outbox.append(db, type: "reservations.checkedin", body: event(reservation, user: user))
+            try publish(db, C.checkedin, reservation, user: user)
             return C.StepReply(reservation: reservation)
         }
 
@@ -93,7 +88,7 @@ enum Holds {
             }
             try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
-            try Outbox.append(db, type: "reservations.checkedout", body: event(reservation, user: user))
+            try publish(db, C.checkedout, reservation, user: user)
             return C.StepReply(reservation: reservation)
         }
 
@@ -109,7 +104,7 @@ enum Holds {
             }
             try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
-            try Outbox.append(db, type: "reservations.cancelled", body: event(reservation, user: user))
+            try publish(db, C.cancelled, reservation, user: user)
             return C.StepReply(reservation: reservation)
         }
 
@@ -213,8 +208,10 @@ enum Holds {
         ]
     }
 
-    static func event(_ reservation: JSON, user: String) -> JSON {
-        ["user": .string(user), "reservation": reservation]
+    /// Appends the event of a reservation's step to the outbox, in the
+    /// transaction of the step.
+    static func publish(_ db: Database, _ event: TypedEvent<C.ReservationEvent>, _ reservation: JSON, user: String) throws {
+        try Outbox.append(db, type: event.type, body: C.ReservationEvent(user: user, reservation: reservation).json)
     }
 
     /// Expires every hold whose deadline passed: once each, whichever worker
@@ -231,7 +228,7 @@ enum Holds {
             for r in expired {
                 try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(r.string("spot")), .text(r.string("id")))
                 let user = r.string("user_id")
-                try Outbox.append(db, type: "reservations.expired", body: event(try load(db, id: r.string("id"), user: user, now: now, clock: clock), user: user))
+                try publish(db, C.expired, try load(db, id: r.string("id"), user: user, now: now, clock: clock), user: user)
             }
             return expired.count
         }

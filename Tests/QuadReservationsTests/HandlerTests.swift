@@ -284,11 +284,11 @@ struct HandlerTests {
 
     @Test func campusTimeReadsAndWritesBogotaTime() throws {
         let clock = CampusTime(offsetMinutes: -300)
-        let monday = try #require(Body.parseTime("2025-03-03T08:30:00-05:00", clock: clock, now: 0))
+        let monday = try #require(Moment.parse("2025-03-03T08:30:00-05:00", clock: clock, now: 0))
         #expect(monday == 1_741_008_600_000)
-        #expect(Body.parseTime("2025-03-03T13:30:00Z", clock: clock, now: 0) == monday)
-        #expect(Body.parseTime("2025-03-03 08:30", clock: clock, now: 0) == monday, "no offset: campus time")
-        #expect(Body.parseTime("08:30", clock: clock, now: monday + 3_600_000) == monday, "HH:MM: today on campus")
+        #expect(Moment.parse("2025-03-03T13:30:00Z", clock: clock, now: 0) == monday)
+        #expect(Moment.parse("2025-03-03 08:30", clock: clock, now: 0) == monday, "no offset: campus time")
+        #expect(Moment.parse("08:30", clock: clock, now: monday + 3_600_000) == monday, "HH:MM: today on campus")
         #expect(clock.weekday(monday) == 1 && clock.hour(monday) == 8)
         #expect(clock.iso(monday) == "2025-03-03T08:30:00-05:00")
         // Just before local midnight on Sunday is still Sunday, 23 h.
