@@ -185,32 +185,27 @@ enum Holds {
         FROM reservations r JOIN spots s ON s.id = r.spot JOIN levels l ON l.id = s.level
         """
 
-    static func load(_ db: Database, id: String, user: String, now: Int64, clock: CampusTime) throws -> JSON {
+    static func load(_ db: Database, id: String, user: String, now: Int64, clock: CampusTime) throws -> C.Reservation {
         guard let row = try db.queryOne("\(selectSQL) WHERE r.id = $1", .text(id)) else { throw QuadError.internal("reservation \(id) vanished") }
         return json(row, now: now, clock: clock)
     }
 
-    static func json(_ r: Row, now: Int64, clock: CampusTime) -> JSON {
-        let status = r.string("status")
-        let deadline = r.int("deadline_ms")
-        let checkedIn = r["checked_in_ms"].int
-        let ended = r["ended_ms"].int
-        var stay: JSON = .null
-        if status == "checked_out", let checkedIn, let ended { stay = .int((ended - checkedIn) / 1000) }
-        return [
-            "id": .string(r.string("id")), "spot": .string(r.string("spot")), "lot": .string(r.string("lot")),
-            "level": .string(r.string("level_name")), "signal": .string(r.string("signal")), "kind": .string(r.string("kind")),
-            "status": .string(status), "held_at": .int(r.int("held_ms")), "deadline": .int(deadline),
-            "deadline_local": .string(clock.iso(deadline)),
-            "seconds_left": .int(status == "held" ? max(0, (deadline - now + 999) / 1000) : 0),
-            "checked_in_at": checkedIn.map { .int($0) } ?? .null, "ended_at": ended.map { .int($0) } ?? .null,
-            "stay_seconds": stay,
-        ]
+    static func json(_ r: Row, now: Int64, clock: CampusTime) -> C.Reservation {
+        var out = C.Reservation()
+        (out.id, out.spot, out.lot) = (r.string("id"), r.string("spot"), r.string("lot"))
+        (out.level, out.signal, out.kind) = (r.string("level_name"), r.string("signal"), r.string("kind"))
+        out.status = r.string("status")
+        (out.heldAt, out.deadline) = (r.int("held_ms"), r.int("deadline_ms"))
+        out.deadlineLocal = clock.iso(out.deadline)
+        out.secondsLeft = out.status == "held" ? max(0, (out.deadline - now + 999) / 1000) : 0
+        (out.checkedInAt, out.endedAt) = (r["checked_in_ms"].int, r["ended_ms"].int)
+        if out.status == "checked_out", let checkedIn = out.checkedInAt, let ended = out.endedAt { out.staySeconds = (ended - checkedIn) / 1000 }
+        return out
     }
 
     /// Appends the event of a reservation's step to the outbox, in the
     /// transaction of the step.
-    static func publish(_ db: Database, _ event: TypedEvent<C.ReservationEvent>, _ reservation: JSON, user: String) throws {
+    static func publish(_ db: Database, _ event: TypedEvent<C.ReservationEvent>, _ reservation: C.Reservation, user: String) throws {
         try Outbox.append(db, type: event.type, body: C.ReservationEvent(user: user, reservation: reservation).json)
     }
 
@@ -258,11 +253,8 @@ enum Car {
         }
     }
 
-    static func car(_ r: Row) -> JSON {
-        [
-            "lat": .double(r.double("lat")), "lon": .double(r.double("lon")),
-            "level": r.optionalString("level").map { .string($0) } ?? .null,
-            "note": .string(r.string("note")), "saved_at": .int(r.int("saved_ms")),
-        ]
+    static func car(_ r: Row) -> Contract.Reservations.Car {
+        Contract.Reservations.Car(lat: r.double("lat"), lon: r.double("lon"), level: r.optionalString("level"),
+                                  note: r.string("note"), savedAt: r.int("saved_ms"))
     }
 }

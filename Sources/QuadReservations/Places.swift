@@ -42,8 +42,6 @@ enum Places {
         return C.Counts(regular: n("regular"), accessible: n("accessible"), ev: n("ev"))
     }
 
-    static func json(_ c: Counts?, free: Bool) -> JSON { counts(c, free: free).json }
-
     static func requireLot(_ db: Database, _ id: String, field: String = "lot") throws -> String {
         guard try db.queryOne("SELECT id FROM lots WHERE id = $1", .text(id)) != nil else {
             let known = try db.query("SELECT id FROM lots ORDER BY position").map { $0.string("id") }
@@ -76,14 +74,12 @@ enum Places {
         }, destinations: destinations)
     }
 
-    static func levels(_ db: Database, lot: String) throws -> [JSON] {
+    static func levels(_ db: Database, lot: String) throws -> [C.Level] {
         let counts = try counts(db, by: "level", lot: lot)
         return try db.query("SELECT id, name, floor, signal FROM levels WHERE lot = $1 ORDER BY floor", .text(lot)).map { r in
             let id = r.string("id")
-            return [
-                "id": .string(id), "name": .string(r.string("name")), "floor": .int(r.int("floor")), "signal": .string(r.string("signal")),
-                "total": json(counts[id], free: false), "free": json(counts[id], free: true),
-            ]
+            return C.Level(id: id, name: r.string("name"), floor: r.int("floor"), signal: r.string("signal"),
+                           total: self.counts(counts[id], free: false), free: self.counts(counts[id], free: true))
         }
     }
 

@@ -22,17 +22,17 @@ extension Contract.Reservations {
     /// reservations.checkin, checkout and cancel: the reservation after the
     /// step, as ``reservationSchema`` has it.
     public struct StepReply: Body {
-        public var reservation: JSON = .null
+        public var reservation = Reservation()
         public init() {}
-        public init(reservation: JSON) { self.reservation = reservation }
+        public init(reservation: Reservation) { self.reservation = reservation }
         public static let fields: [Field<Self>] = [.field(\.reservation, "reservation", .ref("reservation.schema.json"))]
     }
 
     /// reservations.car.get and car.save: the car (`parking.schema.json#/$defs/car`).
     public struct CarReply: Body {
-        public var car: JSON = .null
+        public var car = Car()
         public init() {}
-        public init(car: JSON) { self.car = car }
+        public init(car: Car) { self.car = car }
         public static let fields: [Field<Self>] = [.field(\.car, "car", .ref("parking.schema.json#/$defs/car"))]
     }
 
@@ -60,11 +60,11 @@ extension Contract.Reservations {
         }
         public struct Reply: Body {
             public var lot = ""
-            public var levels: [JSON] = []
+            public var levels: [Level] = []
             public var at: Int64 = 0
             public var local = ""
             public init() {}
-            public init(lot: String, levels: [JSON], at: Int64, local: String) { (self.lot, self.levels, self.at, self.local) = (lot, levels, at, local) }
+            public init(lot: String, levels: [Level], at: Int64, local: String) { (self.lot, self.levels, self.at, self.local) = (lot, levels, at, local) }
             public static let fields: [Field<Self>] = [
                 .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
                 .field(\.levels, "levels", .array(of: .ref("parking.schema.json#/$defs/level"))),
@@ -96,11 +96,11 @@ extension Contract.Reservations {
             ]
         }
         public struct Reply: Body {
-            public var active: JSON?
-            public var history: [JSON] = []
+            public var active: Reservation?
+            public var history: [Reservation] = []
             public var stays = Stays()
             public init() {}
-            public init(active: JSON?, history: [JSON], stays: Stays) { (self.active, self.history, self.stays) = (active, history, stays) }
+            public init(active: Reservation?, history: [Reservation], stays: Stays) { (self.active, self.history, self.stays) = (active, history, stays) }
             public static let fields: [Field<Self>] = [
                 .field(\.active, "active", .oneOf([.ref("reservation.schema.json"), .null])),
                 .field(\.history, "history", .array(of: .ref("reservation.schema.json"), max: 100)),
@@ -143,6 +143,91 @@ extension Contract.Reservations {
             .described("Signed-in drivers (a mutation: idempotent by envelope id). \"I left\": frees the spot and records the stay. conflict (409) unless checked in. not_found (404) for a reservation that is not the caller's. Publishes reservations.checkedout."),
         reply: StepReply.shape
             .described("The reservation after the step."))
+
+    /// A reservation (``reservationSchema``): a hold on a spot and what
+    /// became of it.
+    public struct Reservation: Body {
+        public var id = ""
+        public var spot = ""
+        public var lot = ""
+        public var level = ""
+        public var signal = ""
+        public var kind = ""
+        public var status = ""
+        public var heldAt: Int64 = 0
+        public var deadline: Int64 = 0
+        public var deadlineLocal = ""
+        public var secondsLeft: Int64 = 0
+        public var checkedInAt: Int64?
+        public var endedAt: Int64?
+        public var staySeconds: Int64?
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.id, "id", .string(1...64)
+                .described("The id of the reservations.hold envelope that made it.")),
+            .field(\.spot, "spot", .string(1...64)),
+            .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
+            .field(\.level, "level", .ref("parking.schema.json#/$defs/levelName")),
+            .field(\.signal, "signal", .ref("parking.schema.json#/$defs/signal")),
+            .field(\.kind, "kind", .ref("parking.schema.json#/$defs/kind")),
+            .field(\.status, "status", .choice(["held", "checked_in", "checked_out", "expired", "cancelled"])),
+            .field(\.heldAt, "held_at", .int(min: 0)
+                .described("Epoch milliseconds.")),
+            .field(\.deadline, "deadline", .int(min: 0)
+                .described("Epoch milliseconds.")),
+            .field(\.deadlineLocal, "deadline_local", .ref("parking.schema.json#/$defs/local")),
+            .field(\.secondsLeft, "seconds_left", .int(min: 0)
+                .described("Of the hold, when the reply was made; 0 unless held.")),
+            .field(\.checkedInAt, "checked_in_at", .int(min: 0).nullable),
+            .field(\.endedAt, "ended_at", .int(min: 0).nullable
+                .described("Checked out, expired or cancelled at.")),
+            .field(\.staySeconds, "stay_seconds", .int(min: 0).nullable
+                .described("From check-in to check-out, once checked out.")),
+        ]
+    }
+
+    /// A level of a lot with its free spots, live (`parking.schema.json#/$defs/level`).
+    public struct Level: Body {
+        public var id = ""
+        public var name = ""
+        public var floor: Int64 = 0
+        public var signal = ""
+        public var total = Counts()
+        public var free = Counts()
+        public init() {}
+        public init(id: String, name: String, floor: Int64, signal: String, total: Counts, free: Counts) {
+            (self.id, self.name, self.floor, self.signal, self.total, self.free) = (id, name, floor, signal, total, free)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.id, "id", .string(1...64)),
+            .field(\.name, "name", .ref("#/$defs/levelName")),
+            .field(\.floor, "floor", .int(min: 1)),
+            .field(\.signal, "signal", .ref("#/$defs/signal")),
+            .field(\.total, "total", .ref("#/$defs/counts")),
+            .field(\.free, "free", .ref("#/$defs/counts")),
+        ]
+    }
+
+    /// Where the driver left the car (`parking.schema.json#/$defs/car`).
+    public struct Car: Body {
+        public var lat: Double = 0
+        public var lon: Double = 0
+        public var level: String?
+        public var note = ""
+        public var savedAt: Int64 = 0
+        public init() {}
+        public init(lat: Double, lon: Double, level: String?, note: String, savedAt: Int64) {
+            (self.lat, self.lon, self.level, self.note, self.savedAt) = (lat, lon, level, note, savedAt)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.lat, "lat", .number(min: -90, max: 90)),
+            .field(\.lon, "lon", .number(min: -180, max: 180)),
+            .field(\.level, "level", .string(max: 16).nullable),
+            .field(\.note, "note", .string(max: 200)),
+            .field(\.savedAt, "saved_at", .int(min: 0)
+                .described("Epoch milliseconds.")),
+        ]
+    }
 
     /// Spots per kind (`parking.schema.json#/$defs/counts`).
     public struct Counts: Body {
@@ -222,10 +307,10 @@ extension Contract.Reservations {
             ]
         }
         public struct Reply: Body {
-            public var reservation: JSON = .null
+            public var reservation = Reservation()
             public var holdSeconds: Int64 = 0
             public init() {}
-            public init(reservation: JSON, holdSeconds: Int64) { (self.reservation, self.holdSeconds) = (reservation, holdSeconds) }
+            public init(reservation: Reservation, holdSeconds: Int64) { (self.reservation, self.holdSeconds) = (reservation, holdSeconds) }
             public static let fields: [Field<Self>] = [
                 .field(\.reservation, "reservation", .ref("reservation.schema.json")),
                 .field(\.holdSeconds, "hold_seconds", .int(min: 1)),
@@ -579,9 +664,9 @@ extension Contract.Reservations {
     /// reservation (``reservationSchema``), in the state the event names.
     public struct ReservationEvent: Body {
         public var user = ""
-        public var reservation: JSON = .null
+        public var reservation = Reservation()
         public init() {}
-        public init(user: String, reservation: JSON) { (self.user, self.reservation) = (user, reservation) }
+        public init(user: String, reservation: Reservation) { (self.user, self.reservation) = (user, reservation) }
         /// `status` is the one the event's reservation always has.
         static func declared(status: String) -> [Field<Self>] {
             [
@@ -638,50 +723,15 @@ extension Contract.Reservations {
                     .described("Mean free spots per kind, to one decimal."),
                 "spot": Spot.shape
                     .described("A free spot, with the walk to the destination (or the lot's exit), each level underground counted as 40 m more."),
-                "level": .object([
-                    "id": .string(1...64),
-                    "name": .ref("#/$defs/levelName"),
-                    "floor": .int(min: 1),
-                    "signal": .ref("#/$defs/signal"),
-                    "total": .ref("#/$defs/counts"),
-                    "free": .ref("#/$defs/counts"),
-                ])
+                "level": Level.shape
                     .described("A level of a lot with its spots and the free ones, live."),
                 "snapshot": Contract.Occupancy.Snapshot.shape
                     .described("Free and total spots of one level at one 15-minute slot of the simulated campus clock."),
-                "car": .object([
-                    "lat": .number(min: -90, max: 90),
-                    "lon": .number(min: -180, max: 180),
-                    "level": .string(max: 16).nullable,
-                    "note": .string(max: 200),
-                    "saved_at": .int(min: 0)
-                        .described("Epoch milliseconds."),
-                ])
+                "car": Car.shape
                     .described("Where the driver left the car. GPS does not reach P2 and P3, so the level and a note say the rest."),
             ]))
 
-    public static let reservationSchema = Definition("reservations/reservation.schema.json", title: "Reservation", .object([
-            "id": .string(1...64)
-                .described("The id of the reservations.hold envelope that made it."),
-            "spot": .string(1...64),
-            "lot": .ref("parking.schema.json#/$defs/lotID"),
-            "level": .ref("parking.schema.json#/$defs/levelName"),
-            "signal": .ref("parking.schema.json#/$defs/signal"),
-            "kind": .ref("parking.schema.json#/$defs/kind"),
-            "status": .choice(["held", "checked_in", "checked_out", "expired", "cancelled"]),
-            "held_at": .int(min: 0)
-                .described("Epoch milliseconds."),
-            "deadline": .int(min: 0)
-                .described("Epoch milliseconds."),
-            "deadline_local": .ref("parking.schema.json#/$defs/local"),
-            "seconds_left": .int(min: 0)
-                .described("Of the hold, when the reply was made; 0 unless held."),
-            "checked_in_at": .int(min: 0).nullable,
-            "ended_at": .int(min: 0).nullable
-                .described("Checked out, expired or cancelled at."),
-            "stay_seconds": .int(min: 0).nullable
-                .described("From check-in to check-out, once checked out."),
-        ])
+    public static let reservationSchema = Definition("reservations/reservation.schema.json", title: "Reservation", Reservation.shape
             .described("A hold on a spot and what became of it: held until the deadline, then checked_in (the driver parked) and checked_out (left), or expired, or cancelled. At most one active (held or checked_in) per user and per spot."))
 
     public static let operations: [Operation] = [cancel.operation, carGet.operation, carSave.operation, checkin.operation, checkout.operation, forecast.operation, hold.operation, levels.operation, lots.operation, mine.operation, nearby.operation, occupancy.operation, spotsFind.operation]
