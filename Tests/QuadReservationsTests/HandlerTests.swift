@@ -144,6 +144,11 @@ struct HandlerTests {
         try same(C.hold, ["spot": "central-P2-020"])
         try same(C.cancel)
         try same(C.mine)
+        try same(C.levels, ["lot": "north"])
+        try same(C.carSave, ["lat": 4.6, "lon": -74.06, "level": "P2", "note": "by the stairs"])
+        try same(C.carSave, ["lat": 4.6, "lon": -74.06])
+        #expect(try desk.ok(C.carGet.type)["car"]?["level"] == .null, "a car saved without a level says null")
+        try same(C.carGet)
         let clock = desk.settings.clock
         let monday = try #require(Moment.parse("2025-03-03T08:30:00-05:00", clock: clock, now: 0))
         for at in stride(from: monday - 7 * 86_400_000, through: monday, by: 900_000) {
