@@ -17,21 +17,16 @@ enum Holds {
 
     static func register(_ h: Handlers, db: Database, settings: Settings) {
         let clock = settings.clock
-        h.mutation("reservations.hold") { req in
+        h.mutation(C.hold) { req, body in
             let user = try req.requireUser()
-            let body = try Body(req.body, type: "reservations.hold", allowed: ["spot", "lot", "destination", "kind", "level", "signal"])
             let now = Int64(Clock.nowMillis())
             let spot: String
-            if let wanted = try body.string("spot") {
-                for other in ["lot", "destination", "kind", "level", "signal"] where body.present(other) != nil {
-                    throw QuadError.badRequest("body.spot and body.\(other) are exclusive: name a spot, or give filters")
-                }
+            // The contract has refused a spot given with filters, and a
+            // body with none of spot, lot and destination.
+            if let wanted = body.spot {
                 spot = try claim(db, spot: wanted, reservation: req.id, user: user)
             } else {
-                guard body.present("lot") != nil || body.present("destination") != nil else {
-                    throw QuadError.badRequest("body.spot, body.lot or body.destination is required")
-                }
-                let search = try SpotSearch(db, body)
+                let search = try SpotSearch(db, lot: body.lot, destination: body.destination, kind: body.kind, level: body.level, signal: body.signal)
                 var best = search.bestSQL()
                 best.params.append(.text(req.id))
                 // On PostgreSQL a concurrent hold may take the chosen spot
@@ -64,8 +59,8 @@ enum Holds {
                 throw QuadError.conflict("spot \(spot) is already held by another driver")
             }
             let reservation = try load(db, id: req.id, user: user, now: now, clock: clock)
-            try Outbox.append(db, type: "reservations.held", body: event(reservation, user: user))
-            return ["reservation": reservation, "hold_seconds": .int(settings.holdSeconds)]
+            try publish(db, C.held, reservation, user: user)
+            return C.Hold.Reply(reservation: reservation, holdSeconds: settings.holdSeconds)
         }
 
         h.mutation(C.checkin) { req, body in
@@ -78,7 +73,7 @@ enum Holds {
                 """, .int(now), .text(id))
             guard changed == 1 else { throw refusal(row, doing: "check in", clock: clock) }
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
-            try Outbox.append(db, type: "reservations.checkedin", body: event(reservation, user: user))
+            try publish(db, C.checkedin, reservation, user: user)
             return C.StepReply(reservation: reservation)
         }
 
@@ -93,7 +88,7 @@ enum Holds {
             }
             try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
-            try Outbox.append(db, type: "reservations.checkedout", body: event(reservation, user: user))
+            try publish(db, C.checkedout, reservation, user: user)
             return C.StepReply(reservation: reservation)
         }
 
@@ -109,7 +104,7 @@ enum Holds {
             }
             try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
-            try Outbox.append(db, type: "reservations.cancelled", body: event(reservation, user: user))
+            try publish(db, C.cancelled, reservation, user: user)
             return C.StepReply(reservation: reservation)
         }
 
@@ -190,31 +185,28 @@ enum Holds {
         FROM reservations r JOIN spots s ON s.id = r.spot JOIN levels l ON l.id = s.level
         """
 
-    static func load(_ db: Database, id: String, user: String, now: Int64, clock: CampusTime) throws -> JSON {
+    static func load(_ db: Database, id: String, user: String, now: Int64, clock: CampusTime) throws -> C.Reservation {
         guard let row = try db.queryOne("\(selectSQL) WHERE r.id = $1", .text(id)) else { throw QuadError.internal("reservation \(id) vanished") }
         return json(row, now: now, clock: clock)
     }
 
-    static func json(_ r: Row, now: Int64, clock: CampusTime) -> JSON {
-        let status = r.string("status")
-        let deadline = r.int("deadline_ms")
-        let checkedIn = r["checked_in_ms"].int
-        let ended = r["ended_ms"].int
-        var stay: JSON = .null
-        if status == "checked_out", let checkedIn, let ended { stay = .int((ended - checkedIn) / 1000) }
-        return [
-            "id": .string(r.string("id")), "spot": .string(r.string("spot")), "lot": .string(r.string("lot")),
-            "level": .string(r.string("level_name")), "signal": .string(r.string("signal")), "kind": .string(r.string("kind")),
-            "status": .string(status), "held_at": .int(r.int("held_ms")), "deadline": .int(deadline),
-            "deadline_local": .string(clock.iso(deadline)),
-            "seconds_left": .int(status == "held" ? max(0, (deadline - now + 999) / 1000) : 0),
-            "checked_in_at": checkedIn.map { .int($0) } ?? .null, "ended_at": ended.map { .int($0) } ?? .null,
-            "stay_seconds": stay,
-        ]
+    static func json(_ r: Row, now: Int64, clock: CampusTime) -> C.Reservation {
+        var out = C.Reservation()
+        (out.id, out.spot, out.lot) = (r.string("id"), r.string("spot"), r.string("lot"))
+        (out.level, out.signal, out.kind) = (r.string("level_name"), r.string("signal"), r.string("kind"))
+        out.status = r.string("status")
+        (out.heldAt, out.deadline) = (r.int("held_ms"), r.int("deadline_ms"))
+        out.deadlineLocal = clock.iso(out.deadline)
+        out.secondsLeft = out.status == "held" ? max(0, (out.deadline - now + 999) / 1000) : 0
+        (out.checkedInAt, out.endedAt) = (r["checked_in_ms"].int, r["ended_ms"].int)
+        if out.status == "checked_out", let checkedIn = out.checkedInAt, let ended = out.endedAt { out.staySeconds = (ended - checkedIn) / 1000 }
+        return out
     }
 
-    static func event(_ reservation: JSON, user: String) -> JSON {
-        ["user": .string(user), "reservation": reservation]
+    /// Appends the event of a reservation's step to the outbox, in the
+    /// transaction of the step.
+    static func publish(_ db: Database, _ event: TypedEvent<C.ReservationEvent>, _ reservation: C.Reservation, user: String) throws {
+        try Outbox.append(db, type: event.type, body: C.ReservationEvent(user: user, reservation: reservation).json)
     }
 
     /// Expires every hold whose deadline passed: once each, whichever worker
@@ -231,7 +223,7 @@ enum Holds {
             for r in expired {
                 try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(r.string("spot")), .text(r.string("id")))
                 let user = r.string("user_id")
-                try Outbox.append(db, type: "reservations.expired", body: event(try load(db, id: r.string("id"), user: user, now: now, clock: clock), user: user))
+                try publish(db, C.expired, try load(db, id: r.string("id"), user: user, now: now, clock: clock), user: user)
             }
             return expired.count
         }
@@ -261,11 +253,8 @@ enum Car {
         }
     }
 
-    static func car(_ r: Row) -> JSON {
-        [
-            "lat": .double(r.double("lat")), "lon": .double(r.double("lon")),
-            "level": r.optionalString("level").map { .string($0) } ?? .null,
-            "note": .string(r.string("note")), "saved_at": .int(r.int("saved_ms")),
-        ]
+    static func car(_ r: Row) -> Contract.Reservations.Car {
+        Contract.Reservations.Car(lat: r.double("lat"), lon: r.double("lon"), level: r.optionalString("level"),
+                                  note: r.string("note"), savedAt: r.int("saved_ms"))
     }
 }

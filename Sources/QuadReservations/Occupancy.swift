@@ -1,3 +1,4 @@
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -58,14 +59,12 @@ enum Snapshots {
             .int(total["regular"] ?? 0), .int(total["accessible"] ?? 0), .int(total["ev"] ?? 0)) == 1
     }
 
-    static func json(_ r: Row, levelName: String, clock: CampusTime) -> JSON {
+    static func snapshot(_ r: Row, levelName: String, clock: CampusTime) -> Contract.Occupancy.Snapshot {
         let at = r.int("at_ms")
-        return [
-            "lot": .string(r.string("lot")), "level": .string(levelName), "level_id": .string(r.string("level")),
-            "at": .int(at), "local": .string(clock.iso(at)),
-            "free": ["regular": .int(r.int("free_regular")), "accessible": .int(r.int("free_accessible")), "ev": .int(r.int("free_ev"))],
-            "total": ["regular": .int(r.int("total_regular")), "accessible": .int(r.int("total_accessible")), "ev": .int(r.int("total_ev"))],
-        ]
+        return Contract.Occupancy.Snapshot(
+            lot: r.string("lot"), level: levelName, levelID: r.string("level"), at: at, local: clock.iso(at),
+            free: .init(regular: r.int("free_regular"), accessible: r.int("free_accessible"), ev: r.int("free_ev")),
+            total: .init(regular: r.int("total_regular"), accessible: r.int("total_accessible"), ev: r.int("total_ev")))
     }
 }
 
@@ -203,53 +202,47 @@ final class Simulator {
         for level in levels.values.sorted(by: { ($0.lot, $0.floor) < ($1.lot, $1.floor) }) {
             let f = free[level.id] ?? [:], t = total[level.id] ?? [:]
             guard try Snapshots.record(db, level: level.id, lot: level.lot, at: at, free: f, total: t, clock: clock) else { continue }
-            try Outbox.append(db, type: "occupancy.snapshot", body: [
-                "lot": .string(level.lot), "level": .string(level.name), "level_id": .string(level.id),
-                "at": .int(at), "local": .string(clock.iso(at)),
-                "free": ["regular": .int(f["regular"] ?? 0), "accessible": .int(f["accessible"] ?? 0), "ev": .int(f["ev"] ?? 0)],
-                "total": ["regular": .int(t["regular"] ?? 0), "accessible": .int(t["accessible"] ?? 0), "ev": .int(t["ev"] ?? 0)],
-            ])
+            func counts(_ c: [String: Int64]) -> Contract.Reservations.Counts { .init(regular: c["regular"] ?? 0, accessible: c["accessible"] ?? 0, ev: c["ev"] ?? 0) }
+            let body = Contract.Occupancy.Snapshot(lot: level.lot, level: level.name, levelID: level.id, at: at, local: clock.iso(at), free: counts(f), total: counts(t))
+            try Outbox.append(db, type: Contract.Occupancy.snapshot.type, body: body.json)
         }
     }
 }
 
 /// The occupancy history and the forecast built from it.
 enum Forecast {
+    typealias C = Contract.Reservations
+
     /// Longest span one `reservations.occupancy` answers (`max_range_days`).
     static let maxRangeDays: Int64 = 7
 
     static func register(_ h: Handlers, db: Database, settings: Settings) {
         let clock = settings.clock
-        h.query("reservations.occupancy") { req in
-            let body = try Body(req.body, type: "reservations.occupancy", allowed: ["lot", "from", "to", "level"])
-            let lot = try Places.requireLot(db, try body.requiredString("lot"))
+        h.query(C.occupancy) { _, body in
+            let lot = try Places.requireLot(db, body.lot)
             let now = try Reservations.campusNow(db, settings: settings)
-            let to = try body.time("to", clock: clock, now: now) ?? now
-            let from = try body.time("from", clock: clock, now: now) ?? to - 86_400_000
+            let to = try Moment.read(body.to, field: "to", clock: clock, now: now) ?? now
+            let from = try Moment.read(body.from, field: "from", clock: clock, now: now) ?? to - 86_400_000
+            // Rules across two fields, which the contract's schema cannot say.
             guard from < to else { throw QuadError.badRequest("body.from must be before body.to") }
             guard to - from <= maxRangeDays * 86_400_000 else {
                 throw QuadError.badRequest("body.to must be within \(maxRangeDays) days of body.from (max_range_days)")
             }
-            let level = try body.oneOf("level", ["P1", "P2", "P3"])
             var names: [String: String] = [:]
             for r in try db.query("SELECT id, name FROM levels WHERE lot = $1", .text(lot)) { names[r.string("id")] = r.string("name") }
             var sql = "SELECT * FROM snapshots WHERE lot = $1 AND at_ms >= $2 AND at_ms <= $3"
             var params: [SQLValue] = [.text(lot), .int(from), .int(to)]
-            if let level { params.append(.text(Campus.levelID(lot, level))); sql += " AND level = $4" }
+            if let level = body.level { params.append(.text(Campus.levelID(lot, level))); sql += " AND level = $4" }
             let rows = try db.query(sql + " ORDER BY at_ms, level", params)
-            return [
-                "lot": .string(lot), "from": .int(from), "to": .int(to),
-                "snapshots": .array(rows.map { Snapshots.json($0, levelName: names[$0.string("level")] ?? "", clock: clock) }),
-            ]
+            return C.Occupancy.Reply(lot: lot, from: from, to: to,
+                                     snapshots: rows.map { Snapshots.snapshot($0, levelName: names[$0.string("level")] ?? "", clock: clock) })
         }
 
-        h.query("reservations.forecast") { req in
-            let body = try Body(req.body, type: "reservations.forecast", allowed: ["lot", "arrival", "kind"])
-            let lot = try Places.requireLot(db, try body.requiredString("lot"))
+        h.query(C.forecast) { _, body in
+            let lot = try Places.requireLot(db, body.lot)
             let now = try Reservations.campusNow(db, settings: settings)
-            let arrival = try body.time("arrival", clock: clock, now: now) ?? now
-            let kind = try body.oneOf("kind", Campus.kinds) ?? "regular"
-            return try forecast(db, lot: lot, arrival: arrival, kind: kind, clock: clock)
+            let arrival = try Moment.read(body.arrival, field: "arrival", clock: clock, now: now) ?? now
+            return try forecast(db, lot: lot, arrival: arrival, kind: body.kind ?? "regular", clock: clock)
         }
     }
 
@@ -257,7 +250,7 @@ enum Forecast {
     /// taken on the same weekday in the same hour, to one decimal, with the
     /// number of snapshots behind it. The recommended level is the one with
     /// the most free spots of `kind` expected (the upper one on a tie).
-    static func forecast(_ db: Database, lot: String, arrival: Int64, kind: String, clock: CampusTime) throws -> JSON {
+    static func forecast(_ db: Database, lot: String, arrival: Int64, kind: String, clock: CampusTime) throws -> C.Forecast.Reply {
         let weekday = clock.weekday(arrival), hour = clock.hour(arrival)
         var sums: [String: Row] = [:]
         for r in try db.query("""
@@ -268,31 +261,27 @@ enum Forecast {
         var samples: Int64 = 0
         var best: (name: String, free: Double)?
         var anyData = false
-        let levels = try db.query("SELECT id, name, floor, signal FROM levels WHERE lot = $1 ORDER BY floor", .text(lot)).map { r -> JSON in
+        let levels = try db.query("SELECT id, name, floor, signal FROM levels WHERE lot = $1 ORDER BY floor", .text(lot)).map { r in
             let id = r.string("id"), name = r.string("name")
             let n = sums[id]?.int("n") ?? 0
             samples += n
-            var expected: JSON = .null
+            var expected: C.Expected?
             if n > 0, let sum = sums[id] {
                 anyData = true
-                var e: [String: JSON] = [:]
-                for k in Campus.kinds { e[k] = .double(mean(sum.int(k), n)) }
-                expected = .object(e)
+                expected = C.Expected(regular: mean(sum.int("regular"), n), accessible: mean(sum.int("accessible"), n), ev: mean(sum.int("ev"), n))
                 let free = mean(sum.int(kind), n)
                 if free >= 1, free > (best?.free ?? 0) { best = (name, free) }
             }
-            return [
-                "id": .string(id), "name": .string(name), "floor": .int(r.int("floor")), "signal": .string(r.string("signal")),
-                "samples": .int(n), "expected_free": expected, "total": Places.json(totals[id], free: false),
-            ]
+            return C.Forecast.Level(id: id, name: name, floor: r.int("floor"), signal: r.string("signal"),
+                                    samples: n, expectedFree: expected, total: Places.counts(totals[id], free: false))
         }
-        return [
-            "lot": .string(lot), "arrival": .int(arrival), "arrival_local": .string(clock.iso(arrival)),
-            "weekday": .string(CampusTime.weekdays[Int(weekday)]), "hour": .int(hour), "kind": .string(kind),
-            "samples": .int(samples), "levels": .array(levels),
-            "recommended_level": best.map { .string($0.name) } ?? .null,
-            "expected_full": .bool(anyData && best == nil),
-        ]
+        var reply = C.Forecast.Reply()
+        (reply.lot, reply.arrival, reply.arrivalLocal) = (lot, arrival, clock.iso(arrival))
+        (reply.weekday, reply.hour, reply.kind) = (CampusTime.weekdays[Int(weekday)], hour, kind)
+        (reply.samples, reply.levels) = (samples, levels)
+        reply.recommendedLevel = best?.name
+        reply.expectedFull = anyData && best == nil
+        return reply
     }
 
     /// A mean to one decimal.

@@ -6,34 +6,21 @@ import QuadWire
 /// Lots, levels and spots with live free counts; finding the spot to
 /// recommend; nearby lots for when campus is full.
 enum Places {
+    typealias C = Contract.Reservations
+
     static func register(_ h: Handlers, db: Database, settings: Settings) {
-        h.query("reservations.lots") { req in
-            let body = try Body(req.body, type: "reservations.lots", allowed: ["kind"])
-            let kind = try body.oneOf("kind", ["campus", "nearby"])
-            return try lots(db, kind: kind)
-        }
-        h.query(Contract.Reservations.levels) { _, body in
+        h.query(C.lots) { _, body in try lots(db, kind: body.kind) }
+        h.query(C.levels) { _, body in
             let lot = try requireLot(db, body.lot)
             let now = try Reservations.campusNow(db, settings: settings)
-            return Contract.Reservations.Levels.Reply(lot: lot, levels: try levels(db, lot: lot), at: now, local: settings.clock.iso(now))
+            return C.Levels.Reply(lot: lot, levels: try levels(db, lot: lot), at: now, local: settings.clock.iso(now))
         }
-        h.query("reservations.spots.find") { req in
-            let body = try Body(req.body, type: "reservations.spots.find", allowed: ["lot", "destination", "kind", "level", "signal", "limit"])
-            let search = try SpotSearch(db, body)
-            let limit = try body.int("limit", in: 1...Contract.Reservations.maxPageSize, default: 20)
-            let found = try search.free(db, limit: limit)
-            var reply: [String: JSON] = [
-                "kind": .string(search.kind), "count": .int(try search.count(db)), "spots": .array(found), "recommended": found.first ?? .null,
-            ]
-            if let lot = search.lot { reply["lot"] = .string(lot) }
-            if let destination = search.destination { reply["destination"] = .string(destination) }
-            return .object(reply)
+        h.query(C.spotsFind) { _, body in
+            let search = try SpotSearch(db, lot: body.lot, destination: body.destination, kind: body.kind, level: body.level, signal: body.signal)
+            return C.SpotsFind.Reply(lot: search.lot, destination: search.destination, kind: search.kind,
+                                     count: try search.count(db), spots: try search.free(db, limit: body.limit))
         }
-        h.query("reservations.nearby") { req in
-            let body = try Body(req.body, type: "reservations.nearby", allowed: ["kind"])
-            let kind = try body.oneOf("kind", Campus.kinds) ?? "regular"
-            return try nearby(db, kind: kind)
-        }
+        h.query(C.nearby) { _, body in try nearby(db, kind: body.kind ?? "regular") }
     }
 
     typealias Counts = [String: (total: Int64, free: Int64)]
@@ -50,8 +37,9 @@ enum Places {
         return out
     }
 
-    static func json(_ c: Counts?, free: Bool) -> JSON {
-        .object(Dictionary(uniqueKeysWithValues: Campus.kinds.map { k in (k, JSON.int(free ? c?[k]?.free ?? 0 : c?[k]?.total ?? 0)) }))
+    static func counts(_ c: Counts?, free: Bool) -> C.Counts {
+        func n(_ kind: String) -> Int64 { free ? c?[kind]?.free ?? 0 : c?[kind]?.total ?? 0 }
+        return C.Counts(regular: n("regular"), accessible: n("accessible"), ev: n("ev"))
     }
 
     static func requireLot(_ db: Database, _ id: String, field: String = "lot") throws -> String {
@@ -62,66 +50,57 @@ enum Places {
         return id
     }
 
-    static func lots(_ db: Database, kind: String?) throws -> JSON {
+    static func lots(_ db: Database, kind: String?) throws -> C.Lots.Reply {
         let rows = try kind.map { try db.query("SELECT * FROM lots WHERE kind = $1 ORDER BY position", .text($0)) }
             ?? db.query("SELECT * FROM lots ORDER BY position")
         let counts = try counts(db, by: "lot")
-        var levelNames: [String: [JSON]] = [:]
-        for r in try db.query("SELECT lot, name FROM levels ORDER BY lot, floor") { levelNames[r.string("lot"), default: []].append(.string(r.string("name"))) }
-        var walks: [String: [JSON]] = [:]
+        var levelNames: [String: [String]] = [:]
+        for r in try db.query("SELECT lot, name FROM levels ORDER BY lot, floor") { levelNames[r.string("lot"), default: []].append(r.string("name")) }
+        var walks: [String: [C.Lots.Walk]] = [:]
         for r in try db.query("SELECT destination, lot, walk_m FROM walks ORDER BY destination, walk_m") {
-            walks[r.string("destination"), default: []].append(["lot": .string(r.string("lot")), "walk_m": .int(r.int("walk_m"))])
+            walks[r.string("destination"), default: []].append(C.Lots.Walk(lot: r.string("lot"), walkM: r.int("walk_m")))
         }
-        let destinations = try db.query("SELECT id, name FROM destinations ORDER BY id").map { r -> JSON in
-            ["id": .string(r.string("id")), "name": .string(r.string("name")), "walks": .array(walks[r.string("id")] ?? [])]
+        let destinations = try db.query("SELECT id, name FROM destinations ORDER BY id").map { r in
+            C.Lots.Destination(id: r.string("id"), name: r.string("name"), walks: walks[r.string("id")] ?? [])
         }
-        return [
-            "lots": .array(rows.map { r in
-                let id = r.string("id")
-                return [
-                    "id": .string(id), "name": .string(r.string("name")), "kind": .string(r.string("kind")),
-                    "address": .string(r.string("address")), "distance_m": .int(r.int("distance_m")),
-                    "lat": .double(r.double("lat")), "lon": .double(r.double("lon")),
-                    "levels": .array(levelNames[id] ?? []),
-                    "total": json(counts[id], free: false), "free": json(counts[id], free: true),
-                ]
-            }),
-            "destinations": .array(destinations),
-        ]
+        return C.Lots.Reply(lots: rows.map { r in
+            let id = r.string("id")
+            var lot = C.Lots.Lot()
+            (lot.id, lot.name, lot.kind, lot.address) = (id, r.string("name"), r.string("kind"), r.string("address"))
+            (lot.distanceM, lot.lat, lot.lon) = (r.int("distance_m"), r.double("lat"), r.double("lon"))
+            lot.levels = levelNames[id] ?? []
+            (lot.total, lot.free) = (self.counts(counts[id], free: false), self.counts(counts[id], free: true))
+            return lot
+        }, destinations: destinations)
     }
 
-    static func levels(_ db: Database, lot: String) throws -> [JSON] {
+    static func levels(_ db: Database, lot: String) throws -> [C.Level] {
         let counts = try counts(db, by: "level", lot: lot)
         return try db.query("SELECT id, name, floor, signal FROM levels WHERE lot = $1 ORDER BY floor", .text(lot)).map { r in
             let id = r.string("id")
-            return [
-                "id": .string(id), "name": .string(r.string("name")), "floor": .int(r.int("floor")), "signal": .string(r.string("signal")),
-                "total": json(counts[id], free: false), "free": json(counts[id], free: true),
-            ]
+            return C.Level(id: id, name: r.string("name"), floor: r.int("floor"), signal: r.string("signal"),
+                           total: self.counts(counts[id], free: false), free: self.counts(counts[id], free: true))
         }
     }
 
-    static func nearby(_ db: Database, kind: String) throws -> JSON {
+    static func nearby(_ db: Database, kind: String) throws -> C.Nearby.Reply {
         let counts = try counts(db, by: "lot")
         var campus: Counts = [:]
         let campusLots = try db.query("SELECT id FROM lots WHERE kind = 'campus'").map { $0.string("id") }
         for id in campusLots {
             for (k, c) in counts[id] ?? [:] { campus[k] = ((campus[k]?.total ?? 0) + c.total, (campus[k]?.free ?? 0) + c.free) }
         }
-        let lots = try db.query("SELECT * FROM lots WHERE kind = 'nearby' ORDER BY distance_m, id").map { r -> JSON in
+        let lots = try db.query("SELECT * FROM lots WHERE kind = 'nearby' ORDER BY distance_m, id").map { r in
             let id = r.string("id")
-            return [
-                "id": .string(id), "name": .string(r.string("name")), "address": .string(r.string("address")),
-                "distance_m": .int(r.int("distance_m")), "lat": .double(r.double("lat")), "lon": .double(r.double("lon")),
-                "total": json(counts[id], free: false), "free": json(counts[id], free: true),
-                "has_free": .bool((counts[id]?[kind]?.free ?? 0) > 0),
-            ]
+            var lot = C.Nearby.Lot()
+            (lot.id, lot.name, lot.address) = (id, r.string("name"), r.string("address"))
+            (lot.distanceM, lot.lat, lot.lon) = (r.int("distance_m"), r.double("lat"), r.double("lon"))
+            (lot.total, lot.free) = (self.counts(counts[id], free: false), self.counts(counts[id], free: true))
+            lot.hasFree = (counts[id]?[kind]?.free ?? 0) > 0
+            return lot
         }
-        return [
-            "kind": .string(kind),
-            "campus": ["free": json(campus, free: true), "total": json(campus, free: false), "full": .bool((campus[kind]?.free ?? 0) == 0)],
-            "lots": .array(lots),
-        ]
+        let whole = C.Nearby.Campus(free: self.counts(campus, free: true), total: self.counts(campus, free: false), full: (campus[kind]?.free ?? 0) == 0)
+        return C.Nearby.Reply(kind: kind, campus: whole, lots: lots)
     }
 }
 
@@ -137,15 +116,14 @@ struct SpotSearch {
     var level: String?
     var signalOnly = false
 
-    init(_ db: Database, _ body: Body) throws {
-        lot = try body.string("lot")
-        destination = try body.string("destination")
-        guard lot != nil || destination != nil else { throw QuadError.badRequest("body.lot or body.destination is required") }
-        guard lot == nil || destination == nil else { throw QuadError.badRequest("body.lot and body.destination are exclusive: give one") }
+    /// The search the filters name; 404 for a lot or destination the
+    /// campus does not have. (The contract has already refused a search
+    /// with neither or both of lot and destination.)
+    init(_ db: Database, lot: String?, destination: String?, kind: String?, level: String?, signal: Bool?) throws {
+        (self.lot, self.destination, self.level) = (lot, destination, level)
         // Accessible spots and chargers go only to drivers who ask for them.
-        kind = try body.oneOf("kind", Campus.kinds) ?? "regular"
-        level = try body.oneOf("level", ["P1", "P2", "P3"])
-        signalOnly = try body.bool("signal") ?? false
+        self.kind = kind ?? "regular"
+        signalOnly = signal ?? false
         if let lot { _ = try Places.requireLot(db, lot) }
         if let destination, try db.queryOne("SELECT id FROM destinations WHERE id = $1", .text(destination)) == nil {
             let known = try db.query("SELECT id FROM destinations ORDER BY id").map { $0.string("id") }
@@ -178,7 +156,7 @@ struct SpotSearch {
     }
 
     /// The best free spots, best first.
-    func free(_ db: Database, limit: Int64) throws -> [JSON] {
+    func free(_ db: Database, limit: Int64) throws -> [Contract.Reservations.Spot] {
         var q = sql()
         q.params.append(.int(limit))
         return try db.query("""
@@ -202,11 +180,8 @@ struct SpotSearch {
         return parts.joined(separator: " ")
     }
 
-    static func spot(_ r: Row) -> JSON {
-        [
-            "id": .string(r.string("id")), "lot": .string(r.string("lot")), "level": .string(r.string("level_name")),
-            "level_id": .string(r.string("level_id")), "signal": .string(r.string("signal")), "number": .int(r.int("number")),
-            "kind": .string(r.string("kind")), "walk_m": .int(r.int("route_m")),
-        ]
+    static func spot(_ r: Row) -> Contract.Reservations.Spot {
+        Contract.Reservations.Spot(id: r.string("id"), lot: r.string("lot"), level: r.string("level_name"), levelID: r.string("level_id"),
+                                   signal: r.string("signal"), number: r.int("number"), kind: r.string("kind"), walkM: r.int("route_m"))
     }
 }

@@ -68,7 +68,7 @@ public enum Reservations: ServiceDomain {
             }
             simSpeed = speed
             if let text = options["sim-start"] {
-                guard let start = Body.parseTime(text, clock: clock, now: Int64(Clock.nowMillis())) else {
+                guard let start = Moment.parse(text, clock: clock, now: Int64(Clock.nowMillis())) else {
                     throw .badRequest("--sim-start must be an ISO 8601 time (2025-03-03T07:30:00-05:00) or HH:MM, got '\(text)'")
                 }
                 simStart = start

@@ -1,4 +1,5 @@
 import Foundation
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -117,6 +118,55 @@ struct HandlerTests {
         #expect(events == ["reservations.held", "reservations.checkedin", "reservations.checkedout"])
     }
 
+    /// Each reply and event is the contract's Swift type of it: decoded
+    /// into that type and encoded again, it is the same bytes the handler
+    /// sent (no field the type drops, none it adds, nulls where they were).
+    @Test(arguments: Desk.stores) func everyReplyAndEventIsItsDeclaredType(store: String) throws {
+        typealias C = Contract.Reservations
+        let desk = try Desk(store)
+        func same<Q, R>(_ op: TypedOperation<Q, R>, _ body: JSON = [:]) throws {
+            let reply = try desk.ok(op.type, body)
+            #expect(try R(json: reply).json.encoded() == reply.encoded(), "\(op.type)")
+        }
+        try same(C.lots)
+        try same(C.lots, ["kind": "nearby"])
+        try same(C.nearby, ["kind": "ev"])
+        try same(C.spotsFind, ["destination": "W", "kind": "ev", "limit": 3])
+        try same(C.spotsFind, ["lot": "central", "level": "P1", "kind": "accessible", "signal": true])
+        // Nothing free: recommended is null, not left out.
+        try desk.db.execute("UPDATE spots SET sim_car = 1 WHERE lot = 'north' AND kind = 'ev'")
+        let none = try desk.ok(C.spotsFind.type, ["lot": "north", "kind": "ev"])
+        #expect(none["recommended"] == .null && none.object?.keys.contains("recommended") == true && none["destination"] == nil)
+        try same(C.spotsFind, ["lot": "north", "kind": "ev"])
+        try same(C.hold, ["lot": "central", "kind": "regular"])
+        try same(C.checkin)
+        try same(C.checkout)
+        try same(C.hold, ["spot": "central-P2-020"])
+        try same(C.cancel)
+        try same(C.mine)
+        try same(C.levels, ["lot": "north"])
+        try same(C.carSave, ["lat": 4.6, "lon": -74.06, "level": "P2", "note": "by the stairs"])
+        try same(C.carSave, ["lat": 4.6, "lon": -74.06])
+        #expect(try desk.ok(C.carGet.type)["car"]?["level"] == .null, "a car saved without a level says null")
+        try same(C.carGet)
+        let clock = desk.settings.clock
+        let monday = try #require(Moment.parse("2025-03-03T08:30:00-05:00", clock: clock, now: 0))
+        for at in stride(from: monday - 7 * 86_400_000, through: monday, by: 900_000) {
+            try Snapshots.record(desk.db, level: "central-P1", lot: "central", at: at, free: ["regular": 3, "accessible": 1, "ev": 2],
+                                 total: ["regular": 36, "accessible": 4, "ev": 6], clock: clock)
+        }
+        try same(C.forecast, ["lot": "central", "arrival": "2025-03-03T08:30:00-05:00"])
+        try same(C.forecast, ["lot": "central", "arrival": "03:00", "kind": "ev"])
+        try same(C.occupancy, ["lot": "central", "from": .int(monday - 86_400_000), "to": .int(monday)])
+        try same(C.occupancy, ["lot": "central", "level": "P1", "from": "2025-03-03 07:00", "to": "2025-03-03T08:30:00-05:00"])
+        let events = try Outbox.since(desk.db, after: 0, limit: 100)
+        #expect(events.map(\.type) == ["reservations.held", "reservations.checkedin", "reservations.checkedout", "reservations.held", "reservations.cancelled"])
+        for event in events {
+            #expect(try C.ReservationEvent(json: event.body).json.encoded() == event.body.encoded(), "\(event.type)")
+            #expect(Contract.event(event.type) != nil)
+        }
+    }
+
     @Test(arguments: Desk.stores) func oneActiveHoldPerUserAndOneHolderPerSpot(store: String) throws {
         let desk = try Desk(store)
         let first = try desk.ok("reservations.hold", ["spot": "central-P2-020"])
@@ -206,6 +256,9 @@ struct HandlerTests {
         #expect(Set(events.compactMap { $0.body["level_id"]?.string }).count == 9)
         let at = try #require(events.first?.body["at"]?.int)
         #expect(at % 900_000 == 0)
+        for event in events {
+            #expect(try Contract.Occupancy.Snapshot(json: event.body).json.encoded() == event.body.encoded())
+        }
         // Cars only ever stand on free spots: a held spot is never taken by the simulator.
         let spot = try #require(try desk.ok("reservations.hold", ["lot": "north", "level": "P1"])["reservation"]?["spot"]?.string)
         for _ in 0..<4 {
@@ -284,11 +337,11 @@ struct HandlerTests {
 
     @Test func campusTimeReadsAndWritesBogotaTime() throws {
         let clock = CampusTime(offsetMinutes: -300)
-        let monday = try #require(Body.parseTime("2025-03-03T08:30:00-05:00", clock: clock, now: 0))
+        let monday = try #require(Moment.parse("2025-03-03T08:30:00-05:00", clock: clock, now: 0))
         #expect(monday == 1_741_008_600_000)
-        #expect(Body.parseTime("2025-03-03T13:30:00Z", clock: clock, now: 0) == monday)
-        #expect(Body.parseTime("2025-03-03 08:30", clock: clock, now: 0) == monday, "no offset: campus time")
-        #expect(Body.parseTime("08:30", clock: clock, now: monday + 3_600_000) == monday, "HH:MM: today on campus")
+        #expect(Moment.parse("2025-03-03T13:30:00Z", clock: clock, now: 0) == monday)
+        #expect(Moment.parse("2025-03-03 08:30", clock: clock, now: 0) == monday, "no offset: campus time")
+        #expect(Moment.parse("08:30", clock: clock, now: monday + 3_600_000) == monday, "HH:MM: today on campus")
         #expect(clock.weekday(monday) == 1 && clock.hour(monday) == 8)
         #expect(clock.iso(monday) == "2025-03-03T08:30:00-05:00")
         // Just before local midnight on Sunday is still Sunday, 23 h.

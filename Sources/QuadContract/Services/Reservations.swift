@@ -22,17 +22,17 @@ extension Contract.Reservations {
     /// reservations.checkin, checkout and cancel: the reservation after the
     /// step, as ``reservationSchema`` has it.
     public struct StepReply: Body {
-        public var reservation: JSON = .null
+        public var reservation = Reservation()
         public init() {}
-        public init(reservation: JSON) { self.reservation = reservation }
+        public init(reservation: Reservation) { self.reservation = reservation }
         public static let fields: [Field<Self>] = [.field(\.reservation, "reservation", .ref("reservation.schema.json"))]
     }
 
     /// reservations.car.get and car.save: the car (`parking.schema.json#/$defs/car`).
     public struct CarReply: Body {
-        public var car: JSON = .null
+        public var car = Car()
         public init() {}
-        public init(car: JSON) { self.car = car }
+        public init(car: Car) { self.car = car }
         public static let fields: [Field<Self>] = [.field(\.car, "car", .ref("parking.schema.json#/$defs/car"))]
     }
 
@@ -60,11 +60,11 @@ extension Contract.Reservations {
         }
         public struct Reply: Body {
             public var lot = ""
-            public var levels: [JSON] = []
+            public var levels: [Level] = []
             public var at: Int64 = 0
             public var local = ""
             public init() {}
-            public init(lot: String, levels: [JSON], at: Int64, local: String) { (self.lot, self.levels, self.at, self.local) = (lot, levels, at, local) }
+            public init(lot: String, levels: [Level], at: Int64, local: String) { (self.lot, self.levels, self.at, self.local) = (lot, levels, at, local) }
             public static let fields: [Field<Self>] = [
                 .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
                 .field(\.levels, "levels", .array(of: .ref("parking.schema.json#/$defs/level"))),
@@ -96,11 +96,11 @@ extension Contract.Reservations {
             ]
         }
         public struct Reply: Body {
-            public var active: JSON?
-            public var history: [JSON] = []
+            public var active: Reservation?
+            public var history: [Reservation] = []
             public var stays = Stays()
             public init() {}
-            public init(active: JSON?, history: [JSON], stays: Stays) { (self.active, self.history, self.stays) = (active, history, stays) }
+            public init(active: Reservation?, history: [Reservation], stays: Stays) { (self.active, self.history, self.stays) = (active, history, stays) }
             public static let fields: [Field<Self>] = [
                 .field(\.active, "active", .oneOf([.ref("reservation.schema.json"), .null])),
                 .field(\.history, "history", .array(of: .ref("reservation.schema.json"), max: 100)),
@@ -144,65 +144,477 @@ extension Contract.Reservations {
         reply: StepReply.shape
             .described("The reservation after the step."))
 
-    public static let forecast = Operation(
-        "reservations.forecast", .query, auth: .none,
-        request: .object([
-            "lot": .ref("parking.schema.json#/$defs/lotID"),
-            "arrival": .ref("parking.schema.json#/$defs/moment")
-                .described("Default: now on the simulated campus.").optional,
-            "kind": .ref("parking.schema.json#/$defs/kind").optional,
-        ])
-            .described("Free spots expected per level of a lot at an arrival time: the mean of the snapshots of the same weekday and hour (campus time), with the number of samples, and the recommended level."),
-        reply: .object([
-            "lot": .ref("parking.schema.json#/$defs/lotID"),
-            "arrival": .int(min: 0)
-                .described("Epoch milliseconds."),
-            "arrival_local": .ref("parking.schema.json#/$defs/local"),
-            "weekday": .choice(["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]),
-            "hour": .int(0...23),
-            "kind": .ref("parking.schema.json#/$defs/kind"),
-            "samples": .int(min: 0),
-            "levels": .array(of: .object([
-                    "id": .string(1...64),
-                    "name": .ref("parking.schema.json#/$defs/levelName"),
-                    "floor": .int(min: 1),
-                    "signal": .ref("parking.schema.json#/$defs/signal"),
-                    "samples": .int(min: 0),
-                    "expected_free": .oneOf([
-                        .ref("parking.schema.json#/$defs/expected"),
-                        .null,
-                    ]),
-                    "total": .ref("parking.schema.json#/$defs/counts"),
+    /// A reservation (``reservationSchema``): a hold on a spot and what
+    /// became of it.
+    public struct Reservation: Body {
+        public var id = ""
+        public var spot = ""
+        public var lot = ""
+        public var level = ""
+        public var signal = ""
+        public var kind = ""
+        public var status = ""
+        public var heldAt: Int64 = 0
+        public var deadline: Int64 = 0
+        public var deadlineLocal = ""
+        public var secondsLeft: Int64 = 0
+        public var checkedInAt: Int64?
+        public var endedAt: Int64?
+        public var staySeconds: Int64?
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.id, "id", .string(1...64)
+                .described("The id of the reservations.hold envelope that made it.")),
+            .field(\.spot, "spot", .string(1...64)),
+            .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
+            .field(\.level, "level", .ref("parking.schema.json#/$defs/levelName")),
+            .field(\.signal, "signal", .ref("parking.schema.json#/$defs/signal")),
+            .field(\.kind, "kind", .ref("parking.schema.json#/$defs/kind")),
+            .field(\.status, "status", .choice(["held", "checked_in", "checked_out", "expired", "cancelled"])),
+            .field(\.heldAt, "held_at", .int(min: 0)
+                .described("Epoch milliseconds.")),
+            .field(\.deadline, "deadline", .int(min: 0)
+                .described("Epoch milliseconds.")),
+            .field(\.deadlineLocal, "deadline_local", .ref("parking.schema.json#/$defs/local")),
+            .field(\.secondsLeft, "seconds_left", .int(min: 0)
+                .described("Of the hold, when the reply was made; 0 unless held.")),
+            .field(\.checkedInAt, "checked_in_at", .int(min: 0).nullable),
+            .field(\.endedAt, "ended_at", .int(min: 0).nullable
+                .described("Checked out, expired or cancelled at.")),
+            .field(\.staySeconds, "stay_seconds", .int(min: 0).nullable
+                .described("From check-in to check-out, once checked out.")),
+        ]
+    }
+
+    /// A level of a lot with its free spots, live (`parking.schema.json#/$defs/level`).
+    public struct Level: Body {
+        public var id = ""
+        public var name = ""
+        public var floor: Int64 = 0
+        public var signal = ""
+        public var total = Counts()
+        public var free = Counts()
+        public init() {}
+        public init(id: String, name: String, floor: Int64, signal: String, total: Counts, free: Counts) {
+            (self.id, self.name, self.floor, self.signal, self.total, self.free) = (id, name, floor, signal, total, free)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.id, "id", .string(1...64)),
+            .field(\.name, "name", .ref("#/$defs/levelName")),
+            .field(\.floor, "floor", .int(min: 1)),
+            .field(\.signal, "signal", .ref("#/$defs/signal")),
+            .field(\.total, "total", .ref("#/$defs/counts")),
+            .field(\.free, "free", .ref("#/$defs/counts")),
+        ]
+    }
+
+    /// Where the driver left the car (`parking.schema.json#/$defs/car`).
+    public struct Car: Body {
+        public var lat: Double = 0
+        public var lon: Double = 0
+        public var level: String?
+        public var note = ""
+        public var savedAt: Int64 = 0
+        public init() {}
+        public init(lat: Double, lon: Double, level: String?, note: String, savedAt: Int64) {
+            (self.lat, self.lon, self.level, self.note, self.savedAt) = (lat, lon, level, note, savedAt)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.lat, "lat", .number(min: -90, max: 90)),
+            .field(\.lon, "lon", .number(min: -180, max: 180)),
+            .field(\.level, "level", .string(max: 16).nullable),
+            .field(\.note, "note", .string(max: 200)),
+            .field(\.savedAt, "saved_at", .int(min: 0)
+                .described("Epoch milliseconds.")),
+        ]
+    }
+
+    /// Spots per kind (`parking.schema.json#/$defs/counts`).
+    public struct Counts: Body {
+        public var regular: Int64 = 0
+        public var accessible: Int64 = 0
+        public var ev: Int64 = 0
+        public init() {}
+        public init(regular: Int64, accessible: Int64, ev: Int64) { (self.regular, self.accessible, self.ev) = (regular, accessible, ev) }
+        public static let fields: [Field<Self>] = [
+            .field(\.regular, "regular", .int(min: 0)),
+            .field(\.accessible, "accessible", .int(min: 0)),
+            .field(\.ev, "ev", .int(min: 0)),
+        ]
+    }
+
+    /// Mean free spots per kind, to one decimal (`parking.schema.json#/$defs/expected`).
+    public struct Expected: Body {
+        public var regular: Double = 0
+        public var accessible: Double = 0
+        public var ev: Double = 0
+        public init() {}
+        public init(regular: Double, accessible: Double, ev: Double) { (self.regular, self.accessible, self.ev) = (regular, accessible, ev) }
+        public static let fields: [Field<Self>] = [
+            .field(\.regular, "regular", .number(min: 0)),
+            .field(\.accessible, "accessible", .number(min: 0)),
+            .field(\.ev, "ev", .number(min: 0)),
+        ]
+    }
+
+    /// A free spot with its walk (`parking.schema.json#/$defs/spot`).
+    public struct Spot: Body {
+        public var id = ""
+        public var lot = ""
+        public var level = ""
+        public var levelID = ""
+        public var signal = ""
+        public var number: Int64 = 0
+        public var kind = ""
+        public var walkM: Int64 = 0
+        public init() {}
+        public init(id: String, lot: String, level: String, levelID: String, signal: String, number: Int64, kind: String, walkM: Int64) {
+            (self.id, self.lot, self.level, self.levelID, self.signal, self.number, self.kind, self.walkM) = (id, lot, level, levelID, signal, number, kind, walkM)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.id, "id", .string(1...64)
+                .described("As on the sign: <lot>-<level>-<number>.")),
+            .field(\.lot, "lot", .ref("#/$defs/lotID")),
+            .field(\.level, "level", .ref("#/$defs/levelName")),
+            .field(\.levelID, "level_id", .string(1...64)),
+            .field(\.signal, "signal", .ref("#/$defs/signal")),
+            .field(\.number, "number", .int(min: 1)),
+            .field(\.kind, "kind", .ref("#/$defs/kind")),
+            .field(\.walkM, "walk_m", .int(min: 0)),
+        ]
+    }
+
+    /// reservations.hold: a named spot, or filters to choose the best free one.
+    public enum Hold {
+        public struct Request: Body {
+            public var spot: String?
+            public var lot: String?
+            public var destination: String?
+            public var kind: String?
+            public var level: String?
+            public var signal: Bool?
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.spot, "spot", .string(1...64).optional),
+                .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID").optional),
+                .field(\.destination, "destination", .string(1...64)
+                    .described("A building: ML, SD, W, LL; spots of every campus lot, by walk.").optional),
+                .field(\.kind, "kind", .ref("parking.schema.json#/$defs/kind")
+                    .described("regular unless given: accessible spots and chargers go only to drivers who ask.").optional),
+                .field(\.level, "level", .ref("parking.schema.json#/$defs/levelName").optional),
+                .field(\.signal, "signal", .bool
+                    .described("Only levels with mobile signal (not P2, P3).").optional),
+            ]
+        }
+        public struct Reply: Body {
+            public var reservation = Reservation()
+            public var holdSeconds: Int64 = 0
+            public init() {}
+            public init(reservation: Reservation, holdSeconds: Int64) { (self.reservation, self.holdSeconds) = (reservation, holdSeconds) }
+            public static let fields: [Field<Self>] = [
+                .field(\.reservation, "reservation", .ref("reservation.schema.json")),
+                .field(\.holdSeconds, "hold_seconds", .int(min: 1)),
+            ]
+        }
+    }
+
+    /// reservations.spots.find: the filters, and the best free spots.
+    public enum SpotsFind {
+        public struct Request: Body {
+            public var lot: String?
+            public var destination: String?
+            public var kind: String?
+            public var level: String?
+            public var signal: Bool?
+            public var limit: Int64 = 20
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID").optional),
+                .field(\.destination, "destination", .string(1...64)
+                    .described("A building: ML, SD, W, LL; spots of every campus lot, by walk.").optional),
+                .field(\.kind, "kind", .ref("parking.schema.json#/$defs/kind")
+                    .described("regular unless given: accessible spots and chargers go only to drivers who ask.").optional),
+                .field(\.level, "level", .ref("parking.schema.json#/$defs/levelName").optional),
+                .field(\.signal, "signal", .bool
+                    .described("Only levels with mobile signal (not P2, P3).").optional),
+                .field(\.limit, "limit", .int(1...maxPageSize, default: 20).limit("max_page_size").optional),
+            ]
+        }
+        public struct Reply: Body {
+            public var lot: String?
+            public var destination: String?
+            public var kind = ""
+            public var count: Int64 = 0
+            public var spots: [Spot] = []
+            public var recommended: Spot?
+            public init() {}
+            public init(lot: String?, destination: String?, kind: String, count: Int64, spots: [Spot]) {
+                (self.lot, self.destination, self.kind, self.count, self.spots, self.recommended) = (lot, destination, kind, count, spots, spots.first)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID").optional),
+                .field(\.destination, "destination", .string(1...64).optional),
+                .field(\.kind, "kind", .ref("parking.schema.json#/$defs/kind")),
+                .field(\.count, "count", .int(min: 0)),
+                .field(\.spots, "spots", .array(of: .ref("parking.schema.json#/$defs/spot"))),
+                .field(\.recommended, "recommended", .oneOf([
+                    .ref("parking.schema.json#/$defs/spot"),
+                    .null,
                 ])),
-            "recommended_level": .oneOf([
-                .ref("parking.schema.json#/$defs/levelName"),
-                .null,
-            ]),
-            "expected_full": .bool,
-        ])
+            ]
+        }
+    }
+
+    /// reservations.lots: every lot with its free spots, and the destinations.
+    public enum Lots {
+        public struct Request: Body {
+            public var kind: String?
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.kind, "kind", .choice(["campus", "nearby"])
+                    .described("Only campus or only nearby lots.").optional),
+            ]
+        }
+        public struct Lot: Body {
+            public var id = ""
+            public var name = ""
+            public var kind = ""
+            public var address = ""
+            public var distanceM: Int64 = 0
+            public var lat: Double = 0
+            public var lon: Double = 0
+            public var levels: [String] = []
+            public var total = Counts()
+            public var free = Counts()
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.id, "id", .ref("parking.schema.json#/$defs/lotID")),
+                .field(\.name, "name", .string(min: 1)),
+                .field(\.kind, "kind", .choice(["campus", "nearby"])),
+                .field(\.address, "address", .string(min: 1)),
+                .field(\.distanceM, "distance_m", .int(min: 0)
+                    .described("From campus; 0 for campus lots.")),
+                .field(\.lat, "lat", .number()),
+                .field(\.lon, "lon", .number()),
+                .field(\.levels, "levels", .array(of: .ref("parking.schema.json#/$defs/levelName"))),
+                .field(\.total, "total", .ref("parking.schema.json#/$defs/counts")),
+                .field(\.free, "free", .ref("parking.schema.json#/$defs/counts")),
+            ]
+        }
+        public struct Walk: Body {
+            public var lot = ""
+            public var walkM: Int64 = 0
+            public init() {}
+            public init(lot: String, walkM: Int64) { (self.lot, self.walkM) = (lot, walkM) }
+            public static let fields: [Field<Self>] = [
+                .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
+                .field(\.walkM, "walk_m", .int(min: 0)),
+            ]
+        }
+        public struct Destination: Body {
+            public var id = ""
+            public var name = ""
+            public var walks: [Walk] = []
+            public init() {}
+            public init(id: String, name: String, walks: [Walk]) { (self.id, self.name, self.walks) = (id, name, walks) }
+            public static let fields: [Field<Self>] = [
+                .field(\.id, "id", .string(1...64)),
+                .field(\.name, "name", .string(min: 1)),
+                .field(\.walks, "walks", .array(of: Walk.shape)),
+            ]
+        }
+        public struct Reply: Body {
+            public var lots: [Lot] = []
+            public var destinations: [Destination] = []
+            public init() {}
+            public init(lots: [Lot], destinations: [Destination]) { (self.lots, self.destinations) = (lots, destinations) }
+            public static let fields: [Field<Self>] = [
+                .field(\.lots, "lots", .array(of: Lot.shape)),
+                .field(\.destinations, "destinations", .array(of: Destination.shape)),
+            ]
+        }
+    }
+
+    /// reservations.nearby: off-campus lots, and whether campus is full.
+    public enum Nearby {
+        public struct Request: Body {
+            public var kind: String?
+            public init() {}
+            public static let fields: [Field<Self>] = [.field(\.kind, "kind", .ref("parking.schema.json#/$defs/kind").optional)]
+        }
+        public struct Campus: Body {
+            public var free = Counts()
+            public var total = Counts()
+            public var full = false
+            public init() {}
+            public init(free: Counts, total: Counts, full: Bool) { (self.free, self.total, self.full) = (free, total, full) }
+            public static let fields: [Field<Self>] = [
+                .field(\.free, "free", .ref("parking.schema.json#/$defs/counts")),
+                .field(\.total, "total", .ref("parking.schema.json#/$defs/counts")),
+                .field(\.full, "full", .bool),
+            ]
+        }
+        public struct Lot: Body {
+            public var id = ""
+            public var name = ""
+            public var address = ""
+            public var distanceM: Int64 = 0
+            public var lat: Double = 0
+            public var lon: Double = 0
+            public var total = Counts()
+            public var free = Counts()
+            public var hasFree = false
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.id, "id", .ref("parking.schema.json#/$defs/lotID")),
+                .field(\.name, "name", .string()),
+                .field(\.address, "address", .string()),
+                .field(\.distanceM, "distance_m", .int(min: 0)),
+                .field(\.lat, "lat", .number()),
+                .field(\.lon, "lon", .number()),
+                .field(\.total, "total", .ref("parking.schema.json#/$defs/counts")),
+                .field(\.free, "free", .ref("parking.schema.json#/$defs/counts")),
+                .field(\.hasFree, "has_free", .bool
+                    .described("A spot of kind is free here.")),
+            ]
+        }
+        public struct Reply: Body {
+            public var kind = ""
+            public var campus = Campus()
+            public var lots: [Lot] = []
+            public init() {}
+            public init(kind: String, campus: Campus, lots: [Lot]) { (self.kind, self.campus, self.lots) = (kind, campus, lots) }
+            public static let fields: [Field<Self>] = [
+                .field(\.kind, "kind", .ref("parking.schema.json#/$defs/kind")),
+                .field(\.campus, "campus", Campus.shape),
+                .field(\.lots, "lots", .array(of: Lot.shape)),
+            ]
+        }
+    }
+
+    /// reservations.forecast: free spots expected per level at an arrival.
+    public enum Forecast {
+        public struct Request: Body {
+            public var lot = ""
+            /// A moment (`parking.schema.json#/$defs/moment`): epoch ms or
+            /// a date-time string, read against the campus clock by the handler.
+            public var arrival: JSON?
+            public var kind: String?
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
+                .field(\.arrival, "arrival", .ref("parking.schema.json#/$defs/moment")
+                    .described("Default: now on the simulated campus.").optional),
+                .field(\.kind, "kind", .ref("parking.schema.json#/$defs/kind").optional),
+            ]
+        }
+        public struct Level: Body {
+            public var id = ""
+            public var name = ""
+            public var floor: Int64 = 0
+            public var signal = ""
+            public var samples: Int64 = 0
+            public var expectedFree: Expected?
+            public var total = Counts()
+            public init() {}
+            public init(id: String, name: String, floor: Int64, signal: String, samples: Int64, expectedFree: Expected?, total: Counts) {
+                (self.id, self.name, self.floor, self.signal, self.samples, self.expectedFree, self.total) = (id, name, floor, signal, samples, expectedFree, total)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.id, "id", .string(1...64)),
+                .field(\.name, "name", .ref("parking.schema.json#/$defs/levelName")),
+                .field(\.floor, "floor", .int(min: 1)),
+                .field(\.signal, "signal", .ref("parking.schema.json#/$defs/signal")),
+                .field(\.samples, "samples", .int(min: 0)),
+                .field(\.expectedFree, "expected_free", .oneOf([
+                    .ref("parking.schema.json#/$defs/expected"),
+                    .null,
+                ])),
+                .field(\.total, "total", .ref("parking.schema.json#/$defs/counts")),
+            ]
+        }
+        public struct Reply: Body {
+            public var lot = ""
+            public var arrival: Int64 = 0
+            public var arrivalLocal = ""
+            public var weekday = ""
+            public var hour: Int64 = 0
+            public var kind = ""
+            public var samples: Int64 = 0
+            public var levels: [Level] = []
+            public var recommendedLevel: String?
+            public var expectedFull = false
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
+                .field(\.arrival, "arrival", .int(min: 0)
+                    .described("Epoch milliseconds.")),
+                .field(\.arrivalLocal, "arrival_local", .ref("parking.schema.json#/$defs/local")),
+                .field(\.weekday, "weekday", .choice(["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"])),
+                .field(\.hour, "hour", .int(0...23)),
+                .field(\.kind, "kind", .ref("parking.schema.json#/$defs/kind")),
+                .field(\.samples, "samples", .int(min: 0)),
+                .field(\.levels, "levels", .array(of: Level.shape)),
+                .field(\.recommendedLevel, "recommended_level", .oneOf([
+                    .ref("parking.schema.json#/$defs/levelName"),
+                    .null,
+                ])),
+                .field(\.expectedFull, "expected_full", .bool),
+            ]
+        }
+    }
+
+    /// reservations.occupancy: the snapshots of a lot between two moments.
+    public enum Occupancy {
+        public struct Request: Body {
+            public var lot = ""
+            public var level: String?
+            /// Moments, as ``Forecast/Request/arrival``.
+            public var from: JSON?
+            public var to: JSON?
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
+                .field(\.level, "level", .ref("parking.schema.json#/$defs/levelName").optional),
+                .field(\.from, "from", .ref("parking.schema.json#/$defs/moment").optional),
+                .field(\.to, "to", .ref("parking.schema.json#/$defs/moment").optional),
+            ]
+        }
+        public struct Reply: Body {
+            public var lot = ""
+            public var from: Int64 = 0
+            public var to: Int64 = 0
+            public var snapshots: [Contract.Occupancy.Snapshot] = []
+            public init() {}
+            public init(lot: String, from: Int64, to: Int64, snapshots: [Contract.Occupancy.Snapshot]) {
+                (self.lot, self.from, self.to, self.snapshots) = (lot, from, to, snapshots)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
+                .field(\.from, "from", .int(min: 0)
+                    .described("Epoch milliseconds.")),
+                .field(\.to, "to", .int(min: 0)
+                    .described("Epoch milliseconds.")),
+                .field(\.snapshots, "snapshots", .array(of: .ref("parking.schema.json#/$defs/snapshot"))),
+            ]
+        }
+    }
+
+    public static let forecast = TypedOperation<Forecast.Request, Forecast.Reply>(
+        "reservations.forecast", .query, auth: .none,
+        request: Forecast.Request.shape
+            .described("Free spots expected per level of a lot at an arrival time: the mean of the snapshots of the same weekday and hour (campus time), with the number of samples, and the recommended level."),
+        reply: Forecast.Reply.shape
             .described("recommended_level has the most free spots of kind expected (at least one; the upper level on a tie), null when none; expected_full says the snapshots expect no free spot; samples 0 means no snapshot of that weekday and hour yet."))
 
-    public static let hold = Operation(
+    public static let hold = TypedOperation<Hold.Request, Hold.Reply>(
         "reservations.hold", .mutation, auth: .user,
-        request: .object([
-            "spot": .string(1...64).optional,
-            "lot": .ref("parking.schema.json#/$defs/lotID").optional,
-            "destination": .string(1...64)
-                .described("A building: ML, SD, W, LL; spots of every campus lot, by walk.").optional,
-            "kind": .ref("parking.schema.json#/$defs/kind")
-                .described("regular unless given: accessible spots and chargers go only to drivers who ask.").optional,
-            "level": .ref("parking.schema.json#/$defs/levelName").optional,
-            "signal": .bool
-                .described("Only levels with mobile signal (not P2, P3).").optional,
-        ])
+        request: Hold.Request.shape
             .described("Signed-in drivers (a mutation: idempotent by envelope id). Holds a spot for --hold-seconds (10 minutes by default): the one named, or the best free one for the filters. conflict (409) when the spot is taken or held, when no spot matches, or when the driver already has an active reservation; not_found (404) for an unknown spot, lot or destination. Publishes reservations.held.")
             .requiresOne(of: ["spot", "lot", "destination"])
             .exclusive("spot", "lot").exclusive("spot", "destination").exclusive("lot", "destination")
             .exclusive("spot", "kind").exclusive("spot", "level").exclusive("spot", "signal"),
-        reply: .object([
-            "reservation": .ref("reservation.schema.json"),
-            "hold_seconds": .int(min: 1),
-        ])
+        reply: Hold.Reply.shape
             .described("The reservation, held, with its deadline."))
 
     public static let levels = TypedOperation<Levels.Request, Levels.Reply>(
@@ -212,36 +624,11 @@ extension Contract.Reservations {
         reply: Levels.Reply.shape
             .described("Levels from P1 down, at the simulated campus time."))
 
-    public static let lots = Operation(
+    public static let lots = TypedOperation<Lots.Request, Lots.Reply>(
         "reservations.lots", .query, auth: .none,
-        request: .object([
-            "kind": .choice(["campus", "nearby"])
-                .described("Only campus or only nearby lots.").optional,
-        ])
+        request: Lots.Request.shape
             .described("The lots: campus lots and nearby off-campus lots (with distance and address), with live free spots per kind, and the destination buildings with their walks."),
-        reply: .object([
-            "lots": .array(of: .object([
-                    "id": .ref("parking.schema.json#/$defs/lotID"),
-                    "name": .string(min: 1),
-                    "kind": .choice(["campus", "nearby"]),
-                    "address": .string(min: 1),
-                    "distance_m": .int(min: 0)
-                        .described("From campus; 0 for campus lots."),
-                    "lat": .number(),
-                    "lon": .number(),
-                    "levels": .array(of: .ref("parking.schema.json#/$defs/levelName")),
-                    "total": .ref("parking.schema.json#/$defs/counts"),
-                    "free": .ref("parking.schema.json#/$defs/counts"),
-                ])),
-            "destinations": .array(of: .object([
-                    "id": .string(1...64),
-                    "name": .string(min: 1),
-                    "walks": .array(of: .object([
-                            "lot": .ref("parking.schema.json#/$defs/lotID"),
-                            "walk_m": .int(min: 0),
-                        ])),
-                ])),
-        ])
+        reply: Lots.Reply.shape
             .described("Lots in display order and the destinations."))
 
     public static let mine = TypedOperation<Mine.Request, Mine.Reply>(
@@ -251,92 +638,51 @@ extension Contract.Reservations {
         reply: Mine.Reply.shape
             .described("active is held or checked_in, or null; stays counts and sums the finished stays."))
 
-    public static let nearby = Operation(
+    public static let nearby = TypedOperation<Nearby.Request, Nearby.Reply>(
         "reservations.nearby", .query, auth: .none,
-        request: .object([
-            "kind": .ref("parking.schema.json#/$defs/kind").optional,
-        ])
+        request: Nearby.Request.shape
             .described("Nearby off-campus lots by distance with their free spots, and whether campus is full for the kind asked (regular by default)."),
-        reply: .object([
-            "kind": .ref("parking.schema.json#/$defs/kind"),
-            "campus": .object([
-                "free": .ref("parking.schema.json#/$defs/counts"),
-                "total": .ref("parking.schema.json#/$defs/counts"),
-                "full": .bool,
-            ]),
-            "lots": .array(of: .object([
-                    "id": .ref("parking.schema.json#/$defs/lotID"),
-                    "name": .string(),
-                    "address": .string(),
-                    "distance_m": .int(min: 0),
-                    "lat": .number(),
-                    "lon": .number(),
-                    "total": .ref("parking.schema.json#/$defs/counts"),
-                    "free": .ref("parking.schema.json#/$defs/counts"),
-                    "has_free": .bool
-                        .described("A spot of kind is free here."),
-                ])),
-        ])
+        reply: Nearby.Reply.shape
             .described("Campus free and total spots, full when no spot of kind is free; the nearby lots nearest first."))
 
-    public static let occupancy = Operation(
+    public static let occupancy = TypedOperation<Occupancy.Request, Occupancy.Reply>(
         "reservations.occupancy", .query, auth: .none,
-        request: .object([
-            "lot": .ref("parking.schema.json#/$defs/lotID"),
-            "level": .ref("parking.schema.json#/$defs/levelName").optional,
-            "from": .ref("parking.schema.json#/$defs/moment").optional,
-            "to": .ref("parking.schema.json#/$defs/moment").optional,
-        ])
+        request: Occupancy.Request.shape
             .described("The snapshots of a lot (or one level) between from and to, at most 7 days apart (max_range_days). Defaults: to now on the simulated campus, from a day before to."),
-        reply: .object([
-            "lot": .ref("parking.schema.json#/$defs/lotID"),
-            "from": .int(min: 0)
-                .described("Epoch milliseconds."),
-            "to": .int(min: 0)
-                .described("Epoch milliseconds."),
-            "snapshots": .array(of: .ref("parking.schema.json#/$defs/snapshot")),
-        ])
+        reply: Occupancy.Reply.shape
             .described("Snapshots in time order."))
 
-    public static let spotsFind = Operation(
+    public static let spotsFind = TypedOperation<SpotsFind.Request, SpotsFind.Reply>(
         "reservations.spots.find", .query, auth: .none,
-        request: .object([
-            "lot": .ref("parking.schema.json#/$defs/lotID").optional,
-            "destination": .string(1...64)
-                .described("A building: ML, SD, W, LL; spots of every campus lot, by walk.").optional,
-            "kind": .ref("parking.schema.json#/$defs/kind")
-                .described("regular unless given: accessible spots and chargers go only to drivers who ask.").optional,
-            "level": .ref("parking.schema.json#/$defs/levelName").optional,
-            "signal": .bool
-                .described("Only levels with mobile signal (not P2, P3).").optional,
-            "limit": .int(1...maxPageSize, default: 20).limit("max_page_size").optional,
-        ])
+        request: SpotsFind.Request.shape
             .described("Free spots in a lot or near a destination building, best first (shortest walk, 40 m per level underground), with the recommended one. Give lot or destination, not both; not_found (404) for an unknown one.")
             .requiresOne(of: ["lot", "destination"]).exclusive("lot", "destination"),
-        reply: .object([
-            "lot": .ref("parking.schema.json#/$defs/lotID").optional,
-            "destination": .string(1...64).optional,
-            "kind": .ref("parking.schema.json#/$defs/kind"),
-            "count": .int(min: 0),
-            "spots": .array(of: .ref("parking.schema.json#/$defs/spot")),
-            "recommended": .oneOf([
-                .ref("parking.schema.json#/$defs/spot"),
-                .null,
-            ]),
-        ])
+        reply: SpotsFind.Reply.shape
             .described("count is every free spot matching; spots the best limit of them; recommended the first, or null when none is free (see reservations.nearby)."))
 
     /// The body of every event of a driver's reservation: the driver and the
-    /// reservation, in the state the event names.
-    static func reservationEvent(_ type: String, status: String, _ description: String) -> Event {
-        Event(type, body: .object([
-                "user": .string(min: 1)
-                    .described("The driver (stays inside the backend)."),
-                "reservation": .allOf([
+    /// reservation (``reservationSchema``), in the state the event names.
+    public struct ReservationEvent: Body {
+        public var user = ""
+        public var reservation = Reservation()
+        public init() {}
+        public init(user: String, reservation: Reservation) { (self.user, self.reservation) = (user, reservation) }
+        /// `status` is the one the event's reservation always has.
+        static func declared(status: String) -> [Field<Self>] {
+            [
+                .field(\.user, "user", .string(min: 1)
+                    .described("The driver (stays inside the backend).")),
+                .field(\.reservation, "reservation", .allOf([
                     .ref("reservation.schema.json"),
                     .any.keyword("properties", json: ["status": ["const": .string(status)]]),
-                ]),
-            ])
+                ])),
+            ]
+        }
+        public static let fields: [Field<Self>] = declared(status: "held")
+    }
+
+    static func reservationEvent(_ type: String, status: String, _ description: String) -> TypedEvent<ReservationEvent> {
+        TypedEvent(type, body: .object(fields: ReservationEvent.declared(status: status).map { ($0.name, $0.shape) }, open: false)
                 .described(description))
     }
 
@@ -371,86 +717,24 @@ extension Contract.Reservations {
                 ])
                     .described("Epoch milliseconds, an ISO 8601 date-time (campus time when it has no offset), or HH:MM for that time today on campus.")
                     .expecting("must be epoch milliseconds, an ISO 8601 date-time (2025-03-03T08:30:00-05:00) or HH:MM"),
-                "counts": .object([
-                    "regular": .int(min: 0),
-                    "accessible": .int(min: 0),
-                    "ev": .int(min: 0),
-                ])
+                "counts": Counts.shape
                     .described("Spots per kind."),
-                "expected": .object([
-                    "regular": .number(min: 0),
-                    "accessible": .number(min: 0),
-                    "ev": .number(min: 0),
-                ])
+                "expected": Expected.shape
                     .described("Mean free spots per kind, to one decimal."),
-                "spot": .object([
-                    "id": .string(1...64)
-                        .described("As on the sign: <lot>-<level>-<number>."),
-                    "lot": .ref("#/$defs/lotID"),
-                    "level": .ref("#/$defs/levelName"),
-                    "level_id": .string(1...64),
-                    "signal": .ref("#/$defs/signal"),
-                    "number": .int(min: 1),
-                    "kind": .ref("#/$defs/kind"),
-                    "walk_m": .int(min: 0),
-                ])
+                "spot": Spot.shape
                     .described("A free spot, with the walk to the destination (or the lot's exit), each level underground counted as 40 m more."),
-                "level": .object([
-                    "id": .string(1...64),
-                    "name": .ref("#/$defs/levelName"),
-                    "floor": .int(min: 1),
-                    "signal": .ref("#/$defs/signal"),
-                    "total": .ref("#/$defs/counts"),
-                    "free": .ref("#/$defs/counts"),
-                ])
+                "level": Level.shape
                     .described("A level of a lot with its spots and the free ones, live."),
-                "snapshot": .object([
-                    "lot": .ref("#/$defs/lotID"),
-                    "level": .ref("#/$defs/levelName"),
-                    "level_id": .string(1...64),
-                    "at": .int(min: 0)
-                        .described("Start of the slot, a multiple of 15 minutes, epoch ms.").keyword("multipleOf", json: 900000),
-                    "local": .ref("#/$defs/local"),
-                    "free": .ref("#/$defs/counts"),
-                    "total": .ref("#/$defs/counts"),
-                ])
+                "snapshot": Contract.Occupancy.Snapshot.shape
                     .described("Free and total spots of one level at one 15-minute slot of the simulated campus clock."),
-                "car": .object([
-                    "lat": .number(min: -90, max: 90),
-                    "lon": .number(min: -180, max: 180),
-                    "level": .string(max: 16).nullable,
-                    "note": .string(max: 200),
-                    "saved_at": .int(min: 0)
-                        .described("Epoch milliseconds."),
-                ])
+                "car": Car.shape
                     .described("Where the driver left the car. GPS does not reach P2 and P3, so the level and a note say the rest."),
             ]))
 
-    public static let reservationSchema = Definition("reservations/reservation.schema.json", title: "Reservation", .object([
-            "id": .string(1...64)
-                .described("The id of the reservations.hold envelope that made it."),
-            "spot": .string(1...64),
-            "lot": .ref("parking.schema.json#/$defs/lotID"),
-            "level": .ref("parking.schema.json#/$defs/levelName"),
-            "signal": .ref("parking.schema.json#/$defs/signal"),
-            "kind": .ref("parking.schema.json#/$defs/kind"),
-            "status": .choice(["held", "checked_in", "checked_out", "expired", "cancelled"]),
-            "held_at": .int(min: 0)
-                .described("Epoch milliseconds."),
-            "deadline": .int(min: 0)
-                .described("Epoch milliseconds."),
-            "deadline_local": .ref("parking.schema.json#/$defs/local"),
-            "seconds_left": .int(min: 0)
-                .described("Of the hold, when the reply was made; 0 unless held."),
-            "checked_in_at": .int(min: 0).nullable,
-            "ended_at": .int(min: 0).nullable
-                .described("Checked out, expired or cancelled at."),
-            "stay_seconds": .int(min: 0).nullable
-                .described("From check-in to check-out, once checked out."),
-        ])
+    public static let reservationSchema = Definition("reservations/reservation.schema.json", title: "Reservation", Reservation.shape
             .described("A hold on a spot and what became of it: held until the deadline, then checked_in (the driver parked) and checked_out (left), or expired, or cancelled. At most one active (held or checked_in) per user and per spot."))
 
-    public static let operations: [Operation] = [cancel.operation, carGet.operation, carSave.operation, checkin.operation, checkout.operation, forecast, hold, levels.operation, lots, mine.operation, nearby, occupancy, spotsFind]
-    public static let events: [Event] = [cancelled, checkedin, checkedout, expired, held]
+    public static let operations: [Operation] = [cancel.operation, carGet.operation, carSave.operation, checkin.operation, checkout.operation, forecast.operation, hold.operation, levels.operation, lots.operation, mine.operation, nearby.operation, occupancy.operation, spotsFind.operation]
+    public static let events: [Event] = [cancelled.event, checkedin.event, checkedout.event, expired.event, held.event]
     public static let definitions: [Definition] = [parkingSchema, reservationSchema]
 }
