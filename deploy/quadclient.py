@@ -67,7 +67,7 @@ def envelope(type_, body=None, id_=None, token=None, src="py-client", deadline=5
 class Client:
     """One connection (one CURVE key pair unless `keys` is given)."""
 
-    def __init__(self, endpoint, server_key, context=None, keys=None, src="py-client"):
+    def __init__(self, endpoint, server_key, context=None, keys=None, src="py-client", monitored=False):
         self.context = context or zmq.Context.instance()
         self.sock = self.context.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -76,11 +76,32 @@ class Client:
             self.sock.curve_serverkey = server_key
             self.sock.curve_publickey = self.public
             self.sock.curve_secretkey = self.secret
+        # Watched from before the connect, so that connected() sees the handshake.
+        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED) if monitored else None
         self.sock.connect(endpoint)
         self.src = src
         self.token = None
 
+    def connected(self, timeout=30.0):
+        """Waits until the handshake with the broker succeeded (a client made
+        with monitored=True); False at the timeout."""
+        from zmq.utils.monitor import recv_monitor_message
+        if self.monitor is None:
+            raise ValueError("connected() needs Client(..., monitored=True)")
+        if self.monitor.poll(int(timeout * 1000)):
+            event = recv_monitor_message(self.monitor)
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.sock.disable_monitor()
+                self.monitor.close()
+                self.monitor = None
+                return True
+        return False
+
     def close(self):
+        if self.monitor is not None:
+            self.sock.disable_monitor()
+            self.monitor.close(0)
+            self.monitor = None
         self.sock.close(0)
 
     def send_raw(self, frames):
