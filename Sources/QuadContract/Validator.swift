@@ -55,26 +55,10 @@ public struct Validator: Sendable {
         return v
     }
 
+    /// `value` against `schema`, compiled for this one check (a type's
+    /// request and reply are compiled once: ``Contract/validate(_:_:)``).
     func check(_ value: JSON, _ schema: JSON, base: String, at name: String) -> Failure? {
-        guard let failure = checkNode(value, schema, base: base, at: name) else { return nil }
-        guard !quiet, case .object(let s) = schema else { return failure }
-        // A rule across fields says what it wants in its own words.
-        if let rule = s["x-quad-rule"]?.object {
-            if let pair = rule["exclusive"]?.array?.compactMap(\.string) {
-                return fail(pair.map { "\(name).\($0)" }.joined(separator: " and ") + " are exclusive")
-            }
-            if let fields = rule["one_required"]?.array?.compactMap(\.string) {
-                let named = fields.map { "\(name).\($0)" }
-                return fail(named.dropLast().joined(separator: ", ") + " or " + (named.last ?? "") + " is required")
-            }
-        }
-        // A shape that says what it expects replaces every refusal of its
-        // own but a wrong type and a length bound (`max_email_length`).
-        let wrongType = s["type"].map { checkType(value, $0, at: name) != nil } ?? false
-        if let expected = s["x-quad-expected"]?.string, !wrongType, !failure.message.hasPrefix("\(name) must be \(s["minLength"]?.int ?? 0) to") {
-            return fail("\(name) \(expected), got \(Validator.echo(value))")
-        }
-        return failure
+        run(value, compiled(schema, base: base), at: name)
     }
 
     /// A value as a refusal shows it: a string's first 40 Unicode scalars
@@ -83,116 +67,6 @@ public struct Validator: Sendable {
         guard let s = value.string else { return value.typeName }
         let head = String(String.UnicodeScalarView(s.unicodeScalars.prefix(40)))
         return "'\(head)\(s.unicodeScalars.count > 40 ? "..." : "")'"
-    }
-
-    func checkNode(_ value: JSON, _ schema: JSON, base: String, at name: String) -> Failure? {
-        if case .bool(let b) = schema { return b ? nil : fail("\(name) is not allowed") }
-        guard case .object(let s) = schema else { return nil }
-        let limit = s["x-quad-limit"]?.string.map { " (\($0))" } ?? ""
-        let minLimit = s["x-quad-min-limit"]?.string.map { " (\($0))" }
-        let overIsTooLarge = s["x-quad-over"] == "too_large"
-
-        if let ref = s["$ref"]?.string {
-            guard let (doc, node) = resolve(ref, from: base) else { return fail("\(name): unresolvable schema \(ref)") }
-            if let f = check(value, node, base: doc, at: name) { return f }
-        }
-        if let t = s["type"], let f = checkType(value, t, at: name) { return f }
-        if let c = s["const"], !same(value, c) { return fail("\(name) must be \(c.text)") }
-        if let e = s["enum"]?.array, !e.contains(where: { same(value, $0) }) {
-            let choices = e.map { $0.string ?? $0.text }.joined(separator: ", ")
-            return fail("\(name) must be one of \(choices), got \(value.string != nil ? Validator.echo(value) : value.text.count > 40 ? value.typeName : value.text)")
-        }
-        switch value {
-        case .string(let str):
-            let n = str.unicodeScalars.count
-            let lo = s["minLength"]?.int, hi = s["maxLength"]?.int
-            if let lo, n < lo, let minLimit { return fail("\(name) must be at least \(lo) characters\(minLimit)") }
-            if let hi, n > hi, minLimit != nil { return fail("\(name) must be at most \(hi) characters\(limit)") }
-            if (lo.map { n < $0 } ?? false) || (hi.map { n > $0 } ?? false) {
-                switch (lo, hi) {
-                case let (lo?, hi?): return fail("\(name) must be \(lo) to \(hi) characters\(limit)")
-                case let (lo?, nil): return fail("\(name) must be at least \(lo) characters\(minLimit ?? "")")
-                case let (nil, hi?): return fail("\(name) must be at most \(hi) characters\(limit)", tooLarge: overIsTooLarge)
-                default: break
-                }
-            }
-            if let p = s["pattern"]?.string, !matches(str, p) { return fail("\(name) must match \(p)") }
-        case .int, .double:
-            let d = value.double ?? 0
-            let lo = s["minimum"]?.double, hi = s["maximum"]?.double
-            if (lo.map { d < $0 } ?? false) || (hi.map { d > $0 } ?? false) {
-                switch (lo, hi) {
-                case let (lo?, hi?): return fail("\(name) must be between \(show(lo)) and \(show(hi))\(limit)")
-                case let (lo?, nil): return fail("\(name) must be >= \(show(lo))\(limit)")
-                case let (nil, hi?): return fail("\(name) must be <= \(show(hi))\(limit)")
-                default: break
-                }
-            }
-            if let m = s["multipleOf"]?.double, m > 0, (d / m).rounded() != d / m { return fail("\(name) must be a multiple of \(show(m))") }
-        case .array(let items):
-            if let lo = s["minItems"]?.int, items.count < lo { return fail("\(name) must have at least \(lo) item\(lo == 1 ? "" : "s")\(minLimit ?? "")") }
-            if let hi = s["maxItems"]?.int, items.count > hi {
-                return fail("\(name) has \(items.count) items, over the limit of \(hi)\(limit)", tooLarge: overIsTooLarge)
-            }
-            let prefix = s["prefixItems"]?.array ?? []
-            for (i, item) in items.enumerated() {
-                if i < prefix.count {
-                    if let f = check(item, prefix[i], base: base, at: "\(name)[\(i)]") { return f }
-                } else if let itemSchema = s["items"], let f = check(item, itemSchema, base: base, at: "\(name)[\(i)]") { return f }
-            }
-            if s["uniqueItems"] == true {
-                for i in items.indices where items[..<i].contains(where: { same($0, items[i]) }) {
-                    return fail("\(name)[\(i)] repeats an earlier item")
-                }
-            }
-        case .object(let fields):
-            let props = s["properties"]?.object ?? [:]
-            for key in s["required"]?.array?.compactMap(\.string) ?? [] where fields[key] == nil {
-                return fail("\(name).\(key) is required")
-            }
-            if let deps = s["dependentRequired"]?.object {
-                for (key, needs) in deps.sorted(by: { $0.key < $1.key }) where fields[key] != nil {
-                    for need in needs.array?.compactMap(\.string) ?? [] where fields[need] == nil {
-                        return fail("\(name).\(need) is required with \(name).\(key)")
-                    }
-                }
-            }
-            for key in fields.keys.sorted() {
-                if let p = props[key] {
-                    if let f = check(fields[key]!, p, base: base, at: "\(name).\(key)") { return f }
-                } else if let extra = s["additionalProperties"] {
-                    if extra == false {
-                        let expected = props.keys.sorted().joined(separator: ", ")
-                        return fail("\(name).\(key) is not a field of \(subject)" + (expected.isEmpty ? "" : ": expected \(expected)"),
-                                    namesUser: key == "user")
-                    }
-                    if let f = check(fields[key]!, extra, base: base, at: "\(name).\(key)") { return f }
-                }
-                if let names = s["propertyNames"], let f = check(.string(key), names, base: base, at: "\(name) key '\(key)'") { return f }
-            }
-        default: break
-        }
-        for part in s["allOf"]?.array ?? [] {
-            if let f = check(value, part, base: base, at: name) { return f }
-        }
-        if let any = s["anyOf"]?.array, !any.contains(where: { silent.check(value, $0, base: base, at: name) == nil }) {
-            return quiet ? fail("") : closest(any.compactMap { check(value, $0, base: base, at: name) }, name)
-        }
-        if let one = s["oneOf"]?.array {
-            let fits = one.filter { silent.check(value, $0, base: base, at: name) == nil }.count
-            if fits == 0 { return quiet ? fail("") : closest(one.compactMap { check(value, $0, base: base, at: name) }, name) }
-            if fits > 1 { return fail("\(name) fits more than one of its allowed forms") }
-        }
-        if let not = s["not"], silent.check(value, not, base: base, at: name) == nil {
-            let what = not.object?["description"]?.string.map { ": \($0)" } ?? ""
-            return fail("\(name) has a form that is not allowed\(what)")
-        }
-        if let cond = s["if"] {
-            if silent.check(value, cond, base: base, at: name) == nil {
-                if let then = s["then"], let f = check(value, then, base: base, at: name) { return f }
-            } else if let otherwise = s["else"], let f = check(value, otherwise, base: base, at: name) { return f }
-        }
-        return nil
     }
 
     /// Of the failures of every allowed form, the one that says most: the
@@ -204,14 +78,6 @@ public struct Validator: Sendable {
     }
 
     func depth(_ message: String) -> Int { message.prefix { $0 != " " }.filter { $0 == "." || $0 == "[" }.count }
-
-    func checkType(_ value: JSON, _ type: JSON, at name: String) -> Failure? {
-        let names = type.array?.compactMap(\.string) ?? type.string.map { [$0] } ?? []
-        if names.contains(where: { fits(value, $0) }) { return nil }
-        if names == ["boolean"] { return fail("\(name) must be true or false, got \(value.typeName)") }
-        let article = names.count == 1 ? (["integer", "object", "array"].contains(names[0]) ? "an " : "a ") : ""
-        return fail("\(name) must be \(article)\(names.joined(separator: " or ")), got \(value.typeName)")
-    }
 
     func fits(_ value: JSON, _ type: String) -> Bool {
         switch (type, value) {
@@ -229,11 +95,6 @@ public struct Validator: Sendable {
     }
 
     func show(_ d: Double) -> String { d.rounded() == d && abs(d) < 1e15 ? String(Int64(d)) : String(d) }
-
-    func matches(_ s: String, _ pattern: String) -> Bool {
-        guard let re = Patterns.shared.compiled(pattern) else { return false }
-        return re.firstMatch(in: s, range: NSRange(s.startIndex..., in: s)) != nil
-    }
 
     /// A `$ref` from the document at `base`: `other.schema.json`,
     /// `#/$defs/x`, `../envelope.schema.json#/$defs/y`.
@@ -275,8 +136,19 @@ extension Contract {
     /// is one, or when the contract does not declare `type` (the handler's
     /// not_found answers that).
     public static func validate(_ type: String, _ body: JSON) -> Validator.Failure? {
+        guard let (validator, checker) = compiledRequest(type) else { return nil }
+        return validator.run(body, checker, at: "body")
+    }
+}
+
+extension Contract {
+    /// The request checker of `type`, compiled on its first request.
+    static func compiledRequest(_ type: String) -> (Validator, Checker)? {
         guard let op = operation(type), let path = schemaPaths(type)?.request else { return nil }
-        return Validator.contract.of(type).failure(of: body, against: op.request, in: path)
+        return CheckerCache.shared.checker(type) {
+            let v = Validator.contract.of(type)
+            return (v, v.compiled(op.request.schema, base: path))
+        }
     }
 }
 
@@ -286,7 +158,11 @@ extension Contract {
     /// and the service suites check every reply against.
     public static func validateReply(_ type: String, _ body: JSON) -> Validator.Failure? {
         guard let op = operation(type), let path = schemaPaths(type)?.reply else { return nil }
-        return Validator.contract.of("\(type) reply").failure(of: body, against: op.reply, in: path)
+        let (validator, checker) = CheckerCache.shared.checker("\(type) reply") {
+            let v = Validator.contract.of("\(type) reply")
+            return (v, v.compiled(op.reply.schema, base: path))
+        }
+        return validator.run(body, checker, at: "body")
     }
 }
 

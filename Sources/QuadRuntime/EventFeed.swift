@@ -62,7 +62,13 @@ public final class EventFeed {
         var n = 0
         while n < EventFeed.batch, let frames = try? socket.receive(dontWait: true) {
             n += 1
-            guard frames.count == 2, let e = try? Envelope.decode(frames[1], maxBytes: .max), e.kind == .event else { continue }
+            // The header first (source, seq, type: what order and
+            // once-only need, and what `wants` reads); the body is parsed
+            // only for an event this feed applies. One it does not want
+            // still moves its source's cursor, from the header alone.
+            guard frames.count == 2, let header = try? Envelope.decodeHeader(frames[1], maxBytes: .max), header.kind == .event else { continue }
+            if !wants(header) { events.append(header); continue }
+            guard let e = try? Envelope.decode(frames[1], maxBytes: .max) else { continue }
             events.append(e)
         }
         receive(events)
@@ -183,7 +189,8 @@ public final class EventFeed {
 extension Worker {
     /// Subscribes this worker to the events of `sources` (service names).
     /// `apply` runs inside the transaction that advances the cursor; it
-    /// sees only events for which `wants` is true.
+    /// sees only events for which `wants` is true. `wants` is asked of the
+    /// event's header (its body is not parsed yet: decide by type).
     public func subscribe(to sources: [String], catchUpEveryMs: Int64 = 5000,
                           wants: @escaping (Envelope) -> Bool = { _ in true }, apply: @escaping EventFeed.Apply) throws {
         guard let db = handlers.db else { throw QuadError.internal("a feed needs a store") }

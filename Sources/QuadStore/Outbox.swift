@@ -235,13 +235,28 @@ public enum Outbox {
             // SQLite's BEGIN IMMEDIATE already excludes other relays; on
             // PostgreSQL an advisory lock does, without blocking writers.
             if db.dialect == .postgres { _ = try db.query("SELECT pg_advisory_xact_lock(7007001)") }
-            let relayed = try relayedSeq(db)
-            let pending = events(try db.query("SELECT \(relayColumns(db)) FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2", .int(relayed), .int(Int64(limit))))
-            for e in pending { try publish(e) }
-            if let last = pending.last {
-                try db.execute("UPDATE outbox_relayed SET seq = $1 WHERE one = 1", .int(last.seq))
+            var after = try relayedSeq(db)
+            var sent = 0
+            // The page is read a slice at a time, each slice published as
+            // soon as it is read: the first events of a page are on their
+            // way while the rest is read, so a subscriber is not left idle
+            // for a whole page's read (and the commit) at every page.
+            let sql = "SELECT \(relayColumns(db)) FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2"
+            while sent < limit {
+                let want = min(relaySlice, limit - sent)
+                let slice = events(try db.query(sql, .int(after), .int(Int64(want))))
+                for e in slice { try publish(e) }
+                sent += slice.count
+                if let last = slice.last { after = last.seq }
+                if slice.count < want { break }
             }
-            return pending.count
+            if sent > 0 {
+                try db.execute("UPDATE outbox_relayed SET seq = $1 WHERE one = 1", .int(after))
+            }
+            return sent
         }
     }
+
+    /// Events read per statement within one relay page.
+    static let relaySlice = 100
 }

@@ -114,15 +114,20 @@ public struct PhoneEvent: Sendable, Equatable {
         }
         guard let pv = f["props"] else { throw .badRequest("props is required (an object, {} when empty)") }
         guard case .object(let props) = pv else { throw .badRequest("props must be an object, got \(pv.typeName)") }
-        if let extra = f.keys.filter({ !PhoneEvent.fields.contains($0) }).sorted().first {
+        // The refusals below sort what they name; they are built only for
+        // an event that has something to refuse (most have nothing).
+        if f.keys.contains(where: { !PhoneEvent.fields.contains($0) }),
+           let extra = f.keys.filter({ !PhoneEvent.fields.contains($0) }).sorted().first {
             throw .badRequest("\(extra) is not a field of a telemetry event")
         }
         for (key, kind) in spec {
             guard let v = props[key] else { throw .badRequest("props.\(key) is required for \(name)") }
             guard PhoneEvent.check(v, kind) else { throw .badRequest("props.\(key) must be \(kind.described), got \(PhoneEvent.shown(v))") }
         }
-        let allowed = Set(spec.map(\.0))
-        if let extra = props.keys.filter({ !allowed.contains($0) }).sorted().first {
+        // Every prop of `spec` is there (checked above), so there is another
+        // exactly when props has more keys than spec names.
+        let allowed = props.count > spec.count ? Set(spec.map(\.0)) : []
+        if props.count > spec.count, let extra = props.keys.filter({ !allowed.contains($0) }).sorted().first {
             throw .badRequest("props.\(extra) is not a prop of \(name)\(allowed.isEmpty ? " (it has none)" : ": expected \(spec.map(\.0).joined(separator: ", "))")")
         }
         self.id = id.lowercased()

@@ -195,7 +195,7 @@ public enum Telemetry: ServiceDomain {
         // Valid events, the first delivery of each id in this batch, with
         // the digest of its canonical payload; later deliveries of an id in
         // the same batch are compared once the first one's fate is known.
-        var fresh: [(event: PhoneEvent, payload: String, digest: String)] = []
+        var fresh: [(event: PhoneEvent, payload: String, digest: String, props: String)] = []
         var seen: Set<String> = []
         var repeats: [(id: String, payload: String, digest: String)] = []
         let verified: JSON = user.map { .string($0) } ?? .null
@@ -211,7 +211,10 @@ public enum Telemetry: ServiceDomain {
                 repeats.append((event.id, payload, digest(payload)))
             } else {
                 seen.insert(event.id)
-                fresh.append((event, payload, digest(payload)))
+                // The props column is the event's `props` as encoded
+                // with it, cut from those bytes rather than encoded again.
+                let props = propsText(in: encoded[index]) ?? JSON.object(event.props).text
+                fresh.append((event, payload, digest(payload), props))
             }
         }
 
@@ -227,10 +230,10 @@ public enum Telemetry: ServiceDomain {
             let rows: [[SQLValue]] = fresh.enumerated().map { k, f in
                 let e = f.event
                 return [.text(e.id), .int(base + Int64(k) + 1), .text(e.phone), .of(e.user), .text(e.session), .text(e.name),
-                        .int(e.ts), .of(e.offline), .of(e.queuedMs), .text(JSON.object(e.props).text), .text(f.digest), .int(now)]
+                        .int(e.ts), .of(e.offline), .of(e.queuedMs), .text(f.props), .text(f.digest), .int(now)]
             }
             let inserted = try insert(db, rows)
-            var stored: [(event: PhoneEvent, payload: String, digest: String)] = []
+            var stored: [(event: PhoneEvent, payload: String, digest: String, props: String)] = []
             for f in fresh {
                 if inserted.contains(f.event.id) {
                     outcome.accepted += 1
@@ -275,6 +278,40 @@ public enum Telemetry: ServiceDomain {
             ])
         }
         return outcome
+    }
+
+    /// The `props` object of a valid event's encoding (keys sorted,
+    /// compact), as those bytes: its members before `props` are `id`,
+    /// `name`, `offline` and `phone`, strings and a boolean, inside which a
+    /// quote is always escaped, so the first `"props":` is the member's key.
+    /// Nil when the bytes are not that (the caller encodes props instead).
+    static func propsText(in bytes: [UInt8]) -> String? {
+        let key = Array(#""props":"#.utf8)
+        guard bytes.count > key.count else { return nil }
+        var start = -1
+        var i = 0
+        while i + key.count < bytes.count {
+            if bytes[i] == key[0], bytes[i..<i + key.count].elementsEqual(key) { start = i + key.count; break }
+            i += 1
+        }
+        guard start >= 0, bytes[start] == UInt8(ascii: "{") else { return nil }
+        var depth = 0, inString = false, escaped = false
+        for k in start..<bytes.count {
+            let c = bytes[k]
+            if inString {
+                if escaped { escaped = false } else if c == UInt8(ascii: "\\") { escaped = true } else if c == UInt8(ascii: "\"") { inString = false }
+                continue
+            }
+            switch c {
+            case UInt8(ascii: "\""): inString = true
+            case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                depth -= 1
+                if depth == 0 { return String(decoding: bytes[start...k], as: UTF8.self) }
+            default: break
+            }
+        }
+        return nil
     }
 
     static let eventColumns = ["id", "seq", "phone", "user_id", "session", "name", "ts", "offline", "queued_ms", "props", "digest", "received_ms"]

@@ -195,10 +195,19 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
     // Gaps of 1 ms or more between two events: a stream that waits (on a
     // timer, a page, a lock) rather than one that is busy all along.
     var stalls = 0, stalledMicros: Int64 = 0
+    let topic = Array((EventFeed.topic(service) + wanted).utf8)
+    var lastSeq: [String: Int64] = [:]
     while got < n {
         guard try poller.poll(timeoutMs: 30_000)[0] else { throw QuadError.timeout("got \(got) of \(n) \(wanted) events, then none for 30 s") }
         while let frames = try sub.receive(dontWait: true) {
-            guard frames.count == 2, let e = try? Envelope.decode(frames[1], maxBytes: .max), e.type == wanted else { continue }
+            // The topic frame names the type: an event of another type is
+            // dropped unread, and one that is counted has only its header
+            // decoded (source and seq, for once-only in order), as a
+            // subscriber that applies events by (source, seq) needs.
+            guard frames.count == 2, frames[0] == topic,
+                  let e = try? Envelope.decodeHeader(frames[1], maxBytes: .max), e.type == wanted,
+                  let seq = e.seq, seq > lastSeq[e.src ?? "", default: 0] else { continue }
+            lastSeq[e.src ?? "", default: 0] = seq
             let now = Clock.monotonicMicros()
             if got > 0, now - last >= 1000 { stalls += 1; stalledMicros += now - last }
             last = now

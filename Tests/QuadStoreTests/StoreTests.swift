@@ -119,6 +119,32 @@ struct StoreTests {
         }
     }
 
+    /// A page is read in slices (``Outbox/relaySlice``) and published as
+    /// each is read: across slices it keeps seq order, stops at the page's
+    /// limit, and a publish that fails in a later slice leaves the cursor
+    /// where it was, so the whole page goes out again.
+    @Test func aPageReadInSlicesKeepsOrderAndTheCursor() throws {
+        struct Down: Error {}
+        for db in try stores() {
+            try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
+            let total = Outbox.relaySlice * 2 + 50
+            try db.transaction { for n in 1...total { try Outbox.append(db, type: "t.e", body: ["n": .int(Int64(n))]) } }
+            var published: [Int64] = []
+            let limit = Outbox.relaySlice + 30
+            #expect(try Outbox.relay(db, limit: limit) { published.append($0.seq) } == limit)
+            #expect(published == (1...Int64(limit)).map { $0 })
+            #expect(try Outbox.relayedSeq(db) == Int64(limit))
+            #expect(throws: Down.self) {
+                try Outbox.relay(db, limit: 1000) { e in if e.seq == Int64(limit + Outbox.relaySlice + 5) { throw Down() } }
+            }
+            #expect(try Outbox.relayedSeq(db) == Int64(limit))
+            var rest: [Int64] = []
+            #expect(try Outbox.relay(db, limit: 1000) { rest.append($0.seq) } == total - limit)
+            #expect(rest == (Int64(limit + 1)...Int64(total)).map { $0 })
+            #expect(try Outbox.relayedSeq(db) == Int64(total))
+        }
+    }
+
     @Test func aFailedPublishLeavesEventsForTheNextRelay() throws {
         struct Down: Error {}
         for db in try stores() {

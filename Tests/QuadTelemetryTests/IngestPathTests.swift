@@ -27,6 +27,27 @@ struct IngestPathTests {
         #expect(sqlite.preparedStatements < 20, "\(sqlite.preparedStatements) statements kept for one kind of request")
     }
 
+    /// The props column is cut from the event's own encoding: values that
+    /// hold quotes, braces, backslashes and the text `"props":` itself are
+    /// stored exactly as props encode, on every event of the batch.
+    @Test func propsAreStoredAsTheyEncodeWhateverTheyHold() throws {
+        let (h, db) = try telemetry()
+        let tricky = [#"x"props":{"a":[1]}}\"#, "{[\\\"", #"}"props":"#, "plain"]
+        var batch: [JSON] = []
+        for (k, text) in tricky.enumerated() {
+            guard case .object(var e) = event(k + 1, props: ["view": .string(text)]) else { continue }
+            e["phone"] = .string(#"ph"props":{"#)
+            batch.append(.object(e))
+        }
+        #expect(try h.call("telemetry.ingest", ["events": .array(batch)], user: "u-1")["accepted"] == .int(Int64(tricky.count)))
+        let rows = try db.query("SELECT props FROM events ORDER BY seq")
+        #expect(rows.map { $0.string("props") } == tricky.map { JSON.object(["view": .string($0)]).text })
+        for text in tricky {
+            let encoded = event(1, props: ["view": .string(text), "n": [1, ["k": "}"]]]).encoded()
+            #expect(Telemetry.propsText(in: encoded) == JSON.object(["view": .string(text), "n": [1, ["k": "}"]]]).text)
+        }
+    }
+
     @Test(.enabled(if: pgURL != nil, "needs QUAD_TEST_PG"))
     func postgresCopiesABatchThroughItsStagingTableAndKeepsTheDedup() throws {
         let (h, db) = try telemetry(postgres: true)
