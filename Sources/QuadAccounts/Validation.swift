@@ -9,17 +9,18 @@ import QuadWire
 /// say, each failure a 400 naming the field.
 enum Validation {
     /// A display name as it is stored: trimmed of spaces, without control
-    /// characters. The contract's `name` (1 to `max_name_length` code
-    /// points, not blank) has been checked on the untrimmed name, so the
-    /// trimmed one is within the limit too. Control characters are refused
-    /// before trimming: a name of one vertical tab is not blank to the
-    /// contract's `\S` and would trim to nothing.
-    static func name(_ raw: String, field: String = "body.name") throws(QuadError) -> String {
-        guard !raw.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw .badRequest("\(field) must not contain control characters")
-        }
+    /// characters, which JSON Schema cannot refuse portably (`\p{Cc}`
+    /// needs a regex dialect). The contract's `name` (1 to
+    /// `max_name_length` code points, and `\S`: not all White_Space, the
+    /// same property trimming uses) was checked on the untrimmed name, so
+    /// the trimmed one is within the limit and not empty.
+    /// Spaces around it (a tab, a newline) go before the check: they are
+    /// trimmed, not refused.
+    static func name(_ raw: String) throws(QuadError) -> String {
         let name = raw.trimmingSpaces
-        guard !name.isEmpty else { throw .badRequest("\(field) must not be empty") }
+        guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw .badRequest("body.name must not contain control characters")
+        }
         return name
     }
 

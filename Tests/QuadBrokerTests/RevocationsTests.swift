@@ -17,15 +17,17 @@ import Testing
         #expect(Revocations.entry(all.json) == .init(user: user, jti: nil, beforeMs: 5_000, untilMs: 9_000))
     }
 
-    @Test(arguments: [
-        ("no user", ["jti": "j1", "before_ms": .null, "until_ms": 9_000] as JSON),
-        ("an empty user", ["user": "", "jti": "j1", "before_ms": .null, "until_ms": 9_000]),
-        ("neither jti nor before_ms", ["user": "u", "jti": .null, "before_ms": .null, "until_ms": 9_000]),
-        ("an empty jti only", ["user": "u", "jti": "", "before_ms": .null, "until_ms": 9_000]),
-        ("no until_ms", ["user": "u", "jti": "j1", "before_ms": .null]),
-        ("a jti that is not a string", ["user": "u", "jti": 7, "before_ms": 5, "until_ms": 9_000]),
-        ("not an object", ["u", "j1"]),
-    ])
+    static let unusable: [(String, JSON)] = [
+        ("no user", .object(["jti": .string("j1"), "before_ms": .null, "until_ms": .int(9_000)])),
+        ("an empty user", .object(["user": .string(""), "jti": .string("j1"), "before_ms": .null, "until_ms": .int(9_000)])),
+        ("neither jti nor before_ms", .object(["user": .string("u"), "jti": .null, "before_ms": .null, "until_ms": .int(9_000)])),
+        ("an empty jti only", .object(["user": .string("u"), "jti": .string(""), "before_ms": .null, "until_ms": .int(9_000)])),
+        ("no until_ms", .object(["user": .string("u"), "jti": .string("j1"), "before_ms": .null])),
+        ("a jti that is not a string", .object(["user": .string("u"), "jti": .int(7), "before_ms": .int(5), "until_ms": .int(9_000)])),
+        ("not an object", .array([.string("u"), .string("j1")])),
+    ]
+
+    @Test(arguments: unusable)
     func anUnusableBodyIsNoEntry(why: String, body: JSON) {
         #expect(Revocations.entry(body) == nil, "\(why)")
     }
