@@ -216,7 +216,7 @@ struct ForYouTests {
     @Test func ranksProfileFavoritesAndPurchases() throws {
         let (h, db) = try catalog()
         try db.transaction {
-            try Catalog.applyForYou(db, event("accounts.user.registered", ["user": "u-1", "categories": ["Lab"]]))
+            try Catalog.applyForYou(db, event("accounts.user.registered", ["user": "u-1", "name": "Ana", "semester": 2, "categories": ["Lab"]]))
             // Two Creative favorites outweigh the Lab profile (2*2 > 3).
             try Catalog.applyForYou(db, event("favorites.added", ["user": "u-1", "product": "p-0020"]))
             try Catalog.applyForYou(db, event("favorites.added", ["user": "u-1", "product": "p-0021"]))
