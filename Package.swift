@@ -51,11 +51,11 @@ let package = Package(
         // The broker: Majordomo-style routing plus the event proxy. It never
         // links a store (no QuadRuntime, QuadStore, SQLite or libpq):
         // Tests/QuadRuntimeTests/BrokerLinkTests.swift checks with ldd.
-        .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth"]),
+        .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadContract", "QuadMessaging", "QuadProcess", "QuadAuth"]),
         // Service domains.
         .target(name: "QuadCatalog", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // A service's own copy of the catalog, kept from catalog's events.
-        .target(name: "QuadCatalogCopy", dependencies: ["QuadWire", "QuadStore"]),
+        .target(name: "QuadCatalogCopy", dependencies: ["QuadContract", "QuadWire", "QuadStore"]),
         .target(name: "QuadFavorites", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
         .target(name: "QuadOrders", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
         .target(name: "QuadAccounts", dependencies: ["QuadContract", "QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
@@ -94,11 +94,11 @@ let package = Package(
         .testTarget(name: "QuadContractTests", dependencies: ["QuadContract", "QuadWire"]),
         .testTarget(name: "QuadMessagingTests", dependencies: ["QuadMessaging"]),
         // The broker's routing rules, without sockets or clocks.
-        .testTarget(name: "QuadBrokerTests", dependencies: ["QuadBroker", "QuadWire"]),
+        .testTarget(name: "QuadBrokerTests", dependencies: ["QuadBroker", "QuadContract", "QuadWire"]),
         .testTarget(name: "QuadStoreTests", dependencies: ["QuadStore", "QuadRuntime", "QuadWire"]),
         .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
-        .testTarget(name: "QuadAccountsTests", dependencies: ["QuadAccounts", "QuadAuth", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
-        .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadAccountsTests", dependencies: ["QuadAccounts", "QuadAuth", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadFavoritesTests", dependencies: ["QuadFavorites", "QuadCatalogCopy", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadOrdersTests", dependencies: ["QuadOrders", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadReservationsTests", dependencies: ["QuadReservations", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),

@@ -17,15 +17,11 @@ public enum Accounts: ServiceDomain {
     public static let categories = ["Study", "Tech", "Creative", "Lab", "Personal", "Others"]
     /// Longest email address (`max_email_length`, RFC 5321's path limit).
     public static let maxEmailLength = Contract.Accounts.maxEmailLength
-    /// Longest part before the `@`.
-    public static let maxEmailLocalLength = 64
     /// Password length bounds in Unicode code points (`min_password_length`, `max_password_length`).
     public static let minPasswordLength = Contract.Accounts.minPasswordLength
     public static let maxPasswordLength = Contract.Accounts.maxPasswordLength
     /// Longest display name in code points, after trimming spaces (`max_name_length`).
     public static let maxNameLength = Contract.Accounts.maxNameLength
-    /// A student's semester of study: an integer, 1 for the first semester.
-    public static let semesters: ClosedRange<Int64> = 1...12
     /// Token lifetime bounds, in seconds (`token_ttl_seconds`): an hour by
     /// default, `accounts.refresh` gives a new token before it ends.
     public static let defaultTokenTTLSeconds: Int64 = 3600
@@ -166,8 +162,9 @@ public enum Accounts: ServiceDomain {
     /// the command line; `--admin EMAIL:PASSWORD` is for tests only.
     static func adminAccount(_ options: [String: String], usage: String) -> (email: String, password: String)? {
         func checked(_ email: String, _ password: String, from: String) -> (email: String, password: String) {
-            do { return (try Validation.email(email), try Validation.password(password)) } catch {
-                Flags.usageError("\(from): \(error.message.replacingOccurrences(of: "body.", with: ""))", usage: usage)
+            // The same rules as accounts.register's email and password, from the contract.
+            do { return (try Validation.flag(email, "email", field: "email").lowercased(), try Validation.flag(password, "password", field: "password")) } catch {
+                Flags.usageError("\(from): \(error.message)", usage: usage)
             }
         }
         if let email = options["admin-email"], !email.isEmpty {
@@ -202,15 +199,17 @@ public enum Accounts: ServiceDomain {
         let budget = HashBudget(msPerSecond: limits.hashMsPerSecond)
         let hashed = HashedMutation(handlers: h, db: db, relay: relay)
 
-        hashed.register("accounts.register", prepare: { req in
-            try Validation.onlyFields(req.body, ["email", "password", "name", "semester", "categories"], type: "accounts.register")
-            let email = try Validation.email(try Validation.required(Validation.string(req.body, "email"), "email"))
-            let password = try Validation.password(try Validation.required(Validation.string(req.body, "password"), "password"))
-            let name = try Validation.name(try Validation.required(Validation.string(req.body, "name"), "name"))
-            let semester = try Validation.required(Validation.semester(req.body), "semester")
-            let categories = try Validation.categories(req.body) ?? []
-            let hash = try budget.spend("accounts.register") { try PasswordHash.hash(password, strength: settings.hashing) }
-            return { () throws -> JSON in
+        typealias C = Contract.Accounts
+        // The contract checks every field's type, length and pattern before
+        // a handler runs (the email's form, the password's length, the
+        // semester, the categories); ``Validation`` keeps what it cannot say.
+        hashed.register(C.register, prepare: { req, body in
+            // Stored lowercased: one account per address, whatever its case.
+            let email = body.email.lowercased()
+            let name = try Validation.name(body.name)
+            let (semester, categories) = (body.semester, body.categories ?? [])
+            let hash = try budget.spend("accounts.register") { try PasswordHash.hash(body.password, strength: settings.hashing) }
+            return { () throws -> C.Registered in
                 let id = MessageID.make()
                 let now = Int64(Clock.nowMillis())
                 // The unique email decides, inside the store: no read-then-write.
@@ -218,16 +217,15 @@ public enum Accounts: ServiceDomain {
                     INSERT INTO users (id, email, password_hash, name, semester, categories, role, created_ms, updated_ms)
                     VALUES ($1, $2, $3, $4, $5, $6, 'student', $7, $7)
                     ON CONFLICT (email) DO NOTHING RETURNING *
-                    """, .text(id), .text(email), .text(hash), .text(name), .int(semester), .text(JSON.array(categories.map { .string($0) }).text), .int(now))
+                    """, .text(id), .text(email), .text(hash), .text(name), .int(semester), .text(categoriesText(categories)), .int(now))
                 else { throw QuadError.conflict("an account with email '\(email)' already exists", details: ["field": "email"]) }
-                try Outbox.append(db, type: "accounts.user.registered", body: [
-                    "user": .string(id), "name": .string(name), "semester": .int(semester), "categories": .array(categories.map { .string($0) }),
-                ])
+                let made = profile(row)
+                try Outbox.append(db, type: C.userRegistered.type, body: C.PublicProfile(made).json)
                 // The profile and a session, as a login would answer: a new
                 // account needs no second Argon2id hash (a login's verify)
                 // before its first request. A retry under the same id gets
                 // this same reply, token included, from the idempotency record.
-                return registered(profile(row), session: session(user: id, role: "student", settings: settings).json)
+                return C.Registered(profile: made, session: session(user: id, role: "student", settings: settings))
             }
         })
 
@@ -264,33 +262,28 @@ public enum Accounts: ServiceDomain {
             return session(user: row.string("id"), role: row.string("role"), settings: settings)
         }
 
-        h.query("accounts.profile.get") { req in
-            let user = try ownUser(req)
-            try Validation.onlyFields(req.body, ["user"], type: "accounts.profile.get")
+        h.query(C.profileGet) { req, body in
+            let user = try ownUser(req, named: body.user)
             guard let row = try db.queryOne("SELECT * FROM users WHERE id = $1", .text(user)) else {
                 throw QuadError.notFound("no account for user '\(user)'")
             }
             return profile(row)
         }
 
-        hashed.register("accounts.profile.update", authorize: { req in _ = try ownUser(req) }, prepare: { req in
-            let type = "accounts.profile.update"
-            let user = try ownUser(req)
-            try Validation.onlyFields(req.body, ["user", "name", "semester", "categories", "password", "current_password"], type: type)
-            let name = try Validation.string(req.body, "name").map { s throws(QuadError) in try Validation.name(s) }
-            let semester = try Validation.semester(req.body)
-            let categories = try Validation.categories(req.body)
-            let newPassword = try Validation.string(req.body, "password").map { s throws(QuadError) in try Validation.password(s) }
-            guard name != nil || semester != nil || categories != nil || newPassword != nil else {
-                throw QuadError.badRequest("\(type) needs at least one of body.name, body.semester, body.categories, body.password")
-            }
+        // The contract requires one of name, semester, categories or
+        // password, and current_password with a password.
+        hashed.register(C.profileUpdate, authorize: { req, body in _ = try ownUser(req, named: body.user) }, prepare: { req, body in
+            let type = C.profileUpdate.type
+            let user = try ownUser(req, named: body.user)
+            let name = try body.name.map { s throws(QuadError) in try Validation.name(s) }
+            let (semester, categories, newPassword) = (body.semester, body.categories, body.password)
             // The password check and the new hash, before the transaction:
             // the write lock is never held across an Argon2id hash. The
             // UPDATE below applies the new hash only if the hash it was
             // checked against is still the stored one.
             var newHash: (old: String, new: String)?
             if let newPassword {
-                guard let old = try Validation.string(req.body, "current_password") else {
+                guard let old = body.currentPassword else {
                     throw QuadError.badRequest("body.current_password is required to change body.password")
                 }
                 guard let current = try db.queryOne("SELECT password_hash FROM users WHERE id = $1", .text(user)) else {
@@ -310,8 +303,8 @@ public enum Accounts: ServiceDomain {
                 accountsThrottle.succeed(guesser)
                 newHash = (stored, try budget.spend(type) { try PasswordHash.hash(newPassword, strength: settings.hashing) })
             }
-            let categoriesText = categories.map { JSON.array($0.map { .string($0) }).text }
-            return { () throws -> JSON in
+            let categoriesText = categories.map(categoriesText)
+            return { () throws -> C.Profile in
                 let now = Int64(Clock.nowMillis())
                 guard let row = try db.queryOne("""
                     UPDATE users SET name = COALESCE($2, name), semester = COALESCE($3, semester), categories = COALESCE($4, categories),
@@ -328,13 +321,11 @@ public enum Accounts: ServiceDomain {
                     // Every session signed before the change ends.
                     try Sessions.revoke(db, user: user, jti: nil, before: now, until: now + maxTokenTTLSeconds * 1000)
                 }
+                let changed = profile(row)
                 if name != nil || semester != nil || categories != nil {
-                    let p = profile(row)
-                    try Outbox.append(db, type: "accounts.user.updated", body: [
-                        "user": .string(user), "name": p["name"]!, "semester": p["semester"]!, "categories": p["categories"]!,
-                    ])
+                    try Outbox.append(db, type: C.userUpdated.type, body: C.PublicProfile(changed).json)
                 }
-                return profile(row)
+                return changed
             }
         })
 
@@ -353,20 +344,11 @@ public enum Accounts: ServiceDomain {
         return Contract.Accounts.Session(token: settings.signingKey.sign(claims), user: claims.user, role: claims.role, expiresAt: claims.expiresAt)
     }
 
-    /// accounts.register's reply: the profile, and the session's `token`
-    /// and `expires_at` (its `user` and `role` are the profile's).
-    static func registered(_ profile: JSON, session: JSON) -> JSON {
-        var f = profile.object ?? [:]
-        f["token"] = session["token"]
-        f["expires_at"] = session["expires_at"]
-        return .object(f)
-    }
-
     /// The signed-in user; 403 when the body names another one: a profile is
     /// always one's own.
-    static func ownUser(_ req: Request) throws(QuadError) -> String {
+    static func ownUser(_ req: Request, named other: String?) throws(QuadError) -> String {
         let user = try req.requireUser()
-        if let other = req.body["user"], other.string != user {
+        if let other, other != user {
             throw .forbidden("\(req.envelope.type) is only for the signed-in user's own profile")
         }
         return user
@@ -399,9 +381,8 @@ public enum Accounts: ServiceDomain {
                     VALUES ($1, $2, $3, 'Administrator', NULL, '[]', 'admin', $4, $4)
                     ON CONFLICT (email) DO NOTHING RETURNING id
                     """, .text(id), .text(email), .text(hash), .int(now)) != nil {
-                    try Outbox.append(db, type: "accounts.user.registered", body: [
-                        "user": .string(id), "name": "Administrator", "semester": .null, "categories": [],
-                    ])
+                    let admin = Contract.Accounts.PublicProfile(user: id, name: "Administrator", semester: nil, categories: [])
+                    try Outbox.append(db, type: Contract.Accounts.userRegistered.type, body: admin.json)
                     return .created
                 }
                 guard let promoted = try db.queryOne("""
@@ -414,12 +395,16 @@ public enum Accounts: ServiceDomain {
     }
 
     /// A user's profile as the API shows it: never the password hash.
-    static func profile(_ r: Row) -> JSON {
-        [
-            "user": .string(r.string("id")), "email": .string(r.string("email")), "name": .string(r.string("name")),
-            "semester": r["semester"].isNull ? .null : .int(r.int("semester")),
-            "categories": (try? JSON.parse(r.string("categories"))) ?? .array([]),
-            "role": .string(r.string("role")), "created_at": .int(r.int("created_ms")), "updated_at": .int(r.int("updated_ms")),
-        ]
+    static func profile(_ r: Row) -> Contract.Accounts.Profile {
+        var p = Contract.Accounts.Profile()
+        (p.user, p.email, p.name, p.role) = (r.string("id"), r.string("email"), r.string("name"), r.string("role"))
+        p.semester = r["semester"].isNull ? nil : r.int("semester")
+        // Written by categoriesText: a JSON array of category names.
+        p.categories = ((try? JSON.parse(r.string("categories")))?.array ?? []).compactMap(\.string)
+        (p.createdAt, p.updatedAt) = (r.int("created_ms"), r.int("updated_ms"))
+        return p
     }
+
+    /// Categories as the users table keeps them: a JSON array.
+    static func categoriesText(_ categories: [String]) -> String { JSON.array(categories.map { .string($0) }).text }
 }

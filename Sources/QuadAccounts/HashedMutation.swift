@@ -1,3 +1,4 @@
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -17,22 +18,26 @@ struct HashedMutation {
     let db: Database
     let relay: () -> Void
 
-    typealias Write = () throws -> JSON
-
-    /// `authorize` runs before any stored reply is returned.
-    func register(_ type: String, authorize: @escaping (Request) throws -> Void = { _ in }, prepare: @escaping (Request) throws -> Write) {
+    /// `authorize` runs before any stored reply is returned; `prepare`
+    /// gets the request decoded (the contract checked it) and returns the
+    /// write, whose reply is the operation's type.
+    func register<Q, R>(_ op: TypedOperation<Q, R>, authorize: @escaping (Request, Q) throws -> Void = { _, _ in },
+                        prepare: @escaping (Request, Q) throws -> () throws -> R) {
         let db = db, relay = relay, src = handlers.instance
-        handlers.query(type) { req in
-            try authorize(req)
+        handlers.query(op) { req, body in
+            try authorize(req, body)
             // A repeat is answered before any hash is spent on it.
             if let earlier = try Self.stored(db, req) { return try Self.answer(earlier) }
             let reply: Envelope
+            var fresh: R?
             do {
-                let write = try prepare(req)
+                let write = try prepare(req, body)
                 reply = try db.transaction {
                     if let earlier = try Self.stored(db, req) { return earlier }
-                    let reply = req.envelope.reply(try write(), src: src)
+                    let value = try write()
+                    let reply = req.envelope.reply(value.json, src: src)
                     try Self.store(db, req, reply)
+                    fresh = value
                     return reply
                 }
             } catch {
@@ -52,7 +57,7 @@ struct HashedMutation {
                 return try Self.answer(kept)
             }
             relay()
-            return try Self.answer(reply)
+            return try fresh ?? Self.answer(reply)
         }
     }
 
@@ -64,10 +69,11 @@ struct HashedMutation {
         try Idempotency.store(db, id: req.id, type: req.envelope.type, owner: Idempotency.owner(of: req.envelope), reply: reply)
     }
 
-    /// A stored reply as a handler's result: its body, or its error thrown.
-    static func answer(_ e: Envelope) throws -> JSON {
+    /// A stored reply as a handler's result: its body read back as the
+    /// reply's type (it was written from one), or its error thrown.
+    static func answer<R: Body>(_ e: Envelope) throws -> R {
         if let error = e.quadError { throw error }
-        return e.body
+        return try R(json: e.body)
     }
 
     static func quadError(_ error: Error) -> QuadError {

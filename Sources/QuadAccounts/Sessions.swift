@@ -16,7 +16,7 @@ import QuadWire
 /// logout and refresh take the token in their body and accept it only when
 /// it is signed by accounts' own key and belongs to the signed-in user.
 enum Sessions {
-    static let event = "accounts.session.revoked"
+    static let event = Contract.Accounts.sessionRevoked.type
 
     /// Records a revocation and its event, inside the caller's transaction.
     /// Per user, one row holds the latest `before_ms`; past
@@ -29,7 +29,7 @@ enum Sessions {
                 """, .text("jti:" + jti), .text(user), .text(jti), .int(until))
             let count = try db.queryOne("SELECT COUNT(*) AS n FROM revocations WHERE user_id = $1 AND jti IS NOT NULL", .text(user))?.int("n") ?? 0
             guard count > maxPerUser else {
-                try Outbox.append(db, type: event, body: body(user: user, jti: jti, before: nil, until: until))
+                try Outbox.append(db, type: event, body: revocation(user: user, jti: jti, before: nil, until: until).json)
                 return
             }
             // Too many single tokens: one entry ends every session signed until now.
@@ -43,11 +43,11 @@ enum Sessions {
             INSERT INTO revocations (id, user_id, jti, before_ms, until_ms) VALUES ($1, $2, NULL, $3, $4)
             ON CONFLICT (id) DO UPDATE SET before_ms = excluded.before_ms, until_ms = excluded.until_ms
             """, .text("user:" + user), .text(user), .int(before), .int(until))
-        try Outbox.append(db, type: event, body: body(user: user, jti: nil, before: before, until: until))
+        try Outbox.append(db, type: event, body: revocation(user: user, jti: nil, before: before, until: until).json)
     }
 
-    static func body(user: String, jti: String?, before: Int64?, until: Int64) -> JSON {
-        ["user": .string(user), "jti": jti.map { .string($0) } ?? .null, "before_ms": before.map { .int($0) } ?? .null, "until_ms": .int(until)]
+    static func revocation(user: String, jti: String?, before: Int64?, until: Int64) -> Contract.Accounts.Revocation {
+        Contract.Accounts.Revocation(user: user, jti: jti, beforeMs: before, untilMs: until)
     }
 
     /// Forgets revocations whose tokens have all expired.
@@ -61,13 +61,11 @@ enum Sessions {
             """, .int(now), .text("jti:" + claims.tokenID), .text("user:" + claims.user), .int(claims.issuedAt)) != nil
     }
 
-    /// The token in `body.token`, checked: accounts' signature, and the
-    /// signed-in user's. Expiry is left to the caller.
-    static func ownToken(_ req: Request, key: VerifyingKey) throws -> TokenClaims {
+    /// `token` (the body's: the broker does not pass the envelope's token
+    /// on), checked: accounts' signature, and the signed-in user's. Expiry
+    /// is left to the caller.
+    static func ownToken(_ req: Request, _ token: String, key: VerifyingKey) throws -> TokenClaims {
         let user = try req.requireUser()
-        guard let token = try Validation.string(req.body, "token") else {
-            throw QuadError.badRequest("body.token is required: the session token to end (the broker does not pass the envelope's token on)")
-        }
         let claims: TokenClaims
         do throws(TokenError) { claims = try key.verify(token, now: .min) } catch { throw error.quadError }
         guard claims.user == user else { throw QuadError.forbidden("body.token is another user's token") }
@@ -78,25 +76,24 @@ enum Sessions {
         let key = settings.signingKey.verifyingKey
         let maxPerUser = settings.limits.maxRevokedTokensPerUser
 
-        h.mutation("accounts.logout") { req in
-            try Validation.onlyFields(req.body, ["token", "all"], type: "accounts.logout")
-            let claims = try ownToken(req, key: key)
-            let all = try boolean(req.body, "all") ?? false
+        typealias C = Contract.Accounts
+        h.mutation(C.logout) { req, body in
+            let claims = try ownToken(req, body.token, key: key)
+            let all = body.all ?? false
             let now = Int64(Clock.nowMillis())
             if all || claims.tokenID.isEmpty {
                 // Every session: tokens signed before now, whatever their ttl.
                 let until = now + Accounts.maxTokenTTLSeconds * 1000
                 try revoke(db, user: claims.user, jti: nil, before: now + 1, until: until)
-                return body(user: claims.user, jti: nil, before: now + 1, until: until)
+                return revocation(user: claims.user, jti: nil, before: now + 1, until: until)
             }
-            guard claims.expiresAt > now else { return body(user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt) }
+            guard claims.expiresAt > now else { return revocation(user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt) }
             try revoke(db, user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt, maxPerUser: maxPerUser)
-            return body(user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt)
+            return revocation(user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt)
         }
 
-        h.mutation(Contract.Accounts.refresh) { req, _ in
-            // ownToken reads body.token itself: logout shares it.
-            let claims = try ownToken(req, key: key)
+        h.mutation(C.refresh) { req, body in
+            let claims = try ownToken(req, body.token, key: key)
             let now = Int64(Clock.nowMillis())
             guard claims.expiresAt > now else { throw TokenError.expired(at: claims.expiresAt).quadError }
             guard try !isRevoked(db, claims, now: now) else {
@@ -112,21 +109,14 @@ enum Sessions {
             return Accounts.session(user: claims.user, role: row.string("role"), settings: settings)
         }
 
-        h.query("accounts.revocations") { req in
+        h.query(C.revocations) { req, _ in
             try req.requireService()
-            try Validation.onlyFields(req.body, [], type: "accounts.revocations")
             let now = Int64(Clock.nowMillis())
             let rows = try db.query("SELECT user_id, jti, before_ms, until_ms FROM revocations WHERE until_ms > $1 ORDER BY until_ms, id", .int(now))
-            return ["revocations": .array(rows.map { r in
-                body(user: r.string("user_id"), jti: r["jti"].isNull ? nil : r.string("jti"),
+            return C.RevocationList(revocations: rows.map { r in
+                revocation(user: r.string("user_id"), jti: r["jti"].isNull ? nil : r.string("jti"),
                      before: r["before_ms"].isNull ? nil : r.int("before_ms"), until: r.int("until_ms"))
-            })]
+            })
         }
-    }
-
-    static func boolean(_ body: JSON, _ key: String) throws(QuadError) -> Bool? {
-        guard let value = body[key], !value.isNull else { return nil }
-        guard case .bool(let b) = value else { throw .badRequest("body.\(key) must be true or false, got \(value.typeName)") }
-        return b
     }
 }

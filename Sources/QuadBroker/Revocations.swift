@@ -1,4 +1,5 @@
 import QuadAuth
+import QuadContract
 import QuadWire
 
 /// The session tokens accounts has revoked, as the broker learns them from
@@ -26,14 +27,15 @@ struct Revocations {
 
     var count: Int { byToken.count + byUser.count }
 
-    /// Reads one entry of an event body or an answer; nil for one that says
-    /// nothing usable (no user, or neither `jti` nor `before_ms`).
+    /// Reads one entry of an event body or an answer, with the contract's
+    /// type for both (``Contract/Accounts/Revocation``); nil for one that
+    /// does not decode or says nothing usable (an empty user, or neither
+    /// `jti` nor `before_ms`).
     static func entry(_ json: JSON) -> Entry? {
-        guard let user = json["user"]?.string, !user.isEmpty, let until = json["until_ms"]?.int else { return nil }
-        let jti = json["jti"]?.string.flatMap { $0.isEmpty ? nil : $0 }
-        let before = json["before_ms"]?.int
-        guard jti != nil || before != nil else { return nil }
-        return Entry(user: user, jti: jti, beforeMs: before, untilMs: until)
+        guard let r = try? Contract.Accounts.Revocation(json: json), !r.user.isEmpty else { return nil }
+        let jti = r.jti.flatMap { $0.isEmpty ? nil : $0 }
+        guard jti != nil || r.beforeMs != nil else { return nil }
+        return Entry(user: r.user, jti: jti, beforeMs: r.beforeMs, untilMs: r.untilMs)
     }
 
     /// Adds an entry unless it has already run out at `now` (ms since the epoch).

@@ -95,13 +95,6 @@ public enum Catalog: ServiceDomain {
         }
     }
 
-    static func requiredString(_ body: JSON, _ key: String, max: Int) throws(QuadError) -> String {
-        guard let value = body[key] else { throw .badRequest("body.\(key) is required") }
-        guard let s = value.string else { throw .badRequest("body.\(key) must be a string, got \(value.typeName)") }
-        guard !s.isEmpty, s.unicodeScalars.count <= max else { throw .badRequest("body.\(key) must be 1 to \(max) characters") }
-        return s
-    }
-
     /// A page of products; the request was checked against the contract
     /// (category, sort, bounds) before it got here.
     static func list(_ db: Database, _ body: Contract.Catalog.ListRequest) throws -> Contract.Catalog.ListReply {

@@ -26,19 +26,22 @@ extension Catalog {
     /// Applies an event of accounts, favorites or orders to the projections.
     static func applyForYou(_ db: Database, _ e: Envelope) throws {
         let b = e.body
+        typealias A = Contract.Accounts
+        typealias F = Contract.Favorites
         switch e.type {
-        case "accounts.user.registered", "accounts.user.updated":
-            guard let user = b["user"]?.string, let categories = b["categories"]?.array else { return }
-            try db.execute("DELETE FROM user_categories WHERE user_id = $1", .text(user))
-            for c in categories.compactMap(\.string) where Catalog.categories.contains(c) {
-                try db.execute("INSERT INTO user_categories (user_id, category) VALUES ($1, $2) ON CONFLICT DO NOTHING", .text(user), .text(c))
+        case A.userRegistered.type, A.userUpdated.type:
+            guard let profile = try? A.PublicProfile(json: b) else { return }
+            try db.execute("DELETE FROM user_categories WHERE user_id = $1", .text(profile.user))
+            for c in profile.categories where Catalog.categories.contains(c) {
+                try db.execute("INSERT INTO user_categories (user_id, category) VALUES ($1, $2) ON CONFLICT DO NOTHING", .text(profile.user), .text(c))
             }
-        case "favorites.added":
-            guard let user = b["user"]?.string, let product = b["product"]?.string else { return }
-            try db.execute("INSERT INTO user_favorites (user_id, product) VALUES ($1, $2) ON CONFLICT DO NOTHING", .text(user), .text(product))
-        case "favorites.removed":
-            guard let user = b["user"]?.string, let product = b["product"]?.string else { return }
-            try db.execute("DELETE FROM user_favorites WHERE user_id = $1 AND product = $2", .text(user), .text(product))
+        case F.added.type:
+            guard let f = try? F.Changed(json: b) else { return }
+            try db.execute("INSERT INTO user_favorites (user_id, product) VALUES ($1, $2) ON CONFLICT DO NOTHING", .text(f.user), .text(f.product))
+        case F.removed.type:
+            guard let f = try? F.Changed(json: b) else { return }
+            try db.execute("DELETE FROM user_favorites WHERE user_id = $1 AND product = $2", .text(f.user), .text(f.product))
+        // orders' events are read by field: their bodies are orders' to type.
         case "orders.confirmed":
             guard let user = b["user"]?.string, let order = b["order"]?.string else { return }
             for item in b["items"]?.array ?? [] {

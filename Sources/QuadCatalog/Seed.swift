@@ -1,3 +1,4 @@
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -94,7 +95,7 @@ extension Catalog {
                     """, values)
                 let row = Row(columns: ["id", "name", "price_value", "currency", "info", "type", "image_url", "category", "collection", "stock"],
                               values: Array(values.prefix(10)))
-                try Outbox.append(db, type: "catalog.product.changed", body: product(row).json)
+                try Outbox.append(db, type: Contract.Catalog.productChanged.type, body: product(row).json)
             }
         }
     }

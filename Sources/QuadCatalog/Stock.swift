@@ -49,23 +49,19 @@ extension Catalog {
     public static let maxHoldQuantity = Contract.Catalog.maxHoldQuantity
 
     static func registerStock(_ h: Handlers, db: Database, holdTTLms: Int64) {
-        h.mutation("catalog.stock.hold") { req in
+        typealias C = Contract.Catalog
+        // The contract has checked every bound (order 1 to 64, 1 to
+        // max_hold_items lines, quantities 1 to max_hold_quantity) before a
+        // handler runs; what is left is the store's.
+        h.mutation(C.stockHold) { req, body in
             try req.requireService()
-            let order = try requiredString(req.body, "order", max: 64)
+            let order = body.order
             try checkHolder(db, req, order: order)
             if let existing = try holdState(db, order) { return existing }
-            guard let list = req.body["items"]?.array, !list.isEmpty, list.count <= maxHoldItems else {
-                throw QuadError.badRequest("body.items must be a list of 1 to \(maxHoldItems) items (max_hold_items)")
-            }
-            var wanted: [(String, Int64)] = []
-            for (k, item) in list.enumerated() {
-                guard let product = item["product"]?.string, !product.isEmpty, product.utf8.count <= 64 else {
-                    throw QuadError.badRequest("body.items[\(k)].product must be a product id of 1 to 64 bytes")
-                }
-                guard let q = item["quantity"]?.int, (1...maxHoldQuantity).contains(q) else {
-                    throw QuadError.badRequest("body.items[\(k)].quantity must be an integer from 1 to \(maxHoldQuantity) (max_hold_quantity)")
-                }
-                if let n = wanted.firstIndex(where: { $0.0 == product }) { wanted[n].1 += q } else { wanted.append((product, q)) }
+            // Lines naming the same product are one line of their sum.
+            var wanted: [(product: String, quantity: Int64)] = []
+            for item in body.items {
+                if let n = wanted.firstIndex(where: { $0.product == item.product }) { wanted[n].quantity += item.quantity } else { wanted.append((item.product, item.quantity)) }
             }
             var short: [JSON] = []
             for (product, q) in wanted {
@@ -94,49 +90,44 @@ extension Catalog {
             return try holdState(db, order)!
         }
 
-        h.mutation("catalog.stock.confirm") { req in
+        h.mutation(C.stockConfirm) { req, body in
             try req.requireService()
-            let order = try requiredString(req.body, "order", max: 64)
+            let order = body.order
             try checkHolder(db, req, order: order)
             let now = Int64(Clock.nowMillis())
             if try db.execute("UPDATE holds SET status = 'confirmed' WHERE order_id = $1 AND status = 'held' AND expires_ms > $2", .text(order), .int(now)) == 0 {
                 try expireDue(db, order: order)
                 guard let state = try holdState(db, order) else { throw QuadError.notFound("no stock hold for order '\(order)'") }
-                let status = state["status"]?.string ?? ""
-                if status != "confirmed" { throw QuadError.conflict("the stock hold for order '\(order)' has \(status == "expired" ? "expired" : "been released")") }
+                if state.status != "confirmed" { throw QuadError.conflict("the stock hold for order '\(order)' has \(state.status == "expired" ? "expired" : "been released")") }
                 return state
             }
             return try holdState(db, order)!
         }
 
-        h.mutation("catalog.stock.release") { req in
+        h.mutation(C.stockRelease) { req, body in
             try req.requireService()
-            let order = try requiredString(req.body, "order", max: 64)
+            let order = body.order
             try checkHolder(db, req, order: order)
             guard try holdState(db, order) != nil else { throw QuadError.notFound("no stock hold for order '\(order)'") }
             try returnStock(db, order: order, from: ["held", "confirmed"], to: "released")
             return try holdState(db, order)!
         }
 
-        h.query("catalog.stock.get") { req in
+        h.query(C.stockGet) { req, body in
             try req.requireService()
-            let order = try requiredString(req.body, "order", max: 64)
+            let order = body.order
             try checkHolder(db, req, order: order)
             guard let state = try holdState(db, order) else { throw QuadError.notFound("no stock hold for order '\(order)'") }
             return state
         }
     }
 
-    static func holdState(_ db: Database, _ order: String) throws -> JSON? {
+    static func holdState(_ db: Database, _ order: String) throws -> Contract.Catalog.Stock.Hold? {
         guard let hold = try db.queryOne("SELECT status, expires_ms FROM holds WHERE order_id = $1", .text(order)) else { return nil }
         let items = try db.query("SELECT product, quantity, price, category FROM hold_items WHERE order_id = $1 ORDER BY product", .text(order))
-        return [
-            "order": .string(order), "status": .string(hold.string("status")), "expires_at": .int(hold.int("expires_ms")),
-            "items": .array(items.map {
-                ["product": .string($0.string("product")), "quantity": .int($0.int("quantity")),
-                 "price": .double($0.double("price")), "category": .string($0.string("category"))]
-            }),
-        ]
+        return .init(order: order, status: hold.string("status"), expiresAt: hold.int("expires_ms"), items: items.map {
+            .init(product: $0.string("product"), quantity: $0.int("quantity"), price: $0.double("price"), category: $0.string("category"))
+        })
     }
 
     /// Moves a hold from one of `from` to `to` and gives its units back, in
@@ -162,8 +153,7 @@ extension Catalog {
     }
 
     static func stockChanged(_ db: Database, product: String, stock: Int64, delta: Int64, reason: String, order: String?) throws {
-        var body: [String: JSON] = ["product": .string(product), "stock": .int(stock), "delta": .int(delta), "reason": .string(reason)]
-        if let order { body["order"] = .string(order) }
-        try Outbox.append(db, type: "catalog.stock.changed", body: .object(body))
+        let body = Contract.Catalog.Stock.Changed(product: product, stock: stock, delta: delta, reason: reason, order: order)
+        try Outbox.append(db, type: Contract.Catalog.stockChanged.type, body: body.json)
     }
 }

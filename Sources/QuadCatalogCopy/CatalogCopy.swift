@@ -1,3 +1,4 @@
+import QuadContract
 import QuadStore
 import QuadWire
 
@@ -18,24 +19,25 @@ public enum CatalogCopy {
         );
         """
 
-    public static let events: Set<String> = ["catalog.product.changed", "catalog.stock.changed"]
+    public static let events: Set<String> = [Contract.Catalog.productChanged.type, Contract.Catalog.stockChanged.type]
 
-    /// Applies one catalog event, inside the feed's transaction.
+    /// Applies one catalog event, inside the feed's transaction. Each body
+    /// is read with its contract type; one that does not decode (an older
+    /// or a foreign publisher's) is skipped, as a copy that lags would.
     public static func apply(_ db: Database, _ event: Envelope) throws {
-        let b = event.body
         switch event.type {
-        case "catalog.product.changed":
-            guard let id = b["id"]?.string, let name = b["name"]?.string, let price = b["price"]?["value"]?.double else { return }
+        case Contract.Catalog.productChanged.type:
+            guard let p = try? Contract.Catalog.Product(json: event.body) else { return }
             try db.execute("""
                 INSERT INTO catalog_products (id, name, price_value, currency, category, image_url, stock)
                 VALUES ($1, $2, $3, $4, $5, $6, $7)
                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, price_value = excluded.price_value, currency = excluded.currency,
                     category = excluded.category, image_url = excluded.image_url, stock = excluded.stock
-                """, .text(id), .text(name), .double(price), .text(b["price"]?["currency"]?.string ?? "USD"),
-                .text(b["category"]?.string ?? "Others"), .text(b["imageUrl"]?.string ?? ""), .int(b["stock"]?.int ?? 0))
-        case "catalog.stock.changed":
-            guard let id = b["product"]?.string, let stock = b["stock"]?.int else { return }
-            try db.execute("UPDATE catalog_products SET stock = $1 WHERE id = $2", .int(stock), .text(id))
+                """, .text(p.id), .text(p.name), .double(p.price.value), .text(p.price.currency),
+                .text(p.category), .text(p.imageUrl), .int(p.stock))
+        case Contract.Catalog.stockChanged.type:
+            guard let change = try? Contract.Catalog.Stock.Changed(json: event.body) else { return }
+            try db.execute("UPDATE catalog_products SET stock = $1 WHERE id = $2", .int(change.stock), .text(change.product))
         default:
             return
         }

@@ -1,5 +1,6 @@
 import Foundation
 import QuadAuth
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadTestSupport
@@ -127,6 +128,8 @@ struct AccountsHandlerTests {
         ("short password", ana(["password": "1234567"]), "body.password must be at least 8 characters (min_password_length)"),
         ("long password", ana(["password": .string(String(repeating: "p", count: 129))]), "body.password must be at most 128 characters (max_password_length)"),
         ("blank name", ana(["name": "   "]), "body.name must not be empty"),
+        ("only White_Space", ana(["name": "\u{0B}\u{85}\u{3000}"]), "body.name must not be empty"),
+        ("a control character inside", ana(["name": "Ana\u{07}Ruiz"]), "body.name must not contain control characters"),
         ("long name", ana(["name": .string(String(repeating: "n", count: 101))]), "body.name must be 1 to 100 characters (max_name_length)"),
         ("no semester", ["email": "a@uni.edu", "password": "correct horse", "name": "A"], "body.semester is required"),
         ("semester 0", ana(["semester": 0]), "body.semester must be between 1 and 12"),
@@ -146,6 +149,44 @@ struct AccountsHandlerTests {
         #expect(e?.status == 400, "\(why)")
         #expect(e?.message.hasPrefix(message) == true, "\(why): \(e?.message ?? "accepted")")
         #expect(try db.queryOne("SELECT COUNT(*) AS n FROM users")?.int("n") == 0)
+    }
+
+    /// What accounts writes is its contract's types: the two profile
+    /// events share one body, and a revocation is the same type as an
+    /// event, as a logout's reply and as an entry of accounts.revocations.
+    @Test func repliesAndEventsAreTheContractTypes() throws {
+        typealias C = Contract.Accounts
+        let (h, _, _) = try accounts()
+        let made = try C.Registered(json: try h.call("accounts.register", ana()))
+        #expect(made.semester == 3 && made.categories == ["Tech", "Study"] && made.role == "student" && !made.token.isEmpty)
+        let updated = try C.Profile(json: try h.call("accounts.profile.update", ["name": "\tAna R.\n"], user: made.user))
+        #expect(updated.name == "Ana R." && updated.email == "ana@uni.edu")
+        let ended = try C.Revocation(json: try h.call("accounts.logout", ["token": .string(made.token)], user: made.user))
+        #expect(ended.user == made.user && ended.jti != nil && ended.beforeMs == nil)
+        let listed = try C.RevocationList(json: try h.call("accounts.revocations", role: "service"))
+        #expect(listed.revocations == [ended])
+
+        let events = try #require(try h.call("accounts.events.since", ["after": 0])["events"]?.array)
+        #expect(events.map { $0["type"]?.string } == ["accounts.user.registered", "accounts.user.updated", "accounts.session.revoked"])
+        #expect(try C.PublicProfile(json: events[0]["body"] ?? .null) == .init(user: made.user, name: "Ana Ruiz", semester: 3, categories: ["Tech", "Study"]))
+        #expect(try C.PublicProfile(json: events[1]["body"] ?? .null) == .init(updated))
+        #expect(try C.Revocation(json: events[2]["body"] ?? .null) == ended)
+        #expect(C.userRegistered.event.body.schema["properties"] == C.userUpdated.event.body.schema["properties"])
+        for e in events {
+            let declared = try #require(Contract.event(e["type"]?.string ?? ""))
+            #expect(Validator.contract.failure(of: e["body"] ?? .null, against: declared.body, in: declared.path) == nil, "\(e.text)")
+        }
+    }
+
+    /// The admin account's flags are checked by the contract's own email
+    /// and password rules, as a registration's fields are.
+    @Test func adminFlagsFollowTheContractsRules() throws {
+        #expect(try Validation.flag("Admin@Quad.Campus", "email", field: "email") == "Admin@Quad.Campus")
+        #expect(refusal { try Validation.flag("admin@localhost", "email", field: "email") }?.message
+                == "email must be one address like name@campus.edu, got 'admin@localhost'")
+        #expect(refusal { try Validation.flag("short", "password", field: "password") }?.message
+                == "password must be at least 8 characters (min_password_length)")
+        #expect(try Validation.flag("long enough", "password", field: "password") == "long enough")
     }
 
     @Test func theProfileIsOnlyEverOnesOwn() throws {

@@ -1,4 +1,5 @@
 import Foundation
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadTestSupport
@@ -125,6 +126,51 @@ struct StockTests {
         #expect(try stock(h, p) == s0)
     }
 
+    /// Every stock move is published with what moved it: the body the
+    /// catalog writes is its contract type, and fits the event's schema
+    /// (which once left out reason and order and refused them).
+    @Test func stockEventsAreTheirContractType() throws {
+        let (h, db) = try catalog(holdTTLms: 150)
+        let p = "p-0004"
+        let s0 = try stock(h, p)
+        try #require(s0 >= 2)
+        // Past the seed's catalog.product.changed events.
+        func events(after: Int64) throws -> [JSON] {
+            var (out, after) = ([JSON](), after)
+            while let page = try h.call("catalog.events.since", ["after": .int(after), "limit": 1000], role: "admin")["events"]?.array, let last = page.last?["seq"]?.int {
+                out += page
+                after = last
+            }
+            return out
+        }
+        let start = try events(after: 0).last?["seq"]?.int ?? 0
+        let held = try h.call("catalog.stock.hold", ["order": "o-typed", "items": [["product": .string(p), "quantity": 1], ["product": .string(p), "quantity": 1]]], role: "service")
+        // Two lines of one product are one line of their sum.
+        let hold = try Contract.Catalog.Stock.Hold(json: held)
+        #expect(hold.items.map(\.product) == [p] && hold.items.map(\.quantity) == [2] && hold.status == "held")
+        _ = try h.call("catalog.stock.release", ["order": "o-typed"], role: "service")
+        _ = try h.call("catalog.stock.hold", ["order": "o-late", "items": [["product": .string(p), "quantity": 1]]], role: "service")
+        usleep(250_000)
+        try db.transaction { try Catalog.expireDue(db) }
+        _ = try h.call("catalog.stock.adjust", ["id": .string(p), "delta": 3], role: "admin")
+
+        let moves = try events(after: start).filter { $0["type"] == "catalog.stock.changed" && $0["body"]?["product"] == .string(p) }
+        let changes = try moves.map { try Contract.Catalog.Stock.Changed(json: $0["body"] ?? .null) }
+        #expect(changes == [
+            .init(product: p, stock: s0 - 2, delta: -2, reason: "hold", order: "o-typed"),
+            .init(product: p, stock: s0, delta: 2, reason: "released", order: "o-typed"),
+            .init(product: p, stock: s0 - 1, delta: -1, reason: "hold", order: "o-late"),
+            .init(product: p, stock: s0, delta: 1, reason: "expired", order: "o-late"),
+            .init(product: p, stock: s0 + 3, delta: 3, reason: "adjust", order: nil),
+        ])
+        let schema = Contract.Catalog.stockChanged.event
+        for move in moves {
+            let failure = Validator.contract.failure(of: move["body"] ?? .null, against: schema.body, in: schema.path)
+            #expect(failure == nil, "\(move["body"]?.text ?? ""): \(failure?.message ?? "")")
+        }
+        #expect(moves.last?["body"]?["order"] == nil, "an adjust names no order: the field is left out, not null")
+    }
+
     @Test func onlyServicesMayHoldStock() throws {
         let (h, _) = try catalog()
         #expect(throws: QuadError.forbidden("")) {
@@ -170,7 +216,7 @@ struct ForYouTests {
     @Test func ranksProfileFavoritesAndPurchases() throws {
         let (h, db) = try catalog()
         try db.transaction {
-            try Catalog.applyForYou(db, event("accounts.user.registered", ["user": "u-1", "categories": ["Lab"]]))
+            try Catalog.applyForYou(db, event("accounts.user.registered", ["user": "u-1", "name": "Ana", "semester": 2, "categories": ["Lab"]]))
             // Two Creative favorites outweigh the Lab profile (2*2 > 3).
             try Catalog.applyForYou(db, event("favorites.added", ["user": "u-1", "product": "p-0020"]))
             try Catalog.applyForYou(db, event("favorites.added", ["user": "u-1", "product": "p-0021"]))

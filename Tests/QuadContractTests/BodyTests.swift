@@ -102,6 +102,34 @@ import Testing
     }
 }
 
+extension BodyTests {
+    /// accounts and catalog: each body declared once. A revocation is one
+    /// type in a logout's reply, each accounts.revocations entry and the
+    /// accounts.session.revoked event; the two profile events share one
+    /// body; the stock calls answer one hold type.
+    @Test func accountsAndCatalogBodiesAreDeclaredOnce() throws {
+        typealias A = Contract.Accounts
+        let revocation = A.Revocation.shape.schema["properties"]
+        #expect(A.logout.operation.reply.schema["properties"] == revocation)
+        #expect(A.sessionRevoked.event.body.schema["properties"] == revocation)
+        #expect(A.revocations.operation.reply.schema["properties"]?["revocations"]?["items"]?["properties"] == revocation)
+        #expect(A.userRegistered.event.body.schema["properties"] == A.PublicProfile.shape.schema["properties"])
+        #expect(A.userUpdated.event.body.schema["properties"] == A.PublicProfile.shape.schema["properties"])
+        #expect(Contract.validateReply("accounts.logout", A.Revocation(user: "0192f3a4-5b6c-7d8e-9f01-23456789abcd", jti: nil, beforeMs: 1, untilMs: 2).json) == nil)
+
+        typealias S = Contract.Catalog.Stock
+        let hold = S.Hold(order: "o-1", status: "held", expiresAt: 5, items: [.init(product: "p-1", quantity: 2, price: 12, category: "Lab")])
+        for type in ["catalog.stock.hold", "catalog.stock.confirm", "catalog.stock.release", "catalog.stock.get"] {
+            #expect(Contract.validateReply(type, hold.json) == nil, "\(type)")
+        }
+        #expect(try S.Hold(json: hold.json) == hold)
+        var over = hold
+        over.items[0].quantity = 0
+        #expect(Contract.validateReply("catalog.stock.get", over.json)?.message.contains("body.items[0].quantity") == true)
+        #expect(Contract.validate("catalog.stock.hold", S.HoldRequest(order: "o-1", items: []).json)?.message.hasPrefix("body.items must have at least 1 item") == true)
+    }
+}
+
 extension BodyTests.Sample {
     init(summary: JSON?) { self.init(); self.summary = summary }
 }

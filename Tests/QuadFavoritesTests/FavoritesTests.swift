@@ -41,7 +41,7 @@ struct FavoritesHandlerTests {
         let unknown = h.handle(.call("favorites.add", ["product": "p-2"], user: "ana"))
         #expect(unknown.quadError?.status == 404 && unknown.quadError?.message == "no product with id 'p-2' in the catalog")
         // The list shows a summary where the copy has one, null where not.
-        try CatalogCopy.apply(db, Envelope(type: "catalog.stock.changed", kind: .event, src: "catalog", seq: 2, body: ["product": "p-1", "stock": 2, "delta": -1]))
+        try CatalogCopy.apply(db, Envelope(type: "catalog.stock.changed", kind: .event, src: "catalog", seq: 2, body: ["product": "p-1", "stock": 2, "delta": -1, "reason": "adjust"]))
         let items = h.handle(.call("favorites.list", [:], user: "ana")).body["items"]?.array ?? []
         #expect(items.map { $0["product"] } == ["p-1", "p-early"])
         #expect(items.first?["summary"] == ["name": "Lab Coat", "price": ["value": 25, "currency": "USD"], "category": "Lab",

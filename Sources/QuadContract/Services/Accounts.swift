@@ -51,46 +51,122 @@ extension Contract.Accounts {
         reply: Session.shape
             .described("A session token to send in the envelope's token field. It is base64url(payload) '.' base64url(Ed25519 signature over the first part), payload {sub, role, exp, iat, jti} with times in ms; the broker checks it with accounts' public key and refuses it with 401 once expires_at passes (1 h by default, --token-ttl-seconds; accounts.refresh trades it for a new one; a revoked token is refused with 401 too)."))
 
-    public static let logout = Operation(
+
+    /// accounts.logout: the token to end, or with `all` every session of its user.
+    public struct LogoutRequest: Body {
+        public var token = ""
+        public var all: Bool?
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.token, "token", .string(1...4096)
+                .described("A session token, as accounts.login returns it.")),
+            .field(\.all, "all", .bool.optional),
+        ]
+    }
+
+    /// One revocation: declared once, for accounts.logout's reply, each
+    /// entry of accounts.revocations and the accounts.session.revoked
+    /// event, which the broker reads with this type.
+    public struct Revocation: Body, Equatable {
+        public var user = ""
+        public var jti: String?
+        public var beforeMs: Int64?
+        public var untilMs: Int64 = 0
+        public init() {}
+        public init(user: String, jti: String?, beforeMs: Int64?, untilMs: Int64) {
+            (self.user, self.jti, self.beforeMs, self.untilMs) = (user, jti, beforeMs, untilMs)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.user, "user", .ref("profile.schema.json#/$defs/user")),
+            .field(\.jti, "jti", .string(max: 64).nullable
+                .described("The one token ended, or null when before_ms ends every token of the user.")),
+            .field(\.beforeMs, "before_ms", .int(min: 0).nullable
+                .described("Every token of the user issued before this instant (ms since the epoch) is ended; null for one token.")),
+            .field(\.untilMs, "until_ms", .int(min: 0)
+                .described("When every token it ends has expired, so the entry can be forgotten (ms since the epoch).")),
+        ]
+    }
+
+    public static let logout = TypedOperation<LogoutRequest, Revocation>(
         "accounts.logout", .mutation, auth: .user,
-        request: .object([
-            "token": .string(1...4096)
-                .described("A session token, as accounts.login returns it."),
-            "all": .bool.optional,
-        ])
+        request: LogoutRequest.shape
             .described("Ends the session token given (it must be the signed-in user's own: 400 without it, 403 for another user's, 401 for a forged one), or with all, every session of that user. A mutation: accounts publishes accounts.session.revoked and every broker refuses the token within a second."),
-        reply: .object([
-            "user": .ref("profile.schema.json#/$defs/user"),
-            "jti": .string(max: 64).nullable
-                .described("The one token ended, or null when before_ms ends every token of the user."),
-            "before_ms": .int(min: 0).nullable
-                .described("Every token of the user issued before this instant (ms since the epoch) is ended; null for one token."),
-            "until_ms": .int(min: 0)
-                .described("When every token it ends has expired, so the entry can be forgotten (ms since the epoch)."),
-        ])
+        reply: Revocation.shape
             .described("The revocation, as the event says it."))
 
-    public static let profileGet = Operation(
+    /// accounts.profile.get: nothing, or the caller's own id.
+    public struct ProfileGetRequest: Body {
+        public var user: String?
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.user, "user", .string()
+                .described("Optional; must be the caller's own id.").optional),
+        ]
+    }
+
+    /// An account as its owner sees it (`profile.schema.json#/$defs/profile`):
+    /// the reply of accounts.profile.get and accounts.profile.update.
+    public struct Profile: Body, Equatable {
+        public var user = ""
+        public var email = ""
+        public var name = ""
+        /// nil only for the admin account made with --admin.
+        public var semester: Int64?
+        public var categories: [String] = []
+        public var role = ""
+        public var createdAt: Int64 = 0
+        public var updatedAt: Int64 = 0
+        public init() {}
+        /// Its fields' references are relative to the definitions document it is declared in.
+        public static let fields: [Field<Self>] = [
+            .field(\.user, "user", .ref("#/$defs/user")),
+            .field(\.email, "email", .ref("#/$defs/email")),
+            .field(\.name, "name", .ref("#/$defs/name")),
+            .field(\.semester, "semester", .oneOf([
+                .ref("#/$defs/semester"),
+                .null,
+            ])
+                .described("null only for an admin account made with --admin.")),
+            .field(\.categories, "categories", .ref("#/$defs/categories")),
+            .field(\.role, "role", .ref("#/$defs/role")),
+            .field(\.createdAt, "created_at", .int(min: 0)
+                .described("ms since the Unix epoch.")),
+            .field(\.updatedAt, "updated_at", .int(min: 0)
+                .described("ms since the Unix epoch.")),
+        ]
+    }
+
+    public static let profileGet = TypedOperation<ProfileGetRequest, Profile>(
         "accounts.profile.get", .query, auth: .user,
-        request: .object([
-            "user": .string()
-                .described("Optional; must be the caller's own id.").optional,
-        ])
+        request: ProfileGetRequest.shape
             .described("The signed-in user's own profile. unauthorized (401) without a token; forbidden (403) when body.user names another user: a profile is only ever one's own."),
         reply: .ref("profile.schema.json#/$defs/profile")
             .described("The caller's profile."))
 
-    public static let profileUpdate = Operation(
+    /// accounts.profile.update: what changes (at least one of name,
+    /// semester, categories, password; the contract says so).
+    public struct ProfileUpdateRequest: Body {
+        public var user: String?
+        public var name: String?
+        public var semester: Int64?
+        public var categories: [String]?
+        public var password: String?
+        public var currentPassword: String?
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.user, "user", .string()
+                .described("Optional; must be the caller's own id.").optional),
+            .field(\.name, "name", .ref("profile.schema.json#/$defs/name").optional),
+            .field(\.semester, "semester", .ref("profile.schema.json#/$defs/semester").optional),
+            .field(\.categories, "categories", .ref("profile.schema.json#/$defs/categories").optional),
+            .field(\.password, "password", .ref("profile.schema.json#/$defs/password").optional),
+            .field(\.currentPassword, "current_password", .string(min: 1).optional),
+        ]
+    }
+
+    public static let profileUpdate = TypedOperation<ProfileUpdateRequest, Profile>(
         "accounts.profile.update", .mutation, auth: .user,
-        request: .object([
-            "user": .string()
-                .described("Optional; must be the caller's own id.").optional,
-            "name": .ref("profile.schema.json#/$defs/name").optional,
-            "semester": .ref("profile.schema.json#/$defs/semester").optional,
-            "categories": .ref("profile.schema.json#/$defs/categories").optional,
-            "password": .ref("profile.schema.json#/$defs/password").optional,
-            "current_password": .string(min: 1).optional,
-        ])
+        request: ProfileUpdateRequest.shape
             .described("Changes the signed-in user's own name, semester, categories or password (a mutation: idempotent by envelope id). At least one of them; email and role cannot change. A new password needs current_password (forbidden, 403, when it does not match). forbidden (403) when body.user names another user. Publishes accounts.user.updated when name, semester or categories change.")
             .keyword("anyOf", [
                 .any.keyword("required", json: ["name"]),
@@ -118,82 +194,111 @@ extension Contract.Accounts {
         reply: .ref("login.reply.json")
             .described("A new session, as accounts.login answers."))
 
-    public static let register = Operation(
+
+    /// accounts.register: the new account.
+    public struct RegisterRequest: Body {
+        public var email = ""
+        public var password = ""
+        public var name = ""
+        public var semester: Int64 = 0
+        public var categories: [String]?
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.email, "email", .ref("profile.schema.json#/$defs/email")),
+            .field(\.password, "password", .ref("profile.schema.json#/$defs/password")),
+            .field(\.name, "name", .ref("profile.schema.json#/$defs/name")),
+            .field(\.semester, "semester", .ref("profile.schema.json#/$defs/semester")),
+            .field(\.categories, "categories", .ref("profile.schema.json#/$defs/categories").optional),
+        ]
+    }
+
+    /// accounts.register's reply: the profile, and the session's token and
+    /// expires_at (its user and role are the profile's).
+    public struct Registered: Body, Equatable {
+        public var user = ""
+        public var email = ""
+        public var name = ""
+        public var semester: Int64?
+        public var categories: [String] = []
+        public var role = ""
+        public var createdAt: Int64 = 0
+        public var updatedAt: Int64 = 0
+        public var token = ""
+        public var expiresAt: Int64 = 0
+        public init() {}
+        public init(profile p: Profile, session: Session) {
+            (user, email, name, semester, categories, role) = (p.user, p.email, p.name, p.semester, p.categories, p.role)
+            (createdAt, updatedAt, token, expiresAt) = (p.createdAt, p.updatedAt, session.token, session.expiresAt)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.user, "user", .ref("profile.schema.json#/$defs/user")),
+            .field(\.email, "email", .ref("profile.schema.json#/$defs/email")),
+            .field(\.name, "name", .ref("profile.schema.json#/$defs/name")),
+            .field(\.semester, "semester", .ref("profile.schema.json#/$defs/profile/properties/semester")),
+            .field(\.categories, "categories", .ref("profile.schema.json#/$defs/categories")),
+            .field(\.role, "role", .ref("profile.schema.json#/$defs/role")),
+            .field(\.createdAt, "created_at", .int(min: 0)
+                .described("ms since the Unix epoch.")),
+            .field(\.updatedAt, "updated_at", .int(min: 0)
+                .described("ms since the Unix epoch.")),
+            .field(\.token, "token", .ref("login.reply.json#/properties/token")),
+            .field(\.expiresAt, "expires_at", .int(min: 0)
+                .described("ms since the Unix epoch.")),
+        ]
+    }
+
+    public static let register = TypedOperation<RegisterRequest, Registered>(
         "accounts.register", .mutation, auth: .none,
-        request: .object([
-            "email": .ref("profile.schema.json#/$defs/email"),
-            "password": .ref("profile.schema.json#/$defs/password"),
-            "name": .ref("profile.schema.json#/$defs/name"),
-            "semester": .ref("profile.schema.json#/$defs/semester"),
-            "categories": .ref("profile.schema.json#/$defs/categories").optional,
-        ])
+        request: RegisterRequest.shape
             .described("Creates a student account (a mutation: idempotent by envelope id). bad_request (400) naming the field and its limit; conflict (409) when an account has this email, in any case. Publishes accounts.user.registered (without the email). Needs no token."),
-        reply: .object([
-            "user": .ref("profile.schema.json#/$defs/user"),
-            "email": .ref("profile.schema.json#/$defs/email"),
-            "name": .ref("profile.schema.json#/$defs/name"),
-            "semester": .ref("profile.schema.json#/$defs/profile/properties/semester"),
-            "categories": .ref("profile.schema.json#/$defs/categories"),
-            "role": .ref("profile.schema.json#/$defs/role"),
-            "created_at": .int(min: 0)
-                .described("ms since the Unix epoch."),
-            "updated_at": .int(min: 0)
-                .described("ms since the Unix epoch."),
-            "token": .ref("login.reply.json#/properties/token"),
-            "expires_at": .int(min: 0)
-                .described("ms since the Unix epoch."),
-        ])
+        reply: Registered.shape
             .described("The new account's profile (role student) and a session, as accounts.login answers: token and expires_at (user and role are the profile's). A phone that registers never logs in; before expires_at it renews the token with accounts.refresh. A retry under the same envelope id gets this same reply."))
 
-    public static let revocations = Operation(
-        "accounts.revocations", .query, auth: .service,
-        request: .object()
-            .described("For Quad's services (the broker asks it at start and every 10 s) and admins: every revocation still in force."),
-        reply: .object([
-            "revocations": .array(of: .object([
-                    "user": .ref("profile.schema.json#/$defs/user"),
-                    "jti": .string(max: 64).nullable
-                        .described("The one token ended, or null when before_ms ends every token of the user."),
-                    "before_ms": .int(min: 0).nullable
-                        .described("Every token of the user issued before this instant (ms since the epoch) is ended; null for one token."),
-                    "until_ms": .int(min: 0)
-                        .described("When every token it ends has expired, so the entry can be forgotten (ms since the epoch)."),
-                ])),
-        ]))
+    /// accounts.revocations: every revocation still in force.
+    public struct RevocationList: Body {
+        public var revocations: [Revocation] = []
+        public init() {}
+        public init(revocations: [Revocation]) { self.revocations = revocations }
+        public static let fields: [Field<Self>] = [.field(\.revocations, "revocations", .array(of: Revocation.shape))]
+    }
 
-    public static let sessionRevoked = Event("accounts.session.revoked", body: .object([
-            "user": .ref("profile.schema.json#/$defs/user"),
-            "jti": .string(max: 64).nullable
-                .described("The one token ended, or null when before_ms ends every token of the user."),
-            "before_ms": .int(min: 0).nullable
-                .described("Every token of the user issued before this instant (ms since the epoch) is ended; null for one token."),
-            "until_ms": .int(min: 0)
-                .described("When every token it ends has expired, so the entry can be forgotten (ms since the epoch)."),
-        ])
+    public static let revocations = TypedOperation<NoFields, RevocationList>(
+        "accounts.revocations", .query, auth: .service,
+        request: NoFields.shape
+            .described("For Quad's services (the broker asks it at start and every 10 s) and admins: every revocation still in force."))
+
+    public static let sessionRevoked = TypedEvent<Revocation>("accounts.session.revoked", body: Revocation.shape
             .described("A session or every earlier session of a user ended (logout, refresh, a password or role change). Brokers apply it as they relay it."))
 
-    public static let userRegistered = Event("accounts.user.registered", body: .object([
-            "user": .ref("profile.schema.json#/$defs/user"),
-            "name": .ref("profile.schema.json#/$defs/name"),
-            "semester": .oneOf([
+    /// An account as every subscriber may know it: no email, no password.
+    /// The body of accounts.user.registered and accounts.user.updated.
+    public struct PublicProfile: Body, Equatable {
+        public var user = ""
+        public var name = ""
+        /// nil only for the admin account made with --admin.
+        public var semester: Int64?
+        public var categories: [String] = []
+        public init() {}
+        public init(user: String, name: String, semester: Int64?, categories: [String]) {
+            (self.user, self.name, self.semester, self.categories) = (user, name, semester, categories)
+        }
+        public init(_ p: Profile) { self.init(user: p.user, name: p.name, semester: p.semester, categories: p.categories) }
+        public static let fields: [Field<Self>] = [
+            .field(\.user, "user", .ref("profile.schema.json#/$defs/user")),
+            .field(\.name, "name", .ref("profile.schema.json#/$defs/name")),
+            .field(\.semester, "semester", .oneOf([
                 .ref("profile.schema.json#/$defs/semester"),
                 .null,
             ])
-                .described("null only for the admin account made with --admin."),
-            "categories": .ref("profile.schema.json#/$defs/categories"),
-        ])
+                .described("null only for the admin account made with --admin.")),
+            .field(\.categories, "categories", .ref("profile.schema.json#/$defs/categories")),
+        ]
+    }
+
+    public static let userRegistered = TypedEvent<PublicProfile>("accounts.user.registered", body: PublicProfile.shape
             .described("An account was created (by accounts.register, or the admin account by --admin). No email, no password: events go to every subscriber."))
 
-    public static let userUpdated = Event("accounts.user.updated", body: .object([
-            "user": .ref("profile.schema.json#/$defs/user"),
-            "name": .ref("profile.schema.json#/$defs/name"),
-            "semester": .oneOf([
-                .ref("profile.schema.json#/$defs/semester"),
-                .null,
-            ])
-                .described("null only for the admin account made with --admin."),
-            "categories": .ref("profile.schema.json#/$defs/categories"),
-        ])
+    public static let userUpdated = TypedEvent<PublicProfile>("accounts.user.updated", body: PublicProfile.shape
             .described("An account's name, semester or categories changed: the values after the change. No email, no password."))
 
     public static let profileSchema = Definition("accounts/profile.schema.json", title: "accounts: shared definitions", .any
@@ -214,26 +319,12 @@ extension Contract.Accounts {
                     .described("Preferred categories, in the order of preference, each at most once.").keyword("uniqueItems", json: true),
                 "role": .choice(["student", "admin"])
                     .described("student for every registered account; admin for the account made with quad-accounts --admin."),
-                "profile": .object([
-                    "user": .ref("#/$defs/user"),
-                    "email": .ref("#/$defs/email"),
-                    "name": .ref("#/$defs/name"),
-                    "semester": .oneOf([
-                        .ref("#/$defs/semester"),
-                        .null,
-                    ])
-                        .described("null only for an admin account made with --admin."),
-                    "categories": .ref("#/$defs/categories"),
-                    "role": .ref("#/$defs/role"),
-                    "created_at": .int(min: 0)
-                        .described("ms since the Unix epoch."),
-                    "updated_at": .int(min: 0)
-                        .described("ms since the Unix epoch."),
-                ])
+                "profile": Profile.shape
                     .described("An account as its owner sees it. Never the password or its hash."),
             ]))
 
-    public static let operations: [Operation] = [login.operation, logout, profileGet, profileUpdate, refresh.operation, register, revocations]
-    public static let events: [Event] = [sessionRevoked, userRegistered, userUpdated]
+    public static let operations: [Operation] = [login.operation, logout.operation, profileGet.operation, profileUpdate.operation,
+        refresh.operation, register.operation, revocations.operation]
+    public static let events: [Event] = [sessionRevoked.event, userRegistered.event, userUpdated.event]
     public static let definitions: [Definition] = [profileSchema]
 }

@@ -175,47 +175,123 @@ extension Contract.Catalog {
         request: ForYou.Request.shape
             .described("Products for the signed-in user: in the categories of their profile, favorites and purchases, best first; what they already favor or bought is left out; in stock only."))
 
-    /// The stock a saga holds for one order (the reply of every stock.* call but adjust).
-    static let holdState: Shape = .object([
-        "order": .string(1...64),
-        "status": .choice(["held", "confirmed", "released", "expired"]),
-        "expires_at": .int(min: 0).described("When a held hold expires, ms since epoch."),
-        "items": .array(of: .object([
-            "product": .string(1...64),
-            "quantity": .int(1...maxHoldQuantity),
-            "price": .number(min: 0).described("The unit price when held."),
-            "category": .string(),
-        ]), max: maxHoldItems),
-    ])
+    /// The stock a saga holds for orders: catalog.stock.hold, confirm,
+    /// release and get, and the catalog.stock.changed event.
+    public enum Stock {
+        /// One line of a hold request.
+        public struct Line: Body {
+            public var product = ""
+            public var quantity: Int64 = 0
+            public init() {}
+            public init(product: String, quantity: Int64) { (self.product, self.quantity) = (product, quantity) }
+            public static let fields: [Field<Self>] = [
+                .field(\.product, "product", .string(1...64)),
+                .field(\.quantity, "quantity", .int(1...maxHoldQuantity).limit("max_hold_quantity")),
+            ]
+        }
+
+        /// catalog.stock.hold: the order and what it takes.
+        public struct HoldRequest: Body {
+            public var order = ""
+            public var items: [Line] = []
+            public init() {}
+            public init(order: String, items: [Line]) { (self.order, self.items) = (order, items) }
+            public static let fields: [Field<Self>] = [
+                .field(\.order, "order", .string(1...64).described("The order id the hold is for; holding again answers the hold as it is.")),
+                .field(\.items, "items", .array(of: Line.shape, min: 1, max: maxHoldItems).limit("max_hold_items")),
+            ]
+        }
+
+        /// catalog.stock.confirm, release and get: the order only.
+        public struct OrderRequest: Body {
+            public var order = ""
+            public init() {}
+            public init(order: String) { self.order = order }
+            public static let fields: [Field<Self>] = [.field(\.order, "order", .string(1...64).described("The order id the hold is for."))]
+        }
+
+        /// One line of a hold as it is kept: with the unit price and category when held.
+        public struct HeldItem: Body, Equatable {
+            public var product = ""
+            public var quantity: Int64 = 0
+            public var price = 0.0
+            public var category = ""
+            public init() {}
+            public init(product: String, quantity: Int64, price: Double, category: String) {
+                (self.product, self.quantity, self.price, self.category) = (product, quantity, price, category)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.product, "product", .string(1...64)),
+                .field(\.quantity, "quantity", .int(1...maxHoldQuantity)),
+                .field(\.price, "price", .number(min: 0).described("The unit price when held.")),
+                .field(\.category, "category", .string()),
+            ]
+        }
+
+        /// The stock hold of one order: the reply of every stock.* call but adjust.
+        public struct Hold: Body, Equatable {
+            public var order = ""
+            public var status = ""
+            public var expiresAt: Int64 = 0
+            public var items: [HeldItem] = []
+            public init() {}
+            public init(order: String, status: String, expiresAt: Int64, items: [HeldItem]) {
+                (self.order, self.status, self.expiresAt, self.items) = (order, status, expiresAt, items)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.order, "order", .string(1...64)),
+                .field(\.status, "status", .choice(["held", "confirmed", "released", "expired"])),
+                .field(\.expiresAt, "expires_at", .int(min: 0).described("When a held hold expires, ms since epoch.")),
+                .field(\.items, "items", .array(of: HeldItem.shape, max: maxHoldItems)),
+            ]
+        }
+
+        /// The body of catalog.stock.changed.
+        public struct Changed: Body, Equatable {
+            public var product = ""
+            public var stock: Int64 = 0
+            public var delta: Int64 = 0
+            public var reason = ""
+            public var order: String?
+            public init() {}
+            public init(product: String, stock: Int64, delta: Int64, reason: String, order: String?) {
+                (self.product, self.stock, self.delta, self.reason, self.order) = (product, stock, delta, reason, order)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.product, "product", .string(1...64)
+                    .described("The product id.")),
+                .field(\.stock, "stock", .int(min: 0)),
+                .field(\.delta, "delta", .int()),
+                .field(\.reason, "reason", .choice(["hold", "released", "expired", "adjust"])
+                    .described("What moved it: an order's hold, its release or expiry, or an admin's catalog.stock.adjust.")),
+                .field(\.order, "order", .string(1...64)
+                    .described("The order whose hold moved it; absent for an adjust.").optional),
+            ]
+        }
+    }
+
+    static let holdState: Shape = Stock.Hold.shape
         .described("The stock hold of one order: its status, when it expires, and what it holds at which price.")
 
-    static let orderOnly: Shape = .object(["order": .string(1...64).described("The order id the hold is for.")])
-
-    public static let stockHold = Operation(
+    public static let stockHold = TypedOperation<Stock.HoldRequest, Stock.Hold>(
         "catalog.stock.hold", .mutation, auth: .service,
-        request: .object([
-            "order": .string(1...64).described("The order id the hold is for; holding again answers the hold as it is."),
-            "items": .array(of: .object([
-                "product": .string(1...64),
-                "quantity": .int(1...maxHoldQuantity).limit("max_hold_quantity"),
-            ]), min: 1, max: maxHoldItems).limit("max_hold_items"),
-        ])
+        request: Stock.HoldRequest.shape
             .described("Quad's services only (the orders saga): takes the stock of every item, all or none, until the hold expires (hold_ttl_seconds); conflict (409) with details.short when some product has too little."),
         reply: holdState)
 
-    public static let stockConfirm = Operation(
+    public static let stockConfirm = TypedOperation<Stock.OrderRequest, Stock.Hold>(
         "catalog.stock.confirm", .mutation, auth: .service,
-        request: orderOnly.described("Quad's services only: the order is placed; its held stock is sold. conflict (409) when the hold expired or was released."),
+        request: Stock.OrderRequest.shape.described("Quad's services only: the order is placed; its held stock is sold. conflict (409) when the hold expired or was released."),
         reply: holdState)
 
-    public static let stockRelease = Operation(
+    public static let stockRelease = TypedOperation<Stock.OrderRequest, Stock.Hold>(
         "catalog.stock.release", .mutation, auth: .service,
-        request: orderOnly.described("Quad's services only: gives the stock of a held or confirmed hold back."),
+        request: Stock.OrderRequest.shape.described("Quad's services only: gives the stock of a held or confirmed hold back."),
         reply: holdState)
 
-    public static let stockGet = Operation(
+    public static let stockGet = TypedOperation<Stock.OrderRequest, Stock.Hold>(
         "catalog.stock.get", .query, auth: .service,
-        request: orderOnly.described("Quad's services only: the hold of an order, as it is."),
+        request: Stock.OrderRequest.shape.described("Quad's services only: the hold of an order, as it is."),
         reply: holdState)
 
     public enum StockAdjust {
@@ -247,15 +323,10 @@ extension Contract.Catalog {
         reply: StockAdjust.Reply.shape
             .described("The product's stock after the change."))
 
-    public static let productChanged = Event("catalog.product.changed", body: .ref("product.schema.json")
+    public static let productChanged = TypedEvent<Product>("catalog.product.changed", body: .ref("product.schema.json")
             .described("A product was created or changed (price, stock, anything): the body is the product as it is now, so a subscriber replaces its copy without asking."))
 
-    public static let stockChanged = Event("catalog.stock.changed", body: .object([
-            "product": .string(1...64)
-                .described("The product id."),
-            "stock": .int(min: 0),
-            "delta": .int(),
-        ])
+    public static let stockChanged = TypedEvent<Stock.Changed>("catalog.stock.changed", body: Stock.Changed.shape
             .described("A product's stock changed by delta and is now stock."))
 
     /// One product of the marketplace (`product.schema.json`).
@@ -309,7 +380,7 @@ extension Contract.Catalog {
             ]))
 
     public static let operations: [Operation] = [categories.operation, collections.operation, productGet.operation, productsList.operation,
-        search.operation, foryou.operation, stockAdjust.operation, stockHold, stockConfirm, stockRelease, stockGet]
-    public static let events: [Event] = [productChanged, stockChanged]
+        search.operation, foryou.operation, stockAdjust.operation, stockHold.operation, stockConfirm.operation, stockRelease.operation, stockGet.operation]
+    public static let events: [Event] = [productChanged.event, stockChanged.event]
     public static let definitions: [Definition] = [productSchema]
 }
