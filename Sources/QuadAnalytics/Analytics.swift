@@ -75,9 +75,9 @@ public enum Analytics: ServiceDomain {
         try worker.subscribe(to: Facts.sources, wants: { Facts.events.contains($0.type) || $0.type == revoked }) { event in
             if event.type == revoked {
                 // Not a fact: a dashboard session ends with its token.
-                let b = event.body
-                if let user = b["user"]?.string, let ended = state.server?.revoke(user: user, tokenID: b["jti"]?.string, issuedBefore: b["before_ms"]?.int), ended > 0 {
-                    Log.info(instance, "\(ended) dashboard session(s) of \(user) ended: their token was revoked")
+                guard let r = try? Contract.Accounts.Revocation(json: event.body) else { return }
+                if let ended = state.server?.revoke(user: r.user, tokenID: r.jti, issuedBefore: r.beforeMs), ended > 0 {
+                    Log.info(instance, "\(ended) dashboard session(s) of \(r.user) ended: their token was revoked")
                 }
                 return
             }
