@@ -142,6 +142,8 @@ sup_add() {
     [[ -n $user ]] && chown "$user:" "$script.new"
     mv -f "$script.new" "$script"
     local autorestart=unexpected
+    [[ ${QUAD_START_SECS:-2} =~ ^[0-9]+$ && ${QUAD_START_RETRIES:-5} =~ ^[0-9]+$ ]] ||
+        quad_die "QUAD_START_SECS and QUAD_START_RETRIES must be whole numbers of seconds and tries, got '${QUAD_START_SECS:-}' and '${QUAD_START_RETRIES:-}'"
     [[ ${QUAD_RESTART:-on} == off ]] && autorestart=false
     {
         printf '[program:%s]\n' "$name"
