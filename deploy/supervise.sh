@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # deploy/supervise.sh: the stack's supervisor, Debian's supervisord.
 # Sourced by deploy/stack and deploy/chaos (after deploy/lib.sh); defines
-# functions only and changes no shell option.
+# functions only and changes no shell option. On --hosts the same supervisord
+# runs in the root namespace and each program enters its host's namespace.
 #
 # One supervisord per stack, all of it under $QUAD_HOME, nothing in /etc:
 #
@@ -36,14 +37,18 @@
 # supervisord's exit status (-1 for any signal) does not. The log is never
 # rotated (logfile_maxbytes=0) and starts afresh at each 'up'.
 
-SUP_DIR=$RUN/supervisor
-SUP_CONF=$SUP_DIR/supervisord.conf
-SUP_SOCK=$SUP_DIR/supervisor.sock
-SUP_PROGRAMS=$SUP_DIR/programs
-SUP_LOG=$LOGS/supervisord.log
+# Where supervisord's files are, for the stack in $QUAD_HOME.
+sup_paths() {
+    SUP_DIR=$QUAD_HOME/run/supervisor
+    SUP_CONF=$SUP_DIR/supervisord.conf
+    SUP_SOCK=$SUP_DIR/supervisor.sock
+    SUP_PROGRAMS=$SUP_DIR/programs
+    SUP_LOG=$QUAD_HOME/logs/supervisord.log
+}
+sup_paths
 
 # Whether this stack's processes run under supervisord (recorded at 'up';
-# --hosts keeps the bash supervisor of deploy/hosts.sh).
+# QUAD_SUPERVISOR=bash keeps the bash supervisor of deploy/hosts.sh).
 sup_enabled() { [[ ${QUAD_SUPERVISOR:-} == supervisord ]]; }
 
 sup_pid() {
