@@ -9,7 +9,9 @@
 #      deploy/stack kill SERVICE still leaves it down;
 #   4. up --postgres: deploy/stack restart postgres gives a new postmaster
 #      that accepts connections; down leaves no process (supervisord,
-#      PostgreSQL, workers), no socket.
+#      PostgreSQL, workers), no socket;
+#   5. as root, up --hosts: the broker runs under the same supervisord in its
+#      host's namespace, and comes back there after kill broker.
 # Runs on its own QUAD_HOME and ports (from QUAD_TEST_PORT_BASE, default
 # 47100). QUAD_BUILD_DIR and QUAD_BIN_DIR are passed on to deploy/stack.
 set -euo pipefail
@@ -225,6 +227,39 @@ if pgbin=$(quad_pg_bindir); then
     ok "down: PostgreSQL stopped with the rest"
 else
     printf 'test_supervise: skip --postgres: no PostgreSQL server installed\n'
+fi
+
+if ((EUID == 0)) && command -v ip >/dev/null && quad_pg_bindir >/dev/null; then
+    # On hosts: the same supervisord, each program in its host's namespace.
+    step="up --hosts"
+    "$STACK" up --hosts >"$QUAD_HOME/up-hosts.log" 2>&1 || { cat "$QUAD_HOME/up-hosts.log" >&2; fail "deploy/stack up --hosts exited $?"; }
+    eval "$("$STACK" env)"
+    # shellcheck disable=SC1091
+    source "$QUAD_HOME/run/hosts.env"
+    spid=$(<"$sup/supervisord.pid")
+    broker=$(<"$QUAD_HOME/run/broker.pid")
+    [[ $(awk '{print $4}' "/proc/$broker/stat") == "$spid" ]] || fail "on hosts, the broker (pid $broker) is not a child of supervisord (pid $spid)"
+    [[ $(ip netns identify "$broker") == "$HOSTS_PREFIX-broker" ]] || fail "the broker does not run in namespace $HOSTS_PREFIX-broker"
+    answered_within 30 || fail "the catalog does not answer on hosts"
+    ok "up --hosts: the broker (pid $broker) runs under supervisord in namespace $HOSTS_PREFIX-broker"
+
+    step="kill broker on hosts"
+    "$STACK" kill broker >/dev/null || fail "deploy/stack kill broker exited $?"
+    answered_within 60 || fail "no request answered within 60 s of deploy/stack kill broker on hosts"
+    new_broker=$(<"$QUAD_HOME/run/broker.pid")
+    [[ $new_broker != "$broker" && $(ip netns identify "$new_broker") == "$HOSTS_PREFIX-broker" ]] ||
+        fail "the new broker (pid $new_broker) is not a new process on the broker's host"
+    [[ $(restarts_of broker) == 1 ]] || fail "status shows $(restarts_of broker) restarts of the broker on hosts, expected 1"
+    ok "kill broker on hosts: pid $broker -> $new_broker, answered again"
+
+    step="down after --hosts"
+    "$STACK" down >/dev/null || fail "deploy/stack down exited $?"
+    ip netns list | grep -q "^$HOSTS_PREFIX-" && fail "namespaces left after down: $(ip netns list | grep "^$HOSTS_PREFIX-")"
+    left=$(stack_processes)
+    [[ -z $left ]] || fail "processes of the stack remain after down: $left"
+    ok "down: supervisord, the hosts and everything on them are gone"
+else
+    printf 'test_supervise: skip --hosts: needs root, ip and PostgreSQL\n'
 fi
 
 step="finished"
