@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # deploy/hosts.sh: "hosts on one machine" for deploy/stack and deploy/chaos,
-# and the worker supervisor. Sourced by deploy/stack (after deploy/lib.sh);
+# and its worker supervisor. Sourced by deploy/stack (after deploy/lib.sh);
 # defines functions only and changes no shell option.
 #
 # With `deploy/stack up --hosts` every process gets a host of its own: a
@@ -22,7 +22,8 @@
 # every namespace, veth and the bridge, and stops PostgreSQL (its data stays
 # in $QUAD_HOME/pg, like the SQLite files in db/).
 #
-# The supervisor: every worker runs under a small bash loop (hosts_supervise)
+# The old supervisor, kept for QUAD_SUPERVISOR=bash (a stack runs under
+# supervisord, deploy/supervise.sh): every worker runs under a small bash loop (hosts_supervise)
 # that records the worker's pid in $RUN/NAME.N.pid and its own in
 # $RUN/NAME.N.sup. When the worker dies of anything but a clean exit (0, or
 # SIGTERM/SIGINT), it is started again after QUAD_RESTART_DELAY seconds (2;

@@ -1,0 +1,282 @@
+# shellcheck shell=bash
+# deploy/supervise.sh: the stack's supervisor, Debian's supervisord.
+# Sourced by deploy/stack and deploy/chaos (after deploy/lib.sh); defines
+# functions only and changes no shell option. On --hosts the same supervisord
+# runs in the root namespace and each program enters its host's namespace.
+#
+# One supervisord per stack, all of it under $QUAD_HOME, nothing in /etc:
+#
+#   $RUN/supervisor/             mode 700
+#     supervisord.conf           the daemon's config, written at 'up'
+#     supervisor.sock            its control socket (chmod 0700): supervisorctl
+#     supervisord.pid
+#     programs/NAME.conf         one [program:NAME] each, included by the config
+#     programs/NAME.sh           the program's launcher (see sup_add)
+#     programs/NAME.since        the supervisord log's size when NAME was added
+#   $LOGS/supervisord.log        its log: spawned, exited, stopped, gave up
+#
+# Programs: 'broker', 'postgres' (the cluster of --postgres), and NAME-N for
+# worker N of service NAME. The list is generated: adding a worker (up, scale)
+# writes its file and runs `supervisorctl update NAME-N`; stopping one runs
+# `stop` and `remove` and deletes the file. A second broker is one more file.
+#
+# Every program has autorestart=unexpected with exitcodes=0 (a process that
+# dies of a signal or a failure is restarted at once; one that exits 0 by
+# itself, as a worker does on a SIGTERM from outside, stays down), startsecs
+# (QUAD_START_SECS, 2: up that long counts as started) and startretries
+# (QUAD_START_RETRIES, 5: a process that keeps dying before startsecs is tried
+# again after 1, 2, 3 ... s, then left FATAL), stopsignal TERM and
+# stopwaitsecs QUAD_STOP_TIMEOUT (10) before SIGKILL. PostgreSQL stops on INT
+# (fast shutdown: TERM would wait for every client to leave).
+#
+# Restarts are counted from supervisord's own log: each "exited: NAME (...;
+# not expected)" line is a death that the stack did not ask for (a stop it
+# asked for logs "stopped:", an exit 0 "expected"), which supervisord
+# restarts after. The line also
+# says how it ended ("terminated by SIGKILL", "exit status 1"), which
+# supervisord's exit status (-1 for any signal) does not. The log is never
+# rotated (logfile_maxbytes=0) and starts afresh at each 'up'.
+
+# Where supervisord's files are, for the stack in $QUAD_HOME.
+sup_paths() {
+    SUP_DIR=$QUAD_HOME/run/supervisor
+    SUP_CONF=$SUP_DIR/supervisord.conf
+    SUP_SOCK=$SUP_DIR/supervisor.sock
+    SUP_PROGRAMS=$SUP_DIR/programs
+    SUP_LOG=$QUAD_HOME/logs/supervisord.log
+}
+sup_paths
+
+# Whether this stack's processes run under supervisord (recorded at 'up';
+# QUAD_SUPERVISOR=bash keeps the bash supervisor of deploy/hosts.sh).
+sup_enabled() { [[ ${QUAD_SUPERVISOR:-} == supervisord ]]; }
+
+sup_pid() {
+    local pid
+    [[ -f $SUP_DIR/supervisord.pid ]] || return 1
+    pid=$(<"$SUP_DIR/supervisord.pid")
+    quad_alive "$pid" || return 1
+    [[ $(quad_program_of "$pid" 2>/dev/null) == supervisord || $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == *supervisord* ]] || return 1
+    printf '%s\n' "$pid"
+}
+
+sup_running() { sup_pid >/dev/null; }
+
+sup_ctl() { supervisorctl -c "$SUP_CONF" "$@" 9>&-; }
+
+# The program name of worker $1/$2, or of 'broker' / 'postgres'.
+sup_name() { if (($# == 2)); then printf '%s-%s\n' "$1" "$2"; else printf '%s\n' "$1"; fi; }
+
+# Writes the config and starts supervisord, with no program yet.
+sup_start() {
+    command -v supervisord >/dev/null && command -v supervisorctl >/dev/null ||
+        quad_die "the stack runs under supervisord, which is not installed (apt-get install supervisor; deploy/quickstart and .ci/run install it)"
+    mkdir -p "$SUP_PROGRAMS"
+    chmod 700 "$SUP_DIR" "$SUP_PROGRAMS"
+    rm -f "$SUP_PROGRAMS"/*
+    ((${#SUP_SOCK} <= 107)) ||
+        quad_die "QUAD_HOME is too long for supervisord's socket ($SUP_SOCK is ${#SUP_SOCK} bytes, at most 107): choose a shorter QUAD_HOME"
+    [[ $QUAD_HOME != *[[:space:]\"\'\\%]* ]] ||
+        quad_die "QUAD_HOME must not hold spaces, quotes, backslashes or % under supervisord: '$QUAD_HOME'"
+    [[ -f $SUP_LOG ]] && mv -f "$SUP_LOG" "$SUP_LOG.prev"
+    cat >"$SUP_CONF" <<EOF
+; Written by deploy/stack up for the stack in $QUAD_HOME; rewritten at each up.
+[unix_http_server]
+file=$SUP_SOCK
+chmod=0700
+
+[supervisord]
+logfile=$SUP_LOG
+logfile_maxbytes=0
+loglevel=info
+pidfile=$SUP_DIR/supervisord.pid
+childlogdir=$LOGS
+identifier=quad-stack
+umask=077
+minfds=4096
+directory=$QUAD_HOME
+
+[rpcinterface:supervisor]
+supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
+
+[supervisorctl]
+serverurl=unix://$SUP_SOCK
+
+[include]
+files=$SUP_PROGRAMS/*.conf
+EOF
+    supervisord -c "$SUP_CONF" </dev/null >>"$LOGS/supervisord.out" 2>&1 9>&- ||
+        fail_with_log "supervisord did not start" "$SUP_LOG"
+    local deadline=$((SECONDS + 10))
+    until sup_running && sup_ctl pid >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || fail_with_log "supervisord did not answer on $SUP_SOCK within 10 s" "$SUP_LOG"
+        sleep 0.1
+    done
+    quad_say "  supervisord     pid $(sup_pid)   config $SUP_CONF"
+}
+
+# sup_add NAME PIDFILE LOG PRIORITY [--user U] [--signal SIG] -- COMMAND...
+# Adds program NAME and starts it. Its launcher records the pid in PIDFILE
+# (when given), appends its output to LOG and execs COMMAND with the
+# environment of this deploy/stack command: the pid supervisord watches is
+# the program's own, so a signal to either reaches the same process.
+sup_add() {
+    local name=$1 pidfile=$2 log=$3 priority=$4 user="" signal=TERM
+    shift 4
+    while [[ $1 != -- ]]; do
+        case $1 in
+            --user) user=$2; shift ;;
+            --signal) signal=$2; shift ;;
+        esac
+        shift
+    done
+    shift
+    local script=$SUP_PROGRAMS/$name.sh
+    [[ -n $user ]] && script=$(dirname "$log")/supervise-$name.sh
+    {
+        printf '#!/bin/bash\n# Launcher of %s, written by deploy/stack.\numask 077\n' "$name"
+        # The environment the process had when deploy/stack started it itself.
+        [[ -z $user ]] && export -p | grep -v '^declare -[a-z]*x[a-z]* \(SUPERVISOR_[A-Z_]*\|BASH[A-Z_]*\|SHELLOPTS\|OLDPWD\|PWD\|SHLVL\|_\)\(=\|$\)'
+        [[ -n $pidfile ]] && printf 'printf "%%s\\n" "$$" >%q\n' "$pidfile"
+        printf 'exec >>%q 2>&1\n' "$log"
+        printf 'exec'
+        printf ' %q' "$@"
+        printf '\n'
+    } >"$script.new"
+    chmod 700 "$script.new"
+    [[ -n $user ]] && chown "$user:" "$script.new"
+    mv -f "$script.new" "$script"
+    local autorestart=unexpected
+    [[ ${QUAD_START_SECS:-2} =~ ^[0-9]+$ && ${QUAD_START_RETRIES:-5} =~ ^[0-9]+$ ]] ||
+        quad_die "QUAD_START_SECS and QUAD_START_RETRIES must be whole numbers of seconds and tries, got '${QUAD_START_SECS:-}' and '${QUAD_START_RETRIES:-}'"
+    [[ ${QUAD_RESTART:-on} == off ]] && autorestart=false
+    {
+        printf '[program:%s]\n' "$name"
+        printf 'command=%s\n' "$script"
+        printf 'priority=%s\n' "$priority"
+        printf 'autostart=true\nautorestart=%s\nexitcodes=0\n' "$autorestart"
+        printf 'startsecs=%s\nstartretries=%s\n' "${QUAD_START_SECS:-2}" "${QUAD_START_RETRIES:-5}"
+        printf 'stopsignal=%s\nstopwaitsecs=%s\n' "$signal" "$STOP_TIMEOUT"
+        printf 'stdout_logfile=NONE\nstderr_logfile=NONE\n'
+        [[ -n $user ]] && printf 'user=%s\n' "$user"
+        printf 'directory=%s\n' "$QUAD_HOME"
+    } >"$SUP_PROGRAMS/$name.conf"
+    stat -c %s "$SUP_LOG" 2>/dev/null >"$SUP_PROGRAMS/$name.since" || printf '0\n' >"$SUP_PROGRAMS/$name.since"
+    [[ -n $pidfile ]] && rm -f "$pidfile"
+    sup_ctl update "$name" >/dev/null || quad_die "supervisorctl could not add program $name (its log: $SUP_LOG)"
+    [[ -n $pidfile ]] || return 0
+    local deadline=$((SECONDS + 10))
+    until [[ -s $pidfile ]]; do
+        if ((SECONDS >= deadline)) || [[ $(sup_state "$name") == FATAL ]]; then
+            fail_with_log "$name did not start under supervisord ($(sup_ctl status "$name" 2>&1 | tr -s ' '))" "$log"
+        fi
+        sleep 0.05
+    done
+}
+
+# Stops program $1 (stopsignal, then SIGKILL after stopwaitsecs) and removes it.
+sup_remove() {
+    local name=$1
+    sup_ctl stop "$name" >/dev/null 2>&1 || true
+    sup_ctl remove "$name" >/dev/null 2>&1 || true
+    rm -f "$SUP_PROGRAMS/$name".{conf,sh,since}
+}
+
+# supervisord's state of program $1: RUNNING, STARTING, BACKOFF, STOPPED,
+# EXITED, FATAL, STOPPING, or UNKNOWN.
+sup_state() {
+    local line
+    line=$(sup_ctl status "$1" 2>/dev/null) || true
+    line=$(awk '{print $2}' <<<"$line")
+    printf '%s\n' "${line:-UNKNOWN}"
+}
+
+# SIGKILLs program $1's process (pid $2) so that supervisord does not
+# restart it: the process is frozen (SIGSTOP), supervisord is asked to stop
+# it (its SIGTERM waits, pending, on the frozen process), then SIGKILL ends
+# it at once. supervisord logs "stopped: NAME (terminated by SIGKILL)".
+sup_kill_stay_down() {
+    local name=$1 pid=$2 stopper k
+    kill -STOP "$pid" 2>/dev/null || return 0
+    sup_ctl stop "$name" >/dev/null 2>&1 &
+    stopper=$!
+    for ((k = 0; k < 100; k++)); do
+        [[ $(sup_state "$name") == STOPPING ]] && break
+        sleep 0.05
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$stopper" 2>/dev/null || true
+}
+
+# One line per program, from supervisord itself: "NAME STATE PID UPTIME",
+# PID and UPTIME (seconds) "-" when it has no process.
+sup_info() {
+    # The Python that supervisorctl runs on has supervisor's modules (a
+    # python3 first on PATH, pyenv's say, may not).
+    local python
+    python=$(head -n 1 "$(command -v supervisorctl)")
+    python=${python#\#!}
+    "${python:-python3}" - "$SUP_SOCK" <<'PY' 2>/dev/null
+import sys, xmlrpc.client
+from supervisor.xmlrpc import SupervisorTransport
+server = xmlrpc.client.ServerProxy("http://127.0.0.1", transport=SupervisorTransport(None, None, "unix://" + sys.argv[1]))
+for p in server.supervisor.getAllProcessInfo():
+    alive = p["pid"] and p["statename"] in ("STARTING", "RUNNING", "STOPPING")
+    print(p["name"], p["statename"], p["pid"] if alive else "-", max(0, p["now"] - p["start"]) if alive else "-")
+PY
+}
+
+# Stops every program and supervisord itself; what is still alive after that
+# is SIGKILLed. Leaves no process of the stack. The workers get SIGTERM all
+# at once (they exit 0, which supervisord does not restart): supervisord's
+# own shutdown stops one program at a time, a second each. Then the rest by
+# priority: the broker, then PostgreSQL.
+sup_shutdown() {
+    local pid
+    pid=$(sup_pid) || return 0
+    local n workers=() f pids=() deadline
+    n=$(find "$SUP_PROGRAMS" -name '*.conf' | wc -l)
+    for f in "$SUP_PROGRAMS"/*-*.conf; do
+        [[ -e $f ]] || continue
+        f=${f##*/}
+        workers+=("${f%.conf}")
+        f=$RUN/${f%.conf}
+        f=${f%-*}.${f##*-}.pid
+        [[ -s $f ]] && pids+=("$(<"$f")")
+    done
+    if ((${#workers[@]} > 0)); then
+        sup_ctl signal TERM "${workers[@]}" >/dev/null 2>&1 || true
+        deadline=$((SECONDS + STOP_TIMEOUT))
+        for f in "${pids[@]}"; do
+            while quad_alive "$f" && ((SECONDS < deadline)); do sleep 0.1; done
+        done
+    fi
+    sup_ctl shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + (n + 1) * (STOP_TIMEOUT + 1)))
+    while quad_alive "$pid"; do
+        if ((SECONDS >= deadline)); then
+            printf 'stack: supervisord (pid %s) did not stop within %s s; sending SIGKILL\n' "$pid" $((deadline - SECONDS)) >&2
+            kill -KILL "$pid" 2>/dev/null || true
+            break
+        fi
+        sleep 0.1
+    done
+}
+
+# "COUNT|LAST" for program $1: the deaths supervisord restarted after since
+# the program was added (see the top of this file; an exit 0 is not one),
+# and how the last exit ended with its time, e.g. "1|SIGKILL at 15:40:01".
+sup_exits() {
+    local name=$1 since=0
+    [[ -f $SUP_PROGRAMS/$name.since ]] && since=$(<"$SUP_PROGRAMS/$name.since")
+    [[ -f $SUP_LOG ]] || { printf '0|-\n'; return 0; }
+    tail -c +$((since + 1)) "$SUP_LOG" | awk -v name="$name" '
+        index($0, " exited: " name " (") {
+            if (index($0, "; not expected)")) n++
+            how = $0; sub(/.* exited: [^(]*\(/, "", how); sub(/; (not )?expected\)$/, "", how)
+            sub(/^terminated by /, "", how); sub(/^exit status /, "exit ", how)
+            at = substr($2, 1, 8)
+            last = how " at " at
+        }
+        END { printf "%d|%s\n", n, (n ? last : "-") }'
+}
