@@ -108,7 +108,9 @@ final class Phone {
     /// Answers of the batch in flight not confirmed yet, and what is left of it.
     var answers: [(QueuedAction, Result<Envelope, LinkFailure>)] = []
     var unanswered = 0
-    var confirmScheduled = false
+    /// The confirmation of answers waiting for the rest of their batch, on
+    /// the next turn (``settle(_:_:)``).
+    var confirmTimer: Int?
     /// The connection's sizes are the drain's (``drainMode(_:)``).
     var draining = false
     /// The first action of the batch to send again, after a backoff.

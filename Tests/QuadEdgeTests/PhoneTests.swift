@@ -187,6 +187,49 @@ struct PhoneTests {
         #expect(attempts.count == 30 && attempts.allSatisfy { $0 == 1 }, "each send counted once, before it went: \(attempts)")
     }
 
+    /// A drain is one round trip after another: the turn of the loop that
+    /// reads an action's answer confirms it and sends the next action, not
+    /// a later turn (each extra turn polled every phone's socket once more
+    /// per action drained). Order and once-only stay as they were.
+    @Test func theTurnThatReadsAnAnswerConfirmsItAndSendsTheNextAction() throws {
+        let rig = try PhoneRig()
+        rig.phone.airplane = true
+        rig.phone.start()
+        var ids: [String] = []
+        for k in 1...5 {
+            guard case .queued(let id) = rig.phone.act("favorites.add", ["product": .string("p-200\(k)")]) else { Issue.record("not queued"); return }
+            ids.append(id)
+        }
+        rig.phone.setAirplane(false)
+        var checked = 0
+        let end = Clock.monotonicMillis() + 30_000
+        while Clock.monotonicMillis() < end && rig.outbox > 0 {
+            try rig.reactor.turn(timeoutCap: 10)
+            guard case .sending(let inFlight) = rig.phone.sender, inFlight.count == 1, let sent = inFlight.first,
+                  rig.broker.pending.contains(where: { $0.reply.corr == sent }) else {
+                rig.broker.sendDue()
+                continue
+            }
+            rig.broker.sendDue()
+            guard !rig.broker.pending.contains(where: { $0.reply.corr == sent }) else { continue }
+            // The answer is on the phone's socket: the next turn reads it.
+            let answered = rig.phone.link.answered
+            try rig.reactor.turn(timeoutCap: 1000)
+            guard rig.phone.link.answered > answered else { continue }
+            checked += 1
+            let stillQueued = try rig.phone.db.count("SELECT COUNT(*) AS n FROM outbox WHERE id = $1", .text(sent))
+            #expect(stillQueued == 0, "confirmed in the turn that read its answer")
+            if let next = rig.phone.head() {
+                #expect(rig.phone.sender == .sending([next.id]), "the next action sent in that same turn")
+            } else {
+                #expect(rig.phone.sender == .idle)
+            }
+        }
+        #expect(rig.outbox == 0)
+        #expect(checked == 5, "every answer seen arriving (\(checked))")
+        #expect(rig.broker.actions.map(\.id) == ids, "each action sent once, in order")
+    }
+
     @Test func duringACutTheSameIDIsRetriedWithGrowingBackoffAndSentAgainWhenTheNetworkAnswers() throws {
         let rig = try PhoneRig()
         rig.phone.start()
