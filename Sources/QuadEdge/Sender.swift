@@ -187,8 +187,9 @@ extension Phone {
         guard draining != on else { return }
         draining = on
         db.statementCacheCapacity = on ? PhoneStore.drainStatementCacheCapacity : PhoneStore.phoneStatementCacheCapacity
-        _ = try? db.executeScript(on ? "PRAGMA cache_size=-\(PhoneStore.drainCacheKiB); PRAGMA journal_mode=\(PhoneStore.drainJournal)"
-                                     : "PRAGMA journal_mode=\(PhoneStore.idleJournal); PRAGMA cache_size=-\(PhoneStore.idleCacheKiB)")
+        _ = try? db.executeScript(on
+            ? "PRAGMA cache_size=-\(PhoneStore.drainCacheKiB); PRAGMA journal_mode=\(PhoneStore.drainJournal); PRAGMA synchronous=\(PhoneStore.drainSynchronous)"
+            : "PRAGMA journal_mode=\(PhoneStore.idleJournal); PRAGMA synchronous=\(PhoneStore.idleSynchronous); PRAGMA cache_size=-\(PhoneStore.idleCacheKiB)")
     }
 
     /// The actions sent together: the head of the outbox and, behind it,
