@@ -156,7 +156,7 @@ enum PhoneStore {
         // Setting the capacity finalizes what the migrations prepared: an
         // idle phone keeps only the few statements it uses.
         db.statementCacheCapacity = phoneStatementCacheCapacity
-        try db.executeScript("PRAGMA journal_mode=\(idleJournal); PRAGMA synchronous=\(idleSynchronous)")
+        try db.executeScript("PRAGMA synchronous=\(idleSynchronous); PRAGMA journal_mode=\(idleJournal)")
         return db
     }
 

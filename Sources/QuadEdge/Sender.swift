@@ -112,7 +112,7 @@ extension Phone {
             return
         }
         guard let action = head() else {
-            drainMode(false)
+            idleSoon()
             if let start = stats.drainStartMs {
                 stats.drains.append(Clock.monotonicMillis() - start)
                 if stats.drainStartWithoutSession { stats.drainsWithoutSession.append(Clock.monotonicMillis() - start) }
@@ -187,9 +187,28 @@ extension Phone {
         guard draining != on else { return }
         draining = on
         db.statementCacheCapacity = on ? PhoneStore.drainStatementCacheCapacity : PhoneStore.phoneStatementCacheCapacity
+        // The switch itself without fsync: synchronous is OFF whenever the
+        // journal mode changes (a checkpoint into the file going idle, the
+        // header's rollback transaction going to WAL).
         _ = try? db.executeScript(on
             ? "PRAGMA cache_size=-\(PhoneStore.drainCacheKiB); PRAGMA journal_mode=\(PhoneStore.drainJournal); PRAGMA synchronous=\(PhoneStore.drainSynchronous)"
-            : "PRAGMA journal_mode=\(PhoneStore.idleJournal); PRAGMA synchronous=\(PhoneStore.idleSynchronous); PRAGMA cache_size=-\(PhoneStore.idleCacheKiB)")
+            : "PRAGMA synchronous=\(PhoneStore.idleSynchronous); PRAGMA journal_mode=\(PhoneStore.idleJournal); PRAGMA cache_size=-\(PhoneStore.idleCacheKiB)")
+    }
+
+    /// Goes back to the idle sizes and journal once the outbox has stayed
+    /// empty for `idleAfterMs`, not at once: switching the journal costs a
+    /// checkpoint and the making of the WAL and its index, and a phone in
+    /// use (a campus day) empties its outbox after nearly every action;
+    /// switching twice per action slowed the 200-phone day's drain after
+    /// reconnect from p95 0.5 s to 2 s on the same machine.
+    func idleSoon() {
+        guard draining, idleTimer == nil else { return }
+        idleTimer = agenda.after(settings.idleAfterMs) { [weak self] in
+            guard let self else { return }
+            self.idleTimer = nil
+            guard self.sender == .idle, self.queueLength == 0 else { return }
+            self.drainMode(false)
+        }
     }
 
     /// The actions sent together: the head of the outbox and, behind it,

@@ -117,6 +117,7 @@ final class PhoneRig {
         settings.backoffBaseMs = 50
         settings.backoffCapMs = 400
         settings.telemetryEveryMs = 60_000
+        settings.idleAfterMs = 200
         adjust(&settings)
         phone = try Phone(name: "phone-t", path: dir + "/phone-t.db", context: context, reactor: reactor, settings: settings, seed: 42)
         reactor.register(broker.socket) { [broker] _ in broker.receive() }
@@ -186,7 +187,11 @@ struct PhoneTests {
         #expect(rig.outbox == 0)
         #expect(rig.broker.actions.map(\.id) == ids, "each action sent once, in order")
         #expect(mostPrepared > PhoneStore.phoneStatementCacheCapacity, "the drain's statements stay prepared (\(mostPrepared))")
+        #expect(rig.phone.draining, "the drain's sizes stay a while after the outbox empties")
+        rig.run(forMs: 30_000) { !rig.phone.draining }
         #expect(rig.phone.db.preparedStatements <= PhoneStore.phoneStatementCacheCapacity, "an idle phone keeps the idle capacity")
+        let journal = try rig.phone.db.queryOne("PRAGMA journal_mode")?.string("journal_mode")
+        #expect(journal == PhoneStore.idleJournal.lowercased(), "an idle phone's file has no WAL index (\(journal ?? "?"))")
         let attempts = try rig.phone.db.query("SELECT attempts FROM action_log WHERE outcome = 'done'").map { $0.int("attempts") }
         #expect(attempts.count == 30 && attempts.allSatisfy { $0 == 1 }, "each send counted once, before it went: \(attempts)")
     }
