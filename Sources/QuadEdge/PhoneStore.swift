@@ -147,7 +147,8 @@ enum PhoneStore {
     /// from the OS's cache when needed); a draining phone goes back to WAL
     /// and a large cache (``Phone/drainMode(_:)``), where its commits are
     /// one after another. Measured (deploy/bench --only memory, 1,000 idle
-    /// phones against 1, back to back): 123 KiB per phone before, 88 after.
+    /// phones against 1, back to back on a busy machine): 123 KiB per phone
+    /// before, 88 after.
     static func open(_ path: String) throws -> SQLiteDatabase {
         _ = pageCacheUpFront
         let db = try SQLiteDatabase(path: path)
@@ -176,9 +177,9 @@ enum PhoneStore {
     /// open; a rollback journal keeps nothing between commits. An idle
     /// phone's commits (a telemetry event, a meta value) skip fsync
     /// (`idleSynchronous`): with an fsync or two each, the edge's one loop
-    /// waited on the disk for every phone's event, and a 200-phone campus
-    /// day's drain after reconnect went from tens of milliseconds to p95
-    /// 7.6 s. Without fsync the file still survives the process being
+    /// waits on the disk for every phone's event (with TRUNCATE, NORMAL and
+    /// a switch after every action, a 200-phone campus day's drain after
+    /// reconnect was p95 7.6 s). Without fsync the file still survives the process being
     /// killed at any point (the journal reaches the OS before the file's
     /// pages do); what a power loss may do to it is not what an emulated
     /// phone is for. PERSIST keeps the journal file between commits (its
