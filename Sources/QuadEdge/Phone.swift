@@ -22,6 +22,9 @@ public struct EdgeSettings: Sendable {
     /// more sends different services' actions together, each service's in
     /// order.
     public var sendWindow = 1
+    /// How long a phone's outbox stays empty before its file goes back to
+    /// the idle journal and sizes (`idle_after_ms`; PhoneStore.open).
+    public var idleAfterMs: Int64 = 5_000
     /// Most telemetry events in one `telemetry.ingest`.
     public var telemetryBatch = 100
     /// How often queued telemetry is sent while online.
@@ -108,7 +111,11 @@ final class Phone {
     /// Answers of the batch in flight not confirmed yet, and what is left of it.
     var answers: [(QueuedAction, Result<Envelope, LinkFailure>)] = []
     var unanswered = 0
-    var confirmScheduled = false
+    /// Going back to the idle sizes, once the outbox stays empty (``idleSoon()``).
+    var idleTimer: Int?
+    /// The confirmation of answers waiting for the rest of their batch, on
+    /// the next turn (``settle(_:_:)``).
+    var confirmTimer: Int?
     /// The connection's sizes are the drain's (``drainMode(_:)``).
     var draining = false
     /// The first action of the batch to send again, after a backoff.
