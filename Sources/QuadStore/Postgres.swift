@@ -112,8 +112,7 @@ public final class PostgresDatabase: Database {
         if PQstatus(conn) == CONNECTION_OK && lost == nil { noticeClosedSocket() }
         guard PQstatus(conn) != CONNECTION_OK else { return }
         let now = PostgresDatabase.monotonicMillis()
-        var state = lost ?? (since: now, reason: String(cString: PQerrorMessage(conn)).trimmingCharacters(in: .whitespacesAndNewlines),
-                             retryAt: now, backoffMs: 0)
+        var state = lost ?? (since: now, reason: lastError(), retryAt: now, backoffMs: 0)
         if now < state.retryAt {
             lost = state
             throw StoreError(.connection, "postgres: no connection to the server for \(now - state.since) ms (\(state.reason)); next attempt in \(state.retryAt - now) ms")
@@ -127,7 +126,7 @@ public final class PostgresDatabase: Database {
             return
         }
         let after = PostgresDatabase.monotonicMillis()
-        state.reason = String(cString: PQerrorMessage(conn)).trimmingCharacters(in: .whitespacesAndNewlines)
+        state.reason = lastError()
         state.backoffMs = min(max(state.backoffMs * 2, 50), reconnectMaxMs)
         state.retryAt = after + state.backoffMs
         lost = state
@@ -147,6 +146,13 @@ public final class PostgresDatabase: Database {
             guard poll(&p, 1, 0) > 0 else { return }
             if PQconsumeInput(conn) == 0 || PQstatus(conn) != CONNECTION_OK { return }
         }
+    }
+
+    /// libpq's last message on one line (it spans several: "...failed:
+    /// Connection refused\n\tIs the server running...").
+    func lastError() -> String {
+        String(cString: PQerrorMessage(conn)).split(whereSeparator: { $0.isNewline || $0 == "\t" })
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
     }
 
     static func monotonicMillis() -> Int64 { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }
