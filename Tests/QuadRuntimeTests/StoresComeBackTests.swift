@@ -152,6 +152,7 @@ struct StoresComeBackTests {
             if let error = reply.quadError { refused = (request, error) } else { acknowledged.append(request.id) }
         }
         let (request, error) = try #require(refused, "the filesystem never filled")
+        print("stores: \(acknowledged.count) mutations acknowledged before the 1 MB filesystem filled: \(error.message)")
         #expect(error.status == 503 && error.message.contains("database is full"), "\(error)")
         #expect(acknowledged.count > 0)
         // Reads go on.
