@@ -51,11 +51,12 @@ extension Idempotency {
 }
 
 extension StoreError {
-    /// The error a caller gets for a store's failure: 503 for a busy or
-    /// lost store (worth a retry), 500 for the rest.
+    /// The error a caller gets for a store's failure: 503 for a busy, full
+    /// or lost store (worth a retry; the transaction rolled back), 500 for
+    /// the rest.
     public var quadError: QuadError {
         switch kind {
-        case .busy, .connection: return .unavailable("store: \(message)")
+        case .busy, .connection, .full: return .unavailable("store: \(message)")
         default: return .internal("store: \(message)")
         }
     }

@@ -59,7 +59,15 @@ public enum ServiceMain {
             ("max-calls-in-flight", "most calls to other services waiting for their answer at once (max_calls_in_flight)",
              String(ServiceCalls.defaultMaxInFlight)),
         ]
-        for (name, help, d) in retentionOptions + loopOptions where !D.options.contains(where: { $0.0 == name }) {
+        let storeOptions: [(String, String, String)] = [
+            ("busy-timeout-ms", "how long a SQLite statement waits for another worker's lock before a 503 (busy_timeout_ms)",
+             String(SQLiteDatabase.defaultBusyTimeoutMs)),
+            ("pg-reconnect-max-ms", "longest wait between attempts to reach a PostgreSQL server that went away (pg_reconnect_max_ms)",
+             String(PostgresDatabase.defaultReconnectMaxMs)),
+            ("pg-connect-timeout-s", "how long one attempt to connect to PostgreSQL may take, at least 2 (pg_connect_timeout_s)",
+             String(PostgresDatabase.defaultConnectTimeoutS)),
+        ]
+        for (name, help, d) in retentionOptions + loopOptions + storeOptions where !D.options.contains(where: { $0.0 == name }) {
             let variable = "QUAD_" + name.uppercased().replacingOccurrences(of: "-", with: "_")
             flags.option(name, help + " [\(variable)]", default: env[variable] ?? d)
         }
@@ -88,6 +96,13 @@ public enum ServiceMain {
         guard slowMs >= 1 else { Flags.usageError("--slow-handler-ms must be at least 1", usage: flags.usage) }
         guard maxCalls >= 1 else { Flags.usageError("--max-calls-in-flight must be at least 1", usage: flags.usage) }
         guard (1...100_000).contains(retention.batch) else { Flags.usageError("--prune-batch must be from 1 to 100000", usage: flags.usage) }
+        var store = StoreSettings()
+        store.busyTimeoutMs = Int32(clamping: flags.int("busy-timeout-ms"))
+        store.pgReconnectMaxMs = Int64(flags.int("pg-reconnect-max-ms"))
+        store.pgConnectTimeoutS = flags.int("pg-connect-timeout-s")
+        guard store.busyTimeoutMs >= 1 else { Flags.usageError("--busy-timeout-ms must be at least 1", usage: flags.usage) }
+        guard store.pgReconnectMaxMs >= 50 else { Flags.usageError("--pg-reconnect-max-ms must be at least 50", usage: flags.usage) }
+        guard store.pgConnectTimeoutS >= 2 else { Flags.usageError("--pg-connect-timeout-s must be at least 2 (libpq's minimum)", usage: flags.usage) }
         do {
             if let keys = try InternalCurve.fromEnvironment() {
                 Log.info(instance, "internal sockets: CURVE with the services' key \(Curve.encode(keys.publicKey) ?? "?") (QUAD_SERVICE_KEY_FILE)")
@@ -96,7 +111,7 @@ public enum ServiceMain {
                 let dir = (location as NSString).deletingLastPathComponent
                 if !dir.isEmpty { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
             }
-            let db = try openDatabase(location)
+            let db = try openDatabase(location, settings: store)
             try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
             try Migrations.apply(db, D.migrations, scope: D.name)
             let handlers = Handlers(service: D.name, instance: instance, db: db)

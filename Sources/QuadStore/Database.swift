@@ -68,7 +68,11 @@ public struct Row: Sendable {
 
 /// A failure in a store, with the database's own message.
 public struct StoreError: Error, Sendable, CustomStringConvertible {
-    public enum Kind: Sendable { case constraint, busy, other, connection }
+    /// `busy`: locked past the busy timeout, or a serialization failure;
+    /// `connection`: the server is away; `full`: no room left on disk or
+    /// under SQLite's `max_page_count`. The three are temporary: a caller
+    /// answers 503 and the client's retry may succeed.
+    public enum Kind: Sendable { case constraint, busy, other, connection, full }
     public let kind: Kind
     public let message: String
     public init(_ kind: Kind, _ message: String) { self.kind = kind; self.message = message }
@@ -115,11 +119,28 @@ extension Database {
     public func transaction<T>(_ body: () throws -> T) throws -> T { try transaction(immediate: true, body) }
 }
 
+/// How a store waits: for a lock (SQLite) and for a server that went away
+/// (PostgreSQL). Each is a setting of every service (`--busy-timeout-ms`,
+/// `--pg-reconnect-max-ms`, `--pg-connect-timeout-s`).
+public struct StoreSettings: Sendable {
+    /// `busy_timeout_ms`: how long a SQLite statement waits for another
+    /// process's lock before it fails (a 503 naming this setting).
+    public var busyTimeoutMs: Int32 = SQLiteDatabase.defaultBusyTimeoutMs
+    /// `pg_reconnect_max_ms`: the longest wait between two attempts to
+    /// reach a PostgreSQL server that went away.
+    public var pgReconnectMaxMs: Int64 = PostgresDatabase.defaultReconnectMaxMs
+    /// `pg_connect_timeout_s`: how long one attempt may take.
+    public var pgConnectTimeoutS: Int = PostgresDatabase.defaultConnectTimeoutS
+
+    public init() {}
+    public static let defaults = StoreSettings()
+}
+
 /// Opens a store from a location: a `postgres://` or `postgresql://` URL, or
 /// a SQLite file path.
-public func openDatabase(_ location: String) throws -> Database {
+public func openDatabase(_ location: String, settings: StoreSettings = .defaults) throws -> Database {
     if location.hasPrefix("postgres://") || location.hasPrefix("postgresql://") {
-        return try PostgresDatabase(url: location)
+        return try PostgresDatabase(url: location, reconnectMaxMs: settings.pgReconnectMaxMs, connectTimeoutS: settings.pgConnectTimeoutS)
     }
-    return try SQLiteDatabase(path: location)
+    return try SQLiteDatabase(path: location, busyTimeoutMs: settings.busyTimeoutMs)
 }

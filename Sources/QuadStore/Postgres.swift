@@ -13,15 +13,63 @@ public final class PostgresDatabase: Database {
     var statements = StatementCache<String>(capacity: PostgresDatabase.defaultStatementCacheCapacity)
     var statementNumber = 0
 
-    public init(url: String) throws {
-        guard let c = PQconnectdb(url) else { throw StoreError(.connection, "postgres: out of memory") }
+    /// How this session comes back after the server went away (a restart,
+    /// a crash, a partition): attempts spaced by a backoff that doubles from
+    /// 50 ms up to `reconnectMaxMs`, so the store is back at most that long
+    /// (plus one connect) after the server is, and a store that is down
+    /// costs the server one connection attempt per interval, not one per
+    /// request.
+    public let reconnectMaxMs: Int64
+    /// When the loss was first seen, the last attempt's failure, and when
+    /// the next attempt may run (monotonic ms); nil while connected.
+    var lost: (since: Int64, reason: String, retryAt: Int64, backoffMs: Int64)?
+    /// Sessions opened so far: 1 at start, one more after each reconnect.
+    /// A new session has none of the old one's prepared statements or
+    /// temporary tables.
+    public private(set) var sessions = 1
+
+    /// Longest wait between two reconnection attempts (`pg_reconnect_max_ms`).
+    public static let defaultReconnectMaxMs: Int64 = 1000
+    /// Seconds a connection attempt may take (`pg_connect_timeout_s`; libpq's
+    /// minimum is 2): without it an attempt to a host behind a partition
+    /// waits for the kernel's SYN retries, about two minutes, on the
+    /// worker's only loop.
+    public static let defaultConnectTimeoutS = 2
+
+    /// Opens a session on `url` (a `postgres://` URL or libpq's `key=value`
+    /// string). Settings the URL does not name are Quad's: `connect_timeout`
+    /// (`connectTimeoutS`), and TCP keepalives with `tcp_user_timeout`, so a
+    /// server that vanished behind a partition is noticed in about ten
+    /// seconds rather than hours; the URL's own values win.
+    public init(url: String, reconnectMaxMs: Int64 = PostgresDatabase.defaultReconnectMaxMs,
+                connectTimeoutS: Int = PostgresDatabase.defaultConnectTimeoutS) throws {
+        self.reconnectMaxMs = max(reconnectMaxMs, 50)
+        let keywords = ["connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "dbname"]
+        let values = [String(max(connectTimeoutS, 2)), "1", "5", "2", "3", "10000", url]
+        // expand_dbname: the URL in `dbname` is read as a connection string,
+        // whose settings override the ones before it.
+        let c: OpaquePointer? = PostgresDatabase.withCStrings(keywords) { k in
+            PostgresDatabase.withCStrings(values) { v in PQconnectdbParams(k, v, 1) }
+        }
+        guard let c else { throw StoreError(.connection, "postgres: out of memory") }
         guard PQstatus(c) == CONNECTION_OK else {
             let message = String(cString: PQerrorMessage(c)).trimmingCharacters(in: .whitespacesAndNewlines)
             PQfinish(c)
             throw StoreError(.connection, "postgres connect: \(message)")
         }
         self.conn = c
-        _ = try? query("SET client_min_messages TO warning", [])
+        if let r = PQexec(conn, PostgresDatabase.sessionSetup) { PQclear(r) }
+    }
+
+    /// What every session runs first.
+    static let sessionSetup = "SET client_min_messages TO warning"
+
+    /// `strings` as a NULL-terminated array of C strings, for libpq.
+    static func withCStrings<T>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> T) -> T {
+        let copies = strings.map { strdup($0) }
+        defer { copies.forEach { free($0) } }
+        let pointers: [UnsafePointer<CChar>?] = copies.map { $0.map { UnsafePointer($0) } } + [nil]
+        return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
     }
 
     deinit { close() }
@@ -50,25 +98,80 @@ public final class PostgresDatabase: Database {
         }
     }
 
-    /// A session that was lost is opened again before the next statement,
-    /// outside a transaction only (one cut short must fail, not go on in a
-    /// fresh session); its prepared statements went with it.
-    func reconnectIfLost() {
-        guard depth == 0, PQstatus(conn) != CONNECTION_OK else { return }
+    /// Makes sure a session is there before a statement that starts a unit
+    /// of work (depth 0): a session that was lost is opened again, outside
+    /// a transaction only (one cut short must fail, not go on in a fresh
+    /// session, so a mutation and its idempotency record roll back
+    /// together). Its prepared statements went with it and are prepared
+    /// again on first use; temporary tables are the caller's to create
+    /// again (``sessions`` says when a session is new). While the server
+    /// is away this throws a ``StoreError`` of kind `connection` that says
+    /// for how long and when the next attempt is: a 503 with its reason.
+    func ensureSession() throws {
+        guard depth == 0 else { return }
+        if PQstatus(conn) == CONNECTION_OK && lost == nil { noticeClosedSocket() }
+        guard PQstatus(conn) != CONNECTION_OK else { return }
+        let now = PostgresDatabase.monotonicMillis()
+        var state = lost ?? (since: now, reason: lastError(), retryAt: now, backoffMs: 0)
+        if now < state.retryAt {
+            lost = state
+            throw StoreError(.connection, "postgres: no connection to the server for \(now - state.since) ms (\(state.reason)); next attempt in \(state.retryAt - now) ms")
+        }
         forgetStatements(deallocate: false)
         PQreset(conn)
-        if PQstatus(conn) == CONNECTION_OK, let r = PQexec(conn, "SET client_min_messages TO warning") { PQclear(r) }
+        if PQstatus(conn) == CONNECTION_OK {
+            if let r = PQexec(conn, PostgresDatabase.sessionSetup) { PQclear(r) }
+            lost = nil
+            sessions += 1
+            return
+        }
+        let after = PostgresDatabase.monotonicMillis()
+        state.reason = lastError()
+        state.backoffMs = min(max(state.backoffMs * 2, 50), reconnectMaxMs)
+        state.retryAt = after + state.backoffMs
+        lost = state
+        throw StoreError(.connection, "postgres: no connection to the server for \(after - state.since) ms (\(state.reason)); next attempt in \(state.backoffMs) ms")
     }
+
+    /// A server that restarted closed this session's socket while it sat
+    /// idle, and libpq learns of it only when it next reads. Reading what
+    /// is waiting (a zero-timeout poll, then PQconsumeInput) finds the end
+    /// of the stream before a statement is sent into it, so the first
+    /// request after a restart is served rather than failed.
+    func noticeClosedSocket() {
+        let fd = PQsocket(conn)
+        guard fd >= 0 else { return }
+        for _ in 0..<4 {
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&p, 1, 0) > 0 else { return }
+            if PQconsumeInput(conn) == 0 || PQstatus(conn) != CONNECTION_OK { return }
+        }
+    }
+
+    /// libpq's last message on one line (it spans several: "...failed:
+    /// Connection refused\n\tIs the server running...").
+    func lastError() -> String {
+        String(cString: PQerrorMessage(conn)).split(whereSeparator: { $0.isNewline || $0 == "\t" })
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
+    }
+
+    static func monotonicMillis() -> Int64 { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }
 
     /// The result if it succeeded; else cleared, and thrown as a ``StoreError``.
     func check(_ result: OpaquePointer?, expecting: ExecStatusType? = nil) throws -> OpaquePointer {
-        guard let result else { throw StoreError(.connection, "postgres: \(String(cString: PQerrorMessage(conn)))") }
+        guard let result else {
+            throw StoreError(.connection, "postgres: \(String(cString: PQerrorMessage(conn)).trimmingCharacters(in: .whitespacesAndNewlines))")
+        }
         let status = PQresultStatus(result)
-        guard expecting.map({ status == $0 }) ?? (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) else {
+        guard expecting.map({ status == $0 }) ?? (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY) else {
             let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
             let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? ""
             PQclear(result)
-            if PQstatus(conn) != CONNECTION_OK { throw StoreError(.connection, "postgres: \(message)") }
+            // Class 08: connection exception; 57P0x: the server is shutting
+            // down, crashed, or not yet accepting connections.
+            if PQstatus(conn) != CONNECTION_OK || state.hasPrefix("08") || state.hasPrefix("57P0") {
+                throw StoreError(.connection, "postgres: \(message.isEmpty ? "the connection to the server was lost" : message)")
+            }
             // Class 23: integrity constraint violation; 40001/40P01: retry.
             let kind: StoreError.Kind = state.hasPrefix("23") ? .constraint : (state == "40001" || state == "40P01" ? .busy : .other)
             throw StoreError(kind, "postgres: \(message)")
@@ -139,7 +242,7 @@ public final class PostgresDatabase: Database {
             return buffer
         }
         defer { buffers.forEach { $0?.deallocate() } }
-        reconnectIfLost()
+        try ensureSession()
         let name = try preparedName(sql, types: types)
         let result: OpaquePointer? = buffers.withUnsafeBufferPointer { buf in
             buf.withMemoryRebound(to: UnsafePointer<CChar>?.self) { ptrs in
@@ -194,7 +297,7 @@ public final class PostgresDatabase: Database {
     /// fastest way into PostgreSQL. Runs in the caller's transaction.
     /// Text holding U+0000 is refused, as by ``execute(_:_:)``.
     public func copy(into table: String, columns: [String], rows: [[SQLValue]]) throws {
-        reconnectIfLost()
+        try ensureSession()
         PQclear(try check(PQexec(conn, "COPY \(table) (\(columns.joined(separator: ", "))) FROM STDIN"), expecting: PGRES_COPY_IN))
         var buffer: [UInt8] = []
         buffer.reserveCapacity(min(rows.count * 256, 1 << 20))
@@ -267,11 +370,18 @@ public final class PostgresDatabase: Database {
     }
 
     public func executeScript(_ sql: String) throws {
-        guard let result = PQexec(conn, sql) else { throw StoreError(.connection, "postgres: \(String(cString: PQerrorMessage(conn)))") }
+        try ensureSession()
+        PQclear(try check(PQexec(conn, sql)))
+    }
+
+    /// COMMIT of a transaction that an error already aborted answers
+    /// "ROLLBACK", not an error: said here as the failure it is, so a
+    /// handler that swallowed a failed statement is never acknowledged.
+    func commit() throws {
+        let result = try check(PQexec(conn, "COMMIT"))
         defer { PQclear(result) }
-        let status = PQresultStatus(result)
-        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY else {
-            throw StoreError(.other, "postgres: \(String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines))")
+        if String(cString: PQcmdStatus(result)) == "ROLLBACK" {
+            throw StoreError(.other, "postgres: the transaction was rolled back at COMMIT: a statement in it had failed")
         }
     }
 
@@ -289,12 +399,17 @@ public final class PostgresDatabase: Database {
                 throw error
             }
         }
-        try executeScript("BEGIN")
+        do { try executeScript("BEGIN") } catch let e as StoreError where e.kind == .connection {
+            // BEGIN changes nothing: when it finds the session gone, the
+            // session is opened again (or the wait for the server is said)
+            // and BEGIN sent once more.
+            try executeScript("BEGIN")
+        }
         depth = 1
         defer { depth = 0 }
         do {
             let result = try body()
-            try executeScript("COMMIT")
+            try commit()
             return result
         } catch {
             try? executeScript("ROLLBACK")

@@ -12,7 +12,12 @@ public final class SQLiteDatabase: Database {
     public var eventSource: String?
     public let path: String
 
-    public init(path: String, busyTimeoutMs: Int32 = 5000) throws {
+    /// How long a statement waits for another connection's lock
+    /// (`busy_timeout_ms`), named in the error when it waited that long.
+    public let busyTimeoutMs: Int32
+    public static let defaultBusyTimeoutMs: Int32 = 5000
+
+    public init(path: String, busyTimeoutMs: Int32 = SQLiteDatabase.defaultBusyTimeoutMs) throws {
         var handle: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &handle, flags, nil)
@@ -23,6 +28,7 @@ public final class SQLiteDatabase: Database {
         }
         self.db = handle
         self.path = path
+        self.busyTimeoutMs = busyTimeoutMs
         sqlite3_busy_timeout(db, busyTimeoutMs)
         // Switching a new file to WAL while another process does the same
         // can return BUSY without calling the busy handler: retry a while.
@@ -69,12 +75,29 @@ public final class SQLiteDatabase: Database {
         sqlite3_close_v2(db)
     }
 
-    func error(_ what: String, _ rc: Int32) -> StoreError {
-        let message = "\(what): \(String(cString: sqlite3_errmsg(db)))"
+    func error(_ what: String, _ rc: Int32) -> StoreError { error(what, rc, message: String(cString: sqlite3_errmsg(db))) }
+
+    /// The error for a result code, in words a caller can act on: a lock
+    /// held past the busy timeout and a full disk are said as such (503s:
+    /// the transaction rolled back, nothing acknowledged is lost, a retry
+    /// may succeed), with SQLite's own message after.
+    func error(_ what: String, _ rc: Int32, message: String) -> StoreError {
         switch rc & 0xFF {
-        case SQLITE_CONSTRAINT: return StoreError(.constraint, message)
-        case SQLITE_BUSY, SQLITE_LOCKED: return StoreError(.busy, message)
-        default: return StoreError(.other, message)
+        case SQLITE_CONSTRAINT: return StoreError(.constraint, "\(what): \(message)")
+        case SQLITE_BUSY, SQLITE_LOCKED:
+            return StoreError(.busy, "\(what): database is locked past busy_timeout_ms \(busyTimeoutMs) (sqlite: \(message))")
+        case SQLITE_FULL: return StoreError(.full, "\(what): database is full (sqlite: \(message))")
+        default: return StoreError(.other, "\(what): \(message)")
+        }
+    }
+
+    /// SQLite rolls a transaction back by itself after some errors
+    /// (SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM, SQLITE_BUSY in some cases).
+    /// A statement run after that, inside what the caller still takes for
+    /// its transaction, would commit on its own: half a mutation. Refused.
+    func checkStillInTransaction() throws {
+        if depth > 0 && sqlite3_get_autocommit(db) != 0 {
+            throw StoreError(.other, "sqlite: the transaction was rolled back after an error in it; nothing of it was kept")
         }
     }
 
@@ -148,6 +171,7 @@ public final class SQLiteDatabase: Database {
 
     @discardableResult
     public func execute(_ sql: String, _ params: [SQLValue]) throws -> Int {
+        try checkStillInTransaction()
         let stmt = try prepare(sql)
         defer { release(stmt) }
         try bind(stmt, params)
@@ -158,6 +182,7 @@ public final class SQLiteDatabase: Database {
     }
 
     public func query(_ sql: String, _ params: [SQLValue]) throws -> [Row] {
+        try checkStillInTransaction()
         let stmt = try prepare(sql)
         defer { release(stmt) }
         try bind(stmt, params)
@@ -200,7 +225,7 @@ public final class SQLiteDatabase: Database {
         if rc != SQLITE_OK {
             let text = message.map { String(cString: $0) } ?? "error \(rc)"
             sqlite3_free(message)
-            throw StoreError(rc & 0xFF == SQLITE_BUSY || rc & 0xFF == SQLITE_LOCKED ? .busy : .other, "exec: \(text)")
+            throw error("exec", rc, message: text)
         }
     }
 
@@ -224,10 +249,11 @@ public final class SQLiteDatabase: Database {
         defer { depth = 0 }
         do {
             let result = try body()
+            try checkStillInTransaction()
             try executeScript("COMMIT")
             return result
         } catch {
-            try? executeScript("ROLLBACK")
+            if sqlite3_get_autocommit(db) == 0 { try? executeScript("ROLLBACK") }
             throw error
         }
     }
