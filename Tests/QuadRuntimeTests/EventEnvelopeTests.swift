@@ -33,6 +33,44 @@ struct EventEnvelopeTests {
         #expect(event.src == "ev" && event.seq == 1 && event.body == ["word": "hi"])
     }
 
+    @Test func eventsSinceCopiesTheStoredBytesAndReadsAsTheParsedFormDid() throws {
+        let (handlers, db) = try service()
+        for w in ["hi", "ho", "h\u{e9} \"q\""] { _ = try handlers.call("ev.say", ["word": .string(w)], user: "alice") }
+        func since(_ after: Int64) -> Reply { handlers.reply(to: .request("ev.events.since", body: ["after": .int(after), "limit": 10])) }
+        // What the reply was before: each stored envelope parsed, and the
+        // whole encoded as one value.
+        func parsedForm(after: Int64) throws -> JSON {
+            let events = try Outbox.since(db, after: after, limit: 10)
+            var f: [String: JSON] = ["events": .array(events.map { $0.json(src: "ev") }), "last": .int(try Outbox.lastSeq(db)),
+                                     "oldest": .int(try Outbox.oldestSeq(db))]
+            let oldest = try Outbox.oldestSeq(db)
+            if oldest - after > 1 { f["missed"] = .int(oldest - after - 1) }
+            return .object(f)
+        }
+        let reply = since(0)
+        let envelope = reply.envelope
+        #expect(envelope.kind == .reply && envelope.src == "ev/1" && envelope.type == "ev.events.since")
+        #expect(envelope.body == (try parsedForm(after: 0)))
+        // The same bytes the encoder writes for that value: identical for clients.
+        #expect(reply.bytes == envelope.encoded())
+        #expect(since(1).envelope.body == (try parsedForm(after: 1)))
+        #expect(since(3).envelope.body == (try parsedForm(after: 3)))
+        #expect(since(3).envelope.body["events"] == [])
+        // Pruned events are still counted as missed.
+        try db.execute("DELETE FROM outbox WHERE seq = 1")
+        #expect(since(0).envelope.body == (try parsedForm(after: 0)))
+        #expect(since(0).envelope.body["missed"] == 1)
+        // A stored envelope written with a space the encoder never writes
+        // goes out as it is stored: copied, not parsed and encoded again.
+        let stored = try #require(try db.queryOne("SELECT envelope FROM outbox WHERE seq = 2")).string("envelope")
+        let spaced = "{ " + stored.dropFirst()
+        try db.execute("UPDATE outbox SET envelope = $1 WHERE seq = 2", .text(spaced))
+        let bytes = since(0).bytes
+        let needle = Array(spaced.utf8)
+        #expect((0...(bytes.count - needle.count)).contains { bytes[$0..<$0 + needle.count].elementsEqual(needle) })
+        #expect(since(0).envelope.body == (try parsedForm(after: 0)))
+    }
+
     @Test func theRelayRunsAfterTheReplyIsSentNotInsideTheHandler() throws {
         let (handlers, db) = try service()
         let tag = "ev-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
