@@ -71,6 +71,34 @@ struct EventEnvelopeTests {
         #expect(since(0).envelope.body == (try parsedForm(after: 0)))
     }
 
+    /// Not a timed test: prints pages of 500 events answered per second,
+    /// the reply built from the stored bytes against the old way (each
+    /// envelope parsed, the whole encoded again).
+    /// `QUAD_EVENTS_BENCH=1 swift test --filter EventEnvelopeTests/figures`
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["QUAD_EVENTS_BENCH"] == "1", "set QUAD_EVENTS_BENCH=1"))
+    func figures() throws {
+        let (handlers, db) = try service()
+        try db.transaction {
+            for k in 0..<500 {
+                try Outbox.append(db, type: "ev.said", body: ["product": .string("p-\(k)"), "users": .int(Int64(k)), "favorite": true,
+                                                              "changed": true, "user": "u-0000000000000001"])
+            }
+        }
+        let request = Envelope.request("ev.events.since", body: ["after": 0, "limit": 500])
+        let n = 200
+        var start = DispatchTime.now().uptimeNanoseconds
+        for _ in 0..<n { _ = handlers.reply(to: request).bytes }
+        let copied = Double(n) / (Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9)
+        start = DispatchTime.now().uptimeNanoseconds
+        for _ in 0..<n {
+            let events = try Outbox.since(db, after: 0, limit: 500)
+            let body: JSON = ["events": .array(events.map { $0.json(src: "ev") }), "last": .int(try Outbox.lastSeq(db)), "oldest": .int(try Outbox.oldestSeq(db))]
+            _ = Reply(request.reply(body, src: "ev/1")).bytes
+        }
+        let parsed = Double(n) / (Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9)
+        print("events.since, pages of 500: from the stored bytes \(Int(copied))/s, parsed and encoded again \(Int(parsed))/s")
+    }
+
     @Test func theRelayRunsAfterTheReplyIsSentNotInsideTheHandler() throws {
         let (handlers, db) = try service()
         let tag = "ev-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"

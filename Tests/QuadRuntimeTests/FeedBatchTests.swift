@@ -122,7 +122,8 @@ struct FeedBatchTests {
         let other = try TestStore.open("feed", migrations: [])
         let fresh = try EventFeed(db: other, sources: ["src"], wants: { _ in true }, requests: bus.requests, name: "feed/2") { _ in }
         fresh.catchUpSilent(quietMs: 60_000)
-        let first = try Envelope.decode(try #require(try #require(try bus.source.receive()).last))
+        let asked = try #require(try bus.source.receive())
+        let first = try Envelope.decode(try #require(asked.last))
         #expect(first.body["after"] == .int(0))
     }
 
