@@ -4,8 +4,10 @@ import QuadWire
 
 /// Events of other services, applied at most once each and in `seq` order
 /// per source. Pub/sub is the fast path; `<source>.events.since` is what
-/// makes it reliable: the feed catches up at start, on a gap, and on a
-/// timer (which also finds events lost at the tail of a partition).
+/// makes it reliable: the feed catches up at start, on a gap, and after a
+/// source has been silent for a while (which finds events lost at the tail
+/// of a partition). A source whose events arrive in order is not asked:
+/// that catch-up would find nothing and cost the publisher a page.
 /// The last applied seq per source is stored with the change it caused, in
 /// one transaction, so a crash or a second worker never applies one twice.
 /// Catch-up requests are asynchronous: the worker's loop keeps serving
@@ -22,6 +24,10 @@ public final class EventFeed {
     /// The catch-up request in flight per source: its id and when it expires.
     var inFlight: [String: (id: String, expires: Int64)] = [:]
     public private(set) var applied: Int64 = 0
+    /// When each source was last known to be caught up with (monotonic
+    /// ms): an event of it applied in order, or a catch-up that came back
+    /// short. Absent: never, or something failed since.
+    var heard: [String: Int64] = [:]
     /// Events a source pruned before this feed applied them (its cursor
     /// was older than the source's `outbox_retention_ms`): lost to this
     /// subscriber, counted and logged, never waited for.
@@ -85,6 +91,8 @@ public final class EventFeed {
     func receive(_ events: [Envelope]) {
         guard !events.isEmpty else { return }
         var gaps: [String] = []
+        var advanced: Set<String> = []
+        var failed: Set<String> = []
         do {
             try db.transaction {
                 var cursors: [String: Int64] = [:]
@@ -101,8 +109,10 @@ public final class EventFeed {
                     do {
                         try db.transaction { try record(event, src: src, seq: seq) }
                         cursors[src] = seq
+                        advanced.insert(src)
                     } catch {
                         held.insert(src)
+                        failed.insert(src)
                         Log.error(name, "event \(event.type) seq \(seq) from \(src) not applied: \(error)")
                     }
                 }
@@ -112,7 +122,14 @@ public final class EventFeed {
             // comes again by catch-up.
             Log.error(name, "\(events.count) events not applied: \(error)")
             gaps = Array(Set(events.compactMap(\.src)).filter(sources.contains))
+            failed.formUnion(gaps)
+            advanced = []
         }
+        // Committed in order: caught up with those sources as of now. A
+        // source with a failure or a gap is asked, not trusted.
+        let now = Clock.monotonicMillis()
+        for src in advanced { heard[src] = now }
+        for src in failed.union(gaps) { heard[src] = nil }
         for src in gaps { catchUp(src) }
     }
 
@@ -145,12 +162,20 @@ public final class EventFeed {
         for s in sources { catchUp(s) }
     }
 
+    /// The timer's catch-up: only the sources not heard from for `quietMs`
+    /// (a gap, a failure and the start ask at once, elsewhere).
+    func catchUpSilent(quietMs: Int64) {
+        let now = Clock.monotonicMillis()
+        for s in sources where heard[s].map({ now - $0 >= quietMs }) ?? true { catchUp(s) }
+    }
+
     /// Handles catch-up replies waiting on the request socket.
     func receiveReplies() {
         while let frames = try? requests.receive(dontWait: true) {
             guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max),
                   let src = inFlight.first(where: { $0.value.id == reply.corr })?.key else { continue }
             inFlight[src] = nil
+            heard[src] = nil
             if let error = reply.quadError {
                 Log.info(name, "catch-up from \(src) deferred: \(error.message)")
                 continue
@@ -178,7 +203,7 @@ public final class EventFeed {
                         last = seq
                     }
                 }
-                if Int64(events.count) == EventFeed.page { catchUp(src) }
+                if Int64(events.count) == EventFeed.page { catchUp(src) } else { heard[src] = Clock.monotonicMillis() }
             } catch {
                 Log.error(name, "catch-up from \(src) not applied: \(error)")
             }
@@ -207,7 +232,7 @@ extension Worker {
         reactor.register(sub) { [unowned self] _ in self.receiveEvents(feed, sub) }
         reactor.register(requests) { [unowned self] _ in self.receiveEvents(feed, sub) }
         timers.after(0) { feed.catchUpAll() }
-        timers.every(catchUpEveryMs) { [unowned self] in if !self.leaving { feed.catchUpAll() } }
+        timers.every(catchUpEveryMs) { [unowned self] in if !self.leaving { feed.catchUpSilent(quietMs: catchUpEveryMs) } }
     }
 
     func receiveEvents(_ feed: EventFeed, _ socket: Socket) {

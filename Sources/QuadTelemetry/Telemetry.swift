@@ -129,21 +129,22 @@ public enum Telemetry: ServiceDomain {
 
     /// Registers the handlers; split from ``install`` so tests drive them without a broker.
     public static func register(_ h: Handlers, db: Database) {
-        h.mutation("telemetry.ingest") { req in
+        h.mutation(C.ingest) { req, body in
             // Attributed by the token: the broker's verified user, never a
             // `user` field of an event (see ``PhoneEvent``).
-            let result = try ingest(db, req.body, batch: req.id, user: req.user)
-            return result.json
+            try ingest(db, body.events, batch: req.id, user: req.user).reply
         }
-        h.query(Contract.Telemetry.rawSince) { req, body in
+        h.query(C.rawSince) { req, body in
             try req.requireService()
-            return JSONBody(try rawSince(db, after: body.after ?? 0, limit: body.limit ?? 1000))
+            return try rawSince(db, after: body.after ?? 0, limit: body.limit ?? 1000)
         }
-        h.query(Contract.Telemetry.stats) { req, _ in
+        h.query(C.stats) { req, _ in
             try req.requireService()
-            return JSONBody(try stats(db))
+            return try stats(db)
         }
     }
+
+    typealias C = Contract.Telemetry
 
     // MARK: ingest
 
@@ -156,25 +157,19 @@ public enum Telemetry: ServiceDomain {
         var byName: [String: Int] = [:]
         var seqRange: (Int64, Int64)?
 
-        /// The reply: `{accepted, duplicate, conflicting, rejected}`.
-        var json: JSON {
-            [
-                "accepted": .int(Int64(accepted)), "duplicate": .int(Int64(duplicate)), "conflicting": .int(Int64(conflicting)),
-                "rejected": .array(rejected.map { ["index": .int(Int64($0.index)), "id": $0.id.map { .string($0) } ?? .null, "reason": .string($0.reason)] }),
-            ]
+        /// The reply.
+        var reply: C.IngestReply {
+            C.IngestReply(accepted: Int64(accepted), duplicate: Int64(duplicate), conflicting: Int64(conflicting),
+                          rejected: rejected.map { C.Rejection(index: Int64($0.index), id: $0.id, reason: $0.reason) })
         }
     }
 
     /// Validates, stores and counts one batch, in the caller's transaction;
     /// every event is attributed to `user`, the envelope's verified user
     /// (nil: a guest).
-    static func ingest(_ db: Database, _ body: JSON, batch: String, user: String?) throws -> Outcome {
-        guard case .object(let fields) = body else { throw QuadError.badRequest("the body must be an object with events") }
-        if let extra = fields.keys.first(where: { $0 != "events" }) {
-            throw QuadError.badRequest("body.\(extra) is not a field of telemetry.ingest")
-        }
-        guard let list = fields["events"] else { throw QuadError.badRequest("body.events is required") }
-        guard let events = list.array else { throw QuadError.badRequest("body.events must be a list of events, got \(list.typeName)") }
+    static func ingest(_ db: Database, _ events: [JSON], batch: String, user: String?) throws -> Outcome {
+        // The validator has checked the count against the contract before
+        // the handler runs; this stands for callers that come without it.
         guard !events.isEmpty else { throw QuadError.badRequest("body.events must hold at least one event") }
         guard events.count <= maxBatchEvents else {
             throw QuadError.tooLarge("body.events has \(events.count) events, over the limit max_batch_events=\(maxBatchEvents)",
@@ -269,13 +264,11 @@ public enum Telemetry: ServiceDomain {
             """, .int(Int64(outcome.accepted)), .int(Int64(outcome.duplicate)), .int(Int64(outcome.conflicting)), .int(Int64(outcome.rejected.count)))
         if outcome.accepted > 0, let (first, last) = outcome.seqRange {
             // A summary only: no event, no user id.
-            try Outbox.append(db, type: "telemetry.batch", body: [
-                "batch": .string(batch), "events": .int(Int64(events.count)), "accepted": .int(Int64(outcome.accepted)),
-                "duplicate": .int(Int64(outcome.duplicate)), "conflicting": .int(Int64(outcome.conflicting)),
-                "rejected": .int(Int64(outcome.rejected.count)),
-                "by_name": .object(outcome.byName.mapValues { .int(Int64($0)) }),
-                "raw_seq": ["first": .int(first), "last": .int(last)],
-            ])
+            try Outbox.append(db, type: C.batch.type, body: C.BatchSummary(
+                batch: batch, events: Int64(events.count), accepted: Int64(outcome.accepted),
+                duplicate: Int64(outcome.duplicate), conflicting: Int64(outcome.conflicting),
+                rejected: Int64(outcome.rejected.count), byName: outcome.byName.mapValues { Int64($0) },
+                rawSeq: C.SeqRange(first: first, last: last)).json)
         }
         return outcome
     }
@@ -393,7 +386,7 @@ public enum Telemetry: ServiceDomain {
 
     /// Raw events after `after` in seq order, at most `limit` and about
     /// ``rawPageBytes``: what analytics pulls.
-    static func rawSince(_ db: Database, after: Int64, limit: Int64) throws -> JSON {
+    static func rawSince(_ db: Database, after: Int64, limit: Int64) throws -> C.RawPage {
         let rows = try db.query("SELECT * FROM events WHERE seq > $1 ORDER BY seq LIMIT $2", .int(after), .int(limit))
         var list: [JSON] = []
         var bytes = 0
@@ -405,22 +398,18 @@ public enum Telemetry: ServiceDomain {
             if bytes >= rawPageBytes { break }
         }
         let last = try db.queryOne("SELECT COALESCE(MAX(seq), 0) AS last FROM events")?.int("last") ?? 0
-        return ["events": .array(list), "last": .int(last), "more": .bool(list.count < rows.count || Int64(rows.count) == limit)]
+        return C.RawPage(events: list, last: last, more: list.count < rows.count || Int64(rows.count) == limit)
     }
 
-    static func stats(_ db: Database) throws -> JSON {
+    static func stats(_ db: Database) throws -> C.Stats {
         let t = try db.queryOne("SELECT * FROM ingest_totals WHERE one = 1")!
         let stored = try db.queryOne("SELECT COUNT(*) AS n FROM events")?.int("n") ?? 0
         let kept = try db.queryOne("SELECT COUNT(*) AS n, COALESCE(SUM(times), 0) AS times FROM event_conflicts")
-        var byName: [String: JSON] = [:]
-        for r in try db.query("SELECT name, COUNT(*) AS n FROM events GROUP BY name") { byName[r.string("name")] = .int(r.int("n")) }
-        return [
-            "events": .int(stored), "conflicts": .int(kept?.int("n") ?? 0), "by_name": .object(byName),
-            "totals": [
-                "batches": .int(t.int("batches")), "accepted": .int(t.int("accepted")), "duplicate": .int(t.int("duplicate")),
-                "conflicting": .int(t.int("conflicting")), "rejected": .int(t.int("rejected")),
-            ],
-        ]
+        var byName: [String: Int64] = [:]
+        for r in try db.query("SELECT name, COUNT(*) AS n FROM events GROUP BY name") { byName[r.string("name")] = r.int("n") }
+        return C.Stats(events: stored, conflicts: kept?.int("n") ?? 0, byName: byName,
+                       totals: C.Totals(batches: t.int("batches"), accepted: t.int("accepted"), duplicate: t.int("duplicate"),
+                                        conflicting: t.int("conflicting"), rejected: t.int("rejected")))
     }
 
     // MARK: the validator as a command

@@ -97,6 +97,36 @@ struct FeedBatchTests {
         #expect(try db.queryOne("SELECT seq FROM event_cursors WHERE source = 'src'")?.int("seq") == 2)
     }
 
+    @Test func theTimerAsksOnlyASourceThatFellSilent() throws {
+        let db = try TestStore.open("feed", migrations: [Migration(1, "CREATE TABLE seen (seq BIGINT PRIMARY KEY)")])
+        let bus = try Bus()
+        let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, requests: bus.requests, name: "feed/1") { e in
+            try db.execute("INSERT INTO seen (seq) VALUES ($1)", .int(e.seq ?? 0))
+        }
+        try bus.publish([1, 2, 3])
+        feed.drain(bus.sub)
+        #expect(feed.applied == 3)
+        // Events arriving in order, no gap: the timer's catch-up is not sent
+        // (it would have asked after 3).
+        feed.catchUpSilent(quietMs: 60_000)
+        try bus.publish([4])
+        feed.drain(bus.sub)
+        #expect(feed.applied == 4)
+        // Silent for longer than quietMs (0 here): asked, from the cursor.
+        feed.catchUpSilent(quietMs: 0)
+        let frames = try #require(try bus.source.receive())
+        let request = try Envelope.decode(try #require(frames.last))
+        #expect(request.type == "src.events.since" && request.body["after"] == .int(4))
+        #expect(try bus.source.receive(dontWait: true) == nil)
+        // A feed that never heard of its source asks at once.
+        let other = try TestStore.open("feed", migrations: [])
+        let fresh = try EventFeed(db: other, sources: ["src"], wants: { _ in true }, requests: bus.requests, name: "feed/2") { _ in }
+        fresh.catchUpSilent(quietMs: 60_000)
+        let asked = try #require(try bus.source.receive())
+        let first = try Envelope.decode(try #require(asked.last))
+        #expect(first.body["after"] == .int(0))
+    }
+
     /// Not a timed test: prints events applied per second, one transaction
     /// per event against one per drained batch.
     /// `QUAD_FEED_BENCH=1 swift test --filter FeedBatchTests/figures`

@@ -1,4 +1,5 @@
 import Foundation
+import QuadContract
 import QuadRuntime
 import QuadStore
 import QuadTestSupport
@@ -178,6 +179,28 @@ struct IngestTests {
         #expect { try h.call("telemetry.raw.since", ["limit": 2001], role: "service") } throws: {
             ($0 as? QuadError)?.message == "body.limit must be between 1 and 2000 (max_raw_page)"
         }
+    }
+}
+
+@Suite("Telemetry bodies are their contract types")
+struct TelemetryBodyTests {
+    typealias C = Contract.Telemetry
+
+    @Test func repliesAndTheBatchEventReadAsTheirTypes() throws {
+        let (h, db) = try telemetry()
+        let id = MessageID.make()
+        let reply = try C.IngestReply(json: try h.call("telemetry.ingest", ["events": [event(1), event(1), ["phone": "p"]]], id: id))
+        #expect(reply.accepted == 1 && reply.duplicate == 1 && reply.conflicting == 0)
+        #expect(reply.rejected.count == 1 && reply.rejected[0].index == 2 && reply.rejected[0].id == nil && reply.rejected[0].reason == "id is required")
+        let out = try #require(try Outbox.since(db, after: 0, limit: 10).first)
+        #expect(out.type == C.batch.type)
+        let summary = try C.BatchSummary(json: out.body)
+        #expect(summary.batch == id && summary.events == 3 && summary.accepted == 1 && summary.rejected == 1)
+        #expect(summary.byName == ["view.opened": 1] && summary.rawSeq.first == 1 && summary.rawSeq.last == 1)
+        let page = try C.RawPage(json: try h.call("telemetry.raw.since", ["after": 0], role: "service"))
+        #expect(page.events.count == 1 && page.last == 1 && page.events[0]["seq"] == 1)
+        let stats = try C.Stats(json: try h.call("telemetry.stats", role: "service"))
+        #expect(stats.events == 1 && stats.byName == ["view.opened": 1] && stats.totals.batches == 1 && stats.totals.rejected == 1)
     }
 }
 

@@ -10,23 +10,57 @@ extension Contract.Telemetry {
     public static let maxBatchEvents = 500
     public static let maxRawPage: Int64 = 2000
 
-    public static let ingest = Operation(
+    /// telemetry.ingest: the batch. The events stay `JSON` values: each is
+    /// checked by hand (QuadTelemetry's `PhoneEvent`), one by one, so that
+    /// an invalid one is rejected with its reason while the rest are
+    /// stored; decoding them into a struct here would refuse the batch.
+    public struct IngestRequest: Body {
+        public var events: [JSON] = []
+        public init() {}
+        public init(events: [JSON]) { self.events = events }
+        public static let fields: [Field<Self>] = [
+            .field(\.events, "events", .array(of: .object(open: true)
+                    .described("An event: telemetry/event.schema.json, checked one by one."), min: 1, max: maxBatchEvents).limit("max_batch_events").overIsTooLarge),
+        ]
+    }
+
+    /// An event of the batch that was not stored, and why.
+    public struct Rejection: Body {
+        public var index: Int64 = 0
+        public var id: String?
+        public var reason = ""
+        public init() {}
+        public init(index: Int64, id: String?, reason: String) { (self.index, self.id, self.reason) = (index, id, reason) }
+        public static let fields: [Field<Self>] = [
+            .field(\.index, "index", .int(0...499)),
+            .field(\.id, "id", .string().nullable),
+            .field(\.reason, "reason", .string(min: 1)),
+        ]
+    }
+
+    /// telemetry.ingest: what became of each event.
+    public struct IngestReply: Body {
+        public var accepted: Int64 = 0
+        public var duplicate: Int64 = 0
+        public var conflicting: Int64 = 0
+        public var rejected: [Rejection] = []
+        public init() {}
+        public init(accepted: Int64, duplicate: Int64, conflicting: Int64, rejected: [Rejection]) {
+            (self.accepted, self.duplicate, self.conflicting, self.rejected) = (accepted, duplicate, conflicting, rejected)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.accepted, "accepted", .int(0...500)),
+            .field(\.duplicate, "duplicate", .int(0...500)),
+            .field(\.conflicting, "conflicting", .int(0...500)),
+            .field(\.rejected, "rejected", .array(of: Rejection.shape, max: 500)),
+        ]
+    }
+
+    public static let ingest = TypedOperation<IngestRequest, IngestReply>(
         "telemetry.ingest", .mutation, auth: .none,
-        request: .object([
-            "events": .array(of: .object(open: true)
-                    .described("An event: telemetry/event.schema.json, checked one by one."), min: 1, max: maxBatchEvents).limit("max_batch_events").overIsTooLarge,
-        ])
+        request: IngestRequest.shape
             .described("A batch of phone events (a mutation: idempotent by envelope id, so a phone's retry gets the same answer). At most 500 events (max_batch_events) and 1 MiB of encoded events (max_batch_bytes, not expressible here): over either, too_large (413) naming the limit, and nothing is stored. Each event is validated on its own against telemetry/event.schema.json: an invalid one is rejected with its reason and the rest are stored. Anyone may send (guests' phones too); the user id inside events is the phone's word, kept for analytics only. Publishes one telemetry.batch summary when any event was accepted."),
-        reply: .object([
-            "accepted": .int(0...500),
-            "duplicate": .int(0...500),
-            "conflicting": .int(0...500),
-            "rejected": .array(of: .object([
-                    "index": .int(0...499),
-                    "id": .string().nullable,
-                    "reason": .string(min: 1),
-                ]), max: 500),
-        ])
+        reply: IngestReply.shape
             .described("What became of each event of the batch: accepted (stored now), duplicate (stored before with the same payload: nothing to do), conflicting (stored before with another payload: kept aside and counted, not applied), rejected (invalid, with the index in the batch, the id when readable, and the reason). accepted + duplicate + conflicting + len(rejected) is the number of events sent."))
 
     /// telemetry.raw.since: where to start and how many; absent, from the
@@ -42,55 +76,122 @@ extension Contract.Telemetry {
         ]
     }
 
-    public static let rawSince = TypedOperation<RawSinceRequest, JSONBody>(
-        "telemetry.raw.since", .query, auth: .service,
-        request: RawSinceRequest.shape
-            .described("For Quad's services (role service, through the broker's internal frontend) and admins: the stored raw events after seq `after`, in seq order, at most `limit` (max_raw_page) and about 768 KiB. Seqs grow in commit order, with gaps. This is how analytics gets the events; they never travel on the event bus."),
-        reply: .object([
-            "events": .array(of: .object([
+    /// telemetry.raw.since: a page of stored events. Each stays a `JSON`
+    /// object (the fields of telemetry/event.schema.json plus its seq), as
+    /// the collector reads it back.
+    public struct RawPage: Body {
+        public var events: [JSON] = []
+        public var last: Int64 = 0
+        public var more = false
+        public init() {}
+        public init(events: [JSON], last: Int64, more: Bool) { (self.events, self.last, self.more) = (events, last, more) }
+        public static let fields: [Field<Self>] = [
+            .field(\.events, "events", .array(of: .object([
                     "seq": .int(min: 1),
                     "id": .string(),
                     "name": .string(),
                     "ts": .int(),
                 ], open: true).keyword("required", json: ["phone", "user", "session", "offline", "props"])
-                    .described("A stored event: the fields of telemetry/event.schema.json (the id in lower case) plus its seq."), max: 2000),
-            "last": .int(min: 0),
-            "more": .bool,
-        ])
+                    .described("A stored event: the fields of telemetry/event.schema.json (the id in lower case) plus its seq."), max: 2000)),
+            .field(\.last, "last", .int(min: 0)),
+            .field(\.more, "more", .bool),
+        ]
+    }
+
+    public static let rawSince = TypedOperation<RawSinceRequest, RawPage>(
+        "telemetry.raw.since", .query, auth: .service,
+        request: RawSinceRequest.shape
+            .described("For Quad's services (role service, through the broker's internal frontend) and admins: the stored raw events after seq `after`, in seq order, at most `limit` (max_raw_page) and about 768 KiB. Seqs grow in commit order, with gaps. This is how analytics gets the events; they never travel on the event bus."),
+        reply: RawPage.shape
             .described("The events, each as stored (telemetry/event.schema.json) plus its seq; last is the highest seq stored; more says whether to ask again at once."))
 
-    public static let stats = TypedOperation<NoFields, JSONBody>(
+    /// telemetry.stats: over every batch, what ingest answered.
+    public struct Totals: Body {
+        public var batches: Int64 = 0
+        public var accepted: Int64 = 0
+        public var duplicate: Int64 = 0
+        public var conflicting: Int64 = 0
+        public var rejected: Int64 = 0
+        public init() {}
+        public init(batches: Int64, accepted: Int64, duplicate: Int64, conflicting: Int64, rejected: Int64) {
+            (self.batches, self.accepted, self.duplicate, self.conflicting, self.rejected) = (batches, accepted, duplicate, conflicting, rejected)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.batches, "batches", .int(min: 0)),
+            .field(\.accepted, "accepted", .int(min: 0)),
+            .field(\.duplicate, "duplicate", .int(min: 0)),
+            .field(\.conflicting, "conflicting", .int(min: 0)),
+            .field(\.rejected, "rejected", .int(min: 0)),
+        ]
+    }
+
+    /// telemetry.stats: what the collector holds.
+    public struct Stats: Body {
+        public var events: Int64 = 0
+        public var conflicts: Int64 = 0
+        public var byName: [String: Int64] = [:]
+        public var totals = Totals()
+        public init() {}
+        public init(events: Int64, conflicts: Int64, byName: [String: Int64], totals: Totals) {
+            (self.events, self.conflicts, self.byName, self.totals) = (events, conflicts, byName, totals)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.events, "events", .int(min: 0)),
+            .field(\.conflicts, "conflicts", .int(min: 0)),
+            .field(\.byName, "by_name", .map(of: .int(min: 0))),
+            .field(\.totals, "totals", Totals.shape),
+        ]
+    }
+
+    public static let stats = TypedOperation<NoFields, Stats>(
         "telemetry.stats", .query, auth: .service,
         request: NoFields.shape
             .described("For admins and Quad's services: what the collector holds."),
-        reply: .object([
-            "events": .int(min: 0),
-            "conflicts": .int(min: 0),
-            "by_name": .map(of: .int(min: 0)),
-            "totals": .object([
-                "batches": .int(min: 0),
-                "accepted": .int(min: 0),
-                "duplicate": .int(min: 0),
-                "conflicting": .int(min: 0),
-                "rejected": .int(min: 0),
-            ]),
-        ])
+        reply: Stats.shape
             .described("events: stored events; conflicts: distinct conflicting versions kept aside; by_name: stored events by name; totals: over every batch, what ingest answered."))
 
-    public static let batch = Event("telemetry.batch", body: .object([
-            "batch": .string(1...64)
-                .described("The envelope id of the telemetry.ingest request."),
-            "events": .int(1...500),
-            "accepted": .int(1...500),
-            "duplicate": .int(min: 0),
-            "conflicting": .int(min: 0),
-            "rejected": .int(min: 0),
-            "by_name": .map(of: .int(min: 1)).keyword("propertyNames", .choice(["view.opened", "search.performed", "forecast.opened", "spot.search", "nearby.opened", "nearby.chosen", "favorite.added", "purchase.made", "hold.created", "checkin.done", "offline.started", "offline.ended", "action.synced", "session.started", "session.ended", "app.crash"])),
-            "raw_seq": .object([
-                "first": .int(min: 1),
-                "last": .int(min: 1),
-            ]),
-        ])
+    /// The seqs of telemetry.raw.since a batch took.
+    public struct SeqRange: Body {
+        public var first: Int64 = 1
+        public var last: Int64 = 1
+        public init() {}
+        public init(first: Int64, last: Int64) { (self.first, self.last) = (first, last) }
+        public static let fields: [Field<Self>] = [
+            .field(\.first, "first", .int(min: 1)),
+            .field(\.last, "last", .int(min: 1)),
+        ]
+    }
+
+    /// telemetry.batch: the summary of one batch, never its events.
+    public struct BatchSummary: Body {
+        public var batch = ""
+        public var events: Int64 = 0
+        public var accepted: Int64 = 0
+        public var duplicate: Int64 = 0
+        public var conflicting: Int64 = 0
+        public var rejected: Int64 = 0
+        public var byName: [String: Int64] = [:]
+        public var rawSeq = SeqRange()
+        public init() {}
+        public init(batch: String, events: Int64, accepted: Int64, duplicate: Int64, conflicting: Int64, rejected: Int64,
+                    byName: [String: Int64], rawSeq: SeqRange) {
+            (self.batch, self.events, self.accepted, self.duplicate, self.conflicting, self.rejected, self.byName, self.rawSeq)
+                = (batch, events, accepted, duplicate, conflicting, rejected, byName, rawSeq)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.batch, "batch", .string(1...64)
+                .described("The envelope id of the telemetry.ingest request.")),
+            .field(\.events, "events", .int(1...500)),
+            .field(\.accepted, "accepted", .int(1...500)),
+            .field(\.duplicate, "duplicate", .int(min: 0)),
+            .field(\.conflicting, "conflicting", .int(min: 0)),
+            .field(\.rejected, "rejected", .int(min: 0)),
+            .field(\.byName, "by_name", .map(of: .int(min: 1)).keyword("propertyNames", .choice(["view.opened", "search.performed", "forecast.opened", "spot.search", "nearby.opened", "nearby.chosen", "favorite.added", "purchase.made", "hold.created", "checkin.done", "offline.started", "offline.ended", "action.synced", "session.started", "session.ended", "app.crash"]))),
+            .field(\.rawSeq, "raw_seq", SeqRange.shape),
+        ]
+    }
+
+    public static let batch = TypedEvent<BatchSummary>("telemetry.batch", body: BatchSummary.shape
             .described("One per batch that stored at least one event: a summary with counts by event name, never the events themselves nor any user id. raw_seq is the range of telemetry.raw.since seqs the batch took (some may be unused); analytics takes this event as its cue to pull."))
 
     public static let eventSchema = Definition("telemetry/event.schema.json", title: "a telemetry event from a phone", .object([
@@ -239,7 +340,7 @@ extension Contract.Telemetry {
         ])
             .described("A screen of the app was opened."))
 
-    public static let operations: [Operation] = [ingest, rawSince.operation, stats.operation]
-    public static let events: [Event] = [batch]
+    public static let operations: [Operation] = [ingest.operation, rawSince.operation, stats.operation]
+    public static let events: [Event] = [batch.event]
     public static let definitions: [Definition] = [eventSchema, eventsActionSyncedSchema, eventsAppCrashSchema, eventsCheckinDoneSchema, eventsFavoriteAddedSchema, eventsForecastOpenedSchema, eventsHoldCreatedSchema, eventsNearbyChosenSchema, eventsNearbyOpenedSchema, eventsOfflineEndedSchema, eventsOfflineStartedSchema, eventsPurchaseMadeSchema, eventsSearchPerformedSchema, eventsSessionEndedSchema, eventsSessionStartedSchema, eventsSpotSearchSchema, eventsViewOpenedSchema]
 }
