@@ -51,7 +51,7 @@ let package = Package(
         // The broker: Majordomo-style routing plus the event proxy. It never
         // links a store (no QuadRuntime, QuadStore, SQLite or libpq):
         // Tests/QuadRuntimeTests/BrokerLinkTests.swift checks with ldd.
-        .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadContract", "QuadMessaging", "QuadProcess", "QuadAuth"]),
+        .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth"]),
         // Service domains.
         .target(name: "QuadCatalog", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // A service's own copy of the catalog, kept from catalog's events.

@@ -1,5 +1,4 @@
 import QuadAuth
-import QuadContract
 import QuadWire
 
 /// The session tokens accounts has revoked, as the broker learns them from
@@ -32,10 +31,17 @@ struct Revocations {
     /// does not decode or says nothing usable (an empty user, or neither
     /// `jti` nor `before_ms`).
     static func entry(_ json: JSON) -> Entry? {
-        guard let r = try? Contract.Accounts.Revocation(json: json), !r.user.isEmpty else { return nil }
-        let jti = r.jti.flatMap { $0.isEmpty ? nil : $0 }
-        guard jti != nil || r.beforeMs != nil else { return nil }
-        return Entry(user: r.user, jti: jti, beforeMs: r.beforeMs, untilMs: r.untilMs)
+        // Read by field: the broker does not know the contract (accounts'
+        // `Revocation` type; Tests/QuadBrokerTests/RevocationsTests.swift
+        // checks this reads what that type writes). A field of the wrong
+        // type makes the whole body unusable, as that type's decoding would.
+        guard let user = json["user"]?.string, !user.isEmpty, let until = json["until_ms"]?.int else { return nil }
+        let jtiValue = json["jti"] ?? .null, beforeValue = json["before_ms"] ?? .null
+        guard jtiValue == .null || jtiValue.string != nil, beforeValue == .null || beforeValue.int != nil else { return nil }
+        let jti = jtiValue.string.flatMap { $0.isEmpty ? nil : $0 }
+        let before = beforeValue.int
+        guard jti != nil || before != nil else { return nil }
+        return Entry(user: user, jti: jti, beforeMs: before, untilMs: until)
     }
 
     /// Adds an entry unless it has already run out at `now` (ms since the epoch).

@@ -4,7 +4,8 @@ import Testing
 @testable import QuadBroker
 
 /// The broker reads accounts.session.revoked bodies and accounts.revocations
-/// entries with the contract's type, the one accounts writes them with.
+/// entries by field (it does not link the contract): what it reads is what
+/// the contract's type, the one accounts writes them with, writes.
 @Suite struct RevocationsTests {
     typealias Revocation = Contract.Accounts.Revocation
     let user = "0192f3a4-5b6c-7d8e-9f01-23456789abcd"
