@@ -197,7 +197,51 @@ public enum Log {
         }
         var bytes = JSON.object(f).encoded()
         bytes.append(0x0A)
-        bytes.withUnsafeBytes { _ = write(2, $0.baseAddress, $0.count) }
+        let now: [UInt8]? = lock.withLock {
+            guard holding > 0 else { return bytes }
+            held.append(contentsOf: bytes)
+            return held.count >= maxHeldBytes ? take() : nil
+        }
+        if let now { emit(now) }
+    }
+
+    /// Lines logged between ``hold()`` and ``flush()`` are written together
+    /// at the flush: a worker holds them while it answers what one poll
+    /// returned, so a request's log line costs no syscall before its reply
+    /// goes out, and many requests in flight share one write. At most
+    /// `maxHeldBytes` wait; a process killed meanwhile loses the lines of
+    /// that turn only.
+    public static func hold() { lock.withLock { holding += 1 } }
+
+    /// Writes what was held (see ``hold()``).
+    public static func flush() {
+        let bytes: [UInt8] = lock.withLock {
+            holding = max(0, holding - 1)
+            return take()
+        }
+        emit(bytes)
+    }
+
+    static let maxHeldBytes = 64 << 10
+    static let lock = NSLock()
+    // Guarded by `lock`.
+    nonisolated(unsafe) static var holding = 0
+    nonisolated(unsafe) static var held: [UInt8] = []
+
+    static func take() -> [UInt8] {
+        defer { held.removeAll(keepingCapacity: true) }
+        return held
+    }
+
+    static func emit(_ bytes: [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(2, raw.baseAddress! + offset, raw.count - offset)
+                if n > 0 { offset += n } else if n < 0 && errno == EINTR { continue } else { break }
+            }
+        }
     }
 
     public static func info(_ source: String, _ message: String) {

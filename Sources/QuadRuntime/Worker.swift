@@ -183,6 +183,9 @@ public final class Worker {
     /// nothing more comes.
     @discardableResult
     func receive(leaving: Bool = false) -> Bool {
+        // The requests' log lines go out after their replies, in one write.
+        Log.hold()
+        defer { Log.flush() }
         while let frames = try? socket.receive(dontWait: true) {
             brokerExpiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
             guard let (_, message) = Majordomo.parseWorker(frames[...]) else { continue }
