@@ -8,12 +8,14 @@ import QuadWire
 /// It knows the keywords the contract uses; `format` is an annotation, as
 /// the 2020-12 default says.
 public struct Validator: Sendable {
-    /// Schemas by `protos/` path, for `$ref`.
-    let documents: [String: JSON]
+    /// The schema at a `protos/` path, for `$ref`.
+    let documents: SchemaDocuments
     /// What the body is of, in refusals: `favorites.remove`.
     var subject = "this request"
 
-    public init(documents: [String: JSON]) { self.documents = documents }
+    public init(documents: [String: JSON]) { self.documents = SchemaDocuments { documents[$0] } }
+
+    init(documents: SchemaDocuments) { self.documents = documents }
 
     /// The same validator, naming `type` in its refusals.
     public func of(_ type: String) -> Validator {
@@ -22,8 +24,9 @@ public struct Validator: Sendable {
         return v
     }
 
-    /// The contract's own schemas.
-    public static let contract = Validator(documents: Dictionary(Contract.documents, uniquingKeysWith: { a, _ in a }))
+    /// The contract's own schemas, each made on its first `$ref` (as its
+    /// file's text, parsed: what a reader of `protos/` gets).
+    public static let contract = Validator(documents: .contract())
 
     /// The first failure of `value` against `shape` (a schema in the
     /// document at `path`, for its relative `$ref`s), or nil when it fits.
@@ -116,6 +119,39 @@ public struct Validator: Sendable {
             }
         }
         return (doc, node)
+    }
+}
+
+/// Schema documents by `protos/` path, each found once and kept: a
+/// worker's checkers refer to a few (its own definitions, the envelope),
+/// and compiling a checker resolves every `$ref` it meets.
+final class SchemaDocuments: @unchecked Sendable {
+    private let find: @Sendable (String) -> JSON?
+    // Guarded by `lock`; a found document is never changed.
+    private var found: [String: JSON?] = [:]
+    private let lock = NSLock()
+
+    init(_ find: @escaping @Sendable (String) -> JSON?) { self.find = find }
+
+    subscript(path: String) -> JSON? {
+        lock.lock()
+        defer { lock.unlock() }
+        if let known = found[path] { return known }
+        let doc = find(path)
+        found[path] = doc
+        return doc
+    }
+
+    /// The contract's schemas, none made yet.
+    static func contract() -> SchemaDocuments {
+        SchemaDocuments { path in Contract.file(at: path).map { (try? JSON.parse($0)) ?? .null } }
+    }
+
+    /// The paths found so far (tests: what a worker's checkers made).
+    var paths: [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        return found.compactMap { $0.value == nil ? nil : $0.key }.sorted()
     }
 }
 
