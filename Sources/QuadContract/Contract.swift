@@ -75,7 +75,10 @@ public enum Contract {
     /// The base of every schema's `$id`.
     public static let idBase = "https://quad.local/protos/"
 
-    /// What each service answers of its own, by type.
+    /// What each service answers of its own, by type. This list and
+    /// ``events`` and ``definitions`` are the whole, for `protos/` and
+    /// tests; a worker's lookups read its ``Part`` only (a service added
+    /// here is added there too: `PartTests` checks the parts make the whole).
     public static let operations: [Operation] =
         Accounts.operations + Analytics.operations + Catalog.operations + Favorites.operations + Orders.operations
         + Reservations.operations + Telemetry.operations + BrokerSys.operations
