@@ -225,7 +225,7 @@ extension Worker {
             try socket.setMaxMessageSize(Int64(maxMessageBytes) + 65536)
             try socket.setLinger(0)
             try InternalCurve.secure(socket)
-            try socket.connect(endpoints.internal)
+            try connectToEvery(socket, endpoints.internal)
             let made = ServiceCalls(socket: socket, timers: timers, source: handlers.instance, metrics: handlers.metrics, maxInFlight: maxCallsInFlight)
             calls = made
             reactor.register(socket) { [unowned self] _ in self.receiveCalls(made) }
@@ -247,41 +247,43 @@ extension Worker {
     /// that socket ignores. A request answered this way is no longer the
     /// broker's to requeue if this worker dies: the client's retry under the
     /// same id, and the saga's recovery, cover it.
-    func serveLater(client: [UInt8], request: Envelope) {
+    func serveLater(client: [UInt8], request: Envelope, link: BrokerLink) {
         var inLine = true
         var early: Reply?
         handlers.respondLater(request) { [unowned self] reply in
             if inLine { early = reply } else {
                 self.owed -= 1
-                self.sendLate(client: client, reply.bytes)
+                self.sendLate(client: client, reply.bytes, link: link)
             }
         }
         inLine = false
         if early == nil { owed += 1 }
         if let early {
-            try? socket.send(Majordomo.frames(.final(client: client, bodies: [early.bytes])), dontWait: true)
+            try? link.socket.send(Majordomo.frames(.final(client: client, bodies: [early.bytes])), dontWait: true)
         } else {
             // A FINAL to no client: the broker frees this worker's slot.
-            try? socket.send(Majordomo.frames(.final(client: [], bodies: [[]])), dontWait: true)
+            try? link.socket.send(Majordomo.frames(.final(client: [], bodies: [[]])), dontWait: true)
         }
         relayOutbox()
     }
 
-    func sendLate(client: [UInt8], _ bytes: [UInt8]) {
-        if lateReplies == nil {
+    /// Sends a late answer to the broker its request came from: only that
+    /// broker holds the client's route.
+    func sendLate(client: [UInt8], _ bytes: [UInt8], link: BrokerLink) {
+        if link.lateReplies == nil {
             do {
                 let s = try context.socket(.dealer)
                 try s.setLinger(1000)
                 try InternalCurve.secure(s)
-                try s.connect(endpoints.backend)
-                lateReplies = s
+                try s.connect(link.endpoint)
+                link.lateReplies = s
                 reactor.register(s) { [unowned self] s in self.drainLateReplies(s) }
             } catch {
-                Log.error(handlers.instance, "late reply not sent (no socket to \(endpoints.backend)): \(error)")
+                Log.error(handlers.instance, "late reply not sent (no socket to \(link.endpoint)): \(error)")
                 return
             }
         }
-        try? lateReplies?.send(Majordomo.frames(.final(client: client, bodies: [bytes])), dontWait: true)
+        try? link.lateReplies?.send(Majordomo.frames(.final(client: client, bodies: [bytes])), dontWait: true)
     }
 
     /// What the loop does when the calls' or the late replies' socket is readable.

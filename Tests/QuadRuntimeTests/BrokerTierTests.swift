@@ -1,0 +1,209 @@
+import Foundation
+import QuadMessaging
+import QuadRuntime
+import QuadTestSupport
+import QuadWire
+import Testing
+
+/// Two brokers, both serving (issue 14): real brokers and workers as
+/// processes, on `ipc://` endpoints of their own.
+@Suite("Broker tier", .serialized)
+struct BrokerTierTests {
+    /// Polls `condition` every 50 ms until it holds or `ms` pass.
+    func eventually(_ ms: Int64 = 30_000, _ condition: () throws -> Bool) rethrows -> Bool {
+        let until = Clock.monotonicMillis() + ms
+        while Clock.monotonicMillis() < until {
+            if try condition() { return true }
+            usleep(50_000)
+        }
+        return try condition()
+    }
+
+    @Test func aWorkerServesEveryBrokerAndComesBackToOneThatRestarts() throws {
+        let stack = try TestStack(name: "tier-worker")
+        try stack.startBroker(index: 0)
+        try stack.startBroker(index: 1)
+        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
+        #expect(try stack.waitForWorkers("tally", count: 1, broker: 0))
+        #expect(try stack.waitForWorkers("tally", count: 1, broker: 1))
+
+        // Each broker alone hands the one worker requests.
+        let viaFirst = try stack.client(broker: 0)
+        let viaSecond = try stack.client(broker: 1)
+        #expect(try viaFirst.request("tally.add", ["key": "k", "n": 1])["by"]?.string == "tally/1")
+        #expect(try viaSecond.request("tally.add", ["key": "k", "n": 2])["by"]?.string == "tally/1")
+        #expect(try viaFirst.request("tally.get", ["key": "k"])["total"]?.int == 3)
+
+        // The second broker dies: the first goes on serving meanwhile.
+        stack.kill(TestStack.brokerName(1))
+        for n in 1...5 { _ = try viaFirst.request("tally.add", ["key": "k", "n": .int(Int64(n))], timeoutMs: 2000) }
+        // It comes back (no state: the worker must say READY again).
+        try stack.startBroker(index: 1)
+        #expect(try stack.waitForWorkers("tally", count: 1, timeoutMs: 30_000, broker: 1))
+        let again = try stack.client(broker: 1)
+        #expect(try again.request("tally.get", ["key": "k"], timeoutMs: 5000)["total"]?.int == 18)
+        // The worker said why it connected again: the restarted broker did
+        // not know it, or it had been silent.
+        let log = stack.log("tally/1")
+        #expect(log.contains("broker \(stack.endpoints(broker: 1).backend) does not know this worker")
+                || log.contains("broker \(stack.endpoints(broker: 1).backend) silent"))
+    }
+
+    @Test func aWorkerPublishesEachEventToEveryBroker() throws {
+        let stack = try TestStack(name: "tier-events")
+        try stack.startBroker(index: 0)
+        try stack.startBroker(index: 1)
+        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
+        #expect(try stack.waitForWorkers("tally", count: 1, broker: 0))
+        #expect(try stack.waitForWorkers("tally", count: 1, broker: 1))
+
+        // A subscriber on each broker's events-out alone.
+        let context = ZMQContext()
+        var subs: [Socket] = []
+        for index in 0..<2 {
+            let sub = try context.socket(.sub)
+            try sub.connect(stack.endpoints(broker: index).eventsOut)
+            try sub.subscribe("tally/")
+            subs.append(sub)
+        }
+        // Subscriptions travel to the worker's PUB through each broker: add
+        // until both hear one, then count what each hears of 20 more.
+        let client = try stack.client(broker: 0)
+        var heard = [Set<Int64>(), Set<Int64>()]
+        func drain() {
+            for (k, sub) in subs.enumerated() {
+                while let frames = try? sub.receive(dontWait: true), frames.count == 2 {
+                    if let e = try? Envelope.decode(frames[1]), e.type == "tally.added", let seq = e.seq { heard[k].insert(seq) }
+                }
+            }
+        }
+        #expect(eventually {
+            _ = try? client.request("tally.add", ["key": "warm", "n": 1])
+            drain()
+            return !heard[0].isEmpty && !heard[1].isEmpty
+        })
+        let first = (heard[0].max() ?? 0) + 1
+        for n in 1...20 { _ = try client.request("tally.add", ["key": "e", "n": .int(Int64(n))]) }
+        let wanted = Set(first..<(first + 20))
+        #expect(eventually { drain(); return wanted.isSubset(of: heard[0]) && wanted.isSubset(of: heard[1]) },
+                "first broker heard \(heard[0].intersection(wanted).count), second \(heard[1].intersection(wanted).count) of 20")
+    }
+
+    @Test func aFollowerOfEveryBrokerAppliesEachEventOnceAndHearsThroughTheOneLeft() throws {
+        let stack = try TestStack(name: "tier-feed")
+        try stack.startBroker(index: 0)
+        try stack.startBroker(index: 1)
+        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
+        try stack.startWorker("quad-tally", instance: "follower/1", extra: ["--mirror", "tally"],
+                              environment: ["QUAD_TALLY_NAME": "follower"], brokers: 2)
+        #expect(try stack.waitForWorkers("tally", count: 1, broker: 0))
+        #expect(try stack.waitForWorkers("follower", count: 1, broker: 1))
+        let client = try stack.client(broker: 1)
+        for _ in 1...30 { _ = try client.request("tally.add", ["key": "m", "n": 1]) }
+        // Each event came twice (once per broker) and counts once.
+        #expect(eventually {
+            (try? client.request("follower.mirror", ["key": "m"]))?["events"]?.int == 30
+        })
+        // The broker the client used dies; the follower hears the next ones
+        // through the other.
+        stack.kill(TestStack.brokerName(1))
+        let left = try stack.client(broker: 0)
+        for _ in 1...10 { _ = try left.request("tally.add", ["key": "m", "n": 1], timeoutMs: 2000) }
+        #expect(eventually {
+            (try? left.request("follower.mirror", ["key": "m"], timeoutMs: 1000))?["events"]?.int == 40
+        })
+        #expect(try left.request("follower.mirror", ["key": "m"])["total"]?.int == 40)
+    }
+
+    /// What a client thread saw: requests acknowledged, and the slowest.
+    final class Traffic: @unchecked Sendable {
+        let lock = NSLock()
+        var acknowledged: [String] = []
+        var failures: [String] = []
+        var slowestMs: Int64 = 0
+        var failovers = 0
+        var done = false
+        var count: Int { lock.withLock { acknowledged.count } }
+    }
+
+    @Test func aClientOfBothFrontendsIsAnsweredByTheOtherWhenItsBrokerIsKilled() throws {
+        let stack = try TestStack(name: "tier-client")
+        try stack.startBroker(index: 0)
+        try stack.startBroker(index: 1)
+        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
+        #expect(try stack.waitForWorkers("tally", count: 1, broker: 0))
+        #expect(try stack.waitForWorkers("tally", count: 1, broker: 1))
+        let traffic = Traffic()
+        let frontends = stack.endpoints(brokers: 2).frontend
+        let key = stack.brokerKey
+        let thread = Thread {
+            guard let client = try? Client(endpoint: frontends, source: "tier", serverKey: key) else { return }
+            for _ in 0..<300 {
+                let request = Envelope.request("tally.add", body: ["key": "kill", "n": 1])
+                let started = Clock.monotonicMillis()
+                // Ten seconds an attempt: a failover found by waiting out
+                // a timeout would show as a request slower than that.
+                do {
+                    let reply = try client.call(request, timeoutMs: 10_000, attempts: 3)
+                    let ms = Clock.monotonicMillis() - started
+                    traffic.lock.withLock {
+                        if reply.quadError == nil { traffic.acknowledged.append(request.id) } else { traffic.failures.append("\(reply.quadError!)") }
+                        traffic.slowestMs = max(traffic.slowestMs, ms)
+                    }
+                } catch {
+                    traffic.lock.withLock { traffic.failures.append("\(error)") }
+                }
+            }
+            traffic.lock.withLock { traffic.failovers = client.failovers; traffic.done = true }
+        }
+        thread.start()
+        // The client talks to the first frontend; it dies mid-traffic.
+        #expect(eventually { traffic.count >= 50 })
+        stack.kill(TestStack.brokerName(0))
+        let atKill = traffic.count
+        #expect(atKill < 300, "the traffic was over before the broker died")
+        #expect(eventually(120_000) { traffic.lock.withLock { traffic.done } })
+        let (acknowledged, failures, slowest, failovers) = traffic.lock.withLock {
+            (traffic.acknowledged, traffic.failures, traffic.slowestMs, traffic.failovers)
+        }
+        #expect(failures.isEmpty, "\(failures.prefix(5))")
+        #expect(acknowledged.count == 300)
+        #expect(failovers >= 1)
+        print("broker killed after \(atKill) of 300 acknowledged; slowest request \(slowest) ms; \(failovers) failovers")
+        // Answered by the other within 2 s, not after the 10 s attempt.
+        #expect(slowest < 2000, "slowest request took \(slowest) ms")
+        // Every acknowledged request applied exactly once.
+        let state = try stack.client(broker: 1).request("tally.get", ["key": "kill"], timeoutMs: 5000)
+        let applied = state["applied"]?.array?.compactMap(\.string) ?? []
+        #expect(applied.count == Set(applied).count, "an id applied twice")
+        #expect(Set(applied) == Set(acknowledged))
+        #expect(state["total"]?.int == 300)
+    }
+
+    @Test func aClientFailsOverFromAStoppedBrokerAfterOneAttempt() throws {
+        let stack = try TestStack(name: "tier-stop")
+        try stack.startBroker(index: 0)
+        try stack.startBroker(index: 1)
+        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
+        #expect(try stack.waitForWorkers("tally", count: 1, broker: 0))
+        #expect(try stack.waitForWorkers("tally", count: 1, broker: 1))
+        let client = try stack.client(brokers: 2)
+        _ = try client.request("tally.add", ["key": "s", "n": 1])
+        // A broker that stops answering without closing its connections
+        // (paused: as a partition looks): the attempt times out, and the
+        // same request goes to the other.
+        stack.kill(TestStack.brokerName(0), signal: SIGSTOP)
+        defer { stack.kill(TestStack.brokerName(0), signal: SIGCONT) }
+        let request = Envelope.request("tally.add", body: ["key": "s", "n": 1])
+        let started = Clock.monotonicMillis()
+        let reply = try client.call(request, timeoutMs: 1000, attempts: 3)
+        let ms = Clock.monotonicMillis() - started
+        #expect(reply.quadError == nil && reply.body["total"]?.int == 2)
+        #expect(ms < 1000 + 1500, "answered after \(ms) ms")
+        #expect(client.failovers >= 1)
+        // The next goes straight to the one that answered.
+        let next = Clock.monotonicMillis()
+        _ = try client.request("tally.add", ["key": "s", "n": 1], timeoutMs: 1000, attempts: 1)
+        #expect(Clock.monotonicMillis() - next < 900)
+    }
+}
