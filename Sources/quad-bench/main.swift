@@ -96,7 +96,10 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
     let socket = try context.socket(.dealer)
     try socket.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
     if let key { try socket.setCurveClient(serverKey: key) }
-    try socket.connect(flags["frontend"]!)
+    // Every frontend of a list, requests dealt round-robin over the live ones.
+    let frontends = Endpoints.list(flags["frontend"]!)
+    if frontends.count > 1 { try socket.setImmediate(true) }
+    for e in frontends { try socket.connect(e) }
     var poller = Poller()
     poller.add(socket)
     var sentAt: [String: Int64] = [:]
@@ -183,7 +186,9 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
     let context = ZMQContext()
     let sub = try context.socket(.sub)
     try sub.setReceiveHWM(0)
-    try sub.connect(flags["events-out"]!)
+    // Every broker's events-out: each event comes once per broker, and is
+    // counted once (by its source's seq, below).
+    for e in Endpoints.list(flags["events-out"]!) { try sub.connect(e) }
     try sub.subscribe(EventFeed.topic(service))
     // The subscription travels to the broker before anything is published.
     Thread.sleep(forTimeInterval: 0.3)
