@@ -23,6 +23,8 @@ final class ServiceCalls {
         let attempts: Int
         var attempt = 1
         var timer = 0
+        /// When a send of this attempt was first refused (no broker connected).
+        var blockedSince: Int64?
         let done: (Result<Envelope, QuadError>) -> Void
     }
 
@@ -68,15 +70,27 @@ final class ServiceCalls {
         guard var call = pending[id] else { return }
         do {
             // Never blocks: with no connection yet the attempt waits out its
-            // time like a lost request.
+            // time like a lost request. With several brokers the socket is
+            // ZMQ_IMMEDIATE and refuses a send while no broker is connected
+            // (before the first handshake, or all of them gone): it is tried
+            // again every 20 ms within the attempt's time.
             try socket.send(Majordomo.request(service: call.type.prefix { $0 != "." }, call.bytes), dontWait: true)
         } catch where error.wouldBlock {
+            let now = Clock.monotonicMillis()
+            if call.blockedSince == nil { call.blockedSince = now }
+            if let since = call.blockedSince, now - since < call.timeoutMs {
+                call.timer = timers.after(20) { [unowned self] in self.transmit(id) }
+                pending[id] = call
+                return
+            }
         } catch {
             pending[id] = nil
             finish(call, .failure(.unavailable("send of \(call.type) failed: \(error)")))
             return
         }
-        call.timer = timers.after(call.timeoutMs + ServiceCalls.graceMs) { [unowned self] in self.expire(id) }
+        let waited = call.blockedSince.map { Clock.monotonicMillis() - $0 } ?? 0
+        call.blockedSince = nil
+        call.timer = timers.after(max(0, call.timeoutMs + ServiceCalls.graceMs - waited)) { [unowned self] in self.expire(id) }
         pending[id] = call
     }
 

@@ -235,6 +235,16 @@ extension Worker {
         reactor.register(sub) { [unowned self] _ in self.receiveEvents(feed, sub) }
         reactor.register(requests) { [unowned self] _ in self.receiveEvents(feed, sub) }
         timers.after(0) { feed.catchUpAll() }
+        // With several brokers the request socket sends to live connections
+        // only (ZMQ_IMMEDIATE): a catch-up asked before the first handshake
+        // is refused, so the start's is asked again until each is sent.
+        var tries = 0
+        timers.repeating(every: 50) {
+            tries += 1
+            guard feed.inFlight.count < feed.sources.count, tries <= 100 else { return false }
+            feed.catchUpAll()
+            return true
+        }
         timers.every(catchUpEveryMs) { [unowned self] in if !self.leaving { feed.catchUpSilent(quietMs: catchUpEveryMs) } }
     }
 
