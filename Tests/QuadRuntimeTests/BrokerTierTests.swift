@@ -115,6 +115,60 @@ struct BrokerTierTests {
         #expect(try left.request("follower.mirror", ["key": "m"])["total"]?.int == 40)
     }
 
+    @Test func aCallToAnotherServiceWaitingOnAKilledBrokerGoesThroughTheOtherAtOnce() throws {
+        let stack = try TestStack(name: "tier-calls")
+        try stack.startBroker(index: 0)
+        try stack.startBroker(index: 1)
+        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
+        try stack.startWorker("quad-tally", instance: "sink/1", environment: ["QUAD_TALLY_NAME": "sink"], brokers: 2)
+        for (service, broker) in [("tally", 0), ("tally", 1), ("sink", 0), ("sink", 1)] {
+            #expect(try stack.waitForWorkers(service, count: 1, broker: broker))
+        }
+        // The client talks to the second broker only; tally's calls to sink
+        // go through the first (the first of its list) until it dies.
+        let client = try stack.client(broker: 1)
+        var ids: [String] = []
+        for _ in 1...10 {
+            if let id = try client.request("tally.forward", ["to": "sink", "key": "f", "n": 1])["id"]?.string { ids.append(id) }
+        }
+        // A call caught on the first broker: sink is paused with it in hand
+        // (the broker shows sink busy), then that broker dies.
+        stack.kill("sink/1", signal: SIGSTOP)
+        let traffic = Traffic()
+        let frontend = stack.endpoints(broker: 1).frontend
+        let key = stack.brokerKey
+        let thread = Thread {
+            guard let c = try? Client(endpoint: frontend, source: "tier", serverKey: key) else { return }
+            // Ten seconds and one attempt: the answer must not wait out
+            // tally's own attempt (2.5 s) on the dead broker.
+            let reply = try? c.request("tally.forward", ["to": "sink", "key": "f", "n": 1], timeoutMs: 10_000, attempts: 1)
+            traffic.lock.withLock {
+                if let id = reply?["id"]?.string { traffic.acknowledged.append(id) } else { traffic.failures.append("no answer") }
+                traffic.done = true
+            }
+        }
+        thread.start()
+        let first = try stack.client(broker: 0)
+        #expect(eventually {
+            let services = (try? first.request("sys.services", timeoutMs: 500, attempts: 1))?["services"]?.array ?? []
+            let sink = services.first { $0["name"]?.string == "sink" }?["workers"]?.array ?? []
+            return sink.contains { $0["busy"]?.bool == true }
+        }, "the call never reached sink through the first broker")
+        stack.kill(TestStack.brokerName(0))
+        let killed = Clock.monotonicMillis()
+        stack.kill("sink/1", signal: SIGCONT)
+        #expect(eventually(15_000) { traffic.lock.withLock { traffic.done } })
+        let ms = Clock.monotonicMillis() - killed
+        print("a call caught on a killed broker: answered \(ms) ms after the kill")
+        #expect(ms < 2000, "answered \(ms) ms after the kill")
+        let acknowledged = traffic.lock.withLock { traffic.acknowledged }
+        #expect(acknowledged.count == 1)
+        ids += acknowledged
+        let state = try client.request("sink.get", ["key": "f"])
+        let applied = state["applied"]?.array?.compactMap(\.string) ?? []
+        #expect(applied.count == Set(applied).count && Set(applied) == Set(ids), "\(applied.count) applied, \(ids.count) acknowledged")
+    }
+
     /// What a client thread saw: requests acknowledged, and the slowest.
     final class Traffic: @unchecked Sendable {
         let lock = NSLock()
