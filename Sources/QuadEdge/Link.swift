@@ -22,7 +22,8 @@ enum LinkFailure: Error, Equatable {
 ///
 /// `endpoint` may be a comma-separated list, one frontend per broker
 /// (issue 14): one DEALER per frontend, all on the phone's one key pair, a
-/// request sent on the one that answered last. When a frontend's
+/// request sent on the one that answered last (at radio-on, one at random:
+/// phones share the brokers' load). When a frontend's
 /// connection closes (its broker died: a socket monitor on the loop says
 /// so) every request waiting on it is sent again at once on another,
 /// same bytes, same id, under its first deadline; a request that times out
@@ -98,6 +99,8 @@ final class Link {
         sockets = made
         monitors = watching
         closed = []
+        // Phones share the brokers' load: each starts on one at random.
+        current = made.count > 1 ? Int.random(in: 0..<made.count) : 0
         for s in made { reactor.register(s) { [unowned self] s in self.receive(s) } }
         for m in watching { reactor.register(m.socket) { [unowned self] _ in self.readMonitors() } }
     }

@@ -16,8 +16,9 @@ import QuadWire
 ///
 /// `endpoint` may be a comma-separated list, one frontend per broker
 /// (issue 14; the zguide's Freelance pattern, brokers in place of servers):
-/// one DEALER per frontend, and the request goes to one of them, the one
-/// that answered last. It fails over to the next, with the same bytes and
+/// one DEALER per frontend, and the request goes to one of them: one
+/// picked at random at start (clients share the brokers' load), then the
+/// one that answered last. It fails over to the next, with the same bytes and
 /// id, when an attempt times out, when the broker answers 503 (no worker
 /// there in time), when its send cannot go out (the sockets are
 /// ZMQ_IMMEDIATE: no live connection, no send), and at once when the
@@ -33,8 +34,10 @@ public final class Client {
     /// One socket per frontend, with its monitor when there are several.
     var sockets: [Socket]
     var monitors: [SocketMonitor] = []
-    /// The frontend the next request goes to first.
-    var current = 0
+    /// The frontend (index in the list) the next request goes to first:
+    /// at random at start, so that many clients share the brokers' load;
+    /// then the one that answered last.
+    public private(set) var current = 0
     /// Frontends whose connection closed and has not been made again.
     var down: Set<Int> = []
     /// Times a request was sent again to another frontend (tests, logs).
@@ -71,6 +74,7 @@ public final class Client {
             try Client.makeSocket(context, $0, serverKey: serverKey, keys: pair, isInternal: isInternal, immediate: several)
         }
         if several {
+            current = Int.random(in: 0..<sockets.count)
             let tag = "client-\(UInt64.random(in: 0...UInt64.max))"
             monitors = try sockets.indices.map { try SocketMonitor(sockets[$0], name: "\(tag)-\($0)", connections: true) }
         }

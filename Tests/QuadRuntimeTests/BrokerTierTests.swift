@@ -177,6 +177,8 @@ struct BrokerTierTests {
         var slowestMs: Int64 = 0
         var failovers = 0
         var done = false
+        /// The frontend the client sends to next.
+        var current = 0
         var count: Int { lock.withLock { acknowledged.count } }
     }
 
@@ -193,6 +195,7 @@ struct BrokerTierTests {
         let thread = Thread {
             guard let client = try? Client(endpoint: frontends, source: "tier", serverKey: key) else { return }
             for _ in 0..<300 {
+                traffic.lock.withLock { traffic.current = client.current }
                 let request = Envelope.request("tally.add", body: ["key": "kill", "n": 1])
                 let started = Clock.monotonicMillis()
                 // Ten seconds an attempt: a failover found by waiting out
@@ -211,9 +214,10 @@ struct BrokerTierTests {
             traffic.lock.withLock { traffic.failovers = client.failovers; traffic.done = true }
         }
         thread.start()
-        // The client talks to the first frontend; it dies mid-traffic.
+        // The broker the client talks to dies mid-traffic.
         #expect(eventually { traffic.count >= 50 })
-        stack.kill(TestStack.brokerName(0))
+        let used = traffic.lock.withLock { traffic.current }
+        stack.kill(TestStack.brokerName(used))
         let atKill = traffic.count
         #expect(atKill < 300, "the traffic was over before the broker died")
         #expect(eventually(120_000) { traffic.lock.withLock { traffic.done } })
@@ -227,7 +231,7 @@ struct BrokerTierTests {
         // Answered by the other within 2 s, not after the 10 s attempt.
         #expect(slowest < 2000, "slowest request took \(slowest) ms")
         // Every acknowledged request applied exactly once.
-        let state = try stack.client(broker: 1).request("tally.get", ["key": "kill"], timeoutMs: 5000)
+        let state = try stack.client(broker: 1 - used).request("tally.get", ["key": "kill"], timeoutMs: 5000)
         let applied = state["applied"]?.array?.compactMap(\.string) ?? []
         #expect(applied.count == Set(applied).count, "an id applied twice")
         #expect(Set(applied) == Set(acknowledged))
@@ -246,15 +250,16 @@ struct BrokerTierTests {
         // A broker that stops answering without closing its connections
         // (paused: as a partition looks): the attempt times out, and the
         // same request goes to the other.
-        stack.kill(TestStack.brokerName(0), signal: SIGSTOP)
-        defer { stack.kill(TestStack.brokerName(0), signal: SIGCONT) }
+        let used = client.current
+        stack.kill(TestStack.brokerName(used), signal: SIGSTOP)
+        defer { stack.kill(TestStack.brokerName(used), signal: SIGCONT) }
         let request = Envelope.request("tally.add", body: ["key": "s", "n": 1])
         let started = Clock.monotonicMillis()
         let reply = try client.call(request, timeoutMs: 1000, attempts: 3)
         let ms = Clock.monotonicMillis() - started
         #expect(reply.quadError == nil && reply.body["total"]?.int == 2)
         #expect(ms < 1000 + 1500, "answered after \(ms) ms")
-        #expect(client.failovers >= 1)
+        #expect(client.failovers >= 1 && client.current == 1 - used)
         // The next goes straight to the one that answered.
         let next = Clock.monotonicMillis()
         _ = try client.request("tally.add", ["key": "s", "n": 1], timeoutMs: 1000, attempts: 1)
