@@ -160,7 +160,7 @@ def error_code(answer):
 # The endpoints a launched stack must not inherit from the caller's shell:
 # a test's stack is its own, on its own port base and QUAD_HOME.
 STACK_ENDPOINT_VARIABLES = ("QUAD_FRONTEND", "QUAD_BACKEND", "QUAD_EVENTS_IN", "QUAD_EVENTS_OUT", "QUAD_INTERNAL",
-                            "QUAD_CURVE", "QUAD_BROKER_KEY", "QUAD_BROKER_KEY_FILE", "QUAD_TOKEN")
+                            "QUAD_CURVE", "QUAD_BROKER_KEY", "QUAD_BROKER_KEY_FILE", "QUAD_TOKEN", "QUAD_BROKERS")
 
 
 class StackFailed(Exception):

@@ -39,7 +39,12 @@ public final class RawPull {
         socket = try context.socket(.dealer)
         try socket.setLinger(0)
         try InternalCurve.secure(socket)
-        try socket.connect(endpoint)
+        // Every broker's internal frontend (a comma-separated list); with
+        // several, sends go only to live ones (ZMQ_IMMEDIATE), and a pull
+        // that timed out goes to the next.
+        let all = Endpoints.list(endpoint)
+        if all.count > 1 { try socket.setImmediate(true) }
+        for e in all { try socket.connect(e) }
     }
 
     public func cursor() throws -> Int64 {

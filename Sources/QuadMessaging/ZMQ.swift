@@ -339,6 +339,9 @@ public final class SocketMonitor {
         case authFailed
         /// The handshake failed for another reason (a timeout, a closed connection).
         case failed
+        /// An established connection closed (the peer died or went away);
+        /// only with `connections: true`.
+        case disconnected
         case other
     }
 
@@ -353,6 +356,7 @@ public final class SocketMonitor {
         public var reason: String {
             switch kind {
             case .succeeded: return "handshake succeeded"
+            case .disconnected: return "disconnected"
             case .authFailed: return "refused by the authenticator (ZAP status \(value))"
             case .failed: return "handshake failed (\(String(cString: zmq_strerror(Int32(bitPattern: value)))))"
             case .other: return "event \(value)"
@@ -373,10 +377,13 @@ public final class SocketMonitor {
     public let socket: Socket
 
     /// Starts monitoring `monitored` for handshake events; `name` makes the
-    /// inproc endpoint unique within the context.
-    public init(_ monitored: Socket, name: String) throws(ZMQError) {
+    /// inproc endpoint unique within the context. With `connections`, also
+    /// when a handshake succeeds and when a connection closes: what a client
+    /// of several brokers reads to fail over at once from one that died.
+    public init(_ monitored: Socket, name: String, connections: Bool = false) throws(ZMQError) {
         let endpoint = "inproc://quad-monitor-\(name)"
-        let events = ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        var events = ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        if connections { events |= ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED }
         try monitored.monitor(endpoint, events: events)
         socket = try monitored.context.socket(.pair)
         try socket.connect(endpoint)
@@ -394,6 +401,7 @@ public final class SocketMonitor {
         case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL: kind = .protocolError
         case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: kind = .authFailed
         case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: kind = .failed
+        case ZMQ_EVENT_DISCONNECTED: kind = .disconnected
         default: kind = .other
         }
         return Event(kind: kind, value: value, endpoint: String(decoding: frames[1], as: UTF8.self))

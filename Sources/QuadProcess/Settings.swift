@@ -28,6 +28,21 @@ public struct Endpoints: Sendable {
         frontend: "tcp://127.0.0.1:7700", backend: "tcp://127.0.0.1:7701",
         eventsIn: "tcp://127.0.0.1:7702", eventsOut: "tcp://127.0.0.1:7703", internal: "tcp://127.0.0.1:7704")
 
+    /// The endpoints of one socket kind across the broker tier: each field
+    /// may hold a comma-separated list, one endpoint per broker (issue 14:
+    /// two brokers or more, all serving). Blanks around commas and empty
+    /// items are dropped; a single endpoint is a list of one.
+    public static func list(_ value: String) -> [String] {
+        value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
+    /// One broker's endpoints out of lists: the `index`th of each (a list
+    /// shorter than that gives its last item).
+    public func broker(_ index: Int) -> Endpoints {
+        func pick(_ v: String) -> String { let l = Endpoints.list(v); return l.isEmpty ? v : l[min(index, l.count - 1)] }
+        return Endpoints(frontend: pick(frontend), backend: pick(backend), eventsIn: pick(eventsIn), eventsOut: pick(eventsOut), internal: pick(`internal`))
+    }
+
     /// Defaults overridden by QUAD_FRONTEND, QUAD_BACKEND, QUAD_EVENTS_IN, QUAD_EVENTS_OUT, QUAD_INTERNAL.
     public static func fromEnvironment() -> Endpoints {
         let env = ProcessInfo.processInfo.environment

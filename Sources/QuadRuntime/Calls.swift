@@ -15,6 +15,13 @@ import QuadWire
 /// or with ``QuadError`` `timeout` after the last attempt, or `unavailable`
 /// when ``maxInFlight`` calls are waiting already. It may run before
 /// ``send(_:timeoutMs:attempts:_:)`` returns (a refused send).
+///
+/// With several brokers (`--internal a,b`) it holds one DEALER per
+/// broker's internal frontend, as ``Client`` does: calls go to the first
+/// broker of the list until it fails them (an attempt that timed out, a
+/// closed connection), then to the next, and so on; an attempt refused
+/// (no connection yet) or timed out is sent to the next, and when a socket monitor sees a broker's connection close, every
+/// call waiting on it is sent at once to another (same bytes, same id).
 final class ServiceCalls {
     struct Call {
         let type: String
@@ -23,10 +30,22 @@ final class ServiceCalls {
         let attempts: Int
         var attempt = 1
         var timer = 0
+        /// The broker (index in ``sockets``) the attempt went to.
+        var via = 0
+        /// When a send of this attempt was first refused (no broker connected).
+        var blockedSince: Int64?
         let done: (Result<Envelope, QuadError>) -> Void
     }
 
-    let socket: Socket
+    /// One socket per broker's internal frontend, and their monitors when
+    /// there are several.
+    let sockets: [Socket]
+    let monitors: [SocketMonitor]
+    var socket: Socket { sockets[0] }
+    /// The broker new calls go to (moved on only by a failure), and those
+    /// whose connection closed.
+    var current = 0
+    var closed: Set<Int> = []
     let timers: Timers
     let source: String
     let metrics: Metrics
@@ -39,8 +58,14 @@ final class ServiceCalls {
     static let graceMs: Int64 = 250
     static let defaultMaxInFlight = 1000
 
-    init(socket: Socket, timers: Timers, source: String, metrics: Metrics, maxInFlight: Int = ServiceCalls.defaultMaxInFlight) {
-        self.socket = socket
+    convenience init(socket: Socket, timers: Timers, source: String, metrics: Metrics, maxInFlight: Int = ServiceCalls.defaultMaxInFlight) {
+        self.init(sockets: [socket], monitors: [], timers: timers, source: source, metrics: metrics, maxInFlight: maxInFlight)
+    }
+
+    init(sockets: [Socket], monitors: [SocketMonitor], timers: Timers, source: String, metrics: Metrics,
+         maxInFlight: Int = ServiceCalls.defaultMaxInFlight) {
+        self.sockets = sockets
+        self.monitors = monitors
         self.timers = timers
         self.source = source
         self.metrics = metrics
@@ -59,7 +84,8 @@ final class ServiceCalls {
             done(.failure(.conflict("a call with id '\(request.id)' is already waiting for its answer")))
             return
         }
-        pending[request.id] = Call(type: request.type, bytes: request.encoded(), timeoutMs: timeoutMs, attempts: max(1, attempts), done: done)
+        pending[request.id] = Call(type: request.type, bytes: request.encoded(), timeoutMs: timeoutMs, attempts: max(1, attempts),
+                                   via: open(from: current), done: done)
         transmit(request.id)
     }
 
@@ -68,15 +94,29 @@ final class ServiceCalls {
         guard var call = pending[id] else { return }
         do {
             // Never blocks: with no connection yet the attempt waits out its
-            // time like a lost request.
-            try socket.send(Majordomo.request(service: call.type.prefix { $0 != "." }, call.bytes), dontWait: true)
+            // time like a lost request. With several brokers the socket is
+            // ZMQ_IMMEDIATE and refuses a send while no broker is connected
+            // (before the first handshake, or all of them gone): it is tried
+            // again every 20 ms within the attempt's time.
+            try sockets[call.via].send(Majordomo.request(service: call.type.prefix { $0 != "." }, call.bytes), dontWait: true)
         } catch where error.wouldBlock {
+            // Another broker may take it now.
+            if sockets.count > 1 { call.via = (call.via + 1) % sockets.count }
+            let now = Clock.monotonicMillis()
+            if call.blockedSince == nil { call.blockedSince = now }
+            if let since = call.blockedSince, now - since < call.timeoutMs {
+                call.timer = timers.after(20) { [unowned self] in self.transmit(id) }
+                pending[id] = call
+                return
+            }
         } catch {
             pending[id] = nil
             finish(call, .failure(.unavailable("send of \(call.type) failed: \(error)")))
             return
         }
-        call.timer = timers.after(call.timeoutMs + ServiceCalls.graceMs) { [unowned self] in self.expire(id) }
+        let waited = call.blockedSince.map { Clock.monotonicMillis() - $0 } ?? 0
+        call.blockedSince = nil
+        call.timer = timers.after(max(0, call.timeoutMs + ServiceCalls.graceMs - waited)) { [unowned self] in self.expire(id) }
         pending[id] = call
     }
 
@@ -84,6 +124,11 @@ final class ServiceCalls {
         guard var call = pending[id] else { return }
         if call.attempt < call.attempts {
             call.attempt += 1
+            // That broker did not answer: the next attempt goes to another.
+            if sockets.count > 1 {
+                if current == call.via { current = (current + 1) % sockets.count }
+                call.via = open(from: (call.via + 1) % sockets.count)
+            }
             pending[id] = call
             transmit(id)
             return
@@ -92,8 +137,43 @@ final class ServiceCalls {
         finish(call, .failure(.timeout("no answer to \(call.type) within \(call.attempts) attempts of \(call.timeoutMs) ms")))
     }
 
-    /// Takes every reply waiting on the socket.
+    /// The first broker from `i` on whose connection is not known closed
+    /// (`i` when all are).
+    func open(from i: Int) -> Int {
+        (0..<sockets.count).map { (i + $0) % sockets.count }.first { !closed.contains($0) } ?? i
+    }
+
+    /// Takes the monitors' news: a broker whose connection closed hands
+    /// every call waiting on it to another at once, in the same attempt.
+    func readMonitors() {
+        for (i, m) in monitors.enumerated() {
+            while let event = m.next() {
+                switch event.kind {
+                case .succeeded: closed.remove(i)
+                case .disconnected:
+                    closed.insert(i)
+                    if current == i { current = open(from: i) }
+                    for (id, var call) in pending where call.via == i {
+                        let target = open(from: (i + 1) % sockets.count)
+                        guard target != i else { continue }
+                        timers.cancel(call.timer)
+                        call.via = target
+                        pending[id] = call
+                        transmit(id)
+                    }
+                default: break
+                }
+            }
+        }
+    }
+
+    /// Takes every reply waiting on the sockets.
     func receive() {
+        readMonitors()
+        for (i, socket) in sockets.enumerated() { receive(socket, index: i) }
+    }
+
+    func receive(_ socket: Socket, index: Int) {
         while let frames = try? socket.receive(dontWait: true) {
             guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max),
                   let corr = reply.corr, var call = pending[corr] else { continue }
@@ -102,6 +182,7 @@ final class ServiceCalls {
             // past its deadline) are retried like no answer, as Client does.
             if let status = reply.quadError?.status, status == 503 || (status == 504 && reply.src == "broker"), call.attempt < call.attempts {
                 call.attempt += 1
+                if sockets.count > 1 { call.via = open(from: (index + 1) % sockets.count) }
                 pending[corr] = call
                 transmit(corr)
                 continue
@@ -221,14 +302,27 @@ extension Worker {
     func serviceCalls() -> ServiceCalls? {
         if let calls { return calls }
         do {
-            let socket = try context.socket(.dealer)
-            try socket.setMaxMessageSize(Int64(maxMessageBytes) + 65536)
-            try socket.setLinger(0)
-            try InternalCurve.secure(socket)
-            try socket.connect(endpoints.internal)
-            let made = ServiceCalls(socket: socket, timers: timers, source: handlers.instance, metrics: handlers.metrics, maxInFlight: maxCallsInFlight)
+            let all = Endpoints.list(endpoints.internal)
+            var sockets: [Socket] = []
+            var monitors: [SocketMonitor] = []
+            let tag = "calls-\(UInt64.random(in: 0...UInt64.max))"
+            for (i, endpoint) in all.enumerated() {
+                let socket = try context.socket(.dealer)
+                try socket.setMaxMessageSize(Int64(maxMessageBytes) + 65536)
+                try socket.setLinger(0)
+                try InternalCurve.secure(socket)
+                if all.count > 1 {
+                    // Sends go to a live connection only; a refused one tries the next broker.
+                    try socket.setImmediate(true)
+                    monitors.append(try SocketMonitor(socket, name: "\(tag)-\(i)", connections: true))
+                }
+                try socket.connect(endpoint)
+                sockets.append(socket)
+            }
+            let made = ServiceCalls(sockets: sockets, monitors: monitors, timers: timers, source: handlers.instance,
+                                    metrics: handlers.metrics, maxInFlight: maxCallsInFlight)
             calls = made
-            reactor.register(socket) { [unowned self] _ in self.receiveCalls(made) }
+            for s in sockets + monitors.map(\.socket) { reactor.register(s) { [unowned self] _ in self.receiveCalls(made) } }
             return made
         } catch {
             Log.error(handlers.instance, "cannot open a socket to \(endpoints.internal): \(error)")
@@ -247,41 +341,43 @@ extension Worker {
     /// that socket ignores. A request answered this way is no longer the
     /// broker's to requeue if this worker dies: the client's retry under the
     /// same id, and the saga's recovery, cover it.
-    func serveLater(client: [UInt8], request: Envelope) {
+    func serveLater(client: [UInt8], request: Envelope, link: BrokerLink) {
         var inLine = true
         var early: Reply?
         handlers.respondLater(request) { [unowned self] reply in
             if inLine { early = reply } else {
                 self.owed -= 1
-                self.sendLate(client: client, reply.bytes)
+                self.sendLate(client: client, reply.bytes, link: link)
             }
         }
         inLine = false
         if early == nil { owed += 1 }
         if let early {
-            try? socket.send(Majordomo.frames(.final(client: client, bodies: [early.bytes])), dontWait: true)
+            try? link.socket.send(Majordomo.frames(.final(client: client, bodies: [early.bytes])), dontWait: true)
         } else {
             // A FINAL to no client: the broker frees this worker's slot.
-            try? socket.send(Majordomo.frames(.final(client: [], bodies: [[]])), dontWait: true)
+            try? link.socket.send(Majordomo.frames(.final(client: [], bodies: [[]])), dontWait: true)
         }
         relayOutbox()
     }
 
-    func sendLate(client: [UInt8], _ bytes: [UInt8]) {
-        if lateReplies == nil {
+    /// Sends a late answer to the broker its request came from: only that
+    /// broker holds the client's route.
+    func sendLate(client: [UInt8], _ bytes: [UInt8], link: BrokerLink) {
+        if link.lateReplies == nil {
             do {
                 let s = try context.socket(.dealer)
                 try s.setLinger(1000)
                 try InternalCurve.secure(s)
-                try s.connect(endpoints.backend)
-                lateReplies = s
+                try s.connect(link.endpoint)
+                link.lateReplies = s
                 reactor.register(s) { [unowned self] s in self.drainLateReplies(s) }
             } catch {
-                Log.error(handlers.instance, "late reply not sent (no socket to \(endpoints.backend)): \(error)")
+                Log.error(handlers.instance, "late reply not sent (no socket to \(link.endpoint)): \(error)")
                 return
             }
         }
-        try? lateReplies?.send(Majordomo.frames(.final(client: client, bodies: [bytes])), dontWait: true)
+        try? link.lateReplies?.send(Majordomo.frames(.final(client: client, bodies: [bytes])), dontWait: true)
     }
 
     /// What the loop does when the calls' or the late replies' socket is readable.

@@ -13,12 +13,35 @@ import QuadWire
 /// With a `serverKey` (the broker's CURVE public key) the socket speaks
 /// CURVE with a fresh ephemeral key pair: the broker's public frontend
 /// answers nothing else. ``BrokerKey/fromEnvironment()`` finds that key.
+///
+/// `endpoint` may be a comma-separated list, one frontend per broker
+/// (issue 14; the zguide's Freelance pattern, brokers in place of servers):
+/// one DEALER per frontend, and the request goes to one of them: one
+/// picked at random at start (clients share the brokers' load), then the
+/// one that answered last. It fails over to the next, with the same bytes and
+/// id, when an attempt times out, when the broker answers 503 (no worker
+/// there in time), when its send cannot go out (the sockets are
+/// ZMQ_IMMEDIATE: no live connection, no send), and at once when the
+/// connection of the frontend it waits on closes (a broker that died:
+/// a socket monitor says so), so a client of a killed broker is answered
+/// by the other in about one round trip, not one timeout. A reply from any
+/// frontend to any attempt answers the id.
 public final class Client {
     let context: ZMQContext
     let endpoint: String
     /// The server's CURVE public key (32 bytes); nil: no CURVE.
     public let serverKey: [UInt8]?
-    var socket: Socket
+    /// One socket per frontend, with its monitor when there are several.
+    var sockets: [Socket]
+    var monitors: [SocketMonitor] = []
+    /// The frontend (index in the list) the next request goes to first:
+    /// at random at start, so that many clients share the brokers' load;
+    /// then the one that answered last.
+    public private(set) var current = 0
+    /// Frontends whose connection closed and has not been made again.
+    var down: Set<Int> = []
+    /// Times a request was sent again to another frontend (tests, logs).
+    public private(set) var failovers = 0
     public var source: String
     public var token: String?
     /// Limit on a request's encoded size, checked before sending.
@@ -36,14 +59,35 @@ public final class Client {
         self.source = source
         self.serverKey = serverKey
         self.isInternal = isInternal
-        self.socket = try Client.makeSocket(context, endpoint, serverKey: serverKey, isInternal: isInternal)
+        let all = Endpoints.list(endpoint)
+        let several = all.count > 1
+        // One ephemeral key pair for every frontend: an anonymous caller is
+        // its CURVE key to the brokers (`caller` `key:<Z85>`), and the
+        // idempotency record of a request belongs to its caller, so a retry
+        // through another broker must come from the same key.
+        var pair: (publicKey: [UInt8], secretKey: [UInt8])?
+        if serverKey != nil {
+            let made = try Curve.keyPair()
+            pair = (Curve.decode(made.publicKey)!, Curve.decode(made.secretKey)!)
+        }
+        self.sockets = try (all.isEmpty ? [endpoint] : all).map {
+            try Client.makeSocket(context, $0, serverKey: serverKey, keys: pair, isInternal: isInternal, immediate: several)
+        }
+        if several {
+            current = Int.random(in: 0..<sockets.count)
+            let tag = "client-\(UInt64.random(in: 0...UInt64.max))"
+            monitors = try sockets.indices.map { try SocketMonitor(sockets[$0], name: "\(tag)-\($0)", connections: true) }
+        }
     }
 
-    static func makeSocket(_ context: ZMQContext, _ endpoint: String, serverKey: [UInt8]?, isInternal: Bool) throws(ZMQError) -> Socket {
+    static func makeSocket(_ context: ZMQContext, _ endpoint: String, serverKey: [UInt8]?,
+                           keys: (publicKey: [UInt8], secretKey: [UInt8])?, isInternal: Bool,
+                           immediate: Bool = false) throws(ZMQError) -> Socket {
         let s = try context.socket(.dealer)
         try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
-        if let serverKey {
-            try s.setCurveClient(serverKey: serverKey)
+        if immediate { try s.setImmediate(true) }
+        if let serverKey, let keys {
+            try s.setCurveClient(serverKey: serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)
         } else if isInternal {
             try InternalCurve.secure(s)
         }
@@ -64,32 +108,93 @@ public final class Client {
         if bytes.count > maxMessageBytes {
             throw .tooLarge("request is \(bytes.count) bytes, over the limit max_message_bytes=\(maxMessageBytes)")
         }
-        for attempt in 1...max(1, attempts) {
-            do throws(ZMQError) {
-                // Never blocks: with no connection to send on (a server that
-                // refused the handshake: a wrong or missing CURVE key) the
-                // attempt waits out its time like a lost request.
-                try socket.send(Majordomo.request(service: request.service, bytes), dontWait: true)
-            } catch where error.wouldBlock {
-            } catch {
-                throw .unavailable("send failed: \(error)")
+        let attempts = max(1, attempts)
+        var target = current
+        var attempt = 1
+        while attempt <= attempts {
+            readMonitors()
+            // A frontend known to be down is passed over while another is not.
+            if down.contains(target), let up = (1..<sockets.count).map({ (target + $0) % sockets.count }).first(where: { !down.contains($0) }) {
+                target = up
             }
             // A little past the deadline, so the broker's 503 for a request
             // no worker took arrives before we give up on it.
             let until = Clock.monotonicMillis() + timeoutMs + Client.graceMs
-            while case let left = until - Clock.monotonicMillis(), left > 0 {
-                var poller = Poller()
-                poller.add(socket)
-                guard let ready = try? poller.poll(timeoutMs: Int(left)), ready[0] else { continue }
-                guard let frames = try? socket.receive(dontWait: true), let answer = Majordomo.parseReply(frames), answer.isFinal else { continue }
-                guard let reply = try? Envelope.decode(answer.body, maxBytes: .max), reply.corr == request.id else { continue }
-                // The broker's 504 (a worker held it past its deadline) is
-                // retried like no answer at all, as it was before the broker sent it.
-                if let status = reply.quadError?.status, status == 503 || (status == 504 && reply.src == "broker"), attempt < attempts { break }
-                return reply
+            // Never blocks: with no connection to send on (a server that
+            // refused the handshake: a wrong or missing CURVE key; with
+            // several frontends, one not connected) the send is refused
+            // and the next frontend tried; with none it waits out its time
+            // like a lost request, trying again as connections come.
+            var sent = false
+            while !sent {
+                for k in 0..<sockets.count {
+                    let i = (target + k) % sockets.count
+                    do throws(ZMQError) {
+                        try sockets[i].send(Majordomo.request(service: request.service, bytes), dontWait: true)
+                        if i != target { failovers += 1 }
+                        target = i
+                        sent = true
+                        break
+                    } catch where error.wouldBlock {
+                    } catch {
+                        throw .unavailable("send failed: \(error)")
+                    }
+                }
+                if sent || sockets.count == 1 || Clock.monotonicMillis() >= until { break }
+                _ = try? waitForAny(timeoutMs: 20)
+                readMonitors()
             }
+            var next = false
+            while !next, case let left = until - Clock.monotonicMillis(), left > 0 {
+                guard let ready = try? waitForAny(timeoutMs: left) else { continue }
+                if !monitors.isEmpty, ready[sockets.count...].contains(true) {
+                    readMonitors()
+                    // The broker we wait on died: the request is lost with it
+                    // (or answered already and its reply lost). Send it again
+                    // to another at once.
+                    if sent && down.contains(target) && down.count < sockets.count { next = true }
+                }
+                for i in sockets.indices where ready[i] {
+                    while let frames = try? sockets[i].receive(dontWait: true) {
+                        guard let answer = Majordomo.parseReply(frames), answer.isFinal,
+                              let reply = try? Envelope.decode(answer.body, maxBytes: .max), reply.corr == request.id else { continue }
+                        // The broker's 504 (a worker held it past its deadline) is
+                        // retried like no answer at all, as it was before the broker sent it.
+                        if let status = reply.quadError?.status, status == 503 || (status == 504 && reply.src == "broker"), attempt < attempts {
+                            next = true
+                            continue
+                        }
+                        current = i
+                        return reply
+                    }
+                }
+            }
+            attempt += 1
+            if sockets.count > 1 { target = (target + 1) % sockets.count; failovers += 1 }
         }
         throw .timeout("no answer to \(request.type) within \(attempts) attempts of \(timeoutMs) ms")
+    }
+
+    /// Polls every socket and monitor for up to `timeoutMs`: sockets first,
+    /// then monitors, in the order of ``sockets``.
+    func waitForAny(timeoutMs: Int64) throws(ZMQError) -> [Bool] {
+        var poller = Poller()
+        for s in sockets { poller.add(s) }
+        for m in monitors { poller.add(m.socket) }
+        return try poller.poll(timeoutMs: Int(timeoutMs))
+    }
+
+    /// Takes the monitors' news: which frontends closed, which came back.
+    func readMonitors() {
+        for (i, m) in monitors.enumerated() {
+            while let event = m.next() {
+                switch event.kind {
+                case .disconnected: down.insert(i)
+                case .succeeded: down.remove(i)
+                default: break
+                }
+            }
+        }
     }
 
     /// Calls `type` and returns the reply body, throwing the service's error.

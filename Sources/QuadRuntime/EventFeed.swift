@@ -221,17 +221,30 @@ extension Worker {
         guard let db = handlers.db else { throw QuadError.internal("a feed needs a store") }
         let requests = try context.socket(.dealer)
         try InternalCurve.secure(requests)
-        try requests.connect(endpoints.internal)
+        try connectToEvery(requests, endpoints.internal)
         let feed = try EventFeed(db: db, sources: sources, wants: wants, requests: requests, name: handlers.instance, apply: apply)
         let sub = try context.socket(.sub)
         try InternalCurve.secure(sub)
-        try sub.connect(endpoints.eventsOut)
+        // Every broker relays every event: the feed hears each through all
+        // of them and applies the first copy of each (source, seq); the
+        // others are `seq <= cursor`, skipped in ``receive(_:)-(_)``.
+        for endpoint in Endpoints.list(endpoints.eventsOut) { try sub.connect(endpoint) }
         for s in sources { try sub.subscribe(EventFeed.topic(s)) }
         feeds.append((feed, sub))
         // Either socket readable: the feed reads both.
         reactor.register(sub) { [unowned self] _ in self.receiveEvents(feed, sub) }
         reactor.register(requests) { [unowned self] _ in self.receiveEvents(feed, sub) }
         timers.after(0) { feed.catchUpAll() }
+        // With several brokers the request socket sends to live connections
+        // only (ZMQ_IMMEDIATE): a catch-up asked before the first handshake
+        // is refused, so the start's is asked again until each is sent.
+        var tries = 0
+        timers.repeating(every: 50) {
+            tries += 1
+            guard feed.inFlight.count < feed.sources.count, tries <= 100 else { return false }
+            feed.catchUpAll()
+            return true
+        }
         timers.every(catchUpEveryMs) { [unowned self] in if !self.leaving { feed.catchUpSilent(quietMs: catchUpEveryMs) } }
     }
 

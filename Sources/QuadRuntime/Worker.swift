@@ -9,7 +9,36 @@ import QuadWire
 /// timers, and on SIGTERM leaves cleanly: DISCONNECT, answer what the broker
 /// already sent until it confirms with its own DISCONNECT, relay what is
 /// left, exit 0. It speaks MDP/0.2 (``Majordomo``).
+///
+/// With several brokers (`--backend a,b`: issue 14, every broker serving)
+/// the worker is a worker of each: one ``BrokerLink`` per broker, each with
+/// its own DEALER, READY, heartbeats and expiry, so a broker that dies is
+/// connected to again on its own while the others go on handing out
+/// requests. A reply goes back on the link its request came in on. One
+/// DEALER connected to every backend would not do: it deals sends
+/// round-robin, and a reply must reach the broker that holds the client's
+/// route. Events go out on one PUB connected to every broker's events-in
+/// (PUB copies each event to every connected broker).
 public final class Worker {
+    /// One broker this worker serves.
+    final class BrokerLink {
+        let endpoint: String
+        var socket: Socket
+        /// When the broker is taken for dead without a word from it.
+        var expiry: Int64 = 0
+        var reconnects = 0
+        /// The broker confirmed our DISCONNECT while leaving.
+        var confirmed = false
+        /// Answers given after their handler returned go out on a socket of
+        /// their own to this broker's backend (``Worker/serveLater(client:request:link:)``).
+        var lateReplies: Socket?
+
+        init(endpoint: String, socket: Socket) {
+            self.endpoint = endpoint
+            self.socket = socket
+        }
+    }
+
     public let handlers: Handlers
     public let endpoints: Endpoints
     let context: ZMQContext
@@ -20,20 +49,18 @@ public final class Worker {
     /// Set by ``leave()``: the periodic timers (heartbeats, sweeps, catch-ups)
     /// stop, the answers owed still come in.
     var leaving = false
-    /// The broker confirmed our DISCONNECT while leaving.
-    var confirmed = false
-    var socket: Socket
+    /// The brokers of `endpoints.backend` (a comma-separated list), in order.
+    var brokers: [BrokerLink] = []
     var publisher: Socket?
-    var brokerExpiry: Int64 = 0
     var heartbeatMs: Int64
     public var maxMessageBytes = Envelope.defaultMaxBytes
-    var reconnects = 0
+    /// Times a silent or forgetful broker was connected to again, all brokers.
+    var reconnects: Int { brokers.reduce(0) { $0 + $1.reconnects } }
     var feeds: [(EventFeed, Socket)] = []
     /// Calls to other services waiting on the loop (``send(_:timeoutMs:attempts:_:)``),
     /// and the socket that sends answers given after their handler returned
     /// (``serveLater(client:request:)``); both made on first use.
     var calls: ServiceCalls?
-    var lateReplies: Socket?
     /// Answers owed to clients whose handler returned before giving them.
     var owed = 0
     /// Most calls to other services waiting at once (`max_calls_in_flight`).
@@ -56,7 +83,11 @@ public final class Worker {
         self.endpoints = endpoints
         self.context = context
         self.heartbeatMs = heartbeatMs
-        self.socket = try context.socket(.dealer)
+        let backends = Endpoints.list(endpoints.backend)
+        guard !backends.isEmpty else { throw QuadError.badRequest("no broker backend endpoint (--backend, QUAD_BACKEND)") }
+        for endpoint in backends {
+            brokers.append(BrokerLink(endpoint: endpoint, socket: try context.socket(.dealer)))
+        }
         if handlers.db != nil {
             let pub = try context.socket(.pub)
             try pub.setLinger(2000)
@@ -64,7 +95,7 @@ public final class Worker {
             // drops what is over the mark (subscribers would catch up, late).
             try pub.setSendHWM(Int32(Worker.relayPage * Worker.relayPages * 2))
             try InternalCurve.secure(pub)
-            try pub.connect(endpoints.eventsIn)
+            for endpoint in Endpoints.list(endpoints.eventsIn) { try pub.connect(endpoint) }
             publisher = pub
         }
     }
@@ -81,11 +112,30 @@ public final class Worker {
         }
     }
 
+    /// Connects a DEALER that asks other services (calls, catch-ups) to
+    /// every broker's internal frontend in `list`. With more than one, the
+    /// socket is ZMQ_IMMEDIATE: DEALER deals its sends round-robin, and
+    /// without it a broker that died would keep its share queued on a
+    /// connection that is not there; with it, sends go to live brokers
+    /// only, and a retry after a timeout finds another one.
+    func connectToEvery(_ socket: Socket, _ list: String) throws {
+        let all = Endpoints.list(list)
+        if all.count > 1 { try socket.setImmediate(true) }
+        for endpoint in all { try socket.connect(endpoint) }
+    }
+
+    /// Connects to every broker (at start).
     func connect() throws {
-        reactor.unregister(socket)
-        socket = try context.socket(.dealer)
-        reactor.register(socket) { [unowned self] _ in
-            if !self.receive(leaving: self.leaving) { self.confirmed = true }
+        for link in brokers { try connect(link) }
+    }
+
+    /// Connects to one broker with a fresh socket and says READY.
+    func connect(_ link: BrokerLink) throws {
+        reactor.unregister(link.socket)
+        link.socket = try context.socket(.dealer)
+        let socket = link.socket
+        reactor.register(socket) { [unowned self, unowned link] _ in
+            if !self.receive(link, leaving: self.leaving) { link.confirmed = true }
         }
         try socket.setMaxMessageSize(Int64(maxMessageBytes) + 65536)
         // Never blocks on the broker: a send with no connection to queue on
@@ -93,10 +143,10 @@ public final class Worker {
         // heartbeat's expiry connects again; nothing waits at exit either.
         try socket.setLinger(1000)
         try InternalCurve.secure(socket)
-        try socket.connect(endpoints.backend)
+        try socket.connect(link.endpoint)
         let info: JSON = ["instance": .string(handlers.instance), "pid": .int(Int64(getpid()))]
         try? socket.send(Majordomo.frames(.ready(service: Array(handlers.service.utf8), info: info.encoded())), dontWait: true)
-        brokerExpiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
+        link.expiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
     }
 
     /// Publishes what the outbox holds now; runs after each mutation and on
@@ -157,14 +207,16 @@ public final class Worker {
             Log.error(handlers.instance, "cannot connect to broker at \(endpoints.backend): \(error)")
             return 1
         }
-        Log.info(handlers.instance, "serving \(handlers.service) via \(endpoints.backend)")
+        Log.info(handlers.instance, "serving \(handlers.service) via \(brokers.map(\.endpoint).joined(separator: ", "))")
         timers.every(heartbeatMs) { [unowned self] in
             if self.leaving { return }
-            try? self.socket.send(Majordomo.frames(.heartbeat), dontWait: true)
-            if Clock.monotonicMillis() > self.brokerExpiry {
-                self.reconnects += 1
-                Log.info(self.handlers.instance, "broker silent for \(self.heartbeatMs * WorkerProtocol.liveness) ms: reconnecting")
-                try? self.connect()
+            for link in self.brokers {
+                try? link.socket.send(Majordomo.frames(.heartbeat), dontWait: true)
+                if Clock.monotonicMillis() > link.expiry {
+                    link.reconnects += 1
+                    Log.info(self.handlers.instance, "broker \(link.endpoint) silent for \(self.heartbeatMs * WorkerProtocol.liveness) ms: reconnecting")
+                    try? self.connect(link)
+                }
             }
         }
         timers.every(100) { [unowned self] in if !self.leaving { self.relayOutbox() } }
@@ -178,26 +230,28 @@ public final class Worker {
         return 0
     }
 
-    /// Handles what is waiting on the broker socket. Returns false when
-    /// `leaving` and the broker confirmed our DISCONNECT with its own:
-    /// nothing more comes.
+    /// Handles what is waiting on one broker's socket. Returns false when
+    /// `leaving` and that broker confirmed our DISCONNECT with its own:
+    /// nothing more comes from it.
     @discardableResult
-    func receive(leaving: Bool = false) -> Bool {
+    func receive(_ link: BrokerLink, leaving: Bool = false) -> Bool {
         // The requests' log lines go out after their replies, in one write.
         Log.hold()
         defer { Log.flush() }
-        while let frames = try? socket.receive(dontWait: true) {
-            brokerExpiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
+        while let frames = try? link.socket.receive(dontWait: true) {
+            link.expiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
             guard let (_, message) = Majordomo.parseWorker(frames[...]) else { continue }
             switch message {
             case let .request(client, bodies):
                 // Quad's broker sends one envelope frame; a request of
                 // another shape still gets an answer (a 400), never silence.
-                serve(client: client, bytes: bodies.count == 1 ? bodies[0] : [])
+                serve(client: client, bytes: bodies.count == 1 ? bodies[0] : [], link: link)
             case .disconnect:
                 if leaving { return false }
                 // The broker forgot us (it restarted, or we were silent).
-                try? connect()
+                link.reconnects += 1
+                Log.info(handlers.instance, "broker \(link.endpoint) does not know this worker (it restarted, or we were silent): READY again")
+                try? connect(link)
             default:
                 break
             }
@@ -205,19 +259,22 @@ public final class Worker {
         return true
     }
 
-    func serve(client: [UInt8], bytes: [UInt8]) {
+    /// Answers one request that came from `link`'s broker (the first
+    /// broker by default), on that broker's socket.
+    func serve(client: [UInt8], bytes: [UInt8], link: BrokerLink? = nil) {
+        let link = link ?? brokers[0]
         let reply: Reply
         do {
             let request = try Envelope.decode(bytes, maxBytes: maxMessageBytes)
             if request.kind == .request, handlers.later[request.type] != nil {
-                serveLater(client: client, request: request)
+                serveLater(client: client, request: request, link: link)
                 return
             }
             reply = handlers.reply(to: request)
         } catch {
             reply = Reply(.error(error, corr: Envelope.salvageID(bytes), src: handlers.instance))
         }
-        try? socket.send(Majordomo.frames(.final(client: client, bodies: [reply.bytes])), dontWait: true)
+        try? link.socket.send(Majordomo.frames(.final(client: client, bodies: [reply.bytes])), dontWait: true)
         // The events of a mutation go out after its reply: the caller does
         // not wait for the relay.
         if handlers.outboxWritten {
@@ -229,8 +286,8 @@ public final class Worker {
     /// Graceful exit: tell the broker, answer the requests it sent before it
     /// saw that, publish what is left in the outbox.
     func leave() {
-        Log.info(handlers.instance, "shutting down: disconnecting from broker")
-        try? socket.send(Majordomo.frames(.disconnect), dontWait: true)
+        Log.info(handlers.instance, "shutting down: disconnecting from \(brokers.count == 1 ? "broker" : "\(brokers.count) brokers")")
+        for link in brokers { try? link.socket.send(Majordomo.frames(.disconnect), dontWait: true) }
         leaving = true
         // The feeds stop here: what they would apply now is caught up by
         // the next start. The broker socket and the calls' stay polled.
@@ -242,11 +299,16 @@ public final class Worker {
         // Answers owed (a saga waiting on the catalog) come in meanwhile;
         // what is still open after that is finished by the next worker's
         // recovery, and its client's retry gets the outcome.
-        while (!confirmed || owed > 0) && Clock.monotonicMillis() < until {
+        // A broker already taken for dead will not confirm: it is not waited for.
+        func confirmed() -> Bool {
+            let now = Clock.monotonicMillis()
+            return brokers.allSatisfy { $0.confirmed || now > $0.expiry }
+        }
+        while (!confirmed() || owed > 0) && Clock.monotonicMillis() < until {
             do { try reactor.turn(timeoutCap: 100) } catch { break }
         }
         relayOutbox()
         handlers.db?.close()
-        Log.info(handlers.instance, confirmed ? "drained; exiting" : "broker did not confirm; exiting")
+        Log.info(handlers.instance, confirmed() ? "drained; exiting" : "broker did not confirm; exiting")
     }
 }

@@ -21,6 +21,26 @@ public final class TestStack: @unchecked Sendable {
 
     deinit { stopAll() }
 
+    /// The endpoints of broker `index` (0 is ``endpoints``), in the same
+    /// folder, so that one test runs a tier of brokers.
+    public func endpoints(broker index: Int) -> Endpoints {
+        if index == 0 { return endpoints }
+        let b = "ipc://\(dir)/b\(index)-"
+        return Endpoints(frontend: b + "frontend", backend: b + "backend", eventsIn: b + "events-in", eventsOut: b + "events-out", internal: b + "internal")
+    }
+
+    /// The first `count` brokers' endpoints as comma-separated lists: what a
+    /// worker or a client of the whole tier is given.
+    public func endpoints(brokers count: Int) -> Endpoints {
+        let all = (0..<max(1, count)).map { endpoints(broker: $0) }
+        func joined(_ field: (Endpoints) -> String) -> String { all.map(field).joined(separator: ",") }
+        return Endpoints(frontend: joined(\.frontend), backend: joined(\.backend), eventsIn: joined(\.eventsIn),
+                         eventsOut: joined(\.eventsOut), internal: joined(\.internal))
+    }
+
+    /// The process name of broker `index`: "broker", then "broker-2", ...
+    public static func brokerName(_ index: Int) -> String { index == 0 ? "broker" : "broker-\(index + 1)" }
+
     /// The folder holding the built executables (beside the test bundle).
     public static var binDir: String {
         if let dir = ProcessInfo.processInfo.environment["QUAD_BIN_DIR"] { return dir }
@@ -55,9 +75,11 @@ public final class TestStack: @unchecked Sendable {
     /// `dir/keys`, which ``client(source:)`` uses) and, unless `extra` says
     /// otherwise, no rate limit, so tests may send as fast as they like.
     @discardableResult
-    public func startBroker(heartbeatMs: Int = 200, extra: [String] = []) throws -> Process {
+    public func startBroker(heartbeatMs: Int = 200, extra: [String] = [], index: Int = 0) throws -> Process {
         let rate = extra.contains("--rate-per-second") ? [] : ["--rate-per-second", "0"]
-        let p = try start("broker", executable: "quad-broker", arguments: [
+        // Every broker of the stack shares the one key pair in dir/keys.
+        let endpoints = endpoints(broker: index)
+        let p = try start(TestStack.brokerName(index), executable: "quad-broker", arguments: [
             "--frontend", endpoints.frontend, "--backend", endpoints.backend,
             "--events-in", endpoints.eventsIn, "--events-out", endpoints.eventsOut, "--internal", endpoints.internal,
             "--heartbeat-ms", String(heartbeatMs),
@@ -78,7 +100,8 @@ public final class TestStack: @unchecked Sendable {
     /// Starts one worker of a service; `instance` like "tally/1".
     @discardableResult
     public func startWorker(_ executable: String, instance: String, db: String? = nil, heartbeatMs: Int = 200, extra: [String] = [],
-                            environment: [String: String] = [:]) throws -> Process {
+                            environment: [String: String] = [:], brokers: Int = 1) throws -> Process {
+        let endpoints = endpoints(brokers: brokers)
         let service = String(instance.split(separator: "/")[0])
         return try start(instance, executable: executable, arguments: [
             "--instance", instance, "--db", db ?? "\(dir)/\(service).db",
@@ -110,9 +133,15 @@ public final class TestStack: @unchecked Sendable {
         }
     }
 
-    /// A client of the public frontend, with the broker's CURVE key.
-    public func client(source: String = "test") throws -> Client {
-        try Client(endpoint: endpoints.frontend, source: source, serverKey: brokerKey)
+    /// A client of the public frontend, with the broker's CURVE key; with
+    /// `brokers` above 1, of the first that many brokers' frontends.
+    public func client(source: String = "test", brokers: Int = 1) throws -> Client {
+        try Client(endpoint: endpoints(brokers: brokers).frontend, source: source, serverKey: brokerKey)
+    }
+
+    /// A client of broker `index`'s frontend alone.
+    public func client(source: String = "test", broker index: Int) throws -> Client {
+        try Client(endpoint: endpoints(broker: index).frontend, source: source, serverKey: brokerKey)
     }
 
     /// A client on the internal frontend, as a service calling a service.
@@ -121,8 +150,8 @@ public final class TestStack: @unchecked Sendable {
     }
 
     /// Waits until `service` has `count` live workers in `sys.services`.
-    public func waitForWorkers(_ service: String, count: Int, timeoutMs: Int64 = 10_000) throws -> Bool {
-        let c = try client()
+    public func waitForWorkers(_ service: String, count: Int, timeoutMs: Int64 = 10_000, broker index: Int = 0) throws -> Bool {
+        let c = try client(broker: index)
         let until = Clock.monotonicMillis() + timeoutMs
         while Clock.monotonicMillis() < until {
             if let reply = try? c.request("sys.services", timeoutMs: 500, attempts: 1),

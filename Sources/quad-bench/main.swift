@@ -93,12 +93,31 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
     let key = brokerKey()
     let token = try sessionToken(key)
     let context = ZMQContext()
-    let socket = try context.socket(.dealer)
-    try socket.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
-    if let key { try socket.setCurveClient(serverKey: key) }
-    try socket.connect(flags["frontend"]!)
+    // One DEALER per frontend of the list (one CURVE key pair for all, so
+    // that a request resent through another broker has the same owner), as
+    // Client does: requests go to the first that is open; when a socket
+    // monitor sees a frontend's connection close, every request waiting on
+    // it is sent again, same bytes and id, through another, so that a broker
+    // killed under load costs no request.
+    let frontends = Endpoints.list(flags["frontend"]!)
+    let pair = try Curve.keyPair()
+    var sockets: [Socket] = []
+    var monitors: [SocketMonitor] = []
+    for (i, e) in frontends.enumerated() {
+        let socket = try context.socket(.dealer)
+        try socket.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
+        if let key { try socket.setCurveClient(serverKey: key, publicKey: Curve.decode(pair.publicKey)!, secretKey: Curve.decode(pair.secretKey)!) }
+        if frontends.count > 1 { monitors.append(try SocketMonitor(socket, name: "bench-\(i)", connections: true)) }
+        try socket.connect(e)
+        sockets.append(socket)
+    }
     var poller = Poller()
-    poller.add(socket)
+    for s in sockets { poller.add(s) }
+    for m in monitors { poller.add(m.socket) }
+    var closed: Set<Int> = []
+    var current = 0
+    var via: [String: (Int, [[UInt8]])] = [:]
+    var resent = 0
     var sentAt: [String: Int64] = [:]
     var latencies: [Int64] = []
     latencies.reserveCapacity(n)
@@ -110,16 +129,44 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
         var e = Envelope.request(type, body: makeBody(sent), src: "bench", deadline: deadline)
         e.token = token
         sentAt[e.id] = Clock.monotonicMicros()
-        try socket.send(Majordomo.request(e))
+        let frames = Majordomo.request(e)
+        try sockets[current].send(frames)
+        if sockets.count > 1 {
+            via[e.id] = (current, frames)
+            // Both brokers carry the load: requests dealt over the open ones.
+            current = (1...sockets.count).map { (current + $0) % sockets.count }.first { !closed.contains($0) } ?? current
+        }
         sent += 1
+    }
+    func readMonitors() throws {
+        for (i, m) in monitors.enumerated() {
+            while let event = m.next() {
+                switch event.kind {
+                case .succeeded: closed.remove(i)
+                case .disconnected:
+                    closed.insert(i)
+                    guard let next = (1..<sockets.count).map({ (i + $0) % sockets.count }).first(where: { !closed.contains($0) }) else { continue }
+                    if current == i { current = next }
+                    for (id, (k, frames)) in via where k == i {
+                        try sockets[next].send(frames)
+                        via[id] = (next, frames)
+                        resent += 1
+                    }
+                default: break
+                }
+            }
+        }
     }
     while sent < min(inflight, total) { try send() }
     let waitMs = Int(max(10_000, deadline + 1_000))
     while done < total {
-        guard try poller.poll(timeoutMs: waitMs)[0] else { throw QuadError.timeout("no reply in \(waitMs) ms after \(done) replies") }
-        while let frames = try socket.receive(dontWait: true) {
+        let ready = try poller.poll(timeoutMs: waitMs)
+        guard ready.contains(true) else { throw QuadError.timeout("no reply in \(waitMs) ms after \(done) replies") }
+        try readMonitors()
+        for socket in sockets { while let frames = try socket.receive(dontWait: true) {
             guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max), let corr = reply.corr,
                   let t0 = sentAt.removeValue(forKey: corr) else { continue }
+            via[corr] = nil
             done += 1
             if let error = reply.quadError {
                 errors += 1
@@ -128,7 +175,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
             if done == warmup { started = Clock.monotonicMicros() }
             if done > warmup { latencies.append(Clock.monotonicMicros() - t0) }
             if sent < total { try send() }
-        }
+        } }
     }
     let seconds = Double(Clock.monotonicMicros() - started) / 1e6
     latencies.sort()
@@ -136,6 +183,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
                                   "p50_us": .int(percentile(latencies, 0.5)), "p99_us": .int(percentile(latencies, 0.99)),
                                   "rps": .int(Int64(Double(n) / seconds)), "seconds": .double((seconds * 1000).rounded() / 1000),
                                   "errors": .int(Int64(errors))]
+    if sockets.count > 1 { fields["resent"] = .int(Int64(resent)) }
     if let firstError { fields["first_error"] = .string(firstError) }
     for (k, v) in extra { fields[k] = v }
     emit(fields)
@@ -183,7 +231,9 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
     let context = ZMQContext()
     let sub = try context.socket(.sub)
     try sub.setReceiveHWM(0)
-    try sub.connect(flags["events-out"]!)
+    // Every broker's events-out: each event comes once per broker, and is
+    // counted once (by its source's seq, below).
+    for e in Endpoints.list(flags["events-out"]!) { try sub.connect(e) }
     try sub.subscribe(EventFeed.topic(service))
     // The subscription travels to the broker before anything is published.
     Thread.sleep(forTimeInterval: 0.3)

@@ -56,6 +56,9 @@ flags.flag("show-key", "print the frontend's CURVE public key (making the key pa
 flags.option("accounts-key", "accounts' Ed25519 public key file that session tokens are checked against (env QUAD_ACCOUNTS_KEY); may appear after start",
              default: KeyFiles.defaultPublicKeyPath())
 flags.parse()
+for name in ["frontend", "backend", "events-in", "events-out", "internal"] where flags[name]!.contains(",") {
+    Flags.usageError("--\(name) is one endpoint: each broker binds its own (a list '\(flags[name]!)' is for workers and clients; QUAD_\(name.uppercased().replacingOccurrences(of: "-", with: "_")) may hold one, pass the broker its own with --\(name))", usage: flags.usage)
+}
 
 var settings = BrokerSettings(endpoints: Endpoints(frontend: flags["frontend"]!, backend: flags["backend"]!,
                                                    eventsIn: flags["events-in"]!, eventsOut: flags["events-out"]!,

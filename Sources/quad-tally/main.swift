@@ -61,6 +61,19 @@ enum Tally: ServiceDomain {
             return ["slept_ms": .int(ms), "by": .string(h.instance)]
         }
         h.query("\(name).whoami") { _ in ["by": .string(h.instance)] }
+        // A call to another service on the worker's loop, answered later:
+        // `<to>.add` of the same key and n, under a fresh id.
+        h.deferred("\(name).forward") { req, answer in
+            guard let to = req.body["to"]?.string, Envelope.isValidType(to) else { throw QuadError.badRequest("body.to must be a service name") }
+            let call = Envelope.request("\(to).add", body: ["key": req.body["key"] ?? "", "n": req.body["n"] ?? 1])
+            worker.send(call, timeoutMs: 2500, attempts: 3) { result in
+                switch result {
+                case .success(let reply):
+                    if let error = reply.quadError { answer.fail(error) } else { answer.reply(["id": .string(call.id), "by": .string(h.instance)]) }
+                case .failure(let error): answer.fail(error)
+                }
+            }
+        }
     }
 }
 

@@ -251,7 +251,11 @@ case "watch":
         let sub = try context.socket(.sub)
         // Between hosts the events socket speaks CURVE (QUAD_SERVICE_KEY_FILE).
         try InternalCurve.secure(sub)
-        try sub.connect(flags["events-out"]!)
+        // Every broker's events-out (a comma-separated list): each event
+        // arrives once through each, and is printed once, by its source's seq.
+        let brokers = Endpoints.list(flags["events-out"]!)
+        for e in brokers { try sub.connect(e) }
+        var lastSeq: [String: Int64] = [:]
         // Topics are "service/type"; TOPIC may be either a service or a type prefix.
         try sub.subscribe("")
         Shutdown.install()
@@ -263,6 +267,10 @@ case "watch":
                 let frameTopic = String(decoding: first, as: UTF8.self)
                 let type = frameTopic.split(separator: "/", maxSplits: 1).last.map(String.init) ?? frameTopic
                 guard topic.isEmpty || frameTopic.hasPrefix(topic) || type.hasPrefix(topic) else { continue }
+                if brokers.count > 1, let e = try? Envelope.decodeHeader(last, maxBytes: .max), let src = e.src, let seq = e.seq {
+                    guard seq > lastSeq[src, default: 0] else { continue }
+                    lastSeq[src] = seq
+                }
                 FileHandle.standardOutput.write(Data(last + [0x0A]))
                 seen += 1
                 if limit > 0 && seen >= limit { exit(0) }

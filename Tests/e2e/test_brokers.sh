@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# End to end, as a user: two brokers, both serving (issue 14).
+#   1. up --brokers 2: two broker programs under supervisord, every worker
+#      registered with both; 'env' exports comma-separated lists;
+#   2. quad-bench with 200 requests in flight through both frontends while
+#      'deploy/stack kill broker 1' SIGKILLs the first: every request is
+#      answered, none is an error, and some were resent through the other
+#      (they were waiting on the one that died); status shows the restart;
+#   3. the same for broker 2; down leaves no broker.
+# Runs on its own QUAD_HOME and ports (from QUAD_TEST_PORT_BASE, default
+# 47300). QUAD_BUILD_DIR and QUAD_BIN_DIR are passed on to deploy/stack.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+STACK=$ROOT/deploy/stack
+QUAD_PROG=test_brokers
+# shellcheck source=deploy/lib.sh
+source "$ROOT/deploy/lib.sh"
+
+step=start
+fail() {
+    printf 'test_brokers: FAIL (%s): %s\n' "$step" "$*" >&2
+    exit 1
+}
+ok() { printf 'test_brokers: ok   %s (%ss)\n' "$*" "$SECONDS"; }
+
+command -v supervisord >/dev/null || fail "supervisord is not installed (deploy/lib.sh quad_install_deps installs the supervisor package)"
+
+QUAD_HOME=$(mktemp -d /tmp/quad-brokers-e2e.XXXXXX)
+QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-47300}" 20 11) || fail "no eleven free ports"
+export QUAD_HOME QUAD_PORT_BASE
+# Many requests from one address and key: no rate limit here.
+export QUAD_RATE_PER_SECOND=0 QUAD_ADDRESS_RATE_PER_SECOND=0
+unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_BROKER_KEY QUAD_TOKEN QUAD_BROKERS
+for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
+
+cleanup() {
+    "$STACK" down >/dev/null 2>&1 || true
+    rm -rf "$QUAD_HOME"
+}
+trap cleanup EXIT
+
+# The RESTARTS column of program $1 in 'status'.
+restarts_of() { "$STACK" status 2>/dev/null | awk -v p="$1" '$1 == p { print $6; exit }'; }
+
+step="up --brokers 2"
+"$STACK" up --brokers 2 >"$QUAD_HOME/up.out" 2>&1 || { cat "$QUAD_HOME/up.out" >&2; fail "deploy/stack up --brokers 2 exited $?"; }
+grep -q "2 brokers and" "$QUAD_HOME/up.out" || fail "up did not say it started 2 brokers: $(cat "$QUAD_HOME/up.out")"
+eval "$("$STACK" env)"
+[[ $QUAD_FRONTEND == tcp://127.0.0.1:$QUAD_PORT_BASE,tcp://127.0.0.1:$((QUAD_PORT_BASE + 10)) ]] ||
+    fail "env exports QUAD_FRONTEND=$QUAD_FRONTEND, expected both brokers' frontends"
+[[ $QUAD_BACKEND == *,* && $QUAD_EVENTS_OUT == *,* && $QUAD_INTERNAL == *,* ]] || fail "env does not export lists of both brokers' sockets"
+for prog in broker broker-2; do
+    [[ $(restarts_of "$prog") == 0 ]] || fail "status shows no $prog with 0 restarts: $("$STACK" status 2>&1)"
+done
+ok "up --brokers 2: broker and broker-2 under supervisord, env exports lists"
+
+BIN=${QUAD_BIN_DIR:-${QUAD_BUILD_DIR:-$ROOT/.build}/release}
+
+# quad-bench with 200 in flight through both frontends; broker $1 is
+# killed once a second of it has passed.
+bench_through_kill() {
+    local k=$1 out=$QUAD_HOME/bench-$1.json
+    "$BIN/quad-bench" request --n 20000 --inflight 200 --warmup 0 --deadline 10000 >"$out" 2>"$QUAD_HOME/bench-$k.err" &
+    local bench=$!
+    sleep 1
+    "$STACK" kill broker "$k" >/dev/null || fail "deploy/stack kill broker $k exited $?"
+    wait "$bench" || fail "quad-bench exited $? after broker $k was killed: $(tail -n 3 "$QUAD_HOME/bench-$k.err")"
+    python3 - "$out" <<'PY' || fail "quad-bench through the kill of broker $k: $(cat "$out")"
+import json, sys
+line = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert line["errors"] == 0, f"{line['errors']} errors: {line.get('first_error')}"
+assert line["resent"] > 0, "no request was waiting on the killed broker: the kill came too late to prove anything"
+print(f"test_brokers:      {line['n']} requests, 200 in flight, 0 errors, {line['resent']} resent through the other broker, p99 {line['p99_us']} us")
+PY
+}
+
+step="kill broker 1 under load"
+bench_through_kill 1
+[[ $(restarts_of broker) == 1 ]] || fail "status shows $(restarts_of broker) restarts of broker, expected 1"
+ok "kill broker 1 under 200 requests in flight: all answered, none an error"
+
+step="kill broker 2 under load"
+# Both brokers have every worker again before the next kill.
+"$STACK" status >/dev/null
+bench_through_kill 2
+[[ $(restarts_of broker-2) == 1 ]] || fail "status shows $(restarts_of broker-2) restarts of broker-2, expected 1"
+ok "kill broker 2 under 200 requests in flight: all answered, none an error"
+
+step="down"
+"$STACK" down >/dev/null || fail "deploy/stack down exited $?"
+pgrep -f "$QUAD_HOME/run/sock" >/dev/null && fail "a broker of the stack remains after down"
+ok "down"
+step="finished"
+printf 'test_brokers: all checks passed in %s s\n' "$SECONDS"
