@@ -23,6 +23,18 @@ public final class PostgresDatabase: Database {
     /// When the loss was first seen, the last attempt's failure, and when
     /// the next attempt may run (monotonic ms); nil while connected.
     var lost: (since: Int64, reason: String, retryAt: Int64, backoffMs: Int64)?
+    /// A reconnection under way (PQresetStart, then PQresetPoll): when it
+    /// started and which way the socket must be ready next. It is driven a
+    /// step at a time, never blocking the worker's loop for longer than
+    /// ``resetStepMs``: a server behind a partition answers no packet, and
+    /// a blocking connect would hold the loop (and its heartbeats) for the
+    /// whole `connect_timeout`.
+    var resetting: (started: Int64, polling: PostgresPollingStatusType)?
+    /// Seconds one reconnection may take before it counts as failed
+    /// (`pg_connect_timeout_s`).
+    let connectTimeoutS: Int
+    /// The longest one call waits for a reconnection's socket.
+    static let resetStepMs: Int64 = 50
     /// Sessions opened so far: 1 at start, one more after each reconnect.
     /// A new session has none of the old one's prepared statements or
     /// temporary tables.
@@ -39,13 +51,15 @@ public final class PostgresDatabase: Database {
     /// Opens a session on `url` (a `postgres://` URL or libpq's `key=value`
     /// string). Settings the URL does not name are Quad's: `connect_timeout`
     /// (`connectTimeoutS`), and TCP keepalives with `tcp_user_timeout`, so a
-    /// server that vanished behind a partition is noticed in about ten
-    /// seconds rather than hours; the URL's own values win.
+    /// server that vanished behind a partition is noticed in about five
+    /// seconds rather than hours (data unacknowledged for 5 s, or an idle
+    /// session's keepalives unanswered for 5 + 3 s); the URL's own values win.
     public init(url: String, reconnectMaxMs: Int64 = PostgresDatabase.defaultReconnectMaxMs,
                 connectTimeoutS: Int = PostgresDatabase.defaultConnectTimeoutS) throws {
         self.reconnectMaxMs = max(reconnectMaxMs, 50)
+        self.connectTimeoutS = max(connectTimeoutS, 2)
         let keywords = ["connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "dbname"]
-        let values = [String(max(connectTimeoutS, 2)), "1", "5", "2", "3", "10000", url]
+        let values = [String(max(connectTimeoutS, 2)), "1", "5", "1", "3", "5000", url]
         // expand_dbname: the URL in `dbname` is read as a connection string,
         // whose settings override the ones before it.
         let c: OpaquePointer? = PostgresDatabase.withCStrings(keywords) { k in
@@ -109,24 +123,69 @@ public final class PostgresDatabase: Database {
     /// for how long and when the next attempt is: a 503 with its reason.
     func ensureSession() throws {
         guard depth == 0 else { return }
-        if PQstatus(conn) == CONNECTION_OK && lost == nil { noticeClosedSocket() }
-        guard PQstatus(conn) != CONNECTION_OK else { return }
+        if resetting == nil {
+            if PQstatus(conn) == CONNECTION_OK && lost == nil { noticeClosedSocket() }
+            guard PQstatus(conn) != CONNECTION_OK else { return }
+        }
         let now = PostgresDatabase.monotonicMillis()
         var state = lost ?? (since: now, reason: lastError(), retryAt: now, backoffMs: 0)
-        if now < state.retryAt {
-            lost = state
-            throw StoreError(.connection, "postgres: no connection to the server for \(now - state.since) ms (\(state.reason)); next attempt in \(state.retryAt - now) ms")
+        if resetting == nil {
+            if now < state.retryAt {
+                lost = state
+                throw StoreError(.connection, "postgres: no connection to the server for \(now - state.since) ms (\(state.reason)); next attempt in \(state.retryAt - now) ms")
+            }
+            forgetStatements(deallocate: false)
+            guard PQresetStart(conn) == 1 else { return try failedAttempt(&state) }
+            resetting = (now, PGRES_POLLING_WRITING)
         }
-        forgetStatements(deallocate: false)
-        PQreset(conn)
-        if PQstatus(conn) == CONNECTION_OK {
+        switch stepReset() {
+        case PGRES_POLLING_OK:
+            resetting = nil
             if let r = PQexec(conn, PostgresDatabase.sessionSetup) { PQclear(r) }
             lost = nil
             sessions += 1
-            return
+        case PGRES_POLLING_FAILED:
+            resetting = nil
+            try failedAttempt(&state)
+        default:
+            let after = PostgresDatabase.monotonicMillis()
+            let started = resetting?.started ?? after
+            if after - started >= Int64(connectTimeoutS) * 1000 {
+                resetting = nil
+                state.reason = "no answer from the server within \(connectTimeoutS) s (pg_connect_timeout_s)"
+                return try failedAttempt(&state, reason: state.reason)
+            }
+            lost = state
+            throw StoreError(.connection, "postgres: no connection to the server for \(after - state.since) ms (\(state.reason)); reconnecting for \(after - started) ms")
         }
+    }
+
+    /// Drives the reconnection under way for at most ``resetStepMs``: waits
+    /// for the socket as libpq asked, then lets it go on, until it is done,
+    /// it failed, or the step's time is up (still polling).
+    func stepReset() -> PostgresPollingStatusType {
+        guard var polling = resetting?.polling else { return PGRES_POLLING_FAILED }
+        let until = PostgresDatabase.monotonicMillis() + PostgresDatabase.resetStepMs
+        while polling == PGRES_POLLING_READING || polling == PGRES_POLLING_WRITING {
+            let fd = PQsocket(conn)
+            guard fd >= 0 else { return PGRES_POLLING_FAILED }
+            let left = until - PostgresDatabase.monotonicMillis()
+            guard left > 0 else { break }
+            var p = pollfd(fd: fd, events: Int16(polling == PGRES_POLLING_READING ? POLLIN : POLLOUT), revents: 0)
+            let ready = poll(&p, 1, Int32(left))
+            if ready < 0 && errno != EINTR { return PGRES_POLLING_FAILED }
+            guard ready > 0 else { continue }
+            polling = PQresetPoll(conn)
+        }
+        resetting?.polling = polling
+        return polling
+    }
+
+    /// One attempt failed: the next waits a backoff that doubles up to
+    /// `reconnectMaxMs`; throws the 503 that says so.
+    func failedAttempt(_ state: inout (since: Int64, reason: String, retryAt: Int64, backoffMs: Int64), reason: String? = nil) throws {
         let after = PostgresDatabase.monotonicMillis()
-        state.reason = lastError()
+        state.reason = reason ?? lastError()
         state.backoffMs = min(max(state.backoffMs * 2, 50), reconnectMaxMs)
         state.retryAt = after + state.backoffMs
         lost = state

@@ -101,7 +101,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
     // killed under load costs no request.
     let frontends = Endpoints.list(flags["frontend"]!)
     let pair = try Curve.keyPair()
-    var sockets: [Socket] = []
+    var opened: [Socket] = []
     var monitors: [SocketMonitor] = []
     for (i, e) in frontends.enumerated() {
         let socket = try context.socket(.dealer)
@@ -109,8 +109,10 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
         if let key { try socket.setCurveClient(serverKey: key, publicKey: Curve.decode(pair.publicKey)!, secretKey: Curve.decode(pair.secretKey)!) }
         if frontends.count > 1 { monitors.append(try SocketMonitor(socket, name: "bench-\(i)", connections: true)) }
         try socket.connect(e)
-        sockets.append(socket)
+        opened.append(socket)
     }
+    let sockets = opened
+    let count = sockets.count
     var poller = Poller()
     for s in sockets { poller.add(s) }
     for m in monitors { poller.add(m.socket) }
@@ -134,7 +136,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
         if sockets.count > 1 {
             via[e.id] = (current, frames)
             // Both brokers carry the load: requests dealt over the open ones.
-            current = (1...sockets.count).map { (current + $0) % sockets.count }.first { !closed.contains($0) } ?? current
+            current = (1...count).map { (current + $0) % count }.first { !closed.contains($0) } ?? current
         }
         sent += 1
     }
@@ -145,7 +147,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
                 case .succeeded: closed.remove(i)
                 case .disconnected:
                     closed.insert(i)
-                    guard let next = (1..<sockets.count).map({ (i + $0) % sockets.count }).first(where: { !closed.contains($0) }) else { continue }
+                    guard let next = (1..<count).map({ (i + $0) % count }).first(where: { !closed.contains($0) }) else { continue }
                     if current == i { current = next }
                     for (id, (k, frames)) in via where k == i {
                         try sockets[next].send(frames)

@@ -139,6 +139,55 @@ struct StoresComeBackTests {
         #expect(try check.queryOne("SELECT COUNT(*) AS n FROM outbox WHERE envelope LIKE '%flight%'")?.int("n") == 1)
     }
 
+    /// A server behind a partition answers no packet: the port takes the
+    /// connection (here a listener that never accepts, so the kernel
+    /// completes the handshake) and the startup message waits forever. The
+    /// store's reconnection is driven a step at a time: each statement
+    /// meanwhile fails at once with the reason, never holding the caller
+    /// (a worker's loop and its heartbeats) for the connect timeout, and
+    /// the session is back soon after the server is.
+    @Test func aReconnectionToAServerThatAnswersNothingNeverHoldsTheCaller() throws {
+        let pg = try TestCluster()
+        defer { pg.stop() }
+        let db = try PostgresDatabase(url: try pg.database("blackhole"), reconnectMaxMs: 200)
+        #expect(try db.queryOne("SELECT 1 AS one")?.int("one") == 1)
+        try pg.ctl("stop", "-m", "immediate")
+        let hole = try Blackhole(port: pg.port)
+
+        var slowest: Int64 = 0
+        var messages: [String] = []
+        let until = Clock.monotonicMillis() + 6000
+        while Clock.monotonicMillis() < until {
+            let started = Clock.monotonicMillis()
+            do {
+                _ = try db.queryOne("SELECT 1 AS one")
+                Issue.record("a statement succeeded with no server")
+            } catch let error as StoreError {
+                #expect(error.kind == .connection)
+                messages.append(error.message)
+            }
+            slowest = max(slowest, Clock.monotonicMillis() - started)
+            usleep(20_000)
+        }
+        print("with a server that answers nothing: \(messages.count) statements refused, the slowest in \(slowest) ms")
+        // A blocking connect would hold each attempt for connect_timeout (2 s).
+        #expect(slowest < 500, "a statement was held \(slowest) ms")
+        #expect(messages.contains { $0.contains("reconnecting for") }, "\(messages.suffix(3))")
+        #expect(messages.contains { $0.contains("no answer from the server within 2 s (pg_connect_timeout_s)") }, "\(messages.suffix(3))")
+
+        hole.close()
+        try pg.ctl("start")
+        let back = Clock.monotonicMillis()
+        var served = false
+        while !served && Clock.monotonicMillis() - back < 30_000 {
+            served = (try? db.queryOne("SELECT 1 AS one")?.int("one")) == 1
+            if !served { usleep(20_000) }
+        }
+        #expect(served, "the session never came back")
+        print("served again \(Clock.monotonicMillis() - back) ms after pg_ctl start returned")
+        #expect(db.sessions == 2)
+    }
+
     @Test(.enabled(if: TestCluster.canMount, "needs to mount a tmpfs (root)"))
     func aFullSQLiteStoreAnswers503AndLosesNothingAcknowledged() throws {
         let stack = try TestStack(name: "sqlite-full")
@@ -301,4 +350,28 @@ final class TestCluster {
             throw QuadError.internal("\(argv.joined(separator: " ")) failed (status \(status)): \(text)")
         }
     }
+}
+
+/// A TCP port that takes connections and never reads them: the kernel
+/// completes each handshake into the listen queue, and nothing answers.
+final class Blackhole {
+    let fd: Int32
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard bound == 0, listen(fd, 64) == 0 else {
+            let why = String(cString: strerror(errno))
+            Glibc.close(fd)
+            throw QuadError.internal("cannot listen on 127.0.0.1:\(port): \(why)")
+        }
+    }
+
+    func close() { Glibc.close(fd) }
 }
