@@ -17,6 +17,19 @@ var flags = Flags(program: "quad-edge", summary: """
     Each phone is one SQLite file in --dir (its session, outbox, saved copies,
     telemetry queue and history); a phone that ran before continues where it
     stopped. Control the phones with `quadctl phone ...` (--control).
+
+    A campus day survives its process being killed (SIGKILL): `run` again
+    with the same --seed and --dir (and the remaining --duration) goes on
+    with it. Every phone keeps its account and session (no second
+    registration), resends what its outbox held under the same request ids
+    (the services apply each once), keeps its telemetry, saved copies and
+    caches. The students go on with new activities (new actions, new ids;
+    not a replay of the first process's choices). The report covers the
+    whole day: actions are counted from the phones' files since the day
+    began; its "resumed" object gives the restarts, the phones that were in
+    the day, and the figures ("since_this_run") that count only since this
+    process started. A day that reached its report is finished: a later run
+    with the same seed begins a new one.
     """)
 flags.option("frontend", "broker endpoint for requests", default: defaults.frontend)
 flags.option("broker-key", "the broker's CURVE public key (Z85, @FILE or off); default QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE, or $QUAD_HOME/keys/broker.pub")
