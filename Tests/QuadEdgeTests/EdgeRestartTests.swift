@@ -155,4 +155,64 @@ struct EdgeRestartTests {
                 == Int64(EdgeRestartTests.phones), "each phone's killed session is reported as one crash")
         #expect(try edge.telemetryConflicts() == 0, "a batch resent after the restart carries the same events")
     }
+
+    /// Killed while every phone's registration is on its way (accounts
+    /// stopped, so none is answered): the next process has a new CURVE key,
+    /// so the resent registration is another caller's to accounts (its id
+    /// is taken by the first process's). Every phone still ends with one
+    /// account, its own, and the day drains.
+    @Test func killedMidSignInEveryPhoneEndsWithOneAccount() throws {
+        let edge = try EdgeStack("restart-sign-in")
+        try edge.edge("edge.stop")
+        let dir = edge.stack.dir + "/campus-phones"
+        func arguments(report: String) -> [String] {
+            ["run", "--frontend", edge.stack.endpoints.frontend, "--dir", dir, "--phones", String(EdgeRestartTests.phones), "--prefix", "student",
+             "--control", "none", "--seed", "9", "--speed", "20", "--duration", "8", "--hold-seconds", "8",
+             "--action-timeout-ms", "1000", "--backoff-cap-ms", "2000", "--telemetry-every-ms", "500", "--drain-timeout", "60",
+             "--sign-in-timeout", "30", "--report", report]
+        }
+        edge.signal("accounts/1", SIGSTOP)
+        _ = try edge.stack.start("campus-1", executable: "quad-edge", arguments: arguments(report: edge.stack.dir + "/report-1.json"))
+        // Every phone's file is made and its registration sent (the first
+        // sign-ins at once, the rest as the window's time out).
+        var until = Clock.monotonicMillis() + 30_000
+        func registerIDs() -> [String] {
+            files(dir).compactMap { file in
+                guard let db = try? SQLiteDatabase(path: file) else { return nil }
+                defer { db.close() }
+                return (try? db.queryOne("SELECT register_id FROM session"))??.string("register_id")
+            }
+        }
+        while registerIDs().count < EdgeRestartTests.phones && Clock.monotonicMillis() < until { usleep(200_000) }
+        usleep(3_000_000)  // the registrations wait for the stopped accounts
+        edge.stack.kill("campus-1", signal: SIGKILL)
+        let firstIDs = registerIDs()
+        try #require(firstIDs.count == EdgeRestartTests.phones)
+        // Accounts wakes up: it applies the dead process's registrations.
+        edge.signal("accounts/1", SIGCONT)
+        let accounts = try edge.store("accounts")
+        defer { accounts.close() }
+        func registered() -> Int64 { (try? accounts.queryOne("SELECT COUNT(*) AS n FROM users WHERE email LIKE 'student-%'"))??.int("n") ?? 0 }
+        until = Clock.monotonicMillis() + 20_000
+        while registered() == 0 && Clock.monotonicMillis() < until { usleep(100_000) }
+        try #require(registered() > 0, "some registrations of the killed process were applied")
+
+        let second = try edge.stack.start("campus-2", executable: "quad-edge", arguments: arguments(report: edge.stack.dir + "/report-2.json"))
+        let deadline = Date().addingTimeInterval(180)
+        while second.isRunning && Date() < deadline { usleep(200_000) }
+        #expect(!second.isRunning, "the day did not end in 3 minutes")
+        if second.isRunning { second.terminate() }
+        second.waitUntilExit()
+        #expect(second.terminationStatus == 0, "exit \(second.terminationStatus):\n\(edge.stack.log("campus-2").suffix(3000))")
+        #expect(registered() == Int64(EdgeRestartTests.phones), "one account per phone, none made twice")
+        let users = try accounts.query("SELECT id, email FROM users WHERE email LIKE 'student-%'")
+        for file in files(dir) {
+            let db = try SQLiteDatabase(path: file)
+            defer { db.close() }
+            let session = try #require(try db.queryOne("SELECT email, user_id FROM session"))
+            let mine = users.filter { $0.string("email") == session.string("email") }
+            #expect(mine.count == 1 && mine.first?.string("id") == session.optionalString("user_id"), "\(file): signed in as its own one account")
+            #expect(try db.queryOne("SELECT COUNT(*) AS n FROM outbox")?.int("n") == 0, "\(file): outbox empty at the end")
+        }
+    }
 }
