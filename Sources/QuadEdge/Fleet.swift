@@ -50,7 +50,16 @@ public final class Fleet {
         }
         if let control {
             let s = try context.socket(.router)
-            try s.bind(control)
+            // Started again at once after a SIGKILL (the nemesis's `edge`
+            // fault), the endpoint may still be the dying process's for a
+            // moment: try again for a while before giving up.
+            let until = Clock.monotonicMillis() + Fleet.controlBindWaitMs
+            while true {
+                do { try s.bind(control); break } catch {
+                    guard Clock.monotonicMillis() < until else { throw error }
+                    usleep(100_000)
+                }
+            }
             self.control = s
             reactor.register(s) { [unowned self] _ in self.serveControl() }
         }
@@ -82,6 +91,10 @@ public final class Fleet {
         for phone in phones { phone.close() }
         return day?.exitCode ?? 0
     }
+
+    /// How long a starting process tries to bind its control endpoint
+    /// (a killed process's may take a moment to be released).
+    static let controlBindWaitMs: Int64 = 5_000
 
     /// How long a stopping process waits for its phones' last telemetry.
     var lingerMs: Int64 { 1_500 }

@@ -109,12 +109,12 @@ enum Report {
 
     /// The report's figures that a process keeps in memory only, so a
     /// resumed day's report has them since its own start: everything else
-    /// (`actions`, `rejected`, `accounted`, `drain.outbox_left`,
-    /// `telemetry.queued`) is read from the phones' files and covers the
+    /// (`actions`, `rejected`, `accounted`, `drain/outbox_left`,
+    /// `telemetry/queued`) is read from the phones' files and covers the
     /// whole day.
-    static let sinceThisRun = ["activities", "max_queue", "drain.after_reconnect_ms", "drain.without_session_ms", "drain.end_of_day_ms",
-                               "reads", "reads_by_view", "refused_online_only", "telemetry.sent", "telemetry.accepted",
-                               "telemetry.duplicate", "telemetry.rejected", "telemetry.batches_answered", "sign_in_before_day"]
+    static let sinceThisRun = ["activities", "max_queue", "drain/after_reconnect_ms", "drain/without_session_ms", "drain/end_of_day_ms",
+                               "reads", "reads_by_view", "refused_online_only", "telemetry/sent", "telemetry/accepted",
+                               "telemetry/duplicate", "telemetry/rejected", "telemetry/batches_answered", "sign_in_before_day"]
 
     /// A refusal's message with its particulars (ids, times, numbers) blanked,
     /// so the same reason given for different spots counts as one.

@@ -20,7 +20,8 @@ var flags = Flags(program: "quad-edge", summary: """
 
     A campus day survives its process being killed (SIGKILL): `run` again
     with the same --seed and --dir (and the remaining --duration) goes on
-    with it. Every phone keeps its account and session (no second
+    with it (--duration 0 when its clock has run out: straight to the
+    drain and the report). Every phone keeps its account and session (no second
     registration), resends what its outbox held under the same request ids
     (the services apply each once), keeps its telemetry, saved copies and
     caches. The students go on with new activities (new actions, new ids;
@@ -49,7 +50,7 @@ flags.option("telemetry-every-ms", "how often queued telemetry is sent while onl
 flags.option("idle-after-ms", "a phone whose outbox stays empty this long goes back to its idle journal and sizes (idle_after_ms)", default: "5000")
 flags.option("seed", "run: the campus day's seed", default: "1")
 flags.option("speed", "run: think times are divided by this", default: "1")
-flags.option("duration", "run: seconds the campus day lasts", default: "60")
+flags.option("duration", "run: seconds the campus day lasts (0: none left, a resumed day goes straight to its drain and report)", default: "60")
 flags.option("sign-in-first", "run: on: every phone signs in (registers) before the day's clock starts, timed on its own; off: the day begins with every registration at once", default: "on")
 flags.option("sign-in-timeout", "run: seconds to wait for the sign-ins before the day starts anyway", default: "300")
 flags.option("sign-in-window", "run: most sign-ins in flight at once before the day (sign_in_window)", default: "8")
@@ -97,7 +98,7 @@ if command == "run" {
         Flags.usageError("--speed must be a number above 0 and at most 10000", usage: flags.usage)
     }
     options.speed = speed
-    options.durationMs = Int64(positive("duration", 1...86_400)) * 1000
+    options.durationMs = Int64(positive("duration", 0...86_400)) * 1000
     options.holdSeconds = Int64(positive("hold-seconds", 1...86_400))
     options.drainTimeoutMs = Int64(positive("drain-timeout", 1...86_400)) * 1000
     options.reportPath = flags["report"]
