@@ -35,7 +35,8 @@ public final class Fleet {
 
     /// Opens `count` phones named `<prefix>-001`… in `dir` (their files
     /// are kept: a phone that ran before continues where it stopped).
-    public init(settings: EdgeSettings, dir: String, count: Int, prefix: String = "phone", seed: UInt64 = 1, control: String? = nil) throws {
+    public init(settings: EdgeSettings, dir: String, count: Int, prefix: String = "phone", seed: UInt64 = 1, control: String? = nil,
+                controlBindWaitMs: Int64 = Fleet.controlBindWaitMs) throws {
         self.settings = settings
         self.controlEndpoint = control
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -53,7 +54,7 @@ public final class Fleet {
             // Started again at once after a SIGKILL (the nemesis's `edge`
             // fault), the endpoint may still be the dying process's for a
             // moment: try again for a while before giving up.
-            let until = Clock.monotonicMillis() + Fleet.controlBindWaitMs
+            let until = Clock.monotonicMillis() + controlBindWaitMs
             while true {
                 do { try s.bind(control); break } catch {
                     guard Clock.monotonicMillis() < until else { throw error }
@@ -93,8 +94,9 @@ public final class Fleet {
     }
 
     /// How long a starting process tries to bind its control endpoint
-    /// (a killed process's may take a moment to be released).
-    static let controlBindWaitMs: Int64 = 5_000
+    /// (`control_bind_wait_ms`): a killed process's may take a moment to
+    /// be released.
+    public static let controlBindWaitMs: Int64 = 5_000
 
     /// How long a stopping process waits for its phones' last telemetry.
     var lingerMs: Int64 { 1_500 }

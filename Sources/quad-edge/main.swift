@@ -39,6 +39,7 @@ flags.option("prefix", "phone names are PREFIX-001, PREFIX-002, ...", default: "
 flags.option("dir", "folder of the phones' files", default: (env["QUAD_HOME"].map { $0 + "/phones" } ?? "./phones"))
 flags.option("control", "control socket (ROUTER) for the harness and quadctl phone, or 'none'",
              default: env["QUAD_EDGE_CONTROL"] ?? "tcp://127.0.0.1:7709")
+flags.option("control-bind-wait-ms", "how long to keep trying to bind --control when it is taken (a killed process's endpoint, control_bind_wait_ms)", default: "5000")
 flags.option("action-timeout-ms", "how long each attempt of an action waits for an answer", default: "2500")
 flags.option("read-timeout-ms", "how long a view waits for the network before its saved copy", default: "1500")
 flags.option("backoff-base-ms", "first retry delay of an action that got no answer", default: "250")
@@ -128,7 +129,8 @@ if getrlimit(openFiles, &files) == 0 && files.rlim_cur < files.rlim_max {
 }
 
 do {
-    let fleet = try Fleet(settings: settings, dir: flags["dir"]!, count: count, prefix: flags["prefix"]!, seed: UInt64(seed), control: control)
+    let fleet = try Fleet(settings: settings, dir: flags["dir"]!, count: count, prefix: flags["prefix"]!, seed: UInt64(seed), control: control,
+                          controlBindWaitMs: Int64(positive("control-bind-wait-ms", 0...600_000)))
     exit(fleet.run(day: day))
 } catch {
     FileHandle.standardError.write(Data("quad-edge: cannot start: \(error)\n".utf8))
