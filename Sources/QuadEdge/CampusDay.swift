@@ -49,6 +49,14 @@ public final class CampusDay {
     var signInMs: Int64?
     var signedInBeforeDay = 0
     var signInNotBefore: [String: Int64] = [:]
+    /// The day this process goes on with, read from the phones' files
+    /// (``DayMark``): when it began (the report counts the actions made
+    /// since then, by every process of the day), how many processes ran it
+    /// before this one (killed, then started again), and how many phones
+    /// this process found in the middle of it.
+    var dayStartedWall: Int64 = 0
+    var restarts = 0
+    var resumedPhones = 0
     public private(set) var exitCode: Int32 = 0
     public var onReport: (JSON, String) -> Void = { json, text in
         print(text)
@@ -95,8 +103,13 @@ public final class CampusDay {
         running = true
         startedWall = Int64(Clock.nowMillis())
         startedMono = Clock.monotonicMillis()
+        resume()
         for (k, phone) in fleet.phones.enumerated() {
-            let s = Student(phone: phone, day: self, seed: options.seed &* 7919 &+ UInt64(k) &* 104_729)
+            // A resumed day's students go on with new activities (new
+            // actions, new ids): their choices are drawn from the seed and
+            // the restart's number, so the same seed makes the same pair of
+            // runs, and the second does not replay the first one's choices.
+            let s = Student(phone: phone, day: self, seed: options.seed &* 7919 &+ UInt64(k) &* 104_729 &+ UInt64(restarts) &* 0x9E37_79B9_7F4A_7C15)
             students.append(s)
             // Students arrive over the first tenth of the day.
             fleet.agenda.after(Int64.random(in: 0...max(1, options.durationMs / 10), using: &s.rng)) { s.next() }
@@ -110,6 +123,32 @@ public final class CampusDay {
     }
 
     var elapsedMs: Int64 { Clock.monotonicMillis() - startedMono }
+
+    /// Finds, in the phones' files, a day of the same seed that a killed
+    /// process left unfinished, and goes on with it: the report then
+    /// counts every action made since that day began. Writes the day's
+    /// mark in every phone's file (a phone new to the day joins it).
+    func resume() {
+        dayStartedWall = startedWall
+        var before = 0
+        resumedPhones = 0
+        for phone in fleet.phones {
+            guard let mark = DayMark.read(phone.db), mark.seed == options.seed, !mark.finished else { continue }
+            resumedPhones += 1
+            dayStartedWall = min(dayStartedWall, mark.startedMs)
+            before = max(before, mark.runs)
+        }
+        restarts = before
+        let mark = DayMark(seed: options.seed, startedMs: dayStartedWall, runs: before + 1, finished: false)
+        for phone in fleet.phones { mark.write(phone.db) }
+        if restarts > 0 {
+            Log.info("edge", "campus day of seed \(options.seed) resumed (restart \(restarts)): \(resumedPhones) of \(fleet.phones.count) phones were in it, begun \((startedWall - dayStartedWall) / 1000) s ago")
+        }
+    }
+
+    /// The day's length so far and to come: what the earlier processes ran
+    /// and what this one was asked to run.
+    var dayDurationMs: Int64 { (startedWall - dayStartedWall) + options.durationMs }
 
     func scaled(_ range: ClosedRange<Int64>, _ rng: inout SeededRandom) -> Int64 {
         Int64(Double(Int64.random(in: range, using: &rng)) / max(0.01, options.speed))
@@ -149,6 +188,9 @@ public final class CampusDay {
         if let path = options.reportPath {
             _ = FileManager.default.createFile(atPath: path, contents: Data((json.text + "\n").utf8))
         }
+        // The day is over: a later run of the same seed begins a new one.
+        let mark = DayMark(seed: options.seed, startedMs: dayStartedWall, runs: restarts + 1, finished: true)
+        for phone in fleet.phones { mark.write(phone.db) }
         exitCode = drained && json["accounted"]?.bool == true ? 0 : 1
         onReport(json, text)
         fleet.stop()
@@ -171,7 +213,31 @@ public final class CampusDay {
     }
 
     func report(_ fleet: Fleet, final: Bool) -> JSON {
-        Report.make(fleet, since: startedWall, final: final, day: self)
+        Report.make(fleet, since: dayStartedWall, final: final, day: self)
+    }
+}
+
+/// A campus day's mark in a phone's file (meta `campus_day`): the seed, when
+/// the day began, how many processes have run it, and whether it ended. A
+/// process killed in the middle of a day leaves it unfinished; the next
+/// `quad-edge run` with the same seed on the same files goes on with it.
+struct DayMark: Equatable {
+    var seed: UInt64
+    var startedMs: Int64
+    var runs: Int
+    var finished: Bool
+
+    static let key = "campus_day"
+
+    static func read(_ db: Database) -> DayMark? {
+        guard let text = try? db.meta(key), let j = try? JSON.parse(text),
+              let seed = j["seed"]?.int, let started = j["started_ms"]?.int else { return nil }
+        return DayMark(seed: UInt64(bitPattern: seed), startedMs: started, runs: Int(j["runs"]?.int ?? 1), finished: j["finished"]?.bool ?? false)
+    }
+
+    func write(_ db: Database) {
+        let j: JSON = ["seed": .int(Int64(bitPattern: seed)), "started_ms": .int(startedMs), "runs": .int(Int64(runs)), "finished": .bool(finished)]
+        try? db.setMeta(DayMark.key, j.text)
     }
 }
 

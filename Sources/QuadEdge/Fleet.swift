@@ -35,7 +35,8 @@ public final class Fleet {
 
     /// Opens `count` phones named `<prefix>-001`… in `dir` (their files
     /// are kept: a phone that ran before continues where it stopped).
-    public init(settings: EdgeSettings, dir: String, count: Int, prefix: String = "phone", seed: UInt64 = 1, control: String? = nil) throws {
+    public init(settings: EdgeSettings, dir: String, count: Int, prefix: String = "phone", seed: UInt64 = 1, control: String? = nil,
+                controlBindWaitMs: Int64 = Fleet.controlBindWaitMs) throws {
         self.settings = settings
         self.controlEndpoint = control
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -50,7 +51,16 @@ public final class Fleet {
         }
         if let control {
             let s = try context.socket(.router)
-            try s.bind(control)
+            // Started again at once after a SIGKILL (the nemesis's `edge`
+            // fault), the endpoint may still be the dying process's for a
+            // moment: try again for a while before giving up.
+            let until = Clock.monotonicMillis() + controlBindWaitMs
+            while true {
+                do { try s.bind(control); break } catch {
+                    guard Clock.monotonicMillis() < until else { throw error }
+                    usleep(100_000)
+                }
+            }
             self.control = s
             reactor.register(s) { [unowned self] _ in self.serveControl() }
         }
@@ -82,6 +92,11 @@ public final class Fleet {
         for phone in phones { phone.close() }
         return day?.exitCode ?? 0
     }
+
+    /// How long a starting process tries to bind its control endpoint
+    /// (`control_bind_wait_ms`): a killed process's may take a moment to
+    /// be released.
+    public static let controlBindWaitMs: Int64 = 5_000
 
     /// How long a stopping process waits for its phones' last telemetry.
     var lingerMs: Int64 { 1_500 }

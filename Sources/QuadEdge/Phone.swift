@@ -218,6 +218,12 @@ final class Phone {
                         finish(error)
                         return
                     }
+                    if !self.registered {
+                        // A login that works proves the account exists (a
+                        // registration whose answer went to a killed process).
+                        self.registered = true
+                        _ = try? self.db.execute("UPDATE session SET registered = 1 WHERE one = 1")
+                    }
                     self.keepSession(reply.body)
                     finish(nil)
                 case .failure(let failure):
@@ -248,6 +254,16 @@ final class Phone {
                 // attempt whose reply was lost, and whose record has gone):
                 // log in. Any other 409 (the broker's "id used by another
                 // caller") made no account.
+                // 409 id_taken: the registration's id is another caller's,
+                // that is this phone's own earlier process (killed, with its
+                // CURVE key; this one has a new key): that registration may
+                // have made the account, whose answer went nowhere. Log in;
+                // a 401 (it made none) registers again under a new id.
+                if let error = reply.quadError, error.status == 409, error.details["reason"]?.string == "id_taken" {
+                    Log.info("edge/\(self.name)", "registration \(self.registerID) was sent by an earlier process of this phone: logging in")
+                    login()
+                    return
+                }
                 if let error = reply.quadError, error.status != 409 || error.details["field"]?.string != "email" { finish(error); return }
                 self.registered = true
                 _ = try? self.db.execute("UPDATE session SET registered = 1 WHERE one = 1")

@@ -89,13 +89,32 @@ enum Report {
         if let day {
             f["seed"] = .int(Int64(bitPattern: day.options.seed))
             f["speed"] = .double(day.options.speed)
-            f["duration_ms"] = .int(day.options.durationMs)
+            f["duration_ms"] = .int(day.dayDurationMs)
+            // A day that a killed process left and this one went on with:
+            // the actions (from the phones' files) count over the whole day;
+            // what only a process's memory held counts since this start.
+            f["resumed"] = [
+                "restarts": .int(Int64(day.restarts)),
+                "resumed_phones": .int(Int64(day.resumedPhones)),
+                "day_started_ms": .int(day.dayStartedWall),
+                "this_run_started_ms": .int(day.startedWall),
+                "since_this_run": .array(Report.sinceThisRun.map { .string($0) }),
+            ]
             f["activities"] = .int(Int64(day.students.reduce(0) { $0 + $1.activities }))
             f["sign_in_before_day"] = day.options.signInFirst
                 ? ["ms": day.signInMs.map { .int($0) } ?? .null, "phones_with_session": .int(Int64(day.signedInBeforeDay))] : .null
         }
         return .object(f)
     }
+
+    /// The report's figures that a process keeps in memory only, so a
+    /// resumed day's report has them since its own start: everything else
+    /// (`actions`, `rejected`, `accounted`, `drain/outbox_left`,
+    /// `telemetry/queued`) is read from the phones' files and covers the
+    /// whole day.
+    static let sinceThisRun = ["activities", "max_queue", "drain/after_reconnect_ms", "drain/without_session_ms", "drain/end_of_day_ms",
+                               "reads", "reads_by_view", "refused_online_only", "telemetry/sent", "telemetry/accepted",
+                               "telemetry/duplicate", "telemetry/rejected", "telemetry/batches_answered", "sign_in_before_day"]
 
     /// A refusal's message with its particulars (ids, times, numbers) blanked,
     /// so the same reason given for different spots counts as one.
@@ -112,6 +131,9 @@ enum Report {
         let phones = r["phones"]?.int ?? 0
         let seconds = Double(r["duration_ms"]?.int ?? r["elapsed_ms"]?.int ?? 0) / 1000
         lines.append("Campus day: \(phones) phone\(phones == 1 ? "" : "s"), seed \(r["seed"]?.int ?? 0), speed \(r["speed"]?.double ?? 1)x, \(String(format: "%.0f", seconds)) s, \(r["activities"]?.int ?? 0) activities.")
+        if let resumed = r["resumed"], let restarts = resumed["restarts"]?.int, restarts > 0 {
+            lines.append("Resumed after \(restarts) restart\(restarts == 1 ? "" : "s") (quad-edge killed and started again): \(resumed["resumed_phones"]?.int ?? 0) of \(phones) phones went on with the day. Actions count over the whole day, from the phones' files; activities, reads, drains and telemetry sent count since the last start.")
+        }
         lines.append("Actions: \(a["created"]?.int ?? 0) made; \(a["done"]?.int ?? 0) done, \(a["rejected"]?.int ?? 0) rejected with a reason, \(a["pending"]?.int ?? 0) still pending.")
         if let byType = a["by_type"]?.object {
             for (type, m) in byType.sorted(by: { $0.key < $1.key }) {

@@ -17,6 +17,20 @@ var flags = Flags(program: "quad-edge", summary: """
     Each phone is one SQLite file in --dir (its session, outbox, saved copies,
     telemetry queue and history); a phone that ran before continues where it
     stopped. Control the phones with `quadctl phone ...` (--control).
+
+    A campus day survives its process being killed (SIGKILL): `run` again
+    with the same --seed and --dir (and the remaining --duration) goes on
+    with it (--duration 0 when its clock has run out: straight to the
+    drain and the report). Every phone keeps its account and session (no second
+    registration), resends what its outbox held under the same request ids
+    (the services apply each once), keeps its telemetry, saved copies and
+    caches. The students go on with new activities (new actions, new ids;
+    not a replay of the first process's choices). The report covers the
+    whole day: actions are counted from the phones' files since the day
+    began; its "resumed" object gives the restarts, the phones that were in
+    the day, and the figures ("since_this_run") that count only since this
+    process started. A day that reached its report is finished: a later run
+    with the same seed begins a new one.
     """)
 flags.option("frontend", "broker endpoint for requests", default: defaults.frontend)
 flags.option("broker-key", "the broker's CURVE public key (Z85, @FILE or off); default QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE, or $QUAD_HOME/keys/broker.pub")
@@ -25,6 +39,7 @@ flags.option("prefix", "phone names are PREFIX-001, PREFIX-002, ...", default: "
 flags.option("dir", "folder of the phones' files", default: (env["QUAD_HOME"].map { $0 + "/phones" } ?? "./phones"))
 flags.option("control", "control socket (ROUTER) for the harness and quadctl phone, or 'none'",
              default: env["QUAD_EDGE_CONTROL"] ?? "tcp://127.0.0.1:7709")
+flags.option("control-bind-wait-ms", "how long to keep trying to bind --control when it is taken (a killed process's endpoint, control_bind_wait_ms)", default: "5000")
 flags.option("action-timeout-ms", "how long each attempt of an action waits for an answer", default: "2500")
 flags.option("read-timeout-ms", "how long a view waits for the network before its saved copy", default: "1500")
 flags.option("backoff-base-ms", "first retry delay of an action that got no answer", default: "250")
@@ -36,7 +51,7 @@ flags.option("telemetry-every-ms", "how often queued telemetry is sent while onl
 flags.option("idle-after-ms", "a phone whose outbox stays empty this long goes back to its idle journal and sizes (idle_after_ms)", default: "5000")
 flags.option("seed", "run: the campus day's seed", default: "1")
 flags.option("speed", "run: think times are divided by this", default: "1")
-flags.option("duration", "run: seconds the campus day lasts", default: "60")
+flags.option("duration", "run: seconds the campus day lasts (0: none left, a resumed day goes straight to its drain and report)", default: "60")
 flags.option("sign-in-first", "run: on: every phone signs in (registers) before the day's clock starts, timed on its own; off: the day begins with every registration at once", default: "on")
 flags.option("sign-in-timeout", "run: seconds to wait for the sign-ins before the day starts anyway", default: "300")
 flags.option("sign-in-window", "run: most sign-ins in flight at once before the day (sign_in_window)", default: "8")
@@ -84,7 +99,7 @@ if command == "run" {
         Flags.usageError("--speed must be a number above 0 and at most 10000", usage: flags.usage)
     }
     options.speed = speed
-    options.durationMs = Int64(positive("duration", 1...86_400)) * 1000
+    options.durationMs = Int64(positive("duration", 0...86_400)) * 1000
     options.holdSeconds = Int64(positive("hold-seconds", 1...86_400))
     options.drainTimeoutMs = Int64(positive("drain-timeout", 1...86_400)) * 1000
     options.reportPath = flags["report"]
@@ -114,7 +129,8 @@ if getrlimit(openFiles, &files) == 0 && files.rlim_cur < files.rlim_max {
 }
 
 do {
-    let fleet = try Fleet(settings: settings, dir: flags["dir"]!, count: count, prefix: flags["prefix"]!, seed: UInt64(seed), control: control)
+    let fleet = try Fleet(settings: settings, dir: flags["dir"]!, count: count, prefix: flags["prefix"]!, seed: UInt64(seed), control: control,
+                          controlBindWaitMs: Int64(positive("control-bind-wait-ms", 0...600_000)))
     exit(fleet.run(day: day))
 } catch {
     FileHandle.standardError.write(Data("quad-edge: cannot start: \(error)\n".utf8))

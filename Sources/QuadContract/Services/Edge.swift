@@ -196,6 +196,14 @@ extension Contract.Edge {
                     "accounted": .bool
                         .described("created = done + rejected + pending, and, in a final report, nothing pending."),
                     "seed": .int(min: 0).optional,
+                    "resumed": .object([
+                        "restarts": .int(min: 0),
+                        "resumed_phones": .int(min: 0),
+                        "day_started_ms": .int(min: 0),
+                        "this_run_started_ms": .int(min: 0),
+                        "since_this_run": .array(of: .string()),
+                    ])
+                        .described("quad-edge run: a day killed in the middle and started again on the same phone files (same seed) goes on: restarts counts the processes killed before this one, resumed_phones the phones found in the day; actions count over the whole day (from the phones' files), the figures named in since_this_run only since this process started.").optional,
                     "speed": .number().optional,
                     "duration_ms": .int(min: 0).optional,
                     "activities": .int(min: 0).optional,
