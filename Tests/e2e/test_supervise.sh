@@ -33,7 +33,8 @@ command -v supervisord >/dev/null || fail "supervisord is not installed (deploy/
 
 QUAD_HOME=$(mktemp -d /tmp/quad-sup-e2e.XXXXXX)
 chmod 755 "$QUAD_HOME"  # PostgreSQL (user postgres) keeps its data in it
-QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-47100}" 10 5) || fail "no five free ports"
+# Two brokers (deploy/stack's default): base..base+4 and base+10..base+14.
+QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-47100}" 20 15) || fail "no fifteen free ports"
 export QUAD_HOME QUAD_PORT_BASE
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_BROKER_KEY QUAD_TOKEN
 for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
