@@ -285,9 +285,18 @@ class LaunchedStack:
         return self
 
     def exported(self):
-        """What `deploy/stack env` exports, as a dict."""
-        out = self.run("env").stdout.replace("export ", "")
-        return {k: v.strip("'\"") for k, v in (line.split("=", 1) for line in out.splitlines() if "=" in line)}
+        """What `deploy/stack env` exports, as a dict. The values are shell
+        words (printf %q: a list's commas come as '\\,'), read as a shell would."""
+        import shlex
+        out = self.run("env").stdout
+        found = {}
+        for line in out.splitlines():
+            if not line.startswith("export ") or "=" not in line:
+                continue
+            k, v = line[len("export "):].split("=", 1)
+            words = shlex.split(v)
+            found[k] = words[0] if words else ""
+        return found
 
     def broker_key(self):
         return broker_key(self.home)

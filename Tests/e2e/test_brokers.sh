@@ -90,6 +90,37 @@ bench_through_kill 2
 [[ $(restarts_of broker-2) == 1 ]] || fail "status shows $(restarts_of broker-2) restarts of broker-2, expected 1"
 ok "kill broker 2 under 200 requests in flight: all answered, none an error"
 
+step="quadclient.Client fails over"
+# deploy/quadclient.py's Client on QUAD_FRONTEND (the list): with broker 1
+# frozen (SIGSTOP: its connection stays open, nothing answers), a request
+# sent there is sent again under the same id through broker 2 and answered.
+python3 - "$ROOT" "$QUAD_FRONTEND" "$QUAD_HOME" "$(<"$QUAD_HOME/run/broker.pid")" <<'PY' || fail "quadclient.Client did not fail over to broker 2"
+import os, signal, sys, time
+sys.path.insert(0, os.path.join(sys.argv[1], "deploy"))
+import quadclient
+frontends, home, pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
+c = quadclient.Client(frontends, quadclient.broker_key(home))
+assert len(c.socks) == 2, c.endpoints
+for k in (0, 1):  # both connections answer first
+    c.current, c.sock = k, c.socks[k]
+    a = c.call("catalog.products.list", {"limit": 1}, timeout=20)
+    assert a and a["kind"] == "reply", a
+c.current, c.sock = 0, c.socks[0]
+os.kill(pid, signal.SIGSTOP)
+try:
+    t = time.monotonic()
+    a = c.call("catalog.products.list", {"limit": 1}, timeout=10)
+    took = time.monotonic() - t
+finally:
+    os.kill(pid, signal.SIGCONT)
+assert a and a["kind"] == "reply", a
+assert c.current == 1, "answered, but not through broker 2"
+assert took < 2.0, f"answered through broker 2 after {took:.2f} s, more than 2 s"
+print(f"test_brokers:      broker 1 frozen: answered through broker 2 after {took * 1000:.0f} ms")
+c.close()
+PY
+ok "quadclient.Client on the list: a request unanswered by a frozen broker 1 is answered through broker 2 within 2 s"
+
 step="down"
 "$STACK" down >/dev/null || fail "deploy/stack down exited $?"
 pgrep -f "$QUAD_HOME/run/sock" >/dev/null && fail "a broker of the stack remains after down"
