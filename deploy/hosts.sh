@@ -9,10 +9,19 @@
 #   namespace            address           what runs there
 #   quadK-sw             (none)            the switch: bridge br0, one port per host
 #   root namespace       10.77.K.1/24      you: quadctl, deploy/stack, the checker
-#   quadK-broker         10.77.K.2         quad-broker (binds its own address)
+#   quadK-broker         10.77.K.2         quad-broker 1 (binds its own address)
+#   quadK-broker-J       10.77.K.(100+J)   quad-broker J, for J = 2 to 8 (--brokers N)
 #   quadK-pg             10.77.K.3         PostgreSQL, one database per service
 #   quadK-phones         10.77.K.4         quad-edge (deploy/chaos run)
 #   quadK-SERVICE-N      10.77.K.(10*i+N)  worker N of the i-th service (i from 1)
+#
+# Every broker listens on the same ports (QUAD_PORT_BASE .. +4) of its own
+# host's address; QUAD_FRONTEND and friends list them all, broker 1 first.
+# All brokers share one CURVE key pair ($QUAD_HOME/keys/broker.key) and admit
+# the same services' key on their internal sockets, so one key file serves
+# every worker whichever broker it talks to.
+# PostgreSQL on host pg runs under supervisord (program 'postgres', entering
+# the pg namespace), like every other program of the stack.
 #
 # K is the first free net from 0 (or QUAD_HOSTS_NET), so two stacks on one
 # machine do not meet. In this mode every service's store is a database on the
@@ -21,6 +30,8 @@
 # Everything is recorded in $RUN/hosts.env and $RUN/hosts; `down` removes
 # every namespace, veth and the bridge, and stops PostgreSQL (its data stays
 # in $QUAD_HOME/pg, like the SQLite files in db/).
+# Under supervisord, `deploy/stack restart postgres` is `supervisorctl
+# restart postgres`; with QUAD_SUPERVISOR=bash, pg_ctl as before.
 #
 # The old supervisor, kept for QUAD_SUPERVISOR=bash (a stack runs under
 # supervisord, deploy/supervise.sh): every worker runs under a small bash loop (hosts_supervise)
@@ -44,6 +55,7 @@ hosts_ip_of() {
     local name=$1 i=0 s n
     case $name in
         broker) printf '%s.2\n' "$HOSTS_SUBNET"; return 0 ;;
+        broker-[2-8]) printf '%s.%d\n' "$HOSTS_SUBNET" $((100 + ${name#broker-})); return 0 ;;
         pg) printf '%s.3\n' "$HOSTS_SUBNET"; return 0 ;;
         phones) printf '%s.4\n' "$HOSTS_SUBNET"; return 0 ;;
     esac
@@ -108,24 +120,30 @@ hosts_net_taken() {
     return 1
 }
 
-# Endpoints of a stack on hosts: the broker's own address, same ports.
+# Endpoints of a stack on hosts: each broker's own address, same ports;
+# comma-separated lists, broker 1 first (BROKERS of them).
 hosts_endpoints() {
     hosts_enabled || return 0
-    local ip=$HOSTS_SUBNET.2
-    QUAD_FRONTEND=tcp://$ip:$PORT_BASE
-    QUAD_BACKEND=tcp://$ip:$((PORT_BASE + 1))
-    QUAD_EVENTS_IN=tcp://$ip:$((PORT_BASE + 2))
-    QUAD_EVENTS_OUT=tcp://$ip:$((PORT_BASE + 3))
-    QUAD_INTERNAL=tcp://$ip:$((PORT_BASE + 4))
+    local ip k sep=""
+    QUAD_FRONTEND="" QUAD_BACKEND="" QUAD_EVENTS_IN="" QUAD_EVENTS_OUT="" QUAD_INTERNAL=""
+    for ((k = 1; k <= ${BROKERS:-1}; k++)); do
+        if ((k == 1)); then ip=$(hosts_ip_of broker); else ip=$(hosts_ip_of "broker-$k"); fi
+        QUAD_FRONTEND+=$sep"tcp://$ip:$PORT_BASE"
+        QUAD_BACKEND+=$sep"tcp://$ip:$((PORT_BASE + 1))"
+        QUAD_EVENTS_IN+=$sep"tcp://$ip:$((PORT_BASE + 2))"
+        QUAD_EVENTS_OUT+=$sep"tcp://$ip:$((PORT_BASE + 3))"
+        QUAD_INTERNAL+=$sep"tcp://$ip:$((PORT_BASE + 4))"
+        sep=,
+    done
     # Each analytics worker serves the dashboard on its own host's address.
     [[ $QUAD_ANALYTICS_HTTP == off ]] || QUAD_ANALYTICS_HTTP=0.0.0.0:${QUAD_ANALYTICS_HTTP##*:}
 }
 
-# Succeeds when something accepts TCP on port $1 of the broker's host
-# (127.0.0.1 on a loopback stack).
+# Succeeds when something accepts TCP on port $1 of host address $2 (default
+# broker 1's host; 127.0.0.1 on a loopback stack).
 hosts_port_open() {
     if hosts_enabled; then
-        (exec 3<>"/dev/tcp/$HOSTS_SUBNET.2/$1") 2>/dev/null
+        (exec 3<>"/dev/tcp/${2:-$HOSTS_SUBNET.2}/$1") 2>/dev/null
     else
         quad_port_open "$1"
     fi
@@ -156,7 +174,7 @@ hosts_up() {
     ip link set "$HOSTS_PREFIX" up
     hosts_add broker
     hosts_add phones
-    hosts_pg_up
+    # PostgreSQL is started by hosts_pg_up, after supervisord (its program).
 }
 
 # Makes host $1 (a namespace, a veth on the bridge, its address); idempotent.
@@ -258,14 +276,35 @@ hosts_pg_up() {
     # Trust from the hosts' net only (the server listens on its host alone).
     printf 'local all all trust\nhost all all 10.77.0.0/16 trust\n' >"$dir/data/pg_hba.conf"
     chown postgres: "$dir/data/pg_hba.conf"
-    if ! ip netns exec "$ns" runuser -u postgres -- "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-        -o "-c listen_addresses=$ip -p $port -k $dir -c max_connections=200 -c shared_buffers=64MB" start >/dev/null 9>&-; then
-        tail -n 20 "$dir/server.log" >&2
-        quad_die "PostgreSQL did not start on host pg ($ip:$port)"
+    local options=(-c "listen_addresses=$ip" -p "$port" -k "$dir" -c max_connections=200 -c shared_buffers=64MB)
+    if sup_enabled; then
+        # Program 'postgres' of supervisord (deploy/supervise.sh): it enters
+        # host pg's namespace as root, then setpriv drops to the postgres user
+        # and execs the server, so supervisord watches the postmaster itself;
+        # SIGINT is PostgreSQL's fast shutdown.
+        if [[ -f $dir/data/postmaster.pid ]] && runuser -u postgres -- "$pgbin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+            quad_die "a PostgreSQL server already runs on $dir/data (another stack on this QUAD_HOME?); stop it with: deploy/stack down"
+        fi
+        sup_add postgres "" "$dir/server.log" 5 --signal INT -- ip netns exec "$ns" \
+            setpriv --reuid=postgres --regid=postgres --init-groups -- "$pgbin/postgres" -D "$dir/data" "${options[@]}"
+        {
+            printf 'HOSTS_PG_DIR=%q\nHOSTS_PG_BIN=%q\n' "$dir" "$pgbin"
+        } >>"$RUN/hosts.env"
+        HOSTS_PG_DIR=$dir HOSTS_PG_BIN=$pgbin
+        hosts_pg_wait_ready 60 || {
+            tail -n 20 "$dir/server.log" >&2
+            quad_die "PostgreSQL did not accept connections on host pg ($ip:$port) within 60 s (supervisord: $(sup_state postgres); its log: $dir/server.log)"
+        }
+    else
+        if ! ip netns exec "$ns" runuser -u postgres -- "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+            -o "${options[*]}" start >/dev/null 9>&-; then
+            tail -n 20 "$dir/server.log" >&2
+            quad_die "PostgreSQL did not start on host pg ($ip:$port)"
+        fi
+        {
+            printf 'HOSTS_PG_DIR=%q\nHOSTS_PG_BIN=%q\n' "$dir" "$pgbin"
+        } >>"$RUN/hosts.env"
     fi
-    {
-        printf 'HOSTS_PG_DIR=%q\nHOSTS_PG_BIN=%q\n' "$dir" "$pgbin"
-    } >>"$RUN/hosts.env"
     local url
     for s in "${want[@]}"; do
         var=QUAD_$(printf '%s' "$s" | tr '[:lower:]-' '[:upper:]_')_DB
@@ -279,6 +318,18 @@ hosts_pg_up() {
         printf 'export %s=%q\n' "$var" "$url" >>"$RUN/hosts.env"
     done
     quad_say "  pg              $ip:$port   databases quad_{$(IFS=,; echo "${want[*]}")}"
+}
+
+# Waits up to $1 seconds until PostgreSQL on host pg accepts connections
+# (through its socket folder, which every namespace sees); fails after that
+# or once supervisord gave up on it.
+hosts_pg_wait_ready() {
+    local deadline=$((SECONDS + $1))
+    until runuser -u postgres -- "$HOSTS_PG_BIN/pg_isready" -q -h "$HOSTS_PG_DIR" -p 5432 >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || return 1
+        sup_enabled && [[ $(sup_state postgres) == FATAL ]] && return 1
+        sleep 0.1
+    done
 }
 
 hosts_pg_down() {
@@ -307,8 +358,8 @@ hosts_launch() {
     shift 2
     base=${pidfile##*/}
     base=${base%.pid}
-    if [[ $base == broker ]]; then
-        host=broker
+    if [[ $base == broker* ]]; then
+        host=$base
     else
         name=${base%.*}
         n=${base##*.}
@@ -318,7 +369,7 @@ hosts_launch() {
         hosts_add "$host"
         ns=(ip netns exec "$(hosts_ns "$host")")
     fi
-    if [[ $base == broker ]]; then
+    if [[ $base == broker* ]]; then
         setsid nohup "${ns[@]}" "$@" </dev/null >>"$log" 2>&1 9>&- &
         printf '%s\n' "$!" >"$pidfile"
         return 0
@@ -380,7 +431,7 @@ hosts_supervise() {
 # 'broker' and unknown labels are ignored.
 hosts_disarm() {
     local label=${1/\//.}
-    [[ $label == broker || -z $label ]] && return 0
+    [[ $label == broker* || -z $label ]] && return 0
     [[ -d $RUN ]] && : >"$RUN/$label.norestart"
     return 0
 }

@@ -1,11 +1,12 @@
 """A small client of Quad's public frontend, for tools and tests in Python.
 
-It speaks what a phone speaks: one DEALER socket with CURVE (the broker's
+It speaks what a phone speaks: one DEALER socket per frontend with CURVE (the broker's
 public key from QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE or
 $QUAD_HOME/keys/broker.pub), MDP/0.2 framing (ZeroMQ RFC 18: a REQUEST is
 ["MDPC02", 0x01, service, envelope], the answer ["MDPC02", 0x04 FINAL,
 service, envelope]), a UUIDv7 id per request. deploy/flood and Tests/e2e/test_hostile.py use it; it is not a
-phone (no outbox, no retries beyond what a caller asks for).
+phone (no outbox; retries are a 429 waited out and, with several frontends,
+the same request sent again through the next one).
 """
 
 import json
@@ -64,27 +65,61 @@ def envelope(type_, body=None, id_=None, token=None, src="py-client", deadline=5
     return env
 
 
-class Client:
-    """One connection (one CURVE key pair unless `keys` is given)."""
+def endpoints_of(endpoint):
+    """The list of frontends in `endpoint`: a comma-separated string (what
+    QUAD_FRONTEND holds on a stack of several brokers) or a list."""
+    items = endpoint.split(",") if isinstance(endpoint, str) else list(endpoint)
+    items = [e.strip() for e in items if e and e.strip()]
+    if not items:
+        raise ValueError(f"no frontend in {endpoint!r}")
+    return items
 
-    def __init__(self, endpoint, server_key, context=None, keys=None, src="py-client", monitored=False):
+
+class Client:
+    """One client (one CURVE key pair unless `keys` is given) of one frontend
+    or of several (a comma-separated list, or a list).
+
+    With several frontends it does what the Swift Client does: one DEALER
+    per frontend, all with the same key pair (the broker's key is the same
+    on every broker of a stack), a start on one picked at random, and a
+    request that gets no answer within `failover_after` seconds sent again
+    under the same id through the next frontend (the idempotency record
+    makes that safe); it then stays on the one that answered. `sock` is the
+    DEALER of the frontend in use; answers are read from all of them, so a
+    late answer from the first is not lost.
+    """
+
+    def __init__(self, endpoint, server_key, context=None, keys=None, src="py-client", monitored=False,
+                 failover_after=1.0):
+        import random
         self.context = context or zmq.Context.instance()
-        self.sock = self.context.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
+        self.endpoints = endpoints_of(endpoint)
         self.public, self.secret = keys or zmq.curve_keypair()
-        if server_key is not None:
-            self.sock.curve_serverkey = server_key
-            self.sock.curve_publickey = self.public
-            self.sock.curve_secretkey = self.secret
+        self.failover_after = float(failover_after)
+        self.socks = []
+        for e in self.endpoints:
+            sock = self.context.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            if server_key is not None:
+                sock.curve_serverkey = server_key
+                sock.curve_publickey = self.public
+                sock.curve_secretkey = self.secret
+            self.socks.append(sock)
+        self.current = random.randrange(len(self.socks)) if len(self.socks) > 1 else 0
+        self.sock = self.socks[self.current]
         # Watched from before the connect, so that connected() sees the handshake.
         self.monitor = self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED) if monitored else None
-        self.sock.connect(endpoint)
+        for sock, e in zip(self.socks, self.endpoints):
+            sock.connect(e)
+        self.poller = zmq.Poller()
+        for sock in self.socks:
+            self.poller.register(sock, zmq.POLLIN)
         self.src = src
         self.token = None
 
     def connected(self, timeout=30.0):
-        """Waits until the handshake with the broker succeeded (a client made
-        with monitored=True); False at the timeout."""
+        """Waits until the handshake with the broker in use succeeded (a
+        client made with monitored=True); False at the timeout."""
         from zmq.utils.monitor import recv_monitor_message
         if self.monitor is None:
             raise ValueError("connected() needs Client(..., monitored=True)")
@@ -102,7 +137,14 @@ class Client:
             self.sock.disable_monitor()
             self.monitor.close(0)
             self.monitor = None
-        self.sock.close(0)
+        for sock in self.socks:
+            sock.close(0)
+
+    def fail_over(self):
+        """Moves to the next frontend (no-op with one)."""
+        if len(self.socks) > 1:
+            self.current = (self.current + 1) % len(self.socks)
+            self.sock = self.socks[self.current]
 
     def send_raw(self, frames):
         self.sock.send_multipart(frames)
@@ -112,33 +154,54 @@ class Client:
         self.sock.send_multipart(frames(env), flags)
 
     def receive(self, corr=None, timeout=5.0):
-        """The next envelope answering `corr` (any envelope when None), or None at the timeout."""
+        """The next envelope answering `corr` (any envelope when None), from
+        any of the frontends, or None at the timeout."""
         until = time.monotonic() + timeout
         while True:
             left = until - time.monotonic()
-            if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
+            if left <= 0:
                 return None
-            body = final_body(self.sock.recv_multipart())
-            if body is None:
-                continue
-            try:
-                env = json.loads(body)
-            except ValueError:
-                continue
-            if corr is None or env.get("corr") == corr:
-                return env
+            if len(self.socks) == 1:
+                ready = [self.sock] if self.sock.poll(int(left * 1000) + 1) else []
+            else:
+                ready = [sock for sock, _ in self.poller.poll(int(left * 1000) + 1)]
+            if not ready:
+                return None
+            for sock in ready:
+                body = final_body(sock.recv_multipart())
+                if body is None:
+                    continue
+                try:
+                    env = json.loads(body)
+                except ValueError:
+                    continue
+                if corr is None or env.get("corr") == corr:
+                    if sock is not self.sock:
+                        # The one that answered is the one to stay on.
+                        self.current = self.socks.index(sock)
+                        self.sock = sock
+                    return env
 
     def call(self, type_, body=None, id_=None, timeout=5.0, token=None, retry_429=True, **header):
         """The answering envelope of one request (None at the timeout). A 429
         is waited out (retry_after_ms) and sent again under the same id, as a
-        client should, unless retry_429 is False."""
+        client should, unless retry_429 is False. With several frontends, an
+        attempt unanswered after `failover_after` s is sent again, same id,
+        through the next one."""
         id_ = id_ or uuid7()
         until = time.monotonic() + timeout
+        deadline = header.pop("deadline", int(timeout * 1000))
         while True:
-            env = envelope(type_, body, id_, token or self.token, self.src,
-                           header.pop("deadline", int(timeout * 1000)), **header)
+            env = envelope(type_, body, id_, token or self.token, self.src, deadline, **header)
             self.send(env)
-            answer = self.receive(id_, max(0.05, until - time.monotonic()))
+            left = max(0.05, until - time.monotonic())
+            if len(self.socks) > 1:
+                answer = self.receive(id_, min(left, self.failover_after))
+                if answer is None and time.monotonic() < until:
+                    self.fail_over()
+                    continue
+            else:
+                answer = self.receive(id_, left)
             if (retry_429 and answer and answer.get("kind") == "error"
                     and answer["body"].get("code") == "too_many_requests" and time.monotonic() < until):
                 time.sleep(min(2.0, (answer["body"].get("details") or {}).get("retry_after_ms", 100) / 1000))
@@ -174,10 +237,14 @@ class LaunchedStack:
     `with LaunchedStack("quad-hostile-", 18800) as s:` brings it up (or raises
     StackFailed, the stack brought down again), and brings it down at the end.
     `env` adds settings (QUAD_ADMIN_PASSWORD, limits); `keep` names variables
-    of STACK_ENDPOINT_VARIABLES the caller's environment may pass on.
+    of STACK_ENDPOINT_VARIABLES the caller's environment may pass on;
+    `brokers` is the stack's number of brokers (deploy/stack's default, 2,
+    when None). `frontend` is broker 1's frontend alone (a single endpoint
+    for raw ZeroMQ sockets); `frontends` the comma-separated list of every
+    broker's, as QUAD_FRONTEND holds it, which Client takes too.
     """
 
-    def __init__(self, prefix, port_base, env=None, timeout=None, keep=()):
+    def __init__(self, prefix, port_base, env=None, timeout=None, keep=(), brokers=None):
         import tempfile
         from pathlib import Path
         self.root = Path(__file__).resolve().parents[1]
@@ -190,7 +257,10 @@ class LaunchedStack:
             if k not in keep:
                 self.env.pop(k, None)
         self.env.update(env or {})
+        if brokers is not None:
+            self.env["QUAD_BROKERS"] = str(int(brokers))
         self.frontend = f"tcp://127.0.0.1:{self.port_base}"
+        self.frontends = self.frontend
         self.up_output = ""
 
     def run(self, *args, timeout=60):
@@ -211,12 +281,22 @@ class LaunchedStack:
             self.down()
             how = f"did not finish in {self.timeout:.0f} s" if up.returncode is None else f"exited {up.returncode}"
             raise StackFailed(f"deploy/stack up {how} (logs in {self.home}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+        self.frontends = self.exported().get("QUAD_FRONTEND", self.frontend)
         return self
 
     def exported(self):
-        """What `deploy/stack env` exports, as a dict."""
-        out = self.run("env").stdout.replace("export ", "")
-        return {k: v.strip("'\"") for k, v in (line.split("=", 1) for line in out.splitlines() if "=" in line)}
+        """What `deploy/stack env` exports, as a dict. The values are shell
+        words (printf %q: a list's commas come as '\\,'), read as a shell would."""
+        import shlex
+        out = self.run("env").stdout
+        found = {}
+        for line in out.splitlines():
+            if not line.startswith("export ") or "=" not in line:
+                continue
+            k, v = line[len("export "):].split("=", 1)
+            words = shlex.split(v)
+            found[k] = words[0] if words else ""
+        return found
 
     def broker_key(self):
         return broker_key(self.home)

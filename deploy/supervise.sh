@@ -15,7 +15,8 @@
 #     programs/NAME.since        the supervisord log's size when NAME was added
 #   $LOGS/supervisord.log        its log: spawned, exited, stopped, gave up
 #
-# Programs: 'broker', 'postgres' (the cluster of --postgres), and NAME-N for
+# Programs: 'broker', 'broker-K' (K >= 2), 'postgres' (the cluster of
+# --postgres, or of host pg on --hosts), and NAME-N for
 # worker N of service NAME. The list is generated: adding a worker (up, scale)
 # writes its file and runs `supervisorctl update NAME-N`; stopping one runs
 # `stop` and `remove` and deletes the file. A second broker is one more file.
@@ -34,7 +35,10 @@
 # asked for logs "stopped:", an exit 0 "expected"), which supervisord
 # restarts after. The line also
 # says how it ended ("terminated by SIGKILL", "exit status 1"), which
-# supervisord's exit status (-1 for any signal) does not. The log is never
+# supervisord's exit status (-1 for any signal) does not. A restart that
+# the stack asked for with `supervisorctl restart` (deploy/stack restart
+# postgres) logs "stopped: NAME" and counts too, shown as "restart at T". A
+# program removed and added again (a worker's restart) starts from 0. The log is never
 # rotated (logfile_maxbytes=0) and starts afresh at each 'up'.
 
 # Where supervisord's files are, for the stack in $QUAD_HOME.
@@ -271,6 +275,13 @@ sup_exits() {
     [[ -f $SUP_PROGRAMS/$name.since ]] && since=$(<"$SUP_PROGRAMS/$name.since")
     [[ -f $SUP_LOG ]] || { printf '0|-\n'; return 0; }
     tail -c +$((since + 1)) "$SUP_LOG" | awk -v name="$name" '
+        # A restart asked for (supervisorctl restart: deploy/stack restart
+        # postgres) logs "stopped: NAME (...)" while the program stays.
+        index($0, " stopped: " name " (") {
+            n++
+            last = "restart at " substr($2, 1, 8)
+            next
+        }
         index($0, " exited: " name " (") {
             if (index($0, "; not expected)")) n++
             how = $0; sub(/.* exited: [^(]*\(/, "", how); sub(/; (not )?expected\)$/, "", how)

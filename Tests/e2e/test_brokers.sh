@@ -6,7 +6,10 @@
 #      'deploy/stack kill broker 1' SIGKILLs the first: every request is
 #      answered, none is an error, and some were resent through the other
 #      (they were waiting on the one that died); status shows the restart;
-#   3. the same for broker 2; down leaves no broker.
+#   3. the same for broker 2; down leaves no broker;
+#   4. (root, with ip and PostgreSQL) up --hosts: two brokers by default, on
+#      hosts broker and broker-2, every worker registered with both,
+#      PostgreSQL under supervisord on host pg, the kill of broker 2 under load.
 # Runs on its own QUAD_HOME and ports (from QUAD_TEST_PORT_BASE, default
 # 47300). QUAD_BUILD_DIR and QUAD_BIN_DIR are passed on to deploy/stack.
 set -euo pipefail
@@ -87,9 +90,93 @@ bench_through_kill 2
 [[ $(restarts_of broker-2) == 1 ]] || fail "status shows $(restarts_of broker-2) restarts of broker-2, expected 1"
 ok "kill broker 2 under 200 requests in flight: all answered, none an error"
 
+step="quadclient.Client fails over"
+# deploy/quadclient.py's Client on QUAD_FRONTEND (the list): with broker 1
+# frozen (SIGSTOP: its connection stays open, nothing answers), a request
+# sent there is sent again under the same id through broker 2 and answered.
+python3 - "$ROOT" "$QUAD_FRONTEND" "$QUAD_HOME" "$(<"$QUAD_HOME/run/broker.pid")" <<'PY' || fail "quadclient.Client did not fail over to broker 2"
+import os, signal, sys, time
+sys.path.insert(0, os.path.join(sys.argv[1], "deploy"))
+import quadclient
+frontends, home, pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
+c = quadclient.Client(frontends, quadclient.broker_key(home))
+assert len(c.socks) == 2, c.endpoints
+for k in (0, 1):  # both connections answer first
+    c.current, c.sock = k, c.socks[k]
+    a = c.call("catalog.products.list", {"limit": 1}, timeout=20)
+    assert a and a["kind"] == "reply", a
+c.current, c.sock = 0, c.socks[0]
+os.kill(pid, signal.SIGSTOP)
+try:
+    t = time.monotonic()
+    a = c.call("catalog.products.list", {"limit": 1}, timeout=10)
+    took = time.monotonic() - t
+finally:
+    os.kill(pid, signal.SIGCONT)
+assert a and a["kind"] == "reply", a
+assert c.current == 1, "answered, but not through broker 2"
+assert took < 2.0, f"answered through broker 2 after {took:.2f} s, more than 2 s"
+print(f"test_brokers:      broker 1 frozen: answered through broker 2 after {took * 1000:.0f} ms")
+c.close()
+PY
+ok "quadclient.Client on the list: a request unanswered by a frozen broker 1 is answered through broker 2 within 2 s"
+
 step="down"
 "$STACK" down >/dev/null || fail "deploy/stack down exited $?"
 pgrep -f "$QUAD_HOME/run/sock" >/dev/null && fail "a broker of the stack remains after down"
 ok "down"
+
+if ((EUID == 0)) && command -v ip >/dev/null && quad_pg_bindir >/dev/null; then
+    # 4. On hosts, two brokers by default: broker on host broker
+    #    (10.77.K.2), broker-2 on host broker-2 (10.77.K.102), every worker
+    #    on its own host registered with both, the same kill under load.
+    step="up --hosts (two brokers by default)"
+    "$STACK" up --hosts >"$QUAD_HOME/up-hosts.out" 2>&1 || { cat "$QUAD_HOME/up-hosts.out" >&2; fail "deploy/stack up --hosts exited $?"; }
+    grep -q "2 brokers and" "$QUAD_HOME/up-hosts.out" || fail "up --hosts did not start 2 brokers: $(tail -n 20 "$QUAD_HOME/up-hosts.out")"
+    eval "$("$STACK" env)"
+    # shellcheck disable=SC1091
+    source "$QUAD_HOME/run/hosts.env"
+    [[ $QUAD_FRONTEND == "tcp://$HOSTS_SUBNET.2:$QUAD_PORT_BASE,tcp://$HOSTS_SUBNET.102:$QUAD_PORT_BASE" ]] ||
+        fail "env exports QUAD_FRONTEND=$QUAD_FRONTEND, expected both brokers' hosts"
+    [[ $QUAD_INTERNAL == "tcp://$HOSTS_SUBNET.2:$((QUAD_PORT_BASE + 4)),tcp://$HOSTS_SUBNET.102:$((QUAD_PORT_BASE + 4))" ]] ||
+        fail "env exports QUAD_INTERNAL=$QUAD_INTERNAL, expected both brokers' hosts"
+    grep -q "^broker-2 $HOSTS_SUBNET.102\$" "$QUAD_HOME/run/hosts" || fail "run/hosts does not record broker-2 at $HOSTS_SUBNET.102: $(cat "$QUAD_HOME/run/hosts")"
+    for prog in broker broker-2; do
+        pid=$(<"$QUAD_HOME/run/$prog.pid")
+        [[ $(ip netns identify "$pid") == "$HOSTS_PREFIX-$prog" ]] || fail "$prog (pid $pid) does not run in namespace $HOSTS_PREFIX-$prog"
+        [[ $(restarts_of "$prog") == 0 ]] || fail "status shows no $prog with 0 restarts: $("$STACK" status 2>&1)"
+    done
+    # Every worker is registered with both brokers (up waited for it).
+    for k in 1 2; do
+        n=$(QUAD_INTERNAL=$(cut -d, -f"$k" <<<"$QUAD_INTERNAL") QUAD_TOKEN= timeout 5 "$BIN/quadctl" --internal --timeout 2000 --attempts 1 services |
+            python3 -c 'import json, sys; print(sum(len(s["workers"]) for s in json.load(sys.stdin)["services"]))') ||
+            fail "broker $k on hosts did not answer sys.services"
+        want=$(ls "$QUAD_HOME"/run/supervisor/programs/ | grep -c '^[a-z]*-[0-9]*\.conf$' || true)
+        want=$((want - 1))  # broker-2.conf
+        ((n == want)) || fail "broker $k on hosts has $n workers registered, expected $want"
+    done
+    # The internal sockets on hosts speak CURVE with the services' key, on both brokers.
+    [[ -n ${QUAD_SERVICE_KEY_FILE:-} ]] || fail "no services' key on hosts (internal CURVE off?)"
+    grep -q "internal sockets: CURVE" "$QUAD_HOME/up-hosts.out" || fail "up --hosts did not turn internal CURVE on"
+    pm=$(head -n 1 "$QUAD_HOME/pg/data/postmaster.pid")
+    [[ $(ip netns identify "$pm") == "$HOSTS_PREFIX-pg" ]] || fail "PostgreSQL (pid $pm) does not run in namespace $HOSTS_PREFIX-pg"
+    [[ $(awk '{print $4}' "/proc/$pm/stat") == "$(<"$QUAD_HOME/run/supervisor/supervisord.pid")" ]] ||
+        fail "PostgreSQL (pid $pm) on host pg is not a child of supervisord"
+    ok "up --hosts: broker on $HOSTS_SUBNET.2 and broker-2 on $HOSTS_SUBNET.102, each in its namespace, every worker ($want) registered with both, PostgreSQL under supervisord on host pg"
+
+    step="kill broker 2 on hosts under load"
+    bench_through_kill 2
+    [[ $(restarts_of broker-2) == 1 ]] || fail "status shows $(restarts_of broker-2) restarts of broker-2 on hosts, expected 1"
+    pid=$(<"$QUAD_HOME/run/broker-2.pid")
+    [[ $(ip netns identify "$pid") == "$HOSTS_PREFIX-broker-2" ]] || fail "the new broker-2 (pid $pid) is not on host broker-2"
+    ok "kill broker 2 on hosts under 200 requests in flight: all answered, none an error; back on host broker-2"
+
+    step="down after --hosts"
+    "$STACK" down >/dev/null || fail "deploy/stack down exited $?"
+    ip netns list | grep -q "^$HOSTS_PREFIX-" && fail "namespaces left after down: $(ip netns list | grep "^$HOSTS_PREFIX-")"
+    ok "down after --hosts: no namespace left"
+else
+    printf 'test_brokers: skip --hosts: needs root, ip and PostgreSQL\n'
+fi
 step="finished"
 printf 'test_brokers: all checks passed in %s s\n' "$SECONDS"

@@ -20,9 +20,10 @@ fail() {
 ok() { printf 'test_stack: ok   %s\n' "$*"; }
 
 QUAD_HOME=$(mktemp -d /tmp/quad-e2e.XXXXXX)
-QUAD_PORT_BASE=$(quad_free_port 17700 10 5) || fail "no five free ports from 17700"
+# Two brokers (deploy/stack's default): broker 2's frontend is base+10.
+QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-17700}" 20 15) || fail "no fifteen free ports from ${QUAD_TEST_PORT_BASE:-17700}"
 export QUAD_HOME QUAD_PORT_BASE
-unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL
+unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_BROKERS
 
 # Every process of another session (the stack starts each in a session of
 # its own) that has this QUAD_HOME in its environment belongs to the stack
@@ -98,21 +99,21 @@ mkdir -p "$QUAD_HOME/logs"
 "$STACK" up || fail "deploy/stack up exited $?"
 eval "$("$STACK" env)"
 command -v quadctl >/dev/null || fail "quadctl is not on PATH after eval \"\$(deploy/stack env)\""
-[[ $QUAD_FRONTEND == "tcp://127.0.0.1:$QUAD_PORT_BASE" ]] ||
-    fail "deploy/stack env gave QUAD_FRONTEND=$QUAD_FRONTEND, expected port $QUAD_PORT_BASE"
-[[ -f $QUAD_HOME/run/broker.pid && -f $QUAD_HOME/run/catalog.1.pid ]] ||
-    fail "expected pid files broker.pid and catalog.1.pid in $QUAD_HOME/run, found: $(ls "$QUAD_HOME/run")"
+[[ $QUAD_FRONTEND == "tcp://127.0.0.1:$QUAD_PORT_BASE,tcp://127.0.0.1:$((QUAD_PORT_BASE + 10))" ]] ||
+    fail "deploy/stack env gave QUAD_FRONTEND=$QUAD_FRONTEND, expected the two brokers' ports $QUAD_PORT_BASE and $((QUAD_PORT_BASE + 10))"
+[[ -f $QUAD_HOME/run/broker.pid && -f $QUAD_HOME/run/broker-2.pid && -f $QUAD_HOME/run/catalog.1.pid ]] ||
+    fail "expected pid files broker.pid, broker-2.pid and catalog.1.pid in $QUAD_HOME/run, found: $(ls "$QUAD_HOME/run")"
 [[ -f $QUAD_HOME/logs/catalog.1.log && -f $QUAD_HOME/db/catalog.db ]] ||
     fail "expected logs/catalog.1.log and db/catalog.db under $QUAD_HOME"
 ok "deploy/stack up on port $QUAD_PORT_BASE"
 
 step="internal sockets"
 sockets=$QUAD_HOME/run/sock
-for e in "$QUAD_BACKEND" "$QUAD_EVENTS_IN" "$QUAD_EVENTS_OUT" "$QUAD_INTERNAL"; do
+for e in ${QUAD_BACKEND//,/ } ${QUAD_EVENTS_IN//,/ } ${QUAD_EVENTS_OUT//,/ } ${QUAD_INTERNAL//,/ }; do
     [[ $e == "ipc://$sockets/"* && -S ${e#ipc://} ]] || fail "internal endpoint $e is not an ipc:// socket in $sockets"
 done
 [[ $(stat -c %a "$sockets") == 700 ]] || fail "$sockets is mode $(stat -c %a "$sockets"), not 700"
-for port in $(seq $((QUAD_PORT_BASE + 1)) $((QUAD_PORT_BASE + 4))); do
+for port in $(seq $((QUAD_PORT_BASE + 1)) $((QUAD_PORT_BASE + 4))) $(seq $((QUAD_PORT_BASE + 11)) $((QUAD_PORT_BASE + 14))); do
     quad_port_free "$port" || fail "port $port is open: an internal socket on TCP"
 done
 if ((EUID == 0)) && id nobody >/dev/null 2>&1; then
@@ -127,7 +128,7 @@ except OSError as e:
     print(type(e).__name__)
     sys.exit(0)
 sys.exit(1)
-' "${QUAD_BACKEND#ipc://}") || fail "the user nobody could connect to the backend socket"
+' "$(b=${QUAD_BACKEND%%,*}; printf '%s' "${b#ipc://}")") || fail "the user nobody could connect to the backend socket"
     ok "internal sockets are ipc:// in a mode-700 folder; user nobody gets $why on the backend"
 else
     ok "internal sockets are ipc:// in a mode-700 folder"
@@ -204,7 +205,7 @@ step="status"
 status=$("$STACK" status) || fail "deploy/stack status exited $?"
 printf '%s\n' "$status"
 grep -q '^SERVICE ' <<<"$status" || fail "status has no header row"
-grep -q '^broker ' <<<"$status" || fail "status has no broker row"
+grep -q '^broker ' <<<"$status" && grep -q '^broker-2 ' <<<"$status" || fail "status has no rows for broker and broker-2"
 grep -q 'catalog/1 ' <<<"$status" && grep -q 'catalog/2 ' <<<"$status" ||
     fail "status does not list catalog/1 and catalog/2"
 ok "deploy/stack status prints a table with the broker and both catalog workers"

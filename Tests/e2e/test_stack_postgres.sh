@@ -25,7 +25,8 @@ PG_BIN=$(quad_pg_bindir) || fail "no PostgreSQL server under /usr/lib/postgresql
 # private home.
 QUAD_HOME=$(mktemp -d /tmp/quad-e2e-pg.XXXXXX)
 chmod 755 "$QUAD_HOME"
-QUAD_PORT_BASE=$(quad_free_port 19700 10 5) || fail "no five free ports from 19700"
+# Two brokers (deploy/stack's default): base..base+4 and base+10..base+14.
+QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-19700}" 20 15) || fail "no fifteen free ports from ${QUAD_TEST_PORT_BASE:-19700}"
 QUAD_PG_PORT=$(quad_free_port $((QUAD_PORT_BASE + 90))) || fail "no free port for PostgreSQL"
 export QUAD_HOME QUAD_PORT_BASE QUAD_PG_PORT
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_TELEMETRY_DB QUAD_ANALYTICS_DB
@@ -114,6 +115,67 @@ tr '\0' ' ' </proc/"$(<"$QUAD_HOME/run/telemetry.2.pid")"/cmdline | grep -q -- "
 status=$("$STACK" status) || fail "deploy/stack status exited $?"
 grep -q "PostgreSQL 127.0.0.1:$QUAD_PG_PORT (running)" <<<"$status" || fail "status does not show PostgreSQL: $status"
 ok "scale telemetry 2: the second worker shares quad_telemetry; status shows the cluster"
+
+step="restart postgres under load"
+# Requests flow (telemetry.ingest of the same batch: duplicates, each a
+# transaction on quad_telemetry) while 'restart postgres' stops and starts
+# the cluster under supervisord. Once the new server accepts connections,
+# a request must be answered within 2 s (the workers reconnect by
+# themselves), and status must show the restart.
+old_pm=$(head -n 1 "$QUAD_HOME/pg/data/postmaster.pid")
+flowing=$QUAD_HOME/flowing
+: >"$flowing"
+(
+    while [[ ! -f $QUAD_HOME/flowing.stop ]]; do
+        if quadctl --timeout 1000 --attempts 1 call telemetry.ingest "$(cat "$BATCH")" >/dev/null 2>&1; then
+            printf 'ok %s\n' "$(date +%s%3N)" >>"$flowing"
+        else
+            printf 'err %s\n' "$(date +%s%3N)" >>"$flowing"
+        fi
+    done
+) &
+flow=$!
+deadline=$((SECONDS + 30))
+until grep -q '^ok ' "$flowing"; do
+    ((SECONDS < deadline)) || fail "no telemetry.ingest answered before the restart"
+    sleep 0.1
+done
+"$STACK" restart postgres >"$QUAD_HOME/restart-pg.out" 2>&1 &
+restarter=$!
+# The moment the new server accepts connections: a new postmaster that
+# pg_isready answers (the old one answers too until it stops).
+deadline=$((SECONDS + 60))
+until new_pm=$(head -n 1 "$QUAD_HOME/pg/data/postmaster.pid" 2>/dev/null) && [[ -n $new_pm && $new_pm != "$old_pm" ]] &&
+    { runuser -u postgres -- "$PG_BIN/pg_isready" -q -h "$QUAD_HOME/pg" -p "$QUAD_PG_PORT" 2>/dev/null ||
+        "$PG_BIN/pg_isready" -q -h "$QUAD_HOME/pg" -p "$QUAD_PG_PORT" 2>/dev/null; }; do
+    ((SECONDS < deadline)) || fail "no new PostgreSQL accepted connections within 60 s of restart postgres: $(cat "$QUAD_HOME/restart-pg.out")"
+    sleep 0.02
+done
+ready_ms=$(date +%s%3N)
+# The first answer from then on, by the flow or by a request of our own.
+answered_ms=""
+while [[ -z $answered_ms ]]; do
+    now=$(date +%s%3N)
+    ((now - ready_ms <= 2000)) || break
+    if quadctl --timeout 500 --attempts 1 call telemetry.ingest "$(cat "$BATCH")" >/dev/null 2>&1; then
+        answered_ms=$(date +%s%3N)
+    fi
+    first=$(awk -v t="$ready_ms" '$1 == "ok" && $2 >= t { print $2; exit }' "$flowing")
+    [[ -n $first ]] && { [[ -z $answered_ms ]] || ((first < answered_ms)); } && answered_ms=$first
+done
+wait "$restarter" || fail "deploy/stack restart postgres exited $?: $(cat "$QUAD_HOME/restart-pg.out")"
+touch "$QUAD_HOME/flowing.stop"
+wait "$flow" || true
+[[ -n $answered_ms ]] || fail "no telemetry.ingest answered within 2 s of PostgreSQL accepting connections again (requests since: $(awk -v t="$ready_ms" '$2 >= t' "$flowing" | sort | uniq -c | head -n 5 | tr '\n' ' '))"
+took_ms=$((answered_ms - ready_ms))
+((took_ms <= 2000)) || fail "the first answer came $took_ms ms after PostgreSQL accepted connections again, more than 2 s"
+errors=$(grep -c '^err ' "$flowing" || true)
+row=$("$STACK" status | awk '$1 == "postgres"')
+[[ $(awk '{print $6}' <<<"$row") == 1 ]] || fail "status does not show one restart of postgres: $row"
+grep -q 'restart at' <<<"$row" || fail "status does not show the restart as postgres's last exit: $row"
+stored=$(sql quad_telemetry "SELECT count(*) FROM events")
+[[ $stored == "$EXPECTED" ]] || fail "after the restart under load quad_telemetry.events holds $stored rows, expected $EXPECTED (none twice)"
+ok "restart postgres under load: postmaster $old_pm -> $new_pm; answered $took_ms ms after it accepted connections ($errors requests failed meanwhile); status: $(tr -s ' ' <<<"$row")"
 
 step="down"
 "$STACK" down >/dev/null || fail "deploy/stack down exited $?"

@@ -33,7 +33,8 @@ command -v supervisord >/dev/null || fail "supervisord is not installed (deploy/
 
 QUAD_HOME=$(mktemp -d /tmp/quad-sup-e2e.XXXXXX)
 chmod 755 "$QUAD_HOME"  # PostgreSQL (user postgres) keeps its data in it
-QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-47100}" 10 5) || fail "no five free ports"
+# Two brokers (deploy/stack's default): base..base+4 and base+10..base+14.
+QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-47100}" 20 15) || fail "no fifteen free ports"
 export QUAD_HOME QUAD_PORT_BASE
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_BROKER_KEY QUAD_TOKEN
 for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
@@ -251,6 +252,20 @@ if ((EUID == 0)) && command -v ip >/dev/null && quad_pg_bindir >/dev/null; then
         fail "the new broker (pid $new_broker) is not a new process on the broker's host"
     [[ $(restarts_of broker) == 1 ]] || fail "status shows $(restarts_of broker) restarts of the broker on hosts, expected 1"
     ok "kill broker on hosts: pid $broker -> $new_broker, answered again"
+
+    step="postgres on hosts"
+    # PostgreSQL on host pg is supervisord's program postgres, in pg's namespace.
+    pm=$(head -n 1 "$QUAD_HOME/pg/data/postmaster.pid")
+    [[ $(awk '{print $4}' "/proc/$pm/stat") == "$spid" ]] || fail "on hosts, PostgreSQL (pid $pm) is not a child of supervisord (pid $spid)"
+    [[ $(ip netns identify "$pm") == "$HOSTS_PREFIX-pg" ]] || fail "PostgreSQL (pid $pm) does not run in namespace $HOSTS_PREFIX-pg"
+    [[ $(stat -c %U "/proc/$pm") == postgres ]] || fail "PostgreSQL (pid $pm) runs as $(stat -c %U "/proc/$pm"), not postgres"
+    status_row postgres | grep -q running || fail "status has no running postgres row on hosts: $("$STACK" status)"
+    "$STACK" restart postgres >/dev/null || fail "deploy/stack restart postgres on hosts exited $?"
+    new_pm=$(head -n 1 "$QUAD_HOME/pg/data/postmaster.pid")
+    [[ $new_pm != "$pm" && $(ip netns identify "$new_pm") == "$HOSTS_PREFIX-pg" ]] || fail "no new postmaster on host pg after restart postgres (was $pm, now $new_pm)"
+    [[ $(restarts_of postgres) == 1 ]] || fail "status shows $(restarts_of postgres) restarts of postgres on hosts, expected 1: $(status_row postgres)"
+    answered_within 30 || fail "the catalog (on PostgreSQL on hosts) does not answer after restart postgres"
+    ok "postgres on hosts: pid $pm under supervisord in $HOSTS_PREFIX-pg as user postgres; restart postgres -> $new_pm, 1 restart in status, answered again"
 
     step="down after --hosts"
     "$STACK" down >/dev/null || fail "deploy/stack down exited $?"
