@@ -72,7 +72,7 @@ let package = Package(
                 resources: [.copy("questions")]),
 
         // Thin executables.
-        .executableTarget(name: "quad-broker", dependencies: ["QuadBroker", "QuadProcess", "QuadAuth", "QuadWire"]),
+        .executableTarget(name: "quad-broker", dependencies: ["QuadBroker", "QuadProcess", "QuadAuth", "QuadWire", "QuadMetrics"]),
         .executableTarget(name: "quad-catalog", dependencies: ["QuadCatalog", "QuadRuntime"]),
         .executableTarget(name: "quad-favorites", dependencies: ["QuadFavorites", "QuadRuntime"]),
         .executableTarget(name: "quad-orders", dependencies: ["QuadOrders", "QuadRuntime"]),

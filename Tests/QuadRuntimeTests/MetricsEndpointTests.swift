@@ -58,6 +58,46 @@ struct MetricsEndpointTests {
         return (status, head, parts.dropFirst().joined(separator: "\r\n\r\n"))
     }
 
+    /// The port a process logged in its "metrics at" line.
+    static func metricsPort(_ stack: TestStack, _ name: String) throws -> UInt16 {
+        let until = Clock.monotonicMillis() + 30_000
+        while Clock.monotonicMillis() < until {
+            if let line = stack.log(name).split(separator: "\n").first(where: { $0.contains("metrics at http://") }),
+               let range = line.range(of: #"127\.0\.0\.1:[0-9]+/metrics"#, options: .regularExpression),
+               let port = UInt16(line[range].dropFirst("127.0.0.1:".count).prefix { $0.isNumber }) {
+                return port
+            }
+            usleep(50_000)
+        }
+        throw QuadError.internal("no 'metrics at' line in \(name)'s log: \(stack.log(name).suffix(600))")
+    }
+
+    @Test func theBrokerServesWorkersAndQueuesPerServiceAtSlashMetrics() throws {
+        let stack = try TestStack(name: "metrics-broker")
+        try stack.startBroker(extra: ["--metrics", "127.0.0.1:0"])
+        try stack.startWorker("quad-tally", instance: "tally/1")
+        try stack.startWorker("quad-tally", instance: "tally/2")
+        try #require(try stack.waitForWorkers("tally", count: 2, timeoutMs: 30_000))
+        let client = try stack.client()
+        for _ in 0..<5 { _ = try client.request("tally.add", ["key": "b", "n": 1]) }
+        _ = try? client.call(.request("nosuch.thing", body: [:]), timeoutMs: 3000, attempts: 1)
+        let port = try Self.metricsPort(stack, "broker")
+        // Copied from the loop once a second: wait for the figures.
+        var body = ""
+        let until = Clock.monotonicMillis() + 30_000
+        while Clock.monotonicMillis() < until {
+            body = try Self.get(port, "/metrics").body
+            if body.contains("quad_broker_workers{service=\"tally\"} 2\n") && body.contains("quad_broker_requests_total ") && !body.contains("quad_broker_requests_total 0\n") { break }
+            usleep(200_000)
+        }
+        #expect(body.contains("# TYPE quad_broker_workers gauge"))
+        #expect(body.contains("quad_broker_workers{service=\"tally\"} 2\n"), "\(body)")
+        #expect(body.contains("quad_broker_queue_depth{service=\"tally\"} 0\n"), "\(body)")
+        let requests = body.split(separator: "\n").first { $0.hasPrefix("quad_broker_requests_total ") }.flatMap { Double($0.split(separator: " ")[1]) } ?? 0
+        #expect(requests >= 6, "\(body)")
+        #expect(body.contains("quad_broker_errors_total{code="), "\(body)")
+    }
+
     @Test func aWorkerServesItsRequestsByTypeAndStatusAtSlashMetrics() throws {
         let stack = try TestStack(name: "metrics")
         try stack.startBroker()
