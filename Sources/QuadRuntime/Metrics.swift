@@ -24,6 +24,9 @@ public final class Metrics {
     public let registry = MetricsRegistry()
     /// The `service` label of every series.
     var service = ""
+    /// Whether `/metrics` is served: the registry is only written then, so
+    /// a worker without `--metrics` pays nothing per request.
+    public var exported = false
 
     public init(service: String = "") {
         self.service = service
@@ -46,7 +49,7 @@ public final class Metrics {
     public func ran(_ type: String, micros: Int64, src: String) {
         guard micros > slowHandlerMs * 1000 else { return }
         slow += 1
-        registry.add("quad_slow_handlers_total", ["service": service])
+        if exported { registry.add("quad_slow_handlers_total", ["service": service]) }
         if micros > slowestMicros {
             slowestMicros = micros
             slowestType = type
@@ -61,13 +64,14 @@ public final class Metrics {
     public func record(micros: Int64, errorCode: String?, type: String = "other", status: Int = 200) {
         served += 1
         if let errorCode { errorsByCode[errorCode, default: 0] += 1 }
-        registry.add("quad_requests_total", ["service": service, "type": type, "status": String(status)])
-        registry.observe("quad_request_duration_seconds", ["service": service, "type": type], Double(micros) / 1_000_000)
-        if errorCode == "unavailable", status == 503 { registry.add("quad_store_errors_total", ["service": service]) }
         if latencies.count < window { latencies.append(micros) } else {
             latencies[next] = micros
             next = (next + 1) % window
         }
+        guard exported else { return }
+        registry.add("quad_requests_total", ["service": service, "type": type, "status": String(status)])
+        registry.observe("quad_request_duration_seconds", ["service": service, "type": type], Double(micros) / 1_000_000)
+        if errorCode == "unavailable", status == 503 { registry.add("quad_store_errors_total", ["service": service]) }
     }
 
     /// The q-quantile (0...1) of the recent latencies, in microseconds.

@@ -241,6 +241,7 @@ public final class Worker {
             do {
                 let port = try server.start(address)
                 metricsServer = server
+                handlers.metrics.exported = true
                 Log.info(handlers.instance, "metrics at http://\(address.split(separator: ":").first ?? "?"):\(port)/metrics")
             } catch {
                 Log.error(handlers.instance, "\(error)")
