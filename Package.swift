@@ -42,16 +42,20 @@ let package = Package(
         // flags, endpoints, log lines, shutdown, the worker protocol, and
         // whom a request belongs to.
         .target(name: "QuadProcess", dependencies: ["QuadWire"]),
+        // Prometheus metrics: a registry of counters, gauges and histograms
+        // and the `/metrics` HTTP endpoint (libmicrohttpd's threads), for
+        // every process, the broker included.
+        .target(name: "QuadMetrics", dependencies: ["CMicroHTTPD"]),
         // The service runtime (worker loop, outbox relay, the event envelope
         // the outbox keeps) and the client. Re-exports QuadProcess.
-        .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadContract", "QuadMessaging", "QuadStore", "QuadProcess"]),
+        .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadContract", "QuadMessaging", "QuadStore", "QuadProcess", "QuadMetrics"]),
         // Session tokens (Ed25519), key files and password hashes: the only
         // module that imports CSodium.
         .target(name: "QuadAuth", dependencies: ["CSodium", "QuadWire"]),
         // The broker: Majordomo-style routing plus the event proxy. It never
         // links a store (no QuadRuntime, QuadStore, SQLite or libpq):
         // Tests/QuadRuntimeTests/BrokerLinkTests.swift checks with ldd.
-        .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth"]),
+        .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth", "QuadMetrics"]),
         // Service domains.
         .target(name: "QuadCatalog", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // A service's own copy of the catalog, kept from catalog's events.
@@ -68,7 +72,7 @@ let package = Package(
                 resources: [.copy("questions")]),
 
         // Thin executables.
-        .executableTarget(name: "quad-broker", dependencies: ["QuadBroker", "QuadProcess", "QuadAuth", "QuadWire"]),
+        .executableTarget(name: "quad-broker", dependencies: ["QuadBroker", "QuadProcess", "QuadAuth", "QuadWire", "QuadMetrics"]),
         .executableTarget(name: "quad-catalog", dependencies: ["QuadCatalog", "QuadRuntime"]),
         .executableTarget(name: "quad-favorites", dependencies: ["QuadFavorites", "QuadRuntime"]),
         .executableTarget(name: "quad-orders", dependencies: ["QuadOrders", "QuadRuntime"]),
@@ -96,7 +100,7 @@ let package = Package(
         // The broker's routing rules, without sockets or clocks.
         .testTarget(name: "QuadBrokerTests", dependencies: ["QuadBroker", "QuadContract", "QuadWire"]),
         .testTarget(name: "QuadStoreTests", dependencies: ["QuadStore", "QuadRuntime", "QuadWire"]),
-        .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport", "QuadMetrics"]),
         .testTarget(name: "QuadAccountsTests", dependencies: ["QuadAccounts", "QuadAuth", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadFavoritesTests", dependencies: ["QuadFavorites", "QuadCatalogCopy", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),

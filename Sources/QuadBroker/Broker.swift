@@ -1,6 +1,7 @@
 import Foundation
 import QuadAuth
 import QuadMessaging
+import QuadMetrics
 import QuadProcess
 import QuadWire
 
@@ -90,6 +91,8 @@ public struct BrokerSettings: Sendable {
     /// How often the broker asks accounts for every revocation in force
     /// (`revocation_refresh_ms`), besides each time an accounts worker registers.
     public var revocationRefreshMs: Int64 = 10_000
+    /// Where `GET /metrics` is served (`--metrics HOST:PORT`); nil: nowhere.
+    public var metricsAddress: String?
 
     public init(endpoints: Endpoints) { self.endpoints = endpoints }
 }
@@ -137,6 +140,11 @@ public final class Broker {
     var limiter: RateLimiter
     var addressLimiter: RateLimiter
     var rateLimited: Int64 = 0
+    /// The broker's Prometheus metrics, served at `/metrics` when
+    /// `metricsAddress` is set.
+    public let metrics = MetricsRegistry()
+    var metricsServer: MetricsServer?
+    let startedAt = Clock.monotonicMillis()
     var malformed: Int64 = 0
     /// Log lines about clients (refused handshakes, rate limits), throttled.
     let throttled: LogThrottle
@@ -239,6 +247,20 @@ public final class Broker {
         }
         timers.every(settings.revocationRefreshMs) { [unowned self] in self.askRevocations() }
         if let authenticator { timers.every(2000) { authenticator.reloadIfChanged() } }
+        if let address = settings.metricsAddress {
+            let server = MetricsServer(registry: metrics)
+            do {
+                let port = try server.start(address)
+                metricsServer = server
+                Log.info(name, "metrics at http://\(address.split(separator: ":").first ?? "?"):\(port)/metrics")
+            } catch {
+                Log.error(name, "\(error)")
+                return 1
+            }
+            describeMetrics()
+            updateMetrics()
+            timers.every(1000) { [unowned self] in self.updateMetrics() }
+        }
         Log.info(name, "frontend \(settings.endpoints.frontend), backend \(settings.endpoints.backend), events in \(settings.endpoints.eventsIn) out \(settings.endpoints.eventsOut), internal \(settings.endpoints.internal)")
         if let publicKey {
             let who = authenticator?.allowed.map { "only the \($0.count) client key(s) in \(settings.allowKeysPath ?? "")" } ?? "any client key (tokens say who the user is)"
@@ -269,6 +291,37 @@ public final class Broker {
         for identity in routing.workers.keys { disconnectWorker(identity) }
         Log.info(name, "stopped")
         return 0
+    }
+
+    // MARK: Metrics
+
+    func describeMetrics() {
+        metrics.describe("quad_broker_requests_total", .counter, "Requests received on the public and internal frontends.")
+        metrics.describe("quad_broker_events_relayed_total", .counter, "Events relayed from publishers to subscribers.")
+        metrics.describe("quad_broker_rate_limited_total", .counter, "Requests refused 429 by the rate limits.")
+        metrics.describe("quad_broker_errors_total", .counter, "Error envelopes the broker itself answered, by code.")
+        metrics.describe("quad_broker_workers", .gauge, "Live workers registered, per service.")
+        metrics.describe("quad_broker_queue_depth", .gauge, "Requests waiting for a worker, per service.")
+        metrics.describe("quad_broker_uptime_seconds", .gauge, "Seconds since this broker started.")
+    }
+
+    /// Copies the broker's counters and per-service figures into the
+    /// registry, once a second (the loop's state is never read by the
+    /// HTTP thread).
+    func updateMetrics() {
+        metrics.set("quad_broker_requests_total", [:], Double(requestsIn))
+        metrics.set("quad_broker_events_relayed_total", [:], Double(eventsRelayed))
+        metrics.set("quad_broker_rate_limited_total", [:], Double(rateLimited))
+        metrics.set("quad_broker_uptime_seconds", [:], Double(Clock.monotonicMillis() - startedAt) / 1000)
+        var workers: [String: Double] = [:]
+        for w in routing.workers.values { workers[w.service, default: 0] += 1 }
+        var queues: [String: Double] = [:]
+        for s in routing.services.values {
+            queues[s.name] = Double(s.queue.count)
+            if workers[s.name] == nil { workers[s.name] = 0 }
+        }
+        metrics.replace("quad_broker_workers", label: "service", workers)
+        metrics.replace("quad_broker_queue_depth", label: "service", queues)
     }
 
     // MARK: CURVE
@@ -410,6 +463,7 @@ public final class Broker {
     /// An error envelope from the broker; its FINAL names `service`, or
     /// else the service of `type`.
     func replyError(_ client: [UInt8], _ error: QuadError, corr: String?, type: String = "error", service: String? = nil) {
+        if metricsServer != nil { metrics.add("quad_broker_errors_total", ["code": error.code]) }
         deliver(client, Envelope.error(error, corr: corr, type: type, src: name).encoded(),
                 service: service ?? (type == "error" ? "" : String(type.split(separator: ".", maxSplits: 1).first ?? "")))
     }

@@ -262,7 +262,7 @@ extension Handlers {
         let answer = Answer(envelope, src: instance) { [unowned self] reply in
             let error = reply.envelope.quadError
             let us = Clock.monotonicMicros() - started
-            self.metrics.record(micros: us, errorCode: error?.code)
+            self.metrics.record(micros: us, errorCode: error?.code, type: self.label(envelope.type), status: error?.status ?? 200)
             var line: [String: Any] = ["src": self.instance, "type": envelope.type, "id": envelope.id, "status": error?.status ?? 200,
                                        "us": us, "deferred": true]
             if let user = envelope.user { line["user"] = user }

@@ -32,6 +32,13 @@ public final class EventFeed {
     /// was older than the source's `outbox_retention_ms`): lost to this
     /// subscriber, counted and logged, never waited for.
     public private(set) var missed: Int64 = 0
+    /// Per source, the highest seq seen (in an event or a catch-up page)
+    /// and the seq applied up to: their difference is the feed's lag.
+    var seen: [String: Int64] = [:]
+    var at: [String: Int64] = [:]
+
+    /// Events of `source` seen but not applied yet.
+    public func lag(_ source: String) -> Int64 { max(0, (seen[source] ?? 0) - (at[source] ?? seen[source] ?? 0)) }
     /// Page size of a catch-up request, and how long to wait for one.
     static let page: Int64 = 500
     static let catchUpTimeoutMs: Int64 = 3000
@@ -93,6 +100,7 @@ public final class EventFeed {
         var gaps: [String] = []
         var advanced: Set<String> = []
         var failed: Set<String> = []
+        var committed: [String: Int64] = [:]
         do {
             try db.transaction {
                 var cursors: [String: Int64] = [:]
@@ -100,6 +108,8 @@ public final class EventFeed {
                 for event in events {
                     guard let src = event.src, let seq = event.seq, sources.contains(src), !held.contains(src) else { continue }
                     let last = try cursors[src] ?? cursor(src)
+                    seen[src] = max(seen[src] ?? 0, seq)
+                    if at[src] == nil { at[src] = last }
                     if seq <= last { continue }  // seen already
                     if seq > last + 1 {  // a gap
                         held.insert(src)
@@ -109,6 +119,7 @@ public final class EventFeed {
                     do {
                         try db.transaction { try record(event, src: src, seq: seq) }
                         cursors[src] = seq
+                        committed[src] = seq
                         advanced.insert(src)
                     } catch {
                         held.insert(src)
@@ -124,11 +135,13 @@ public final class EventFeed {
             gaps = Array(Set(events.compactMap(\.src)).filter(sources.contains))
             failed.formUnion(gaps)
             advanced = []
+            committed = [:]
         }
         // Committed in order: caught up with those sources as of now. A
         // source with a failure or a gap is asked, not trusted.
         let now = Clock.monotonicMillis()
         for src in advanced { heard[src] = now }
+        for (src, seq) in committed { at[src] = max(at[src] ?? 0, seq) }
         for src in failed.union(gaps) { heard[src] = nil }
         for src in gaps { catchUp(src) }
     }

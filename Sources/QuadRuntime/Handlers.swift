@@ -50,7 +50,7 @@ public final class Handlers {
     public let service: String
     public let instance: String
     public let db: Database?
-    public let metrics = Metrics()
+    public let metrics: Metrics
     var queries: [String: Handler] = [:]
     var mutations: [String: Handler] = [:]
     /// Handlers that answer after they return (``deferred(_:_:)``); each
@@ -68,6 +68,7 @@ public final class Handlers {
         self.service = service
         self.instance = instance
         self.db = db
+        metrics = Metrics(service: service)
         // The outbox encodes each event's envelope once, as it is written,
         // with this service as its source.
         db?.eventSource = service
@@ -155,6 +156,10 @@ public final class Handlers {
 
     public var types: [String] { (Array(queries.keys) + Array(mutations.keys)).sorted() }
 
+    /// The `type` label of a request in the metrics: its type if this
+    /// worker answers it, else "other".
+    func label(_ type: String) -> String { queries[type] != nil || mutations[type] != nil ? type : "other" }
+
     /// Handles one request envelope and returns the reply or error envelope.
     /// A convenience over ``reply(to:)`` for callers that want the value.
     public func handle(_ envelope: Envelope) -> Envelope { reply(to: envelope).envelope }
@@ -166,7 +171,7 @@ public final class Handlers {
         let started = Clock.monotonicMicros()
         let reply = dispatch(envelope)
         let error = reply.quadError
-        metrics.record(micros: Clock.monotonicMicros() - started, errorCode: error?.code)
+        metrics.record(micros: Clock.monotonicMicros() - started, errorCode: error?.code, type: label(envelope.type), status: error?.status ?? 200)
         metrics.ran(envelope.type, micros: Clock.monotonicMicros() - started, src: instance)
         var line: [String: Any] = [
             "src": instance, "type": envelope.type, "id": envelope.id, "status": error?.status ?? 200,

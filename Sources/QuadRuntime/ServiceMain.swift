@@ -1,4 +1,5 @@
 import Foundation
+import QuadMetrics
 import QuadMessaging
 import QuadStore
 import QuadWire
@@ -43,6 +44,8 @@ public enum ServiceMain {
         flags.option("internal", "broker endpoint for requests to other services", default: defaults.internal)
         flags.option("heartbeat-ms", "heartbeat interval with the broker", default: String(WorkerProtocol.heartbeatMs))
         flags.option("max-message-bytes", "largest envelope accepted", default: String(Envelope.defaultMaxBytes))
+        flags.option("metrics", "HOST:PORT where GET /metrics serves Prometheus's text format (port 0: any free one, logged), or off [QUAD_METRICS]",
+                     default: env["QUAD_METRICS"] ?? "off")
         // The runtime's retention settings, on every service; a service
         // that declares one of these names itself (telemetry's
         // prune-every-ms) keeps its own help and default.
@@ -119,6 +122,10 @@ public enum ServiceMain {
             worker.maxMessageBytes = maxBytes
             worker.retention = retention
             worker.maxCallsInFlight = maxCalls
+            if let address = flags["metrics"], address != "off" {
+                do { _ = try MetricsServer.parse(address) } catch { Flags.usageError("\(error)", usage: flags.usage) }
+                worker.metricsAddress = address
+            }
             handlers.metrics.slowHandlerMs = Int64(slowMs)
             try D.install(on: worker, db: db, options: flags.values)
             // Every type a worker answers is in the contract (Sources/QuadContract):

@@ -1,5 +1,6 @@
 import Foundation
 import QuadMessaging
+import QuadMetrics
 import QuadStore
 import QuadWire
 
@@ -61,6 +62,9 @@ public final class Worker {
     /// and the socket that sends answers given after their handler returned
     /// (``serveLater(client:request:)``); both made on first use.
     var calls: ServiceCalls?
+    /// Where `/metrics` is served (`--metrics HOST:PORT`); nil: nowhere.
+    public var metricsAddress: String?
+    var metricsServer: MetricsServer?
     /// Answers owed to clients whose handler returned before giving them.
     var owed = 0
     /// Most calls to other services waiting at once (`max_calls_in_flight`).
@@ -149,6 +153,30 @@ public final class Worker {
         link.expiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
     }
 
+    /// The gauges and the counters kept elsewhere, copied into the
+    /// metrics registry once a second while `/metrics` is served.
+    func updateGauges() {
+        let m = handlers.metrics
+        let registry = m.registry
+        let service = handlers.service
+        registry.set("quad_uptime_seconds", ["service": service], Double(Clock.monotonicMillis() - m.started) / 1000)
+        registry.set("quad_calls_in_flight", ["service": service], Double(calls?.pending.count ?? 0))
+        registry.set("quad_broker_reconnects_total", ["service": service], Double(reconnects))
+        if let db = handlers.db {
+            if let pg = db as? PostgresDatabase { registry.set("quad_store_reconnects_total", ["service": service], Double(pg.sessions - 1)) }
+            if let n = try? db.queryOne("SELECT COUNT(*) AS n FROM outbox WHERE published = 0")?.int("n") {
+                registry.set("quad_outbox_backlog", ["service": service], Double(n))
+            }
+        }
+        for (feed, _) in feeds {
+            for source in feed.sources {
+                registry.set("quad_event_lag", ["service": service, "source": source], Double(feed.lag(source)))
+            }
+            registry.set("quad_events_applied_total", ["service": service], Double(feed.applied))
+            registry.set("quad_events_missed_total", ["service": service], Double(feed.missed))
+        }
+    }
+
     /// Publishes what the outbox holds now; runs after each mutation and on
     /// a timer. A backlog goes out page after page, up to `relayPages`
     /// pages a call; a call that ends on a full page runs again on the
@@ -208,6 +236,20 @@ public final class Worker {
             return 1
         }
         Log.info(handlers.instance, "serving \(handlers.service) via \(brokers.map(\.endpoint).joined(separator: ", "))")
+        if let address = metricsAddress {
+            let server = MetricsServer(registry: handlers.metrics.registry)
+            do {
+                let port = try server.start(address)
+                metricsServer = server
+                handlers.metrics.exported = true
+                Log.info(handlers.instance, "metrics at http://\(address.split(separator: ":").first ?? "?"):\(port)/metrics")
+            } catch {
+                Log.error(handlers.instance, "\(error)")
+                return 1
+            }
+            updateGauges()
+            timers.every(1000) { [unowned self] in self.updateGauges() }
+        }
         timers.every(heartbeatMs) { [unowned self] in
             if self.leaving { return }
             for link in self.brokers {

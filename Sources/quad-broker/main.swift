@@ -1,6 +1,7 @@
 import Foundation
 import QuadAuth
 import QuadBroker
+import QuadMetrics
 import QuadProcess
 import QuadWire
 
@@ -13,6 +14,8 @@ flags.option("backend", "endpoint for workers (ROUTER)", default: defaults.backe
 flags.option("events-in", "endpoint publishers connect to (XSUB)", default: defaults.eventsIn)
 flags.option("events-out", "endpoint subscribers connect to (XPUB)", default: defaults.eventsOut)
 flags.option("internal", "endpoint for requests from other services (ROUTER; keeps user and role)", default: defaults.internal)
+flags.option("metrics", "HOST:PORT where GET /metrics serves Prometheus's text format (port 0: any free one, logged), or off (env QUAD_BROKER_METRICS)",
+             default: env("QUAD_BROKER_METRICS", "off"))
 flags.option("heartbeat-ms", "heartbeat interval; a worker silent for 3 is dropped", default: String(WorkerProtocol.heartbeatMs))
 flags.option("max-message-bytes", "largest envelope accepted (max_message_bytes)", default: String(Envelope.defaultMaxBytes))
 flags.option("max-queue", "most requests queued per service (max_queue)", default: "10000")
@@ -64,6 +67,10 @@ var settings = BrokerSettings(endpoints: Endpoints(frontend: flags["frontend"]!,
                                                    eventsIn: flags["events-in"]!, eventsOut: flags["events-out"]!,
                                                    internal: flags["internal"]!))
 settings.heartbeatMs = Int64(flags.int("heartbeat-ms"))
+if let address = flags["metrics"], address != "off" {
+    do { _ = try MetricsServer.parse(address) } catch { Flags.usageError("\(error)", usage: flags.usage) }
+    settings.metricsAddress = address
+}
 settings.maxMessageBytes = flags.int("max-message-bytes")
 settings.maxQueue = flags.int("max-queue")
 settings.defaultDeadlineMs = Int64(flags.int("default-deadline-ms"))

@@ -31,9 +31,11 @@ struct LayeringTests {
         ("QuadWire", ["Foundation"]),
         ("QuadMessaging", ["CZeroMQ"]),
         ("QuadProcess", ["Foundation", "QuadWire"]),
+        // Metrics: a registry and an HTTP endpoint, no Quad module.
+        ("QuadMetrics", ["Foundation", "CMicroHTTPD"]),
         // The broker: no runtime, so no store.
-        ("QuadBroker", ["Foundation", "QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth"]),
-        ("quad-broker", ["Foundation", "QuadWire", "QuadProcess", "QuadAuth", "QuadBroker"]),
+        ("QuadBroker", ["Foundation", "QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth", "QuadMetrics"]),
+        ("quad-broker", ["Foundation", "QuadWire", "QuadProcess", "QuadAuth", "QuadBroker", "QuadMetrics"]),
     ])
     func importsOnlyWhatIsBelow(module: String, allowed: [String]) throws {
         let extra = try imports(of: module).subtracting(allowed)
