@@ -211,7 +211,7 @@ def test_expired_wrong_audience_issuer_and_missing_claims_are_refused(stack, ses
     now = int(time.time())
 
     def signed(**changes):
-        return jwt.encode(claims_of(session, jti=quadclient.uuid7(), **changes), accounts_key, algorithm="EdDSA", headers={"kid": kid})
+        return jwt.encode(claims_of(session, **{"jti": quadclient.uuid7(), **changes}), accounts_key, algorithm="EdDSA", headers={"kid": kid})
 
     assert refusal(stack, signed(exp=now - 5, iat=now - 3605)).startswith("token expired")
     assert refusal(stack, signed(aud="someone-else")).startswith("token claim refused")
