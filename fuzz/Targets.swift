@@ -70,8 +70,8 @@ final class EnvelopeTarget: FuzzTarget {
 
 // MARK: token
 
-/// Session tokens as the broker reads them from a phone: base64url and the
-/// token's parts never crash, a token not signed by the key never verifies,
+/// Session tokens (JWTs) as the broker reads them from a phone: base64url,
+/// the header and the claims never crash, a token not signed by the key never verifies,
 /// and base64url decoding is the exact inverse of encoding.
 final class TokenTarget: FuzzTarget {
     let name = "token"
@@ -91,7 +91,13 @@ final class TokenTarget: FuzzTarget {
         }
     }
 
-    var seeds: [[UInt8]] { [Array(valid.utf8), Array("e30.AAAA".utf8), Array("a.b.c".utf8)] }
+    var seeds: [[UInt8]] {
+        // The valid token with alg none, and HS256, in its header: the shapes a forger tries first.
+        let claims = valid.split(separator: ".")[1]
+        let none = Base64URL.encode(Array(#"{"alg":"none","kid":"\#(key.verifyingKey.keyID)"}"#.utf8)) + "." + claims + "."
+        let hs = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8)) + "." + claims + "." + Base64URL.encode([UInt8](repeating: 7, count: 32))
+        return [Array(valid.utf8), Array(none.utf8), Array(hs.utf8), Array("e30.AAAA".utf8), Array("e30.e30.AAAA".utf8), Array("a.b.c".utf8)]
+    }
 }
 
 // MARK: services

@@ -330,6 +330,11 @@ public enum Accounts: ServiceDomain {
         })
 
         Sessions.register(h, db: db, settings: settings)
+
+        let jwk = settings.signingKey.verifyingKey
+        h.query(Contract.Accounts.jwks) { _, _ in
+            Contract.Accounts.JWKSet(keys: [.init(x: Base64URL.encode(jwk.bytes), kid: jwk.keyID)])
+        }
     }
 
     static func throttled(_ who: String, wait: Int64, limit: String) -> QuadError {
@@ -340,7 +345,10 @@ public enum Accounts: ServiceDomain {
     /// A new session token for `user`, as accounts.login and accounts.refresh answer.
     static func session(user: String, role: String, settings: Settings) -> Contract.Accounts.Session {
         let now = Int64(Clock.nowMillis())
-        let claims = TokenClaims(user: user, role: role, expiresAt: now + settings.tokenTTLMillis, issuedAt: now)
+        // exp travels in whole seconds: expires_at says the same instant, and
+        // the jti carries iat's millisecond (see TokenClaims).
+        let expires = (now + settings.tokenTTLMillis + 999) / 1000 * 1000
+        let claims = TokenClaims(user: user, role: role, expiresAt: expires, issuedAt: now, tokenID: MessageID.make(now: UInt64(now)))
         return Contract.Accounts.Session(token: settings.signingKey.sign(claims), user: claims.user, role: claims.role, expiresAt: claims.expiresAt)
     }
 

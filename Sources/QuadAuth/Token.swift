@@ -2,18 +2,24 @@ import CSodium
 import QuadWire
 
 /// What a session token says: who, as what, until when. Times are
-/// milliseconds since the Unix epoch.
+/// milliseconds since the Unix epoch here; on the wire (`iat`, `exp`) they
+/// are whole seconds (RFC 7519 NumericDate), so a token carries
+/// `expiresAt` rounded down to the second. `issuedAt` keeps its
+/// milliseconds through the `jti` (a UUIDv7 made at signing, whose first 48
+/// bits are that millisecond): a "log out everywhere" at millisecond t ends
+/// every token issued before t, not every token of t's whole second.
 public struct TokenClaims: Sendable, Equatable {
     /// The user id (`sub`), which the broker puts in the envelope's `user`.
     public var user: String
     /// `student` or `admin` (`role`), put in the envelope's `role`.
     public var role: String
-    /// `exp`: the token is refused from this instant on.
+    /// `exp` × 1000: the token is refused from this instant on.
     public var expiresAt: Int64
-    /// `iat`: when accounts signed it.
+    /// `iat`: when accounts signed it (the `jti`'s millisecond when that
+    /// falls in `iat`'s second, else `iat` × 1000).
     public var issuedAt: Int64
     /// `jti`: this token's own id (a UUIDv7), which `accounts.logout`
-    /// revokes; empty in tokens signed before it existed.
+    /// revokes.
     public var tokenID: String
 
     public init(user: String, role: String, expiresAt: Int64, issuedAt: Int64, tokenID: String = MessageID.make()) {
@@ -32,78 +38,165 @@ public struct TokenClaims: Sendable, Equatable {
     /// Longest `role`: the envelope's limit on `role`.
     public static let maxRoleLength = 32
 
+    /// The JWT claims set: registered claims `iss`, `aud`, `sub`, `iat`,
+    /// `exp`, `jti` (RFC 7519 §4.1) and Quad's own `role`.
     var payload: JSON {
-        ["sub": .string(user), "role": .string(role), "exp": .int(expiresAt), "iat": .int(issuedAt), "jti": .string(tokenID)]
+        ["iss": .string(Token.issuer), "aud": .string(Token.audience),
+         "sub": .string(user), "role": .string(role),
+         "iat": .int(Token.seconds(issuedAt)), "exp": .int(Token.seconds(expiresAt)), "jti": .string(tokenID)]
     }
 }
 
 /// Why a token was refused. Each becomes a 401 whose message starts with
-/// "token expired", "token signature invalid" or "token malformed".
+/// "token expired", "token signature invalid", "token algorithm refused",
+/// "token key unknown", "token claim refused" or "token malformed".
 public enum TokenError: Error, Sendable, Equatable, CustomStringConvertible {
     case malformed(String)
     case signatureInvalid
     case expired(at: Int64)
+    /// The header's `alg` is not `EdDSA` (`none`, `HS256`, ...).
+    case algorithmRefused(String)
+    /// The header's `kid` names no key of this stack (or is missing).
+    case unknownKey(String)
+    /// `iss`, `aud` or `nbf` is not this stack's.
+    case claimRefused(String)
 
     public var description: String {
         switch self {
         case .malformed(let why): return "token malformed: \(why)"
         case .signatureInvalid: return "token signature invalid: not signed by this stack's accounts key; log in again"
         case .expired(let at): return "token expired at \(at) ms since the epoch; log in again"
+        case .algorithmRefused(let alg):
+            return "token algorithm refused: header.alg is \(alg), only EdDSA (Ed25519, RFC 8037) is accepted"
+        case .unknownKey(let kid):
+            return "token key unknown: header.kid \(kid) is not the kid of this stack's accounts key (see accounts.jwks); log in again"
+        case .claimRefused(let why): return "token claim refused: \(why)"
         }
     }
 
     public var quadError: QuadError { .unauthorized(description) }
 }
 
-/// A session token: `base64url(payload) "." base64url(signature)`, where
-/// the payload is compact JSON `{"exp","iat","role","sub"}` and the
-/// signature is Ed25519 (`crypto_sign_detached`) over the first part's
-/// ASCII text, as JWS does. base64url has no padding.
+/// A session token: a JWT (RFC 7519) in JWS compact serialization,
+/// `base64url(header) "." base64url(claims) "." base64url(signature)`,
+/// signed with EdDSA over Ed25519 (RFC 8037): the signature is
+/// `crypto_sign_detached` over the ASCII of the first two parts. The header
+/// is `{"alg":"EdDSA","typ":"JWT","kid":<key id>}`, where the key id is the
+/// RFC 7638 JWK thumbprint of accounts' public key (``VerifyingKey/keyID``);
+/// the claims are `iss` ("quad-accounts"), `aud` ("quad"), `sub`, `role`,
+/// `iat`, `exp` (seconds) and `jti`. base64url has no padding.
+///
+/// A verifier trusts nothing in the header but compares it: `alg` must be
+/// exactly `EdDSA` (so `none`, and `HS256` keyed with the public key, are
+/// refused before any signature check), `kid` must be its own key's, and
+/// `crit` is refused (no extension is understood).
 public enum Token {
     /// Longest token accepted: the envelope's limit on `token`.
     public static let maxLength = Envelope.maxTokenLength
+    /// `iss`: who signs session tokens.
+    public static let issuer = "quad-accounts"
+    /// `aud`: who accepts them (the brokers, and accounts itself).
+    public static let audience = "quad"
+    /// The only `alg` signed and accepted.
+    public static let algorithm = "EdDSA"
     static let signatureBytes = Int(crypto_sign_bytes())
 
-    /// Splits and checks a token's shape; returns the signed part's bytes,
-    /// the signature and the encoded payload.
-    static func parts(_ token: String) throws(TokenError) -> (signed: [UInt8], signature: [UInt8], payload: Substring) {
+    /// Milliseconds to a NumericDate (whole seconds, rounded down).
+    static func seconds(_ ms: Int64) -> Int64 { ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000) }
+
+    /// The pieces of a token in compact serialization, shape checked.
+    struct Parts {
+        var header: JSON
+        var signed: [UInt8]
+        var signature: [UInt8]
+        var payload: Substring
+    }
+
+    /// Splits and checks a token's shape and header; returns the signed
+    /// part's bytes, the signature and the encoded payload.
+    static func parts(_ token: String) throws(TokenError) -> Parts {
         guard !token.isEmpty else { throw .malformed("empty") }
         guard token.utf8.count <= maxLength else { throw .malformed("longer than \(maxLength) bytes") }
         let pieces = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard pieces.count == 2 else {
-            throw .malformed("expected two base64url parts separated by one '.', got \(pieces.count) part\(pieces.count == 1 ? "" : "s")")
+        guard pieces.count == 3 else {
+            throw .malformed("expected a JWT: three base64url parts (header.claims.signature) separated by '.', got \(pieces.count) part\(pieces.count == 1 ? "" : "s")")
         }
-        guard !pieces[0].isEmpty else { throw .malformed("the payload part is empty") }
-        guard let signature = Base64URL.decode(pieces[1]) else { throw .malformed("the signature part is not base64url") }
-        guard signature.count == signatureBytes else {
-            throw .malformed("the signature is \(signature.count) bytes, expected \(signatureBytes)")
-        }
-        return (Array(pieces[0].utf8), signature, pieces[0])
+        guard !pieces[0].isEmpty else { throw .malformed("the header part is empty") }
+        guard !pieces[1].isEmpty else { throw .malformed("the claims part is empty") }
+        guard let headerBytes = Base64URL.decode(pieces[0]) else { throw .malformed("the header part is not base64url") }
+        guard let header = try? JSON.parse(headerBytes), case .object = header else { throw .malformed("the header is not a JSON object") }
+        guard let signature = Base64URL.decode(pieces[2]) else { throw .malformed("the signature part is not base64url") }
+        let signedEnd = pieces[1].endIndex
+        return Parts(header: header, signed: Array(token[token.startIndex..<signedEnd].utf8), signature: signature, payload: pieces[1])
     }
 
-    /// What a token says, WITHOUT checking its signature or expiry: for a
-    /// client to show its own token's expiry, never to trust a token.
+    /// Checks the header against the one key accepted: `alg` EdDSA, `typ`
+    /// JWT when present, `kid` the key's own, no `crit`.
+    static func checkHeader(_ header: JSON, keyID: String) throws(TokenError) {
+        guard let algValue = header["alg"] else { throw .malformed("header.alg is missing") }
+        guard let alg = algValue.string else { throw .algorithmRefused(String(algValue.text.prefix(32))) }
+        guard alg == algorithm else { throw .algorithmRefused(String(alg.prefix(32))) }
+        if let typ = header["typ"] {
+            guard let t = typ.string, t.uppercased() == "JWT" else { throw .malformed("header.typ must be JWT when present") }
+        }
+        guard header["crit"] == nil else { throw .malformed("header.crit names extensions this verifier does not understand") }
+        guard let kidValue = header["kid"] else { throw .unknownKey("(missing)") }
+        guard let kid = kidValue.string else { throw .unknownKey("(not a string)") }
+        guard kid == keyID else { throw .unknownKey(kid.count > 64 ? String(kid.prefix(64)) + "..." : kid) }
+    }
+
+    /// What a token says, WITHOUT checking its signature, header or expiry:
+    /// for a client to show its own token's expiry, never to trust a token.
     public static func unverifiedClaims(_ token: String) throws(TokenError) -> TokenClaims {
         try claims(parts(token).payload)
     }
 
-    /// Reads the claims of a payload whose signature was already checked.
+    /// Reads the claims of a payload whose signature was already checked:
+    /// every claim Quad signs must be there, `iss` and `aud` this stack's.
     static func claims(_ payload: Substring) throws(TokenError) -> TokenClaims {
-        guard let bytes = Base64URL.decode(payload) else { throw .malformed("the payload part is not base64url") }
-        guard let json = try? JSON.parse(bytes), case .object = json else { throw .malformed("the payload is not a JSON object") }
+        guard let bytes = Base64URL.decode(payload) else { throw .malformed("the claims part is not base64url") }
+        guard let json = try? JSON.parse(bytes), case .object = json else { throw .malformed("the claims are not a JSON object") }
+        guard let iss = json["iss"] else { throw .malformed("claims.iss is missing") }
+        guard iss.string == issuer else { throw .claimRefused("iss must be \"\(issuer)\"") }
+        guard let aud = json["aud"] else { throw .malformed("claims.aud is missing") }
+        let audiences: [String]
+        switch aud {
+        case .string(let a): audiences = [a]
+        case .array(let list): audiences = list.compactMap(\.string)
+        default: audiences = []
+        }
+        guard audiences.contains(audience) else { throw .claimRefused("aud must be or contain \"\(audience)\"") }
         guard let user = json["sub"]?.string, !user.isEmpty, user.utf8.count <= TokenClaims.maxUserLength else {
-            throw .malformed("payload.sub must be a string of 1 to \(TokenClaims.maxUserLength) bytes")
+            throw .malformed("claims.sub must be a string of 1 to \(TokenClaims.maxUserLength) bytes")
         }
         guard let role = json["role"]?.string, !role.isEmpty, role.utf8.count <= TokenClaims.maxRoleLength else {
-            throw .malformed("payload.role must be a string of 1 to \(TokenClaims.maxRoleLength) bytes")
+            throw .malformed("claims.role must be a string of 1 to \(TokenClaims.maxRoleLength) bytes")
         }
-        guard let exp = json["exp"]?.int else { throw .malformed("payload.exp must be an integer (ms since the epoch)") }
-        guard let iat = json["iat"]?.int else { throw .malformed("payload.iat must be an integer (ms since the epoch)") }
-        let jti = json["jti"]?.string ?? ""
-        guard jti.utf8.count <= TokenClaims.maxTokenIDLength else {
-            throw .malformed("payload.jti must be a string of at most \(TokenClaims.maxTokenIDLength) bytes")
+        guard let exp = numericDate(json["exp"]) else { throw .malformed("claims.exp must be an integer NumericDate (seconds since the epoch)") }
+        guard let iat = numericDate(json["iat"]) else { throw .malformed("claims.iat must be an integer NumericDate (seconds since the epoch)") }
+        guard let jti = json["jti"]?.string, !jti.isEmpty, jti.utf8.count <= TokenClaims.maxTokenIDLength else {
+            throw .malformed("claims.jti must be a string of 1 to \(TokenClaims.maxTokenIDLength) bytes")
         }
-        return TokenClaims(user: user, role: role, expiresAt: exp, issuedAt: iat, tokenID: jti)
+        if let nbf = json["nbf"] {
+            guard let at = numericDate(nbf) else { throw .malformed("claims.nbf must be an integer NumericDate when present") }
+            guard at * 1000 <= Int64(Clock.nowMillis()) else { throw .claimRefused("nbf: not valid before \(at) s since the epoch") }
+        }
+        return TokenClaims(user: user, role: role, expiresAt: exp * 1000, issuedAt: issuedMillis(iat: iat, jti: jti), tokenID: jti)
+    }
+
+    /// Seconds within ±2^40, so `× 1000` cannot overflow.
+    static func numericDate(_ value: JSON?) -> Int64? {
+        guard let n = value?.int, abs(n) < 1 << 40 else { return nil }
+        return n
+    }
+
+    /// `iat` in ms: the millisecond of a UUIDv7 `jti` when it lies in `iat`'s
+    /// second (accounts makes both from one clock reading), else `iat` × 1000.
+    static func issuedMillis(iat: Int64, jti: String) -> Int64 {
+        let hex = jti.utf8.prefix(13).filter { $0 != UInt8(ascii: "-") }
+        guard jti.utf8.count == 36, hex.count == 12, let ms = Int64(String(decoding: hex, as: UTF8.self), radix: 16),
+              seconds(ms) == iat else { return iat * 1000 }
+        return ms
     }
 }
 
@@ -143,16 +236,23 @@ public struct SigningKey: Sendable {
     /// The secret key as libsodium encodes it, for the key file.
     public var secretKeyBytes: [UInt8] { secret }
 
-    /// A signed token carrying `claims`.
+    /// A signed JWT carrying `claims`.
     public func sign(_ claims: TokenClaims) -> String { sign(payload: claims.payload) }
 
-    /// Signs any JSON payload (tests use it to make well-signed nonsense).
+    /// Signs any JSON claims under this key's header (tests use it to make
+    /// well-signed nonsense).
     func sign(payload json: JSON) -> String {
-        let payload = Base64URL.encode(json.encoded())
-        let message = Array(payload.utf8)
+        sign(header: ["alg": .string(Token.algorithm), "typ": "JWT", "kid": .string(verifyingKey.keyID)], payload: json)
+    }
+
+    /// Signs `header` and `payload` as they are, whatever they say (tests
+    /// forge headers with it).
+    func sign(header: JSON, payload json: JSON) -> String {
+        let signed = Base64URL.encode(header.encoded()) + "." + Base64URL.encode(json.encoded())
+        let message = Array(signed.utf8)
         var signature = [UInt8](repeating: 0, count: Token.signatureBytes)
         crypto_sign_detached(&signature, nil, message, UInt64(message.count), secret)
-        return payload + "." + Base64URL.encode(signature)
+        return signed + "." + Base64URL.encode(signature)
     }
 }
 
@@ -172,13 +272,37 @@ public struct VerifyingKey: Sendable, Equatable {
     init(checked bytes: [UInt8]) {
         Sodium.ready
         self.bytes = bytes
+        self.keyID = VerifyingKey.thumbprint(bytes)
     }
 
-    /// The claims of `token` when its signature is this key's and it has not
-    /// expired at `now` (ms since the epoch). The signature is checked before
-    /// the payload is even parsed.
+    /// `kid`: the key's RFC 7638 JWK thumbprint, base64url(SHA-256 of
+    /// `{"crv":"Ed25519","kty":"OKP","x":"<x>"}`), 43 characters. Derived from
+    /// the key alone, so a new key pair (rotation) has a new kid and every
+    /// host computes the same one without being told.
+    public let keyID: String
+
+    static func thumbprint(_ bytes: [UInt8]) -> String {
+        let canonical = Array("{\"crv\":\"Ed25519\",\"kty\":\"OKP\",\"x\":\"\(Base64URL.encode(bytes))\"}".utf8)
+        var digest = [UInt8](repeating: 0, count: Int(crypto_hash_sha256_bytes()))
+        crypto_hash_sha256(&digest, canonical, UInt64(canonical.count))
+        return Base64URL.encode(digest)
+    }
+
+    /// The key as a JWK (RFC 8037 §2): kty OKP, crv Ed25519, x, kid, alg, use.
+    public var jwk: JSON {
+        ["kty": "OKP", "crv": "Ed25519", "x": .string(Base64URL.encode(bytes)), "kid": .string(keyID), "alg": .string(Token.algorithm), "use": "sig"]
+    }
+
+    /// The claims of `token` when its header names EdDSA and this key's kid,
+    /// its signature is this key's, its iss and aud are Quad's, and it has
+    /// not expired at `now` (ms since the epoch). The header is compared
+    /// before the signature is checked, and the claims are parsed only after.
     public func verify(_ token: String, now: Int64 = Int64(Clock.nowMillis())) throws(TokenError) -> TokenClaims {
         let parts = try Token.parts(token)
+        try Token.checkHeader(parts.header, keyID: keyID)
+        guard parts.signature.count == Token.signatureBytes else {
+            throw .malformed("the signature is \(parts.signature.count) bytes, expected \(Token.signatureBytes) (Ed25519)")
+        }
         let valid = crypto_sign_verify_detached(parts.signature, parts.signed, UInt64(parts.signed.count), bytes) == 0
         guard valid else { throw .signatureInvalid }
         let claims = try Token.claims(parts.payload)

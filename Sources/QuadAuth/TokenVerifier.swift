@@ -59,8 +59,8 @@ public final class TokenVerifier {
 
     func mayRead() -> Bool { lastRead.map { Clock.monotonicMillis() - $0 >= retryMs } ?? true }
 
-    /// The claims of a valid token; 401 naming why for a malformed, forged
-    /// or expired one; 503 while no key is available to check it with.
+    /// The claims of a valid token; 401 naming why for a malformed, forged,
+    /// foreign (another alg, kid, iss or aud) or expired one; 503 while no key is available to check it with.
     public func check(_ token: String) throws(QuadError) -> TokenClaims {
         let at = now()
         if let claims = remembered[token] {
@@ -77,7 +77,7 @@ public final class TokenVerifier {
         let claims: TokenClaims
         do throws(TokenError) {
             claims = try key.verify(token, now: at)
-        } catch .signatureInvalid where mayRead() && loadKey() {
+        } catch let error where error.mayBeNewKey && mayRead() && loadKey() {
             return try check(token)
         } catch {
             throw error.quadError
@@ -85,5 +85,16 @@ public final class TokenVerifier {
         if remembered.count >= maxRemembered { remembered = [:] }
         remembered[token] = claims
         return claims
+    }
+}
+
+extension TokenError {
+    /// A token of a key pair this verifier has not loaded yet (accounts
+    /// rotated its key): worth one more read of the key file.
+    var mayBeNewKey: Bool {
+        switch self {
+        case .signatureInvalid, .unknownKey: return true
+        default: return false
+        }
     }
 }

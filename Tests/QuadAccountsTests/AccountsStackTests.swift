@@ -76,19 +76,20 @@ struct AccountsStackTests {
         let user = try register(stack, "ana@uni.edu")
         let token = try login(stack, "ana@uni.edu")
         let parts = token.split(separator: ".").map(String.init)
-        var signature = try #require(Base64URL.decode(parts[1]))
+        #expect(parts.count == 3, "a JWT: header.claims.signature")
+        var signature = try #require(Base64URL.decode(parts[2]))
         signature[10] ^= 0x40
-        let flipped = parts[0] + "." + Base64URL.encode(signature)
-        // The payload changed to claim admin, with the original signature.
-        var payload = try JSON.parse(try #require(Base64URL.decode(parts[0]))).object ?? [:]
+        let flipped = parts[0] + "." + parts[1] + "." + Base64URL.encode(signature)
+        // The claims changed to say admin, with the original signature.
+        var payload = try JSON.parse(try #require(Base64URL.decode(parts[1]))).object ?? [:]
         payload["role"] = "admin"
-        let promoted = Base64URL.encode(JSON.object(payload).encoded()) + "." + parts[1]
+        let promoted = parts[0] + "." + Base64URL.encode(JSON.object(payload).encoded()) + "." + parts[2]
         let now = Int64(Clock.nowMillis())
         let expired = try accountsKey(stack).sign(TokenClaims(user: user, role: "student", expiresAt: now - 1, issuedAt: now - 86_400_000))
         let cases: [(String, String)] = [
             (flipped, "token signature invalid"), (promoted, "token signature invalid"),
             (expired, "token expired"),
-            ("garbage", "token malformed"), ("a.b.c", "token malformed"), (parts[0] + ".", "token malformed"),
+            ("garbage", "token malformed"), ("a.b.c", "token malformed"), (parts[0] + "." + parts[1], "token malformed"), (parts[1] + "." + parts[2], "token malformed"),
             (String(token.dropLast(3)), "token malformed"),
         ]
         for (bad, why) in cases {
@@ -107,7 +108,9 @@ struct AccountsStackTests {
         let user = try register(stack, "ana@uni.edu")
         let token = try login(stack, "ana@uni.edu")
         #expect(try client(stack, token: token).request("accounts.profile.get")["user"]?.string == user)
-        usleep(1_100_000)
+        // exp is whole seconds, rounded up: the token lives 1 to 2 s.
+        let expires = try Token.unverifiedClaims(token).expiresAt
+        while Int64(Clock.nowMillis()) < expires + 50 { usleep(50_000) }
         let reply = try client(stack, token: token).call(.request("accounts.profile.get"))
         #expect(reply.quadError?.status == 401)
         #expect(reply.quadError?.message.hasPrefix("token expired") == true)

@@ -55,7 +55,7 @@ struct SessionsTests {
             #expect(refusal { try h.call(type, ["token": .string(a)]) }?.status == 401, "\(type) without a signed-in user")
             #expect(refusal { try h.call(type, [:], user: ana, role: "student") }?.message.hasPrefix("body.token is required") == true)
             #expect(refusal { try h.call(type, ["token": .string(a)], user: bob, role: "student") }?.status == 403, "Bob cannot end Ana's session")
-            #expect(refusal { try h.call(type, ["token": .string(forged)], user: ana, role: "student") }?.message.hasPrefix("token signature invalid") == true)
+            #expect(refusal { try h.call(type, ["token": .string(forged)], user: ana, role: "student") }?.message.hasPrefix("token key unknown") == true, "another key's kid")
             #expect(refusal { try h.call(type, ["token": 5], user: ana, role: "student") }?.status == 400)
             // Naming a user is refused as every request for a signed-in user refuses it (Fields, the contract).
             #expect(refusal { try h.call(type, ["token": .string(a), "user": .string(bob)], user: ana, role: "student") }?.status == 403)
@@ -104,7 +104,7 @@ struct SessionsTests {
         let fresh = try h.call("accounts.refresh", ["token": .string(a)], user: user, role: "student", id: id)
         let new = try key.verifyingKey.verify(try #require(fresh["token"]?.string))
         let old = try key.verifyingKey.verify(a)
-        #expect(new.user == user && new.role == "student" && new.tokenID != old.tokenID && new.expiresAt > old.expiresAt)
+        #expect(new.user == user && new.role == "student" && new.tokenID != old.tokenID && new.expiresAt >= old.expiresAt && new.issuedAt > old.issuedAt)
         #expect(fresh["expires_at"]?.int == new.expiresAt)
         #expect(try h.call("accounts.refresh", ["token": .string(a)], user: user, role: "student", id: id) == fresh, "a retry gets the same token")
         #expect(try revocations(h).map { $0["jti"]?.string } == [old.tokenID])

@@ -123,6 +123,7 @@ struct OwnershipMatrixTests {
                 Row(type: "accounts.logout", access: .user, other: .refused, prepare: Self.spareSession,
                     body: { f in ["token": .string(f.spareToken)] },
                     after: { reply, f in #expect(reply["user"]?.string == f.owner && reply["jti"]?.string != nil) }),
+                Row(type: "accounts.jwks", access: .anyone, after: { reply, _ in #expect(reply["keys"]?.array?.first?["kty"]?.string == "OKP") }),
                 Row(type: "accounts.revocations", access: .admin, after: { reply, _ in #expect(reply["revocations"]?.array?.isEmpty == false) }),
             ],
             "catalog": [
@@ -248,7 +249,7 @@ struct OwnershipMatrixTests {
                 case ("expired token", _, _):
                     #expect(status == 401 && answer.src == "broker" && answer.quadError?.message.hasPrefix("token expired") == true, "\(what)")
                 case ("forged token", _, _):
-                    #expect(status == 401 && answer.src == "broker" && answer.quadError?.message.hasPrefix("token signature invalid") == true, "\(what)")
+                    #expect(status == 401 && answer.src == "broker" && answer.quadError?.message.hasPrefix("token key unknown") == true, "another key's kid: \(what)")
                 case ("no token", .anyone, _), ("another student's token", .anyone, _):
                     #expect(answer.kind == .reply, "\(what)")
                 case ("no token", _, _):

@@ -36,7 +36,8 @@ extension Contract.Accounts {
             (self.token, self.user, self.role, self.expiresAt) = (token, user, role, expiresAt)
         }
         public static let fields: [Field<Self>] = [
-            .field(\.token, "token", .string(max: 4096, pattern: "^[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]{86}$")),
+            .field(\.token, "token", .string(max: 4096, pattern: "^[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]{86}$")
+                .described("A JWT (RFC 7519): base64url(header) '.' base64url(claims) '.' base64url(Ed25519 signature).")),
             .field(\.user, "user", .ref("profile.schema.json#/$defs/user")),
             .field(\.role, "role", .ref("profile.schema.json#/$defs/role")),
             .field(\.expiresAt, "expires_at", .int(min: 0)
@@ -49,7 +50,7 @@ extension Contract.Accounts {
         request: LoginRequest.shape
             .described("Checks the password and returns a session token. unauthorized (401) 'wrong email or password', the same for an unknown email and a wrong password. A query: nothing is written. Send it without a token (a stale token would be refused by the broker first)."),
         reply: Session.shape
-            .described("A session token to send in the envelope's token field. It is base64url(payload) '.' base64url(Ed25519 signature over the first part), payload {sub, role, exp, iat, jti} with times in ms; the broker checks it with accounts' public key and refuses it with 401 once expires_at passes (1 h by default, --token-ttl-seconds; accounts.refresh trades it for a new one; a revoked token is refused with 401 too)."))
+            .described("A session token to send in the envelope's token field. It is a JWT signed with EdDSA (Ed25519, RFC 8037): header {alg: EdDSA, typ: JWT, kid}, claims {iss: quad-accounts, aud: quad, sub, role, iat, exp, jti} with iat and exp in seconds; accounts.jwks gives the key to check it with. The broker checks it with accounts' public key and refuses it with 401 once expires_at passes (1 h by default, --token-ttl-seconds; accounts.refresh trades it for a new one; a revoked token is refused with 401 too)."))
 
 
     /// accounts.logout: the token to end, or with `all` every session of its user.
@@ -254,6 +255,43 @@ extension Contract.Accounts {
         reply: Registered.shape
             .described("The new account's profile (role student) and a session, as accounts.login answers: token and expires_at (user and role are the profile's). A phone that registers never logs in; before expires_at it renews the token with accounts.refresh. A retry under the same envelope id gets this same reply."))
 
+    /// One public key as a JWK (RFC 7517, RFC 8037 §2).
+    public struct JWK: Body, Equatable {
+        public var kty = "OKP"
+        public var crv = "Ed25519"
+        public var x = ""
+        public var kid = ""
+        public var alg = "EdDSA"
+        public var use = "sig"
+        public init() {}
+        public init(x: String, kid: String) { (self.x, self.kid) = (x, kid) }
+        public static let fields: [Field<Self>] = [
+            .field(\.kty, "kty", .choice(["OKP"])),
+            .field(\.crv, "crv", .choice(["Ed25519"])),
+            .field(\.x, "x", .string(pattern: "^[A-Za-z0-9_-]{43}$")
+                .described("The 32-byte Ed25519 public key, base64url without padding.")),
+            .field(\.kid, "kid", .string(pattern: "^[A-Za-z0-9_-]{43}$")
+                .described("The key's RFC 7638 JWK thumbprint (base64url SHA-256): the kid in the header of every token it signs.")),
+            .field(\.alg, "alg", .choice(["EdDSA"])),
+            .field(\.use, "use", .choice(["sig"])),
+        ]
+    }
+
+    /// accounts.jwks: the keys session tokens are signed with.
+    public struct JWKSet: Body, Equatable {
+        public var keys: [JWK] = []
+        public init() {}
+        public init(keys: [JWK]) { self.keys = keys }
+        public static let fields: [Field<Self>] = [.field(\.keys, "keys", .array(of: JWK.shape))]
+    }
+
+    public static let jwks = TypedOperation<NoFields, JWKSet>(
+        "accounts.jwks", .query, auth: .none,
+        request: NoFields.shape
+            .described("For anyone (no token needed): the public keys that verify session tokens, as a JWK Set (RFC 7517 §5), so a foreign service checks a token with any JWT library (alg EdDSA, aud quad, iss quad-accounts) without calling accounts again."),
+        reply: JWKSet.shape
+            .described("{keys: [{kty: OKP, crv: Ed25519, x, kid, alg: EdDSA, use: sig}]}: today one key, accounts' own."))
+
     /// accounts.revocations: every revocation still in force.
     public struct RevocationList: Body {
         public var revocations: [Revocation] = []
@@ -324,7 +362,7 @@ extension Contract.Accounts {
             ]))
 
     public static let operations: [Operation] = [login.operation, logout.operation, profileGet.operation, profileUpdate.operation,
-        refresh.operation, register.operation, revocations.operation]
+        refresh.operation, register.operation, revocations.operation, jwks.operation]
     public static let events: [Event] = [sessionRevoked.event, userRegistered.event, userUpdated.event]
     public static let definitions: [Definition] = [profileSchema]
 }
