@@ -134,7 +134,8 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
         if sockets.count > 1 {
             via[e.id] = (current, frames)
             // Both brokers carry the load: requests dealt over the open ones.
-            current = (1...sockets.count).map { (current + $0) % sockets.count }.first { !closed.contains($0) } ?? current
+            let count = sockets.count
+            current = (1...count).map { (current + $0) % count }.first { !closed.contains($0) } ?? current
         }
         sent += 1
     }
@@ -145,7 +146,8 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
                 case .succeeded: closed.remove(i)
                 case .disconnected:
                     closed.insert(i)
-                    guard let next = (1..<sockets.count).map({ (i + $0) % sockets.count }).first(where: { !closed.contains($0) }) else { continue }
+                    let count = sockets.count
+                    guard let next = (1..<count).map({ (i + $0) % count }).first(where: { !closed.contains($0) }) else { continue }
                     if current == i { current = next }
                     for (id, (k, frames)) in via where k == i {
                         try sockets[next].send(frames)
