@@ -557,14 +557,15 @@ class Checker:
     def check_holds(self, stores, phones):
         """Parking holds kept their deadlines within the skew tolerance, by
         the store's own stamps and by the phones' real time."""
-        import time
         st = stores.get("reservations")
         if st is None or not st.has_table("reservations"):
             self.check("holds", True, "n/a (no reservations store)")
             return
         tol = self.tolerance_ms()
         rows = {r["id"]: r for r in st.rows("SELECT id, status, held_ms, deadline_ms, checked_in_ms, ended_ms FROM reservations")}
-        now = int(time.time() * 1000)
+        # The end of the day: the last moment a phone heard anything (the
+        # expiry sweep runs until the final read, which comes after).
+        now = max([int(a["finished_ms"]) for p in phones.values() for a in p["actions"] if a["finished_ms"] is not None] or [0])
         early = late = expired = checked = 0
         gaps = []  # expiry stamp minus deadline, ms
         for r in rows.values():
