@@ -54,8 +54,11 @@ python3 -c 'import zmq' 2>/dev/null || fail "python3 zmq (pyzmq) is missing: dep
 QUAD_HOME=$(mktemp -d /tmp/quad-chaos-e2e.XXXXXX)
 chmod 755 "$QUAD_HOME"  # PostgreSQL (user postgres) keeps its data in it
 export QUAD_HOME
-export QUAD_PORT_BASE=7700 QUAD_RESTART_DELAY=1
+# QUAD_TEST_PORT_BASE and QUAD_TEST_HOSTS_NET: a port base and a hosts net of
+# its own, for a machine where others run the test at the same time.
+export QUAD_PORT_BASE=${QUAD_TEST_PORT_BASE:-7700} QUAD_RESTART_DELAY=1
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_HOSTS_NET
+[[ -n ${QUAD_TEST_HOSTS_NET:-} ]] && export QUAD_HOSTS_NET=$QUAD_TEST_HOSTS_NET
 for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
 PREFIX=""
 
