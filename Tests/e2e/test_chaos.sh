@@ -245,7 +245,7 @@ eval "$("$STACK" env)"
 # shellcheck disable=SC1091
 source "$QUAD_HOME/run/hosts.env"
 PREFIX=$HOSTS_PREFIX
-[[ $QUAD_FRONTEND == "tcp://$HOSTS_SUBNET.2:7700" ]] || fail "the frontend is $QUAD_FRONTEND, expected the broker host's tcp://$HOSTS_SUBNET.2:7700"
+[[ $QUAD_FRONTEND == "tcp://$HOSTS_SUBNET.2:$QUAD_PORT_BASE" ]] || fail "the frontend is $QUAD_FRONTEND, expected the broker host's tcp://$HOSTS_SUBNET.2:$QUAD_PORT_BASE"
 ip netns list | grep -q "^$PREFIX-broker" || fail "no namespace $PREFIX-broker: $(ip netns list)"
 ip netns list | grep -q "^$PREFIX-catalog-1" || fail "no namespace $PREFIX-catalog-1"
 [[ $(ip netns identify "$(<"$QUAD_HOME/run/catalog.1.pid")") == "$PREFIX-catalog-1" ]] ||
