@@ -402,6 +402,21 @@ for what, rx in (("broker kill", r"\] broker: kill broker \d+ \("), ("PostgreSQL
                  ("broker partition", r"\] broker: partition phones"), ("pg partition", r"\] pg: partition \w+ \| pg")):
     if not re.search(rx, faults):
         problems.append("no %s in the faults log" % what)
+# The skew took effect: the skewed worker's log lines jump by its offset
+# when it restarts under libfaketime (their ts is its wall clock).
+for svc, n, off in re.findall(r"\] clock: (\w+)/(\d+) ([+-]\d+)s \(restarted", faults)[:1]:
+    stamps = []
+    for line in open("%s/home/logs/%s.%s.log" % (d, svc, n), errors="replace"):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and isinstance(e.get("ts"), int):
+            stamps.append(e["ts"])
+    jumps = [b - a for a, b in zip(stamps, stamps[1:])]
+    if not any(abs(j - int(off) * 1000) < 5000 for j in jumps):
+        problems.append("%s/%s's log shows no jump of %s s in its timestamps (largest %s ms): the skew did not take effect" % (
+            svc, n, off, max(jumps, key=abs) if jumps else None))
 if re.search(r"FAILED|no live worker", faults):
     problems.append("a fault did not happen: %s" % [l for l in faults.splitlines() if "FAILED" in l or "no live" in l])
 print("\n".join(problems), file=sys.stderr)
