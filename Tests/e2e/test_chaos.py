@@ -447,3 +447,22 @@ def test_fault_windows_have_a_kind_each():
     assert events["broker_kills"] == [("2", 1_010_000)]
     assert events["clock"]["reservations"] == [(1_034_000, 1_055_000)]
     os.unlink(f.name)
+
+
+def test_holds_stamped_by_a_skewed_clock_are_not_a_spot_held_twice(world):
+    # B was made first (its UUIDv7 id holds the phone's time, inside the
+    # reservations skew window) by a worker 60 s fast, and expired; A came
+    # after it on a real clock and is still held: by the stamps B starts
+    # after A.
+    b = "0000000f-69b0-7000-8000-000000000000"  # 1_010_000 ms
+    a = "0000000f-8d00-7000-8000-000000000000"  # 1_019_040 ms
+    res = world.db["reservations"]
+    res.execute("INSERT INTO reservations VALUES (?, 'u3', 'S9', 'expired', 1070000, 1115000, NULL, 1115100)", (b,))
+    res.execute("INSERT INTO reservations VALUES (?, 'u4', 'S9', 'held', 1019040, 99999999999, NULL, NULL)", (a,))
+    lines = ["[   0s] clock: reservations/1 +60s (restarted with its wall clock off by +60 s)",
+             "[  30s] clock: reservations/1 restored (restarted on the real clock)"]
+    rc, out, verdict = check_with_faults(world, lines, tolerance=95)
+    assert "spots" not in failed(verdict), out
+    # The same stamps with no clock moved: a spot held twice.
+    rc, out, verdict = check_with_faults(world, [], tolerance=5)
+    assert "spots" in failed(verdict), out
