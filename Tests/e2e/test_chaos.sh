@@ -427,6 +427,7 @@ PY
     left=$(ip netns list | awk '{print $1}' | grep "^$run_prefix-" || true)
     [[ -z $left ]] || fail "namespaces left after the chaos run: $left"
     ok "deploy/chaos run: 12 phones, 120 s, $(grep '^faults by kind' "$QUAD_HOME/chaos-run.log"); $(grep '^actions:' "$QUAD_HOME/chaos-run.log")"
+    sed -n '/^actions:/,/^converged/p' "$QUAD_HOME/chaos-run.log" | sed 's/^/    /'
 else
     printf 'test_chaos: skip deploy/chaos run: %s is not built with a run command\n' "$edge_bin"
 fi
