@@ -15,15 +15,19 @@ them), and checks, in Jepsen's terms:
                a cart, or bought from one, that no orders.cart.add the phones
                saw done put there)
   order        each phone's actions were applied in the order it made them
-               (the services' application times follow the outbox order)
+               (the services' application times follow the outbox order; an
+               action in flight while its service had a worker on a skewed
+               clock is not compared, and counted as such)
   stock        no product sold beyond its stock (stock >= 0, and seed stock =
                stock now + units held or sold)
   saga         every confirmed order has a confirmed stock hold and every
                rejected one none
   spots        no spot held twice at once (reservation intervals per spot do
-               not overlap)
+               not overlap; by more than the skew tolerance when a skewed
+               reservations worker may have stamped one of the two)
   deadlines    no hold fulfilled after its deadline (parking check-in before
-               the deadline; catalog holds confirmed before they expired)
+               the deadline; catalog holds confirmed before they expired, to
+               within the skew tolerance)
   analytics    analytics agrees with the services' stores: the same orders and
                parking holds with the same status (--settle waits for it)
   brokers      no request acknowledged by a broker that died is lost: every
