@@ -15,17 +15,32 @@ them), and checks, in Jepsen's terms:
                a cart, or bought from one, that no orders.cart.add the phones
                saw done put there)
   order        each phone's actions were applied in the order it made them
-               (the services' application times follow the outbox order)
+               (the services' application times follow the outbox order; an
+               action in flight while its service had a worker on a skewed
+               clock is not compared, and counted as such)
   stock        no product sold beyond its stock (stock >= 0, and seed stock =
                stock now + units held or sold)
   saga         every confirmed order has a confirmed stock hold and every
                rejected one none
   spots        no spot held twice at once (reservation intervals per spot do
-               not overlap)
+               not overlap; by more than the skew tolerance when a skewed
+               reservations worker may have stamped one of the two)
   deadlines    no hold fulfilled after its deadline (parking check-in before
-               the deadline; catalog holds confirmed before they expired)
+               the deadline; catalog holds confirmed before they expired, to
+               within the skew tolerance)
   analytics    analytics agrees with the services' stores: the same orders and
                parking holds with the same status (--settle waits for it)
+  brokers      no request acknowledged by a broker that died is lost: every
+               action a phone saw answered in the 5 s before a broker's
+               SIGKILL, or in flight across it, is applied in its store
+               (counts per death; n/a when no broker died)
+  holds        no parking hold fulfilled or expired early or late by more than
+               the skew tolerance (--skew-tolerance, the largest clock offset
+               of the run plus 5 s): an expiry stamped within the tolerance of
+               its deadline, no hold left held past it, no check-in before
+               its hold, and, in real time (the phones' clocks), no check-in
+               done later than the deadline plus the tolerance and none
+               refused as expired earlier than the deadline minus it
   telemetry    event by event: every telemetry event a phone recorded is stored
                in quad-telemetry's store exactly once (none missing, none twice,
                none stored that no phone recorded, each under the phone that
@@ -246,8 +261,15 @@ class Checker:
                     pass
                 applied[r["id"]] = (s, ok, int(r["created_ms"]))
 
+        self.events = fault_events(self.args.faults, self.args.t0)
+        skewed = self.events["clock"]  # service -> [(start ms, end ms)]
+
+        def under_skew(service, a):
+            lo, hi = int(a["created_ms"]), int(a["finished_ms"] or a["created_ms"])
+            return any(s0 <= hi and lo <= s1 for s0, s1 in skewed.get(service, []))
+
         total = Counter()
-        lost, wrong, noreason, pending, order_bad = 0, 0, 0, 0, 0
+        lost, wrong, noreason, pending, order_bad, order_skipped = 0, 0, 0, 0, 0, 0
         for name, p in phones.items():
             last_applied = None
             for a in p["actions"]:
@@ -279,6 +301,12 @@ class Checker:
                     if rec is not None and rec[1]:
                         wrong += 1
                         self.example("lost", "%s %s %s: rejected on the phone (%s) but applied in %s" % (name, a["type"], a["id"], a["code"], service))
+                if rec is not None and skewed and under_skew(rec[0], a):
+                    # Stamped by a worker whose clock the nemesis moved: its
+                    # time says nothing about the order; the next one
+                    # compares with the last one stamped on a real clock.
+                    order_skipped += 1
+                    continue
                 if rec is not None:
                     if last_applied is not None and rec[2] < last_applied[0]:
                         order_bad += 1
@@ -292,7 +320,8 @@ class Checker:
         self.phones_read = phones
         self.check("drained", outboxes == 0 and pending == 0, "%d in outboxes, %d pending" % (outboxes, pending))
         lost_at = len(self.results)
-        self.check("order", order_bad == 0, "%d out of order" % order_bad)
+        self.check("order", order_bad == 0, "%d out of order%s" % (
+            order_bad, ", %d applied by a worker on a skewed clock not compared" % order_skipped if skewed else ""))
 
         dup = self.check_duplicates(stores)
         total["duplicated"] = dup
@@ -306,6 +335,8 @@ class Checker:
         self.check_spots(stores)
         self.check_telemetry(stores, phones)
         self.check_analytics(stores)
+        self.check_brokers(phones, applied)
+        self.check_holds(stores, phones)
         self.phones = phones
         waits = sorted(int(a["finished_ms"]) - int(a["created_ms"]) for p in phones.values() for a in p["actions"]
                        if a["finished_ms"] is not None and a["code"] != "dropped")
@@ -458,6 +489,7 @@ class Checker:
         by_spot = defaultdict(list)
         late = 0
         inf = float("inf")
+        tol = self.tolerance_ms() if self.args.skew_tolerance > 5 else 0
         for r in rows:
             end = r["ended_ms"]
             if r["status"] in ("held", "checked_in"):
@@ -468,24 +500,158 @@ class Checker:
             if r["checked_in_ms"] is not None and int(r["checked_in_ms"]) > int(r["deadline_ms"]):
                 late += 1
                 self.example("deadlines", "reservation %s checked in at %s after its deadline %s" % (r["id"], r["checked_in_ms"], r["deadline_ms"]))
+        windows = self.events["clock"].get("reservations", []) if hasattr(self, "events") else []
+
+        def skewed(ident, start, end):
+            """Whether a skewed reservations worker may have stamped this
+            hold: its real start (the phone's UUIDv7 id holds the phone's
+            time) to its end and a minute more meets a skew window."""
+            try:
+                real = int(ident.replace("-", "")[:12], 16)
+            except ValueError:
+                return True
+            last = real + (end - start if end != inf else 0) + 60000
+            return any(w0 <= last and real - 5000 <= w1 for w0, w1 in windows)
+
         twice = 0
         for spot, spans in by_spot.items():
             spans.sort()
-            for (s1, e1, i1), (s2, e2, i2) in zip(spans, spans[1:]):
-                if s2 < e1:
-                    twice += 1
-                    self.example("spots", "spot %s: %s [%s, %s) overlaps %s from %s" % (spot, i1, s1, e1, i2, s2))
+            for k, (s1, e1, i1) in enumerate(spans):
+                for s2, e2, i2 in spans[k + 1:]:
+                    # Two clocks stamp two holds: a worker whose clock the
+                    # nemesis moved stamps its hold's start and end off by
+                    # up to the tolerance, so a later hold can seem to start
+                    # first. Overlapping beyond it is a spot held twice.
+                    if tol and (skewed(i1, s1, e1) or skewed(i2, s2, e2)):
+                        both = max(s1, s2) < min(e1, e2) - tol
+                    else:
+                        both = s2 < e1
+                    if both:
+                        twice += 1
+                        self.example("spots", "spot %s: %s [%s, %s) overlaps %s from %s" % (spot, i1, s1, e1, i2, s2))
+                    if not tol:
+                        break
         # Catalog holds: confirmed after they expired.
         cat = stores.get("catalog")
         if cat is not None and stores.get("orders") is not None and stores["orders"].has_table("orders"):
             holds = {r["order_id"]: r for r in cat.rows("SELECT order_id, status, expires_ms FROM holds WHERE status = 'confirmed'")}
             for o in stores["orders"].rows("SELECT id, status, updated_ms FROM orders WHERE status = 'confirmed'"):
                 h = holds.get(o["id"])
-                if h is not None and int(o["updated_ms"]) > int(h["expires_ms"]) + 5000:
+                if h is not None and int(o["updated_ms"]) > int(h["expires_ms"]) + self.tolerance_ms():
                     late += 1
                     self.example("deadlines", "order %s confirmed at %s, its stock hold expired at %s" % (o["id"], o["updated_ms"], h["expires_ms"]))
         self.check("spots", twice == 0, "%d spots held twice at once, %d reservations" % (twice, len(rows)))
         self.check("deadlines", late == 0, "%d holds fulfilled after their deadline" % late)
+
+    def tolerance_ms(self):
+        return int(self.args.skew_tolerance * 1000)
+
+    def check_brokers(self, phones, applied):
+        """Every action a phone saw answered around a broker's death (in the
+        5 s before the SIGKILL, or in flight across it) is applied: the
+        broker that answered may be the one that died, so a reply it sent
+        for a request it lost would show here."""
+        deaths = self.events["broker_kills"]
+        if not deaths:
+            self.check("brokers", True, "n/a (no broker died)")
+            return
+        before = across = lost = 0
+        per = []
+        for k, at in deaths:
+            b = c = l = 0
+            for name, p in phones.items():
+                for a in p["actions"]:
+                    if a["finished_ms"] is None or a["code"] == "dropped":
+                        continue
+                    made, done = int(a["created_ms"]), int(a["finished_ms"])
+                    if at - 5000 <= done <= at:
+                        b += 1
+                    elif made <= at < done:
+                        c += 1
+                    else:
+                        continue
+                    rec = applied.get(a["id"])
+                    if a["outcome"] == "done" and (rec is None or not rec[1]):
+                        l += 1
+                        self.example("brokers", "%s %s %s: done on the phone around broker %s's death, %s in the store" % (
+                            name, a["type"], a["id"], k, "refused" if rec else "nothing"))
+            per.append("broker %s at %+.0f s: %d answered before, %d across" % (k, (at - (self.args.t0 or 0)) / 1000.0, b, c))
+            before, across, lost = before + b, across + c, lost + l
+        self.check("brokers", lost == 0, "%d broker deaths: %d actions answered in the 5 s before one, %d in flight across one, %d lost (%s)" % (
+            len(deaths), before, across, lost, "; ".join(per[:4]) + ("; ..." if len(per) > 4 else "")))
+
+    def check_holds(self, stores, phones):
+        """Parking holds kept their deadlines within the skew tolerance, by
+        the store's own stamps and by the phones' real time."""
+        st = stores.get("reservations")
+        if st is None or not st.has_table("reservations"):
+            self.check("holds", True, "n/a (no reservations store)")
+            return
+        tol = self.tolerance_ms()
+        rows = {r["id"]: r for r in st.rows("SELECT id, status, held_ms, deadline_ms, checked_in_ms, ended_ms FROM reservations")}
+        # The end of the day: the last moment a phone heard anything (the
+        # expiry sweep runs until the final read, which comes after).
+        now = max([int(a["finished_ms"]) for p in phones.values() for a in p["actions"] if a["finished_ms"] is not None] or [0])
+        early = late = expired = checked = 0
+        gaps = []  # expiry stamp minus deadline, ms
+        for r in rows.values():
+            held, deadline = int(r["held_ms"]), int(r["deadline_ms"])
+            if r["status"] == "expired" and r["ended_ms"] is not None:
+                expired += 1
+                gap = int(r["ended_ms"]) - deadline
+                gaps.append(gap)
+                if gap < -tol:
+                    early += 1
+                    self.example("holds", "reservation %s expired at %s, %d ms before its deadline %s" % (r["id"], r["ended_ms"], -gap, deadline))
+                elif gap > tol:
+                    late += 1
+                    self.example("holds", "reservation %s expired at %s, %d ms after its deadline %s" % (r["id"], r["ended_ms"], gap, deadline))
+            if r["status"] == "held" and now > deadline + tol:
+                late += 1
+                self.example("holds", "reservation %s still held %d ms after its deadline %s" % (r["id"], now - deadline, deadline))
+            if r["checked_in_ms"] is not None:
+                checked += 1
+                if int(r["checked_in_ms"]) < held - tol:
+                    early += 1
+                    self.example("holds", "reservation %s checked in at %s, %d ms before it was held" % (r["id"], r["checked_in_ms"], held - int(r["checked_in_ms"])))
+        # Real time: the phones' clocks were never moved. A hold was made
+        # between its action's created and finished times; a check-in or a
+        # refusal happened between its own.
+        real = 0
+        for name, p in phones.items():
+            made = p["made"] or {}
+            hold_of = {}
+            current = None
+            for a in p["actions"]:
+                if a["type"] == "reservations.hold":
+                    hold_of[a["id"]] = a
+                    current = a
+                    continue
+                if a["type"] != "reservations.checkin" or a["finished_ms"] is None or a["code"] == "dropped":
+                    continue
+                rid = None
+                try:
+                    rid = json.loads(made[a["id"]]["body"]).get("reservation") if a["id"] in made else None
+                except (ValueError, AttributeError):
+                    rid = None
+                h = hold_of.get(rid) if rid else current
+                r = rows.get(h["id"]) if h else None
+                if h is None or r is None or h["finished_ms"] is None:
+                    continue
+                span = int(r["deadline_ms"]) - int(r["held_ms"])
+                real += 1
+                if a["outcome"] == "done" and int(a["created_ms"]) > int(h["finished_ms"]) + span + tol:
+                    late += 1
+                    self.example("holds", "%s checked in %s at %s (phone time), %d ms after the latest real deadline" % (
+                        name, h["id"], a["created_ms"], int(a["created_ms"]) - int(h["finished_ms"]) - span))
+                reason = (a["reason"] or "").lower()
+                if a["outcome"] != "done" and "expired" in reason and int(a["finished_ms"]) < int(h["created_ms"]) + span - tol:
+                    early += 1
+                    self.example("holds", "%s: check-in of %s refused as expired at %s (phone time), %d ms before the earliest real deadline" % (
+                        name, h["id"], a["finished_ms"], int(h["created_ms"]) + span - int(a["finished_ms"])))
+        gap = ("expiry stamps %+d to %+d ms of their deadlines" % (min(gaps), max(gaps))) if gaps else "no expiry"
+        self.check("holds", early == 0 and late == 0, "%d early, %d late beyond %g s of tolerance (%d holds, %d expired, %d checked in; %s; %d check-ins timed on the phones)" % (
+            early, late, tol / 1000.0, len(rows), expired, checked, gap, real))
 
     def check_telemetry(self, stores, phones):
         queued = sum(p["telemetry_queued"] for p in phones.values())
@@ -620,6 +786,39 @@ class Checker:
         }
 
 
+def fault_events(path, t0_ms):
+    """From faults.log: the broker deaths [(K, ms)] and the clock windows
+    {service: [(start ms, end ms)]} (a skew without a restore lasts to the
+    end), in ms since the epoch given the run's start t0_ms."""
+    import re
+    out = {"broker_kills": [], "clock": defaultdict(list)}
+    if not path or not os.path.exists(path) or t0_ms is None:
+        return out
+    open_ = {}
+    for line in open(path):
+        m = re.match(r"\[\s*(\d+)s\] (.*)", line.strip())
+        if not m or "FAILED" in line:
+            continue
+        at, what = t0_ms + int(m.group(1)) * 1000, m.group(2)
+        k = re.match(r"broker: kill broker (\d+) ", what)
+        if k:
+            out["broker_kills"].append((k.group(1), at))
+        c = re.match(r"clock: (\w+)/(\d+) ([+-]\d+)s \(restarted", what)
+        if c:
+            # 1 s of margin: the log line follows the kill.
+            open_[(c.group(1), c.group(2))] = at - 1000
+        c = re.match(r"clock: (\w+)/(\d+) restored", what)
+        if c and (c.group(1), c.group(2)) in open_:
+            # The restarted worker takes a moment to replace the skewed one.
+            out["clock"][c.group(1)].append((open_.pop((c.group(1), c.group(2))), at + 5000))
+    for (svc, _), start in open_.items():
+        out["clock"][svc].append((start, float("inf")))
+    return out
+
+
+KINDS = ("broker", "pg", "edge", "clock")
+
+
 def fault_windows(path, restart_s=2.0):
     """Fault windows [start, end) in seconds from the run's start, from the
     run's faults.log ("[  12s] partition phones | broker", "heal ...",
@@ -633,6 +832,32 @@ def fault_windows(path, restart_s=2.0):
         if not m:
             continue
         t, what = int(m.group(1)), m.group(2)
+        tag = what.split(": ", 1)[0] if ": " in what else None
+        if tag in KINDS and "FAILED" not in what:
+            body = what.split(": ", 1)[1]
+            if body.startswith("partition "):
+                open_[tag + ":" + body[len("partition "):]] = t
+            elif body.startswith("heal ") and tag + ":" + body[len("heal "):] in open_:
+                pair = body[len("heal "):]
+                windows.append({"kind": tag, "what": tag + " partition " + pair, "start": open_.pop(tag + ":" + pair), "end": t})
+            elif body.startswith("kill broker"):
+                windows.append({"kind": tag, "what": body.split(" (")[0], "start": t, "end": t + restart_s})
+            elif body.startswith("restart postgres (starting"):
+                open_[tag + ":restart"] = t
+            elif body.startswith("restart postgres done") and tag + ":restart" in open_:
+                start = open_.pop(tag + ":restart")
+                windows.append({"kind": tag, "what": "restart postgres", "start": start, "end": max(t, start + 1)})
+            elif body.startswith("kill quad-edge ("):
+                open_[tag + ":edge"] = t
+            elif body.startswith("quad-edge restarted") and tag + ":edge" in open_:
+                windows.append({"kind": tag, "what": "kill quad-edge", "start": open_.pop(tag + ":edge"), "end": t + 1})
+            elif re.match(r"\S+ [+-]\d+s \(restarted", body):
+                open_[tag + ":" + body.split(" ")[0]] = t
+                open_["skew:" + body.split(" ")[0]] = body.split(" ")[1]
+            elif " restored" in body and tag + ":" + body.split(" ")[0] in open_:
+                w = body.split(" ")[0]
+                windows.append({"kind": tag, "what": "clock %s %s" % (w, open_.pop("skew:" + w, "")), "start": open_.pop(tag + ":" + w), "end": t})
+            continue
         if what.startswith("partition ") and "FAILED" not in what:
             open_[what[len("partition "):]] = t
         elif what.startswith("heal ") and what[len("heal "):] in open_:
@@ -651,7 +876,10 @@ def fault_windows(path, restart_s=2.0):
             if key in open_:
                 windows.append({"kind": "scale", "what": what[:-len(" done")], "start": open_.pop(key), "end": t})
     for key, t in open_.items():
-        windows.append({"kind": "partition" if not key.startswith("scale:") else "scale", "what": key, "start": t, "end": None})
+        if key.startswith("skew:"):
+            continue
+        kind = key.split(":", 1)[0] if key.split(":", 1)[0] in KINDS + ("scale",) else "partition"
+        windows.append({"kind": kind, "what": key, "start": t, "end": None})
     return windows
 
 
@@ -676,7 +904,8 @@ def html_report(path, checker, windows, t0_ms, title):
     ly = math.log10(top) + 0.1
     def Y1(ms):
         return T + H1 - H1 * math.log10(ms) / ly
-    colors = {"partition": "#f4a3a3", "kill": "#9fc5e8", "pause": "#ffe599", "scale": "#b6d7a8"}
+    colors = {"partition": "#f4a3a3", "kill": "#9fc5e8", "pause": "#ffe599", "scale": "#b6d7a8",
+              "broker": "#c27ba0", "pg": "#8e7cc3", "edge": "#e69138", "clock": "#76a5af"}
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (W, T + H1 + G + H2 + 40)]
     for k, w in enumerate(windows):
         x1, x2 = X(w["start"]), X(w["end"] if w["end"] is not None else end)
@@ -716,7 +945,7 @@ def html_report(path, checker, windows, t0_ms, title):
     lx = L
     for kind, c in colors.items():
         out.append('<rect x="%d" y="%d" width="12" height="10" fill="%s"/><text x="%d" y="%d">%s</text>' % (lx, y0 + H2 + 24, c, lx + 16, y0 + H2 + 33, kind))
-        lx += 90
+        lx += 80
     out.append("</svg>")
     ok, text = checker.verdict()
     rows = "".join('<tr><td>%s</td><td class="%s">%s</td><td>%s</td></tr>' % (
@@ -744,6 +973,9 @@ def main():
     ap.add_argument("--t0", type=int, help="the run's start, ms since the epoch (the faults' zero)")
     ap.add_argument("--html", help="also write an HTML report with an SVG plot of latency and throughput")
     ap.add_argument("--settle", type=float, default=0, help="seconds to wait for analytics to catch up (default 0)")
+    ap.add_argument("--skew-tolerance", type=float, default=5, metavar="S",
+                    help="seconds two clocks may disagree by (the run's largest clock offset plus 5 s; default 5): "
+                         "the holds and deadlines checks allow it")
     ap.add_argument("--title", default="Quad chaos run", help="the HTML report's title")
     ap.add_argument("--install-history", type=int, metavar="N", help="install the history recorder in N phone files of --phones, then exit")
     ap.add_argument("--wait", type=float, default=120, help="--install-history: seconds to wait for the phone files (default 120)")

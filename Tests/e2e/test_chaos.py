@@ -329,3 +329,140 @@ def test_unreadable_stores_exit_2(tmp_path):
     (home / "phones").mkdir(parents=True)
     p = subprocess.run([sys.executable, CHECKER, "--home", str(home)], capture_output=True, text=True)
     assert p.returncode == 2 and "no phone files" in p.stderr
+
+
+def check_with_faults(world, lines, tolerance=None):
+    """The checker with a faults.log of `lines` ("[  10s] ..."), t0 at the
+    world's start (1_000_000 ms)."""
+    world.commit()
+    log = os.path.join(world.home, "faults.log")
+    with open(log, "w") as f:
+        f.write("".join(l + "\n" for l in lines))
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("QUAD_") and k.endswith("_DB"))}
+    out = os.path.join(world.home, "check.json")
+    args = [sys.executable, CHECKER, "--home", world.home, "--json", out, "--faults", log, "--t0", "1000000"]
+    if tolerance is not None:
+        args += ["--skew-tolerance", str(tolerance)]
+    p = subprocess.run(args, capture_output=True, text=True, env=env)
+    verdict = json.load(open(out)) if os.path.exists(out) else None
+    return p.returncode, p.stdout + p.stderr, verdict
+
+
+def figures(verdict, name):
+    return next(c["figures"] for c in verdict["checks"] if c["name"] == name)
+
+
+def test_without_a_broker_death_the_brokers_check_is_na(world):
+    rc, out, verdict = world.check()
+    assert rc == 0 and "n/a (no broker died)" in figures(verdict, "brokers"), out
+
+
+def test_an_action_answered_just_before_a_broker_died_and_lost_is_caught(world):
+    # Answered at t+20 ms, no record in favorites; broker 2 SIGKILLed 1 s later.
+    world.act("favorites.add", "f9", applied=False)
+    at_s = (world.t + 1000 - 1_000_000) // 1000 + 1
+    rc, out, verdict = check_with_faults(world, ["[%4ds] broker: kill broker 2 (supervisord restarts it)" % at_s])
+    assert rc == 1 and failed(verdict) == ["brokers", "lost"], out
+    assert "1 broker deaths" in figures(verdict, "brokers") and ", 1 lost" in figures(verdict, "brokers"), out
+
+
+def test_actions_around_a_broker_death_that_are_applied_pass(world):
+    rc, out, verdict = check_with_faults(world, ["[   3s] broker: kill broker 1 (supervisord restarts it)"])
+    assert rc == 0, out
+    assert "1 broker deaths" in figures(verdict, "brokers") and ", 0 lost" in figures(verdict, "brokers"), out
+
+
+def test_a_hold_expired_early_beyond_the_tolerance_is_caught(world):
+    # h2: a 10-minute hold, expired 200 s before its deadline.
+    world.db["reservations"].execute(
+        "INSERT INTO reservations VALUES ('h2', 'u2', 'S2', 'expired', ?, ?, NULL, ?)",
+        (world.t, world.t + 600_000, world.t + 400_000))
+    rc, out, verdict = check_with_faults(world, [], tolerance=95)
+    assert rc == 1 and failed(verdict) == ["holds"], out
+    assert "1 early, 0 late" in figures(verdict, "holds"), out
+    # 60 s early is within a 95 s skew tolerance; not within 5 s.
+    world.db["reservations"].execute("UPDATE reservations SET ended_ms = deadline_ms - 60000 WHERE id = 'h2'")
+    rc, out, verdict = check_with_faults(world, [], tolerance=95)
+    assert rc == 0, out
+    rc, out, verdict = check_with_faults(world, [], tolerance=5)
+    assert rc == 1 and failed(verdict) == ["holds"], out
+
+
+def test_a_hold_never_expired_is_late(world):
+    # Held, with its deadline long before the phone's last answer.
+    world.db["reservations"].execute(
+        "INSERT INTO reservations VALUES ('h2', 'u2', 'S2', 'held', 1000, 2000, NULL, NULL)")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["holds"], out
+    assert "0 early, 1 late" in figures(verdict, "holds"), out
+
+
+def test_a_check_in_late_in_real_time_is_caught_though_stamped_in_time(world):
+    # A 60 s hold; the phone checked in 200 s after it was held, and a worker
+    # whose clock ran 150 s slow stamped the check-in before the deadline.
+    world.act("reservations.hold", "h3")
+    held = world.t
+    world.db["reservations"].execute(
+        "INSERT INTO reservations VALUES ('h3', 'u1', 'S3', 'checked_in', ?, ?, ?, NULL)", (held, held + 60_000, held + 50_000))
+    world.t += 200_000
+    world.act("reservations.checkin", "c3", body={"reservation": "h3"})
+    rc, out, verdict = check_with_faults(world, [], tolerance=95)
+    assert rc == 1 and failed(verdict) == ["holds"], out
+    assert "0 early, 1 late" in figures(verdict, "holds"), out
+
+
+def test_a_skewed_clock_excuses_the_order_of_what_it_stamped(world):
+    # o1 stamped far in the past by orders while its clock was skewed.
+    world.db["orders"].execute("UPDATE idempotency SET created_ms = 1 WHERE id = 'o1'")
+    lines = ["[   0s] clock: orders/1 -90s (restarted with its wall clock off by -90 s)",
+             "[  60s] clock: orders/1 restored (restarted on the real clock)"]
+    rc, out, verdict = check_with_faults(world, lines, tolerance=95)
+    assert rc == 0, out
+    assert "3 applied by a worker on a skewed clock not compared" in figures(verdict, "order"), out
+    # The same stamp with no clock fault is out of order.
+    rc, out, verdict = check_with_faults(world, [], tolerance=95)
+    assert rc == 1 and failed(verdict) == ["order"], out
+
+
+def test_fault_windows_have_a_kind_each():
+    sys.path.insert(0, os.path.join(ROOT, "deploy"))
+    import checker
+    import tempfile
+    lines = ["[   5s] partition phones | broker", "[   9s] heal phones | broker",
+             "[  10s] broker: kill broker 2 (supervisord restarts it)",
+             "[  12s] broker: partition phones | broker-2", "[  15s] broker: heal phones | broker-2",
+             "[  20s] pg: restart postgres (starting)", "[  23s] pg: restart postgres done",
+             "[  25s] pg: partition catalog | pg", "[  30s] pg: heal catalog | pg",
+             "[  31s] edge: kill quad-edge (pid 9, SIGKILL; restarted in 2 s for the last 40 s of the day)",
+             "[  33s] edge: quad-edge restarted (pid 10, --duration 40, same --dir)",
+             "[  35s] clock: reservations/1 +73s (restarted with its wall clock off by +73 s)",
+             "[  50s] clock: reservations/1 restored (restarted on the real clock)"]
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+        f.write("\n".join(lines) + "\n")
+    windows = checker.fault_windows(f.name)
+    kinds = sorted((w["kind"], w["start"], w["end"]) for w in windows)
+    assert kinds == [("broker", 10, 12.0), ("broker", 12, 15), ("clock", 35, 50), ("edge", 31, 34), ("partition", 5, 9),
+                     ("pg", 20, 23), ("pg", 25, 30)], windows
+    events = checker.fault_events(f.name, 1_000_000)
+    assert events["broker_kills"] == [("2", 1_010_000)]
+    assert events["clock"]["reservations"] == [(1_034_000, 1_055_000)]
+    os.unlink(f.name)
+
+
+def test_holds_stamped_by_a_skewed_clock_are_not_a_spot_held_twice(world):
+    # B was made first (its UUIDv7 id holds the phone's time, inside the
+    # reservations skew window) by a worker 60 s fast, and expired; A came
+    # after it on a real clock and is still held: by the stamps B starts
+    # after A.
+    b = "0000000f-69b0-7000-8000-000000000000"  # 1_010_000 ms
+    a = "0000000f-8d00-7000-8000-000000000000"  # 1_019_040 ms
+    res = world.db["reservations"]
+    res.execute("INSERT INTO reservations VALUES (?, 'u3', 'S9', 'expired', 1070000, 1115000, NULL, 1115100)", (b,))
+    res.execute("INSERT INTO reservations VALUES (?, 'u4', 'S9', 'held', 1019040, 99999999999, NULL, NULL)", (a,))
+    lines = ["[   0s] clock: reservations/1 +60s (restarted with its wall clock off by +60 s)",
+             "[  30s] clock: reservations/1 restored (restarted on the real clock)"]
+    rc, out, verdict = check_with_faults(world, lines, tolerance=95)
+    assert "spots" not in failed(verdict), out
+    # The same stamps with no clock moved: a spot held twice.
+    rc, out, verdict = check_with_faults(world, [], tolerance=5)
+    assert "spots" in failed(verdict), out

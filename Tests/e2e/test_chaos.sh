@@ -11,9 +11,13 @@
 #      own id until answered): every request applied exactly once (the stock
 #      grew by exactly the number sent, one idempotency record each);
 #   4. down: no namespace, veth or bridge of the stack is left.
-#   5. deploy/chaos run: 12 phones, 120 s of campus day under partitions,
-#      kills, pauses and a scale to 3 and back; every check of deploy/checker.py
-#      runs on real figures and passes (the fault switch set, and inert).
+#   5. deploy/chaos run: 12 phones, 120 s of campus day under every kind of
+#      fault: partitions, kills, pauses, a scale to 3 and back, broker kills
+#      and partitions, a PostgreSQL restart and a partition from pg, a SIGKILL
+#      of quad-edge (restarted on its files), a worker on a skewed clock; the
+#      faults log must show a broker kill, a PostgreSQL restart, a quad-edge
+#      kill and a clock skew, and every check of deploy/checker.py runs on
+#      real figures and passes (the fault switch set, and inert).
 # Runs on its own QUAD_HOME, ports and net 10.77.K.0/24; about 6 minutes.
 set -euo pipefail
 
@@ -38,13 +42,23 @@ if ! command -v nft >/dev/null; then
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables </dev/null >/dev/null; } ||
         fail "nftables is missing and could not be installed"
 fi
+# libfaketime: the chaos run's clock fault.
+if ! compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null; then
+    printf 'test_chaos: installing faketime\n'
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime </dev/null >/dev/null 2>&1 ||
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime </dev/null >/dev/null; } ||
+        fail "faketime (libfaketime) is missing and could not be installed"
+fi
 python3 -c 'import zmq' 2>/dev/null || fail "python3 zmq (pyzmq) is missing: deploy/test installs it"
 
 QUAD_HOME=$(mktemp -d /tmp/quad-chaos-e2e.XXXXXX)
 chmod 755 "$QUAD_HOME"  # PostgreSQL (user postgres) keeps its data in it
 export QUAD_HOME
-export QUAD_PORT_BASE=7700 QUAD_RESTART_DELAY=1
+# QUAD_TEST_PORT_BASE and QUAD_TEST_HOSTS_NET: a port base and a hosts net of
+# its own, for a machine where others run the test at the same time.
+export QUAD_PORT_BASE=${QUAD_TEST_PORT_BASE:-7700} QUAD_RESTART_DELAY=1
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_HOSTS_NET
+[[ -n ${QUAD_TEST_HOSTS_NET:-} ]] && export QUAD_HOSTS_NET=$QUAD_TEST_HOSTS_NET
 for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
 PREFIX=""
 
@@ -231,7 +245,7 @@ eval "$("$STACK" env)"
 # shellcheck disable=SC1091
 source "$QUAD_HOME/run/hosts.env"
 PREFIX=$HOSTS_PREFIX
-[[ $QUAD_FRONTEND == "tcp://$HOSTS_SUBNET.2:7700" ]] || fail "the frontend is $QUAD_FRONTEND, expected the broker host's tcp://$HOSTS_SUBNET.2:7700"
+[[ $QUAD_FRONTEND == "tcp://$HOSTS_SUBNET.2:$QUAD_PORT_BASE" ]] || fail "the frontend is $QUAD_FRONTEND, expected the broker host's tcp://$HOSTS_SUBNET.2:$QUAD_PORT_BASE"
 ip netns list | grep -q "^$PREFIX-broker" || fail "no namespace $PREFIX-broker: $(ip netns list)"
 ip netns list | grep -q "^$PREFIX-catalog-1" || fail "no namespace $PREFIX-catalog-1"
 [[ $(ip netns identify "$(<"$QUAD_HOME/run/catalog.1.pid")") == "$PREFIX-catalog-1" ]] ||
@@ -364,7 +378,7 @@ import json, re, sys
 d = sys.argv[1]
 v = json.load(open(d + "/check.json"))
 checks = {c["name"]: c for c in v["checks"]}
-want = ["drained", "lost", "order", "duplicated", "stock", "saga", "spots", "deadlines", "telemetry", "analytics"]
+want = ["drained", "lost", "order", "duplicated", "stock", "saga", "spots", "deadlines", "telemetry", "analytics", "brokers", "holds"]
 problems = ["missing check %s" % n for n in want if n not in checks]
 problems += ["check %s failed: %s" % (n, c["figures"]) for n, c in checks.items() if not c["ok"]]
 problems += ["check %s did not run: %s" % (n, c["figures"]) for n, c in checks.items() if "n/a" in c["figures"]]
@@ -381,6 +395,28 @@ for kind, least in (("partition", 6), ("kill", 4), ("pause", 2), ("scale", 2)):
     n = len(re.findall(r"\] %s " % kind, faults)) - (1 if kind == "partition" else 0)  # less the start's cut
     if n < least:
         problems.append("only %d %s faults (want %d or more)" % (n, kind, least))
+# The faults that kill what Quad must now survive, each at least once.
+for what, rx in (("broker kill", r"\] broker: kill broker \d+ \("), ("PostgreSQL restart", r"\] pg: restart postgres done"),
+                 ("quad-edge kill", r"\] edge: kill quad-edge \("), ("quad-edge restart", r"\] edge: quad-edge restarted"),
+                 ("clock skew", r"\] clock: \w+/\d+ [+-]\d+s \(restarted"), ("clock restore", r"\] clock: \w+/\d+ restored"),
+                 ("broker partition", r"\] broker: partition phones"), ("pg partition", r"\] pg: partition \w+ \| pg")):
+    if not re.search(rx, faults):
+        problems.append("no %s in the faults log" % what)
+# The skew took effect: the skewed worker's log lines jump by its offset
+# when it restarts under libfaketime (their ts is its wall clock).
+for svc, n, off in re.findall(r"\] clock: (\w+)/(\d+) ([+-]\d+)s \(restarted", faults)[:1]:
+    stamps = []
+    for line in open("%s/home/logs/%s.%s.log" % (d, svc, n), errors="replace"):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and isinstance(e.get("ts"), int):
+            stamps.append(e["ts"])
+    jumps = [b - a for a, b in zip(stamps, stamps[1:])]
+    if not any(abs(j - int(off) * 1000) < 5000 for j in jumps):
+        problems.append("%s/%s's log shows no jump of %s s in its timestamps (largest %s ms): the skew did not take effect" % (
+            svc, n, off, max(jumps, key=abs) if jumps else None))
 if re.search(r"FAILED|no live worker", faults):
     problems.append("a fault did not happen: %s" % [l for l in faults.splitlines() if "FAILED" in l or "no live" in l])
 print("\n".join(problems), file=sys.stderr)
@@ -390,7 +426,8 @@ PY
     [[ -n $run_prefix ]] || fail "the chaos run's stack-up.log does not name its namespaces"
     left=$(ip netns list | awk '{print $1}' | grep "^$run_prefix-" || true)
     [[ -z $left ]] || fail "namespaces left after the chaos run: $left"
-    ok "deploy/chaos run: 12 phones, 120 s, $(grep -cE '\] (partition|kill|pause|scale .*starting)' "$rundir/faults.log") faults; $(grep '^actions:' "$QUAD_HOME/chaos-run.log")"
+    ok "deploy/chaos run: 12 phones, 120 s, $(grep '^faults by kind' "$QUAD_HOME/chaos-run.log"); $(grep '^actions:' "$QUAD_HOME/chaos-run.log")"
+    sed -n '/^actions:/,/^converged/p' "$QUAD_HOME/chaos-run.log" | sed 's/^/    /'
 else
     printf 'test_chaos: skip deploy/chaos run: %s is not built with a run command\n' "$edge_bin"
 fi

@@ -92,7 +92,8 @@ def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(bro
     # flight, or sent into the cut, reaches orders and is retried), a
     # service cut off or killed in between.
     p = subprocess.run([CHAOS, "run", "--phones", "20", "--duration", "90", "--seed", "5", "--partition-every", "6",
-                        "--kill-every", "10", "--pause-every", "0", "--scale-service", "none", "--out", out],
+                        "--kill-every", "10", "--pause-every", "0", "--scale-service", "none", "--faults", "partition,kill",
+                        "--hold-seconds", "600", "--out", out],
                        env=env, capture_output=True, text=True, timeout=1200)
     log = p.stdout + p.stderr
     assert os.path.exists(os.path.join(out, "check.json")), "the run wrote no check.json (exit %d):\n%s" % (p.returncode, log[-4000:])
