@@ -182,6 +182,9 @@ public final class CampusDay {
     }
 
     func finish(drained: Bool) {
+        // What the report counts is final: no step still on the agenda
+        // adds to it (it would stay queued in the phone's file, unsent).
+        for phone in fleet.phones { phone.recording = false }
         progress()
         let json = report(fleet, final: true)
         let text = Report.words(json)
@@ -268,7 +271,9 @@ final class Student {
     /// Runs `then` after a think time (seconds of a real student, divided by speed).
     func think(_ seconds: ClosedRange<Int64> = 2...12, _ then: @escaping () -> Void) {
         agenda.after(day.scaled((seconds.lowerBound * 1000)...(seconds.upperBound * 1000), &rng)) { [weak self] in
-            guard self != nil else { return }
+            // After the day no activity goes on: the drain waits only for
+            // what the day queued.
+            guard let self, self.day.running else { return }
             then()
         }
     }

@@ -82,6 +82,10 @@ final class Phone {
     var expiresAt: Int64 = 0
     var sessionID = MessageID.make()
     var signingIn = false
+    /// Cleared once the day's report is taken: an activity's step that
+    /// runs in the loop's last turn then writes no event that nothing
+    /// would send.
+    var recording = true
     var signInWaiters: [(QuadError?) -> Void] = []
     var refreshing = false
     var refreshWaiters: [(QuadError?) -> Void] = []

@@ -23,6 +23,7 @@ extension Phone {
     /// Records one event: stored at once, sent later.
     func record(_ name: String, _ props: JSON, session: String? = nil) {
         assert(Phone.telemetryNames.contains(name), "unknown telemetry event \(name)")
+        guard recording else { return }
         let id = MessageID.make()
         do {
             try db.execute("""
