@@ -165,7 +165,10 @@ def client(endpoint, product, count, stop, results, lock, timeout_ms):
             sock.curve_serverkey = f.read().strip()
         sock.curve_secretkey = secret
         sock.curve_publickey = zmq.curve_public(secret)
-    sock.connect(endpoint)
+    # Every broker's internal frontend (a comma-separated list): the DEALER
+    # deals its requests over them, and a retry may go through another.
+    for e in endpoint.split(","):
+        sock.connect(e)
     sent = 0
     while sent < count and not stop.is_set():
         rid = uuid7()
@@ -245,7 +248,9 @@ eval "$("$STACK" env)"
 # shellcheck disable=SC1091
 source "$QUAD_HOME/run/hosts.env"
 PREFIX=$HOSTS_PREFIX
-[[ $QUAD_FRONTEND == "tcp://$HOSTS_SUBNET.2:$QUAD_PORT_BASE" ]] || fail "the frontend is $QUAD_FRONTEND, expected the broker host's tcp://$HOSTS_SUBNET.2:$QUAD_PORT_BASE"
+# Two brokers by default, each on its own host: broker (.2) and broker-2 (.102).
+[[ $QUAD_FRONTEND == "tcp://$HOSTS_SUBNET.2:$QUAD_PORT_BASE,tcp://$HOSTS_SUBNET.102:$QUAD_PORT_BASE" ]] ||
+    fail "the frontend is $QUAD_FRONTEND, expected the broker hosts' tcp://$HOSTS_SUBNET.2:$QUAD_PORT_BASE,tcp://$HOSTS_SUBNET.102:$QUAD_PORT_BASE"
 ip netns list | grep -q "^$PREFIX-broker" || fail "no namespace $PREFIX-broker: $(ip netns list)"
 ip netns list | grep -q "^$PREFIX-catalog-1" || fail "no namespace $PREFIX-catalog-1"
 [[ $(ip netns identify "$(<"$QUAD_HOME/run/catalog.1.pid")") == "$PREFIX-catalog-1" ]] ||
