@@ -149,6 +149,16 @@ public final class TestStack: @unchecked Sendable {
         try Client(endpoint: endpoints.internal, source: source)
     }
 
+    /// Two brokers, and one quad-tally worker (`tally/1`) registered with
+    /// both: the broker tier's tests start from it. False when the worker
+    /// is not registered with each within 10 s.
+    public func startTwoBrokersWithTally() throws -> Bool {
+        try startBroker(index: 0)
+        try startBroker(index: 1)
+        try startWorker("quad-tally", instance: "tally/1", brokers: 2)
+        return try waitForWorkers("tally", count: 1, broker: 0) && waitForWorkers("tally", count: 1, broker: 1)
+    }
+
     /// Waits until `service` has `count` live workers in `sys.services`.
     public func waitForWorkers(_ service: String, count: Int, timeoutMs: Int64 = 10_000, broker index: Int = 0) throws -> Bool {
         let c = try client(broker: index)
@@ -167,4 +177,15 @@ public final class TestStack: @unchecked Sendable {
     public func log(_ name: String) -> String {
         (try? String(contentsOfFile: dir + "/logs/\(name.replacingOccurrences(of: "/", with: ".")).log", encoding: .utf8)) ?? ""
     }
+}
+
+/// Polls `condition` every 50 ms until it holds or `ms` pass; the last
+/// answer. Tests wait for events this way, never for a fixed time.
+public func eventually(_ ms: Int64 = 30_000, _ condition: () throws -> Bool) rethrows -> Bool {
+    let until = Clock.monotonicMillis() + ms
+    while Clock.monotonicMillis() < until {
+        if try condition() { return true }
+        usleep(50_000)
+    }
+    return try condition()
 }

@@ -12,11 +12,7 @@ import Testing
 struct LinkTierTests {
     @Test func aPhoneWhoseBrokerIsKilledIsAnsweredByTheOtherUnderTheSameIDs() throws {
         let stack = try TestStack(name: "link-tier")
-        try stack.startBroker(index: 0)
-        try stack.startBroker(index: 1)
-        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
-        #expect(try stack.waitForWorkers("tally", count: 1, broker: 0))
-        #expect(try stack.waitForWorkers("tally", count: 1, broker: 1))
+        #expect(try stack.startTwoBrokersWithTally())
 
         let context = ZMQContext()
         let reactor = Reactor(now: Clock.monotonicMillis)

@@ -14,15 +14,6 @@ import Testing
 /// the retry with the same outcome: one order, one unit of stock.
 @Suite("A saga whose broker dies", .serialized)
 struct SagaFailoverTests {
-    func eventually(_ ms: Int64 = 30_000, _ condition: () throws -> Bool) rethrows -> Bool {
-        let until = Clock.monotonicMillis() + ms
-        while Clock.monotonicMillis() < until {
-            if try condition() { return true }
-            usleep(50_000)
-        }
-        return try condition()
-    }
-
     final class Outcome: @unchecked Sendable {
         let lock = NSLock()
         var reply: Envelope?

@@ -9,23 +9,9 @@ import Testing
 /// processes, on `ipc://` endpoints of their own.
 @Suite("Broker tier", .serialized)
 struct BrokerTierTests {
-    /// Polls `condition` every 50 ms until it holds or `ms` pass.
-    func eventually(_ ms: Int64 = 30_000, _ condition: () throws -> Bool) rethrows -> Bool {
-        let until = Clock.monotonicMillis() + ms
-        while Clock.monotonicMillis() < until {
-            if try condition() { return true }
-            usleep(50_000)
-        }
-        return try condition()
-    }
-
     @Test func aWorkerServesEveryBrokerAndComesBackToOneThatRestarts() throws {
         let stack = try TestStack(name: "tier-worker")
-        try stack.startBroker(index: 0)
-        try stack.startBroker(index: 1)
-        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
-        #expect(try stack.waitForWorkers("tally", count: 1, broker: 0))
-        #expect(try stack.waitForWorkers("tally", count: 1, broker: 1))
+        #expect(try stack.startTwoBrokersWithTally())
 
         // Each broker alone hands the one worker requests.
         let viaFirst = try stack.client(broker: 0)
@@ -51,11 +37,7 @@ struct BrokerTierTests {
 
     @Test func aWorkerPublishesEachEventToEveryBroker() throws {
         let stack = try TestStack(name: "tier-events")
-        try stack.startBroker(index: 0)
-        try stack.startBroker(index: 1)
-        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
-        #expect(try stack.waitForWorkers("tally", count: 1, broker: 0))
-        #expect(try stack.waitForWorkers("tally", count: 1, broker: 1))
+        #expect(try stack.startTwoBrokersWithTally())
 
         // A subscriber on each broker's events-out alone.
         let context = ZMQContext()
@@ -184,11 +166,7 @@ struct BrokerTierTests {
 
     @Test func aClientOfBothFrontendsIsAnsweredByTheOtherWhenItsBrokerIsKilled() throws {
         let stack = try TestStack(name: "tier-client")
-        try stack.startBroker(index: 0)
-        try stack.startBroker(index: 1)
-        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
-        #expect(try stack.waitForWorkers("tally", count: 1, broker: 0))
-        #expect(try stack.waitForWorkers("tally", count: 1, broker: 1))
+        #expect(try stack.startTwoBrokersWithTally())
         let traffic = Traffic()
         let frontends = stack.endpoints(brokers: 2).frontend
         let key = stack.brokerKey
@@ -240,11 +218,7 @@ struct BrokerTierTests {
 
     @Test func aClientFailsOverFromAStoppedBrokerAfterOneAttempt() throws {
         let stack = try TestStack(name: "tier-stop")
-        try stack.startBroker(index: 0)
-        try stack.startBroker(index: 1)
-        try stack.startWorker("quad-tally", instance: "tally/1", brokers: 2)
-        #expect(try stack.waitForWorkers("tally", count: 1, broker: 0))
-        #expect(try stack.waitForWorkers("tally", count: 1, broker: 1))
+        #expect(try stack.startTwoBrokersWithTally())
         let client = try stack.client(brokers: 2)
         _ = try client.request("tally.add", ["key": "s", "n": 1])
         // A broker that stops answering without closing its connections
