@@ -510,6 +510,9 @@ class Checker:
                 real = int(ident.replace("-", "")[:12], 16)
             except ValueError:
                 return True
+            if end != inf and end < start:
+                # Ended before it began: two clocks stamped it.
+                return True
             last = real + (end - start if end != inf else 0) + 60000
             return any(w0 <= last and real - 5000 <= w1 for w0, w1 in windows)
 

@@ -449,6 +449,24 @@ def test_fault_windows_have_a_kind_each():
     os.unlink(f.name)
 
 
+def test_a_hold_cancelled_on_another_clock_than_it_was_held_is_not_a_spot_held_twice(world):
+    # B was held by a worker 86 s fast, then cancelled after the worker was
+    # restarted on the real clock: its stamps end before they begin. A came
+    # later (real clock) and is still checked in. By the stamps B starts
+    # inside A; in real time B was over before A began.
+    b = "0000000f-6950-7000-8000-000000000000"  # 1_010_000 ms
+    a = "00000010-2ca0-7000-8000-000000000000"  # 1_060_000 ms
+    res = world.db["reservations"]
+    res.execute("INSERT INTO reservations VALUES (?, 'u5', 'S8', 'cancelled', 1096000, 1141000, NULL, 1012000)", (b,))
+    res.execute("INSERT INTO reservations VALUES (?, 'u6', 'S8', 'checked_in', 1060000, 1105000, 1061000, NULL)", (a,))
+    lines = ["[   0s] clock: reservations/1 +86s (restarted with its wall clock off by +86 s)",
+             "[  10s] clock: reservations/1 restored (restarted on the real clock)"]
+    rc, out, verdict = check_with_faults(world, lines, tolerance=95)
+    assert "spots" not in failed(verdict), out
+    rc, out, verdict = check_with_faults(world, [], tolerance=5)
+    assert "spots" in failed(verdict), out
+
+
 def test_holds_stamped_by_a_skewed_clock_are_not_a_spot_held_twice(world):
     # B was made first (its UUIDv7 id holds the phone's time, inside the
     # reservations skew window) by a worker 60 s fast, and expired; A came
