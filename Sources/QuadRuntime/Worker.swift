@@ -164,9 +164,7 @@ public final class Worker {
         registry.set("quad_broker_reconnects_total", ["service": service], Double(reconnects))
         if let db = handlers.db {
             if let pg = db as? PostgresDatabase { registry.set("quad_store_reconnects_total", ["service": service], Double(pg.sessions - 1)) }
-            if let n = try? db.queryOne("SELECT COUNT(*) AS n FROM outbox WHERE published = 0")?.int("n") {
-                registry.set("quad_outbox_backlog", ["service": service], Double(n))
-            }
+            if let n = try? Outbox.unpublishedCount(db) { registry.set("quad_outbox_backlog", ["service": service], Double(n)) }
         }
         for (feed, _) in feeds {
             for source in feed.sources {

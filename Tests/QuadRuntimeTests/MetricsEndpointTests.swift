@@ -125,6 +125,7 @@ struct MetricsEndpointTests {
         #expect(body.contains("quad_requests_total{service=\"tally\",type=\"other\",status=\"\(status404)\"} 1\n"), "\(body.prefix(2000))")
         #expect(body.contains("quad_request_duration_seconds_count{service=\"tally\",type=\"tally.add\"} 3\n"))
         #expect(body.contains("# TYPE quad_outbox_backlog gauge"))
+        #expect(body.contains("quad_outbox_backlog{service=\"tally\"} "), "\(body.prefix(2000))")
         #expect(body.contains("quad_uptime_seconds{service=\"tally\"}"))
         #expect(try Self.get(p, "/nothing").status == 404)
         #expect(try Self.get(p, "/metrics", method: "POST").status == 405)
