@@ -250,9 +250,9 @@ public final class Broker {
         if let address = settings.metricsAddress {
             let server = MetricsServer(registry: metrics)
             do {
-                let port = try server.start(address)
+                try server.start(address)
                 metricsServer = server
-                Log.info(name, "metrics at http://\(address.split(separator: ":").first ?? "?"):\(port)/metrics")
+                Log.info(name, "metrics at \(server.url)")
             } catch {
                 Log.error(name, "\(error)")
                 return 1

@@ -13,6 +13,11 @@ public final class MetricsServer: @unchecked Sendable {
     var daemon: OpaquePointer?
     var retained: Unmanaged<MetricsServer>?
     public private(set) var port: UInt16 = 0
+    var host = ""
+
+    /// Where it serves, once started: `http://HOST:PORT/metrics` with the
+    /// port it took (the one asked, or the free one port 0 found).
+    public var url: String { "http://\(host):\(port)/metrics" }
 
     /// The content type of the text exposition format.
     public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
@@ -45,6 +50,7 @@ public final class MetricsServer: @unchecked Sendable {
         }
         daemon = d
         retained = me
+        self.host = host
         self.port = quad_mhd_port(d)
         return self.port
     }

@@ -237,10 +237,10 @@ public final class Worker {
         if let address = metricsAddress {
             let server = MetricsServer(registry: handlers.metrics.registry)
             do {
-                let port = try server.start(address)
+                try server.start(address)
                 metricsServer = server
                 handlers.metrics.exported = true
-                Log.info(handlers.instance, "metrics at http://\(address.split(separator: ":").first ?? "?"):\(port)/metrics")
+                Log.info(handlers.instance, "metrics at \(server.url)")
             } catch {
                 Log.error(handlers.instance, "\(error)")
                 return 1

@@ -108,15 +108,7 @@ struct MetricsEndpointTests {
         let unknown = try client.call(.request("tally.no-such-type", body: [:]), timeoutMs: 5000, attempts: 1)
         #expect(unknown.quadError != nil)
         // The port it took is in its log line.
-        var port: UInt16?
-        let until = Clock.monotonicMillis() + 30_000
-        while port == nil && Clock.monotonicMillis() < until {
-            if let line = stack.log("tally/1").split(separator: "\n").first(where: { $0.contains("metrics at http://") }),
-               let range = line.range(of: #"127\.0\.0\.1:[0-9]+/metrics"#, options: .regularExpression) {
-                port = UInt16(line[range].dropFirst("127.0.0.1:".count).prefix { $0.isNumber })
-            } else { usleep(50_000) }
-        }
-        let p = try #require(port, "no 'metrics at' line: \(stack.log("tally/1").suffix(600))")
+        let p = try Self.metricsPort(stack, "tally/1")
         let (status, headers, body) = try Self.get(p, "/metrics")
         #expect(status == 200)
         #expect(headers.contains("text/plain; version=0.0.4"))
