@@ -59,7 +59,7 @@ public final class PostgresDatabase: Database {
         self.reconnectMaxMs = max(reconnectMaxMs, 50)
         self.connectTimeoutS = max(connectTimeoutS, 2)
         let keywords = ["connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "dbname"]
-        let values = [String(max(connectTimeoutS, 2)), "1", "5", "1", "3", "5000", url]
+        let values = [String(self.connectTimeoutS), "1", "5", "1", "3", "5000", url]
         // expand_dbname: the URL in `dbname` is read as a connection string,
         // whose settings override the ones before it.
         let c: OpaquePointer? = PostgresDatabase.withCStrings(keywords) { k in
@@ -132,7 +132,7 @@ public final class PostgresDatabase: Database {
         if resetting == nil {
             if now < state.retryAt {
                 lost = state
-                throw StoreError(.connection, "postgres: no connection to the server for \(now - state.since) ms (\(state.reason)); next attempt in \(state.retryAt - now) ms")
+                throw PostgresDatabase.gone(state, at: now, "next attempt in \(state.retryAt - now) ms")
             }
             forgetStatements(deallocate: false)
             guard PQresetStart(conn) == 1 else { return try failedAttempt(&state) }
@@ -152,11 +152,10 @@ public final class PostgresDatabase: Database {
             let started = resetting?.started ?? after
             if after - started >= Int64(connectTimeoutS) * 1000 {
                 resetting = nil
-                state.reason = "no answer from the server within \(connectTimeoutS) s (pg_connect_timeout_s)"
-                return try failedAttempt(&state, reason: state.reason)
+                return try failedAttempt(&state, reason: "no answer from the server within \(connectTimeoutS) s (pg_connect_timeout_s)")
             }
             lost = state
-            throw StoreError(.connection, "postgres: no connection to the server for \(after - state.since) ms (\(state.reason)); reconnecting for \(after - started) ms")
+            throw PostgresDatabase.gone(state, at: after, "reconnecting for \(after - started) ms")
         }
     }
 
@@ -189,7 +188,12 @@ public final class PostgresDatabase: Database {
         state.backoffMs = min(max(state.backoffMs * 2, 50), reconnectMaxMs)
         state.retryAt = after + state.backoffMs
         lost = state
-        throw StoreError(.connection, "postgres: no connection to the server for \(after - state.since) ms (\(state.reason)); next attempt in \(state.backoffMs) ms")
+        throw PostgresDatabase.gone(state, at: after, "next attempt in \(state.backoffMs) ms")
+    }
+
+    /// The 503 while the server is away: for how long, why, and what next.
+    static func gone(_ state: (since: Int64, reason: String, retryAt: Int64, backoffMs: Int64), at now: Int64, _ next: String) -> StoreError {
+        StoreError(.connection, "postgres: no connection to the server for \(now - state.since) ms (\(state.reason)); \(next)")
     }
 
     /// A server that restarted closed this session's socket while it sat
