@@ -360,7 +360,7 @@ step="deploy/chaos run"
 # A short Jepsen-style run when the edge agent is built: phones, a nemesis,
 # heal, drain, and deploy/checker.py over every store.
 edge_bin=${QUAD_BIN_DIR:-${QUAD_BUILD_DIR:-$ROOT/.build}/release}/quad-edge
-if [[ -x $edge_bin ]] && "$edge_bin" --help 2>&1 | grep -q -- '--duration'; then
+if [[ -x $edge_bin ]] && [[ $("$edge_bin" --help 2>&1 || true) == *--duration* ]]; then
     rundir=$QUAD_HOME/run-chaos
     # Its own stack, its own stores: not the databases of the stack above.
     for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
