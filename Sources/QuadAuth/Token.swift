@@ -22,12 +22,14 @@ public struct TokenClaims: Sendable, Equatable {
     /// revokes.
     public var tokenID: String
 
-    public init(user: String, role: String, expiresAt: Int64, issuedAt: Int64, tokenID: String = MessageID.make()) {
+    /// Without a `tokenID`, a UUIDv7 of `issuedAt`'s millisecond, so the
+    /// token read back keeps that millisecond (see `issuedMillis`).
+    public init(user: String, role: String, expiresAt: Int64, issuedAt: Int64, tokenID: String? = nil) {
         self.user = user
         self.role = role
         self.expiresAt = expiresAt
         self.issuedAt = issuedAt
-        self.tokenID = tokenID
+        self.tokenID = tokenID ?? MessageID.make(now: UInt64(clamping: issuedAt))
     }
 
     /// Longest `jti` a token may carry.
