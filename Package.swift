@@ -66,7 +66,7 @@ let package = Package(
         .target(name: "QuadReservations", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadTelemetry", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // The edge agent: emulated phones, one SQLite file each, on one poll loop.
-        .target(name: "QuadEdge", dependencies: ["QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadEdge", dependencies: ["QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"]),
         // The business questions are SQL files, copied as resources.
         .target(name: "QuadAnalytics", dependencies: ["CMicroHTTPD", "QuadAuth", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
                 resources: [.copy("questions")]),
@@ -80,7 +80,7 @@ let package = Package(
         .executableTarget(name: "quad-reservations", dependencies: ["QuadReservations", "QuadRuntime"]),
         .executableTarget(name: "quad-telemetry", dependencies: ["QuadTelemetry", "QuadRuntime"]),
         .executableTarget(name: "quad-analytics", dependencies: ["QuadAnalytics", "QuadRuntime"]),
-        .executableTarget(name: "quad-edge", dependencies: ["QuadEdge", "QuadRuntime"]),
+        .executableTarget(name: "quad-edge", dependencies: ["QuadEdge", "QuadRuntime", "QuadMetrics"]),
         .executableTarget(name: "quadctl", dependencies: ["QuadRuntime", "QuadWire", "QuadAuth", "QuadContract"]),
         // Quad's side of the benchmarks (deploy/bench).
         .executableTarget(name: "quad-bench", dependencies: ["QuadRuntime", "QuadMessaging", "QuadWire"]),

@@ -297,6 +297,8 @@ public final class Broker {
 
     func describeMetrics() {
         metrics.describe("quad_broker_requests_total", .counter, "Requests received on the public and internal frontends.")
+        metrics.describe("quad_broker_service_requests_total", .counter,
+                         "Requests routed to a service, by service (at most max_metric_series services, the rest as 'other'); sys.* is not counted.")
         metrics.describe("quad_broker_events_relayed_total", .counter, "Events relayed from publishers to subscribers.")
         metrics.describe("quad_broker_rate_limited_total", .counter, "Requests refused 429 by the rate limits.")
         metrics.describe("quad_broker_errors_total", .counter, "Error envelopes the broker itself answered, by code.")
@@ -563,6 +565,7 @@ public final class Broker {
             deliver(client, system(envelope, privileged: !fromOutside || envelope.role == "admin").encoded(), service: service)
             return
         }
+        if metricsServer != nil { metrics.add("quad_broker_service_requests_total", ["service": service]) }
         let spliced = header.isEmpty ? bytes : Envelope.rewritingHeader(bytes, set: header)
         feed(.clientRequest(Routing.Request(client: client, id: envelope.id, type: envelope.type, bytes: spliced, deadlineMs: envelope.deadline,
                                             owner: RequestOwner.of(envelope))))

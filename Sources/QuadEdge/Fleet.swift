@@ -1,5 +1,6 @@
 import Foundation
 import QuadMessaging
+import QuadMetrics
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -24,6 +25,8 @@ public final class Fleet {
     var stopRequested = false
     var waits: [Wait] = []
     let startedMs = Int64(Clock.nowMillis())
+    /// `/metrics` (``serveMetrics(_:)``), kept for the life of the process.
+    var metricsServer: MetricsServer?
 
     struct Wait {
         var phones: [Phone]

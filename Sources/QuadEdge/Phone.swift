@@ -141,6 +141,8 @@ final class Phone {
 
     // Counters for the report.
     var stats = PhoneStats()
+    /// The process's Prometheus figures, when quad-edge serves `/metrics`.
+    var metrics: EdgeMetrics?
     let spotCache = SpotCache<JSON>(capacity: 16, ttlMs: 30_000)
     var onMessage: (Phone, JSON) -> Void = { _, _ in }
     var onDrained: (Phone) -> Void = { _ in }
@@ -376,17 +378,23 @@ final class Phone {
     func request(_ type: String, _ body: JSON, id: String = MessageID.make(), timeoutMs: Int64, anonymous: Bool = false,
                  _ completion: @escaping (Result<Envelope, LinkFailure>) -> Void) {
         var envelope = Envelope.request(type, body: body, id: id)
+        let sentAt = Clock.monotonicMillis()
         // An expired token would get every request refused, public reads too.
         if anonymous || !hasValidToken {
             let saved = link.token
             link.token = nil
             defer { link.token = saved }
-            link.send(envelope, timeoutMs: timeoutMs) { [unowned self] r in self.observe(r); completion(r) }
+            link.send(envelope, timeoutMs: timeoutMs) { [unowned self] r in
+                self.observe(r)
+                self.metrics?.request(type, r, seconds: Double(Clock.monotonicMillis() - sentAt) / 1000)
+                completion(r)
+            }
             return
         }
         envelope.ts = Int64(Clock.nowMillis())
         link.send(envelope, timeoutMs: timeoutMs) { [unowned self] r in
             self.observe(r)
+            self.metrics?.request(type, r, seconds: Double(Clock.monotonicMillis() - sentAt) / 1000)
             // A token the broker no longer accepts: sign in again before the next send.
             if case .success(let reply) = r, reply.quadError?.status == 401, self.token != nil, reply.src == "broker" || reply.quadError?.message.contains("token") == true {
                 self.token = nil

@@ -166,6 +166,7 @@ extension Phone {
         sender = .sending(Set(batch.map(\.id)))
         answers = []
         unanswered = batch.count
+        metrics?.actionsSent(batch)
         for a in batch {
             request(a.type, a.body, id: a.id, timeoutMs: settings.actionTimeoutMs) { [weak self] result in
                 self?.settle(a, result)
@@ -343,6 +344,7 @@ extension Phone {
         }
         lastSyncMs = now
         stats.done += 1
+        metrics?.action("acknowledged", action.type)
         record("action.synced", ["action": .string(action.type), "waited_ms": .int(max(0, now - action.createdMs)), "offline": .bool(action.offline)])
         if action.type == "reservations.hold", let r = reply["reservation"], let lot = r["lot"]?.string, let level = r["level"]?.string {
             // Created when the service made it: its lot and level are known then.
@@ -380,6 +382,8 @@ extension Phone {
         }
         lastSyncMs = now
         stats.rejected += 1 + dropped.count
+        metrics?.action("failed", action.type)
+        for d in dropped { metrics?.action("failed", d.type) }
         leaveMessage(action: action.id, type: action.type, body: action.body, error: error)
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import QuadEdge
+import QuadMetrics
 import QuadRuntime
 import QuadWire
 
@@ -58,6 +59,8 @@ flags.option("sign-in-window", "run: most sign-ins in flight at once before the 
 flags.option("hold-seconds", "run: how long students believe a parking hold lasts before the phone knows", default: "600")
 flags.option("drain-timeout", "run: seconds to wait for the outboxes to drain after the day", default: "120")
 flags.option("report", "run: also write the JSON report to this file")
+flags.option("metrics", "HOST:PORT where GET /metrics serves Prometheus's text format: phones online, queued actions, actions sent, acknowledged and failed, requests by type and status (port 0: any free one, logged), or off [QUAD_EDGE_METRICS]",
+             default: env["QUAD_EDGE_METRICS"] ?? "off")
 flags.parse(allowPositional: true)
 
 let command = flags.positional.first ?? "serve"
@@ -131,6 +134,11 @@ if getrlimit(openFiles, &files) == 0 && files.rlim_cur < files.rlim_max {
 do {
     let fleet = try Fleet(settings: settings, dir: flags["dir"]!, count: count, prefix: flags["prefix"]!, seed: UInt64(seed), control: control,
                           controlBindWaitMs: Int64(positive("control-bind-wait-ms", 0...600_000)))
+    if let address = flags["metrics"], address != "off" {
+        do { _ = try fleet.serveMetrics(address) } catch let error as MetricsError {
+            Flags.usageError(error.description, usage: flags.usage)
+        }
+    }
     exit(fleet.run(day: day))
 } catch {
     FileHandle.standardError.write(Data("quad-edge: cannot start: \(error)\n".utf8))

@@ -1,0 +1,79 @@
+import QuadMetrics
+import QuadRuntime
+import QuadWire
+
+/// quad-edge's Prometheus figures (`--metrics HOST:PORT`): what the phones
+/// of this process see, from their side of the network. Counters are
+/// written by the edge's one loop as things happen; the gauges (phones
+/// online, queued actions, buffered telemetry) are counted once a second
+/// by a timer on that loop, so the `/metrics` thread only reads the
+/// registry, whose lock makes that safe.
+public final class EdgeMetrics {
+    public let registry = MetricsRegistry()
+
+    public init() {
+        registry.describe("quad_edge_phones", .gauge, "Phones this process runs.")
+        registry.describe("quad_edge_phones_online", .gauge, "Phones with signal, out of airplane mode, and reaching the broker.")
+        registry.describe("quad_edge_actions_queued", .gauge, "Actions waiting in the phones' outboxes (queued while offline, or in flight).")
+        registry.describe("quad_edge_telemetry_buffered", .gauge, "Telemetry events stored on the phones and not yet accepted by the collector.")
+        registry.describe("quad_edge_actions_sent_total", .counter, "Action sends (first attempts and retries under the same id), by type.")
+        registry.describe("quad_edge_actions_acknowledged_total", .counter, "Actions a service answered with success and the phone confirmed, by type.")
+        registry.describe("quad_edge_actions_failed_total", .counter, "Actions a service refused (4xx, rolled back with its reason) or dropped after one, by type.")
+        registry.describe("quad_edge_requests_total", .counter,
+                          "Requests the phones sent, by type and status: the HTTP-like status of the answer, or timeout, offline, send_failed.")
+        registry.describe("quad_edge_request_duration_seconds", .histogram, "Time from a phone's send to its answer (or failure), by type.")
+    }
+
+    /// One request's outcome, as the phone saw it.
+    func request(_ type: String, _ result: Result<Envelope, LinkFailure>, seconds: Double) {
+        let status: String = switch result {
+        case .success(let reply): String(reply.quadError?.status ?? 200)
+        case .failure(.offline): "offline"
+        case .failure(.timeout): "timeout"
+        case .failure(.sendFailed): "send_failed"
+        }
+        registry.add("quad_edge_requests_total", ["type": type, "status": status])
+        registry.observe("quad_edge_request_duration_seconds", ["type": type], seconds)
+    }
+
+    func actionsSent(_ batch: [QueuedAction]) {
+        for a in batch { registry.add("quad_edge_actions_sent_total", ["type": a.type]) }
+    }
+
+    func action(_ outcome: String, _ type: String, count: Int = 1) {
+        registry.add("quad_edge_actions_\(outcome)_total", ["type": type], by: Double(count))
+    }
+
+    /// Counts the phones' gauges; runs on the edge's loop.
+    func update(_ phones: [Phone]) {
+        var online = 0, queued = 0, telemetry = 0
+        for p in phones where !p.stopped {
+            if p.isOnline { online += 1 }
+            queued += p.queueLength
+            telemetry += p.telemetryQueued
+        }
+        registry.set("quad_edge_phones", [:], Double(phones.count))
+        registry.set("quad_edge_phones_online", [:], Double(online))
+        registry.set("quad_edge_actions_queued", [:], Double(queued))
+        registry.set("quad_edge_telemetry_buffered", [:], Double(telemetry))
+    }
+}
+
+extension Fleet {
+    /// Serves `/metrics` at `address` (HOST:PORT; port 0: any free one)
+    /// until the process ends; returns where it serves.
+    public func serveMetrics(_ address: String) throws -> String {
+        let m = EdgeMetrics()
+        let server = MetricsServer(registry: m.registry)
+        try server.start(address)
+        metricsServer = server
+        for p in phones { p.metrics = m }
+        m.update(phones)
+        agenda.repeating(every: 1000) { [unowned self] in
+            m.update(self.phones)
+            return true
+        }
+        Log.info("edge", "metrics on \(server.url)")
+        return server.url
+    }
+}
