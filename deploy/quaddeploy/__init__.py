@@ -1,0 +1,1 @@
+"""Quad's deploy tools where bash would strain: JSON, YAML, scheduling."""
