@@ -301,6 +301,8 @@ public final class Broker {
                          "Requests routed to a service, by service (at most max_metric_series services, the rest as 'other'); sys.* is not counted.")
         metrics.describe("quad_broker_events_relayed_total", .counter, "Events relayed from publishers to subscribers.")
         metrics.describe("quad_broker_rate_limited_total", .counter, "Requests refused 429 by the rate limits.")
+        metrics.describe("quad_broker_rate_limited_by_scope_total", .counter,
+                         "Requests refused 429, by the budget that ran out: connection, key, src (phone), user, address.")
         metrics.describe("quad_broker_errors_total", .counter, "Error envelopes the broker itself answered, by code.")
         metrics.describe("quad_broker_workers", .gauge, "Live workers registered, per service.")
         metrics.describe("quad_broker_queue_depth", .gauge, "Requests waiting for a worker, per service.")
@@ -573,9 +575,14 @@ public final class Broker {
 
     func refuseRate(_ client: [UInt8], _ envelope: Envelope, _ error: QuadError, key: String) {
         rateLimited += 1
+        if metricsServer != nil { metrics.add("quad_broker_rate_limited_by_scope_total", ["scope": Broker.rateScopes[key.first ?? "?"] ?? "other"]) }
         throttled.info("rate-\(key)", "rate limit: \(error.message)", fields: ["type": envelope.type])
         replyError(client, error, corr: envelope.id, type: envelope.type)
     }
+
+    /// The budget a rate-limit key (its first letter) belongs to, as
+    /// `quad_broker_rate_limited_by_scope_total` labels it.
+    static let rateScopes: [Character: String] = ["c": "connection", "k": "key", "s": "src", "u": "user", "a": "address"]
 
     func isInternalOnly(_ type: String) -> Bool {
         settings.internalOnlyTypes.contains { pattern in

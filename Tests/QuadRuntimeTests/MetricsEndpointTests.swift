@@ -96,6 +96,11 @@ struct MetricsEndpointTests {
         let requests = body.split(separator: "\n").first { $0.hasPrefix("quad_broker_requests_total ") }.flatMap { Double($0.split(separator: " ")[1]) } ?? 0
         #expect(requests >= 6, "\(body)")
         #expect(body.contains("quad_broker_errors_total{code="), "\(body)")
+        // Routed per service, counted as they arrive (sys.* is not a service's).
+        let routed = body.split(separator: "\n").first { $0.hasPrefix("quad_broker_service_requests_total{service=\"tally\"} ") }
+            .flatMap { Double($0.split(separator: " ")[1]) } ?? 0
+        #expect(routed >= 5, "\(body)")
+        #expect(body.contains("# TYPE quad_broker_service_requests_total counter"), "\(body)")
     }
 
     @Test func aWorkerServesItsRequestsByTypeAndStatusAtSlashMetrics() throws {
