@@ -1,0 +1,1 @@
+"""Quad's deploy tools that outgrew bash: `python3 -m quaddeploy.kube`."""
