@@ -66,13 +66,14 @@ def resources(cpu_request, memory_request, cpu_limit, memory_limit):
 
 
 def probes(port):
-    """httpGet on the process's own metrics server: /healthz is answered by
-    the process itself (its metrics thread); readiness adds that the port is
-    bound, which a worker does after its store opened and its loop started."""
-    def probe(period, failures, delay):
-        return {"httpGet": {"path": "/healthz", "port": port}, "initialDelaySeconds": delay,
+    """httpGet on the process's own metrics server (Sources/QuadMetrics,
+    Health): /readyz is 200 once a worker's store is open and a broker knows
+    it (a broker: once its sockets are bound), /healthz while its loop
+    turns (503 after 10 s without a turn: restart it)."""
+    def probe(path, period, failures, delay):
+        return {"httpGet": {"path": path, "port": port}, "initialDelaySeconds": delay,
                 "periodSeconds": period, "timeoutSeconds": 3, "failureThreshold": failures}
-    return {"readinessProbe": probe(5, 3, 2), "livenessProbe": probe(10, 6, 10)}
+    return {"readinessProbe": probe("/readyz", 5, 3, 2), "livenessProbe": probe("/healthz", 10, 6, 10)}
 
 
 def broker_container(k, local):
@@ -363,7 +364,7 @@ def play_spec(state):
                {"name": "pgdata", "hostPath": {"path": f"{state}/pgdata", "type": "Directory"}}]
     for c in containers:
         # podman 4.3 turns probes into healthchecks run by systemd timers
-        # (with curl for httpGet); deploy/kube asks /healthz itself instead.
+        # (with curl for httpGet); deploy/kube asks /healthz and /readyz itself instead.
         c.pop("readinessProbe", None)
         c.pop("livenessProbe", None)
         c.pop("ports", None)
@@ -409,9 +410,9 @@ def port_open(port):
         s.close()
 
 
-def healthz(port):
+def probe(port, path):
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
             return r.status == 200
     except OSError:
         return False
@@ -530,15 +531,15 @@ def cmd_up(timeout):
     exports = dict(line[len("export "):].split("=", 1) for line in env_exports(state) if line.startswith("export QUAD_"))
     exports = {k: v.strip("'") for k, v in exports.items()}
     pending = dict(targets())
-    print(f"Waiting (up to {timeout} s) for /healthz of {len(pending)} processes, then each service's sys.health through both brokers ...", flush=True)
+    print(f"Waiting (up to {timeout} s) for the probes of {len(pending)} processes (/healthz, /readyz), then each service's sys.health through both brokers ...", flush=True)
     while pending:
         for name, port in list(pending.items()):
-            if healthz(port):
-                print(f"  {name:<14} /healthz ok on 127.0.0.1:{port}  ({time.monotonic() - started:.0f} s)", flush=True)
+            if probe(port, "/healthz") and probe(port, "/readyz"):
+                print(f"  {name:<14} /healthz and /readyz ok on 127.0.0.1:{port}  ({time.monotonic() - started:.0f} s)", flush=True)
                 del pending[name]
         if pending and time.monotonic() > deadline:
             pod_logs()
-            die(f"no answer on /healthz from {', '.join(pending)} within {timeout} s")
+            die(f"no 200 on /healthz and /readyz from {', '.join(pending)} within {timeout} s")
         time.sleep(0.5)
     # Registered with each broker and answering: sys.health through each frontend.
     for s in SERVICES:
