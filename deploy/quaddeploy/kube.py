@@ -230,7 +230,6 @@ def manifests():
 
 def kustomization(files):
     return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-            "labels": [{"pairs": {"app.kubernetes.io/part-of": "quad"}}],
             "resources": [f for f, _ in files],
             # `deploy/kube keys deploy/k8s/keys` makes these files (never checked in).
             "secretGenerator": [{"name": "quad-keys", "files": [f"keys/{f}" for f in KEY_FILES]}],
