@@ -511,6 +511,8 @@ def quadctl_ok(exports, *args, timeout=10):
 def cmd_up(timeout):
     if shutil.which("podman") is None:
         die("podman is not installed (apt-get install -y podman runc debootstrap)")
+    if os.geteuid() != 0:
+        die("deploy/kube up runs rootful podman and gives the pod's folders to uid 10001 and 10002: run it as root")
     for image in (IMAGE, PG_IMAGE):
         if podman("image", "exists", image, check=False).returncode != 0:
             die(f"no image {image}: build it with deploy/image")
