@@ -179,6 +179,8 @@ def secret_volume(mode=0o440):
 
 
 def deployment(name, component, container, volumes, strategy=None):
+    # An image that is :latest is pulled every time by default: from where?
+    container.setdefault("imagePullPolicy", "IfNotPresent")
     spec = {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": component}},
             "template": {"metadata": {"labels": dict(LABELS, **{"app.kubernetes.io/name": component})},
                          "spec": pod_spec([container], volumes)}}
@@ -205,7 +207,8 @@ def manifests():
           "spec": {"serviceName": "quad-postgres", "replicas": 1,
                    "selector": {"matchLabels": {"app.kubernetes.io/name": "quad-postgres"}},
                    "template": {"metadata": {"labels": dict(LABELS, **{"app.kubernetes.io/name": "quad-postgres"})},
-                                "spec": pod_spec([postgres_container(False)], [secret_volume()], uid=10002)},
+                                "spec": pod_spec([dict(postgres_container(False), imagePullPolicy="IfNotPresent")],
+                                                 [secret_volume()], uid=10002)},
                    "volumeClaimTemplates": [{"metadata": {"name": "pgdata"},
                                              "spec": {"accessModes": ["ReadWriteOnce"],
                                                       "resources": {"requests": {"storage": "2Gi"}}}}]}}
