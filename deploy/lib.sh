@@ -94,7 +94,9 @@ quad_install_deps() {
     local pkg apt_missing=()
     # nats-server: deploy/bench sets Quad against NATS request/reply and pub/sub.
     # supervisor: supervisord runs every process of a deploy/stack (deploy/supervise.sh).
-    for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev nats-server supervisor nftables faketime; do
+    # podman, runc, debootstrap: deploy/image and deploy/kube (Tests/e2e/test_kube.sh); runc
+    # because crun fails here (deploy/containers.conf).
+    for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev nats-server supervisor nftables faketime podman runc debootstrap; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || apt_missing+=("$pkg")
     done
     quad_pg_bindir >/dev/null || apt_missing+=(postgresql)

@@ -249,6 +249,12 @@ public final class Broker {
         if let authenticator { timers.every(2000) { authenticator.reloadIfChanged() } }
         if let address = settings.metricsAddress {
             let server = MetricsServer(registry: metrics)
+            // Its sockets are bound (init bound them): ready; /healthz
+            // fails when the loop stops turning its timers.
+            let health = Health()
+            health.ready()
+            server.health = health
+            timers.every(500) { health.turned() }
             do {
                 try server.start(address)
                 metricsServer = server

@@ -1,7 +1,8 @@
 import CMicroHTTPD
 import Foundation
 
-/// `GET /metrics` in Prometheus's text format (and `GET /healthz`), on
+/// `GET /metrics` in Prometheus's text format (and `GET /healthz`,
+/// `GET /readyz` from its ``Health``), on
 /// libmicrohttpd's own threads: the process's loop is never involved, it
 /// only writes the ``MetricsRegistry`` this reads. Bounded like the
 /// dashboard: 16 connections in all, 4 per address, 10 s idle. Any other
@@ -12,6 +13,9 @@ public final class MetricsServer: @unchecked Sendable {
     public let registry: MetricsRegistry
     var daemon: OpaquePointer?
     var retained: Unmanaged<MetricsServer>?
+    /// What `/healthz` and `/readyz` answer, set before ``start(_:)``;
+    /// without it both say ok (a process that keeps no such state).
+    public var health: Health?
     public private(set) var port: UInt16 = 0
     var host = ""
 
@@ -66,9 +70,16 @@ public final class MetricsServer: @unchecked Sendable {
     public func answer(method: String, path: String) -> (Int, String, String) {
         let text = "text/plain; charset=utf-8"
         let route = path.split(separator: "?", maxSplits: 1).first.map(String.init) ?? path
-        guard route == "/metrics" || route == "/healthz" else { return (404, text, "not found: the metrics are at /metrics\n") }
+        guard route == "/metrics" || route == "/healthz" || route == "/readyz" else { return (404, text, "not found: the metrics are at /metrics\n") }
         guard method == "GET" || method == "HEAD" else { return (405, text, "only GET and HEAD are served at \(route)\n") }
-        if route == "/healthz" { return (200, text, "ok\n") }
+        if route == "/healthz" {
+            let (status, body) = health?.liveness() ?? (200, "ok\n")
+            return (status, text, body)
+        }
+        if route == "/readyz" {
+            let (status, body) = health?.readiness() ?? (200, "ready\n")
+            return (status, text, body)
+        }
         return (200, MetricsServer.contentType, registry.exposition())
     }
 

@@ -28,6 +28,8 @@ public final class Worker {
         /// When the broker is taken for dead without a word from it.
         var expiry: Int64 = 0
         var reconnects = 0
+        /// The broker spoke since the last (re)connect: it knows this worker.
+        var heard = false
         /// The broker confirmed our DISCONNECT while leaving.
         var confirmed = false
         /// Answers given after their handler returned go out on a socket of
@@ -151,6 +153,7 @@ public final class Worker {
         let info: JSON = ["instance": .string(handlers.instance), "pid": .int(Int64(getpid()))]
         try? socket.send(Majordomo.frames(.ready(service: Array(handlers.service.utf8), info: info.encoded())), dontWait: true)
         link.expiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
+        link.heard = false
     }
 
     /// The gauges and the counters kept elsewhere, copied into the
@@ -236,6 +239,8 @@ public final class Worker {
         Log.info(handlers.instance, "serving \(handlers.service) via \(brokers.map(\.endpoint).joined(separator: ", "))")
         if let address = metricsAddress {
             let server = MetricsServer(registry: handlers.metrics.registry)
+            let health = Health()
+            server.health = health
             do {
                 try server.start(address)
                 metricsServer = server
@@ -247,6 +252,20 @@ public final class Worker {
             }
             updateGauges()
             timers.every(1000) { [unowned self] in self.updateGauges() }
+            // /healthz: the loop turns; /readyz: the store is open (it is,
+            // once a worker runs) and a broker answered since we said READY.
+            let checkHealth = { [unowned self] in
+                health.turned()
+                if self.leaving {
+                    health.notReady("shutting down")
+                } else if self.brokers.contains(where: { $0.heard && Clock.monotonicMillis() <= $0.expiry }) {
+                    health.ready()
+                } else {
+                    health.notReady("registered with no broker yet (\(self.brokers.map(\.endpoint).joined(separator: ", ")))")
+                }
+            }
+            checkHealth()
+            timers.every(500, checkHealth)
         }
         timers.every(heartbeatMs) { [unowned self] in
             if self.leaving { return }
@@ -280,6 +299,7 @@ public final class Worker {
         defer { Log.flush() }
         while let frames = try? link.socket.receive(dontWait: true) {
             link.expiry = Clock.monotonicMillis() + heartbeatMs * WorkerProtocol.liveness
+            link.heard = true
             guard let (_, message) = Majordomo.parseWorker(frames[...]) else { continue }
             switch message {
             case let .request(client, bodies):

@@ -1,1 +1,1 @@
-"""Quad's deploy tools where bash would strain: JSON, YAML, scheduling."""
+"""Quad's deploy tools where bash would strain: JSON, YAML, scheduling (`python3 -m quaddeploy.kube`, `.metrics`, `.services`)."""
