@@ -65,6 +65,7 @@ def test_the_file_lists_the_services_of_today():
     assert services.names(store="postgres") == ["telemetry", "analytics"]
     assert services.names(fault="clock") == ["catalog", "orders", "reservations"]
     assert services.load()["accounts"].workers == 2
+    assert services.env_var("telemetry", "DB") == "QUAD_TELEMETRY_DB"
 
 
 def test_bash_and_python_read_the_same_fields(changed):

@@ -97,6 +97,12 @@ def names(fault=None, store=None, file=None):
             if (fault is None or fault in s.faults) and (store is None or s.store == store)]
 
 
+def env_var(service, what):
+    """QUAD_<NAME>_<WHAT>, as deploy/stack spells a service's settings
+    (QUAD_TELEMETRY_DB, QUAD_ACCOUNTS_WORKERS): '-' becomes '_'."""
+    return "QUAD_%s_%s" % (service.upper().replace("-", "_"), what)
+
+
 def host_address(subnet, service, worker, file=None):
     """The --hosts address of worker N of service (deploy/hosts.sh hosts_ip_of):
     subnet is "10.77.K"."""
