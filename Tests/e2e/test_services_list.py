@@ -177,7 +177,8 @@ def test_the_hosts_addresses_are_those_of_before(changed):
 
 # The schedule loop of deploy/chaos before it moved to quaddeploy/nemesis.py,
 # word for word but for its inputs: the services it drew from come in as
-# SERVICES_RUNNING and SKEW (it had 'for s in reservations catalog orders').
+# SERVICES_RUNNING and SKEW (it had 'for s in reservations catalog orders',
+# and '[[ -f $RUN/$s.1.pid ]]' for each).
 OLD_SCHEDULE = r'''
 sched_old() {
     RANDOM=$seed
@@ -277,6 +278,8 @@ def test_the_schedule_is_the_one_bash_drew(run):
            # every kind but clock drew from one list of every running service
            "SERVICES_RUNNING": " ".join(targets["kill"]), "SKEW": " ".join(targets["clock"])}
     assert targets["kill"] == targets["pause"] == targets["partition"] == targets["pg"]
+    # the old loop's 'for s in reservations catalog orders', of those running
+    assert targets["clock"] == [s for s in ["reservations", "catalog", "orders"] if s in running]
     p = bash(OLD_SCHEDULE + "sched_old", {k: str(v) for k, v in env.items()})
     assert p.returncode == 0, p.stderr
     cmd = [sys.executable, "-m", "quaddeploy.nemesis", "--seed", str(seed), "--duration", str(duration), "--running", " ".join(running),
