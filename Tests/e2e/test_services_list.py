@@ -317,3 +317,17 @@ def test_manifests_are_checked_against_the_list():
         "no Deployment or StatefulSet for service favorites (named favorites or quad-favorites)",
         "occupancy is a workload of no service in %s" % services.path(),
     ]
+
+
+def test_fuzz_refuses_a_service_it_has_no_target_for(tmp_path, changed):
+    """deploy/fuzz checks quad-fuzz's targets against the list (a built
+    quad-fuzz is needed: the plain release build's, as the generator)."""
+    build = os.path.abspath(os.environ.get("QUAD_BUILD_DIR") or os.path.join(ROOT, ".build"))
+    if not os.access(os.path.join(build, "release", "quad-fuzz"), os.X_OK):
+        pytest.skip("no %s/release/quad-fuzz (swift build -c release --product quad-fuzz)" % build)
+    env = dict(os.environ, QUAD_FUZZ_GENERATOR_BUILD=build, QUAD_FUZZ_DIR=str(tmp_path / "fuzz"), QUAD_SERVICES_FILE=changed)
+    p = subprocess.run([os.path.join(DEPLOY, "fuzz"), "--generator", "--no-build", "--runs", "10"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1
+    assert "quad-fuzz has no target service-occupancy for the service occupancy of deploy/services" in p.stderr
+    assert "==>" not in p.stdout  # refused before any target ran
