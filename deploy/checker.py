@@ -72,7 +72,10 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 
-SERVICES = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from quaddeploy import services as services_list  # noqa: E402  (deploy/services, the one list)
+
+SERVICES = services_list.names()
 
 # The phones' history, kept by triggers in each phone's file (install_history).
 HISTORY_TABLES = {"chaos_actions", "chaos_telemetry"}

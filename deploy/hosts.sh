@@ -13,7 +13,7 @@
 #   quadK-broker-J       10.77.K.(100+J)   quad-broker J, for J = 2 to 8 (--brokers N)
 #   quadK-pg             10.77.K.3         PostgreSQL, one database per service
 #   quadK-phones         10.77.K.4         quad-edge (deploy/chaos run)
-#   quadK-SERVICE-N      10.77.K.(10*i+N)  worker N of the i-th service (i from 1)
+#   quadK-SERVICE-N      10.77.K.(10*i+N)  worker N of the service of host i (deploy/services)
 #
 # Every broker listens on the same ports (QUAD_PORT_BASE .. +4) of its own
 # host's address; QUAD_FRONTEND and friends list them all, broker 1 first.
@@ -52,7 +52,7 @@ hosts_ns() { printf '%s-%s\n' "$HOSTS_PREFIX" "$1"; }
 
 # The 10.77.K.x address of host $1: fixed by its name.
 hosts_ip_of() {
-    local name=$1 i=0 s n
+    local name=$1 i s n
     case $name in
         broker) printf '%s.2\n' "$HOSTS_SUBNET"; return 0 ;;
         broker-[2-8]) printf '%s.%d\n' "$HOSTS_SUBNET" $((100 + ${name#broker-})); return 0 ;;
@@ -62,20 +62,18 @@ hosts_ip_of() {
     s=${name%-*}
     n=${name##*-}
     [[ $n =~ ^[0-9]+$ && $s != "$name" ]] || return 1
-    for i in "${!SERVICES[@]}"; do
-        if [[ ${SERVICES[i]} == "$s" ]]; then
-            if ((n >= 1 && n <= 9)); then
-                printf '%s.%d\n' "$HOSTS_SUBNET" $((10 * (i + 1) + n))
-            elif ((n <= 30)); then
-                # Workers 10 to 30: 100 + 20 per service would overflow; use 200+.
-                printf '%s.%d\n' "$HOSTS_SUBNET" $((200 + (i * 7 + n) % 54))
-            else
-                return 1
-            fi
-            return 0
-        fi
-    done
-    return 1
+    # The service's host number in deploy/services (1 for the first).
+    [[ -n ${SERVICE_HOST[$s]:-} ]] || return 1
+    i=$((SERVICE_HOST[$s] - 1))
+    if ((n >= 1 && n <= 9)); then
+        printf '%s.%d\n' "$HOSTS_SUBNET" $((10 * (i + 1) + n))
+    elif ((n <= 30)); then
+        # Workers 10 to 30: 100 + 20 per service would overflow; use 200+.
+        printf '%s.%d\n' "$HOSTS_SUBNET" $((200 + (i * 7 + n) % 54))
+    else
+        return 1
+    fi
+    return 0
 }
 
 # Reads what 'up --hosts' recorded; a no-op for a loopback stack.

@@ -122,3 +122,54 @@ quad_install_deps() {
         quad_pip_install majortomo==0.2.0
     fi
 }
+
+# The services of deploy/services (QUAD_SERVICES_FILE for tests), read into
+# SERVICES (names in start order) and the maps SERVICE_EXE, SERVICE_STORE,
+# SERVICE_HOST, SERVICE_WORKERS and SERVICE_FAULTS (comma-separated, or "").
+# A malformed line stops the caller with its file and line number, as
+# deploy/quaddeploy/services.py words it.
+quad_services_read() {
+    local file=${QUAD_SERVICES_FILE:-$QUAD_ROOT/deploy/services} line n=0 name exe store host workers faults extra f
+    [[ -r $file ]] || quad_die "cannot read the list of services $file"
+    SERVICES=()
+    declare -gA SERVICE_EXE=() SERVICE_STORE=() SERVICE_HOST=() SERVICE_WORKERS=() SERVICE_FAULTS=()
+    local -A hosts=()
+    while IFS= read -r line || [[ -n $line ]]; do
+        n=$((n + 1))
+        line=${line%%#*}
+        read -r name exe store host workers faults extra <<<"$line" || true
+        [[ -n $name ]] || continue
+        local at="$file line $n"
+        [[ -n $faults && -z $extra ]] ||
+            quad_die "$at: expected 6 fields (name exe store host workers faults), got: ${line%"${line##*[![:space:]]}"}"
+        [[ $name =~ ^[a-z][a-z0-9-]*$ ]] || quad_die "$at: the name '$name' is not lower-case letters, digits and '-'"
+        [[ -z ${SERVICE_EXE[$name]:-} ]] || quad_die "$at: $name is listed twice"
+        [[ $exe == "quad-$name" ]] || quad_die "$at: the executable of $name must be quad-$name (the tools find its processes by that name), got '$exe'"
+        [[ $store == sqlite || $store == postgres ]] || quad_die "$at: the store of $name must be sqlite or postgres, got '$store'"
+        [[ $host =~ ^[1-9]$ ]] || quad_die "$at: the host of $name must be 1 to 9, got '$host'"
+        [[ -z ${hosts[$host]:-} ]] || quad_die "$at: host $host is taken by ${hosts[$host]}"
+        [[ $workers =~ ^[0-9]+$ ]] && ((workers >= 1 && workers <= 16)) ||
+            quad_die "$at: the workers of $name must be 1 to 16, got '$workers'"
+        [[ $faults == - ]] && faults=""
+        for f in ${faults//,/ }; do
+            case $f in
+                kill | pause | partition | pg | clock) ;;
+                *) quad_die "$at: unknown fault '$f' for $name (faults: kill, pause, partition, pg, clock)" ;;
+            esac
+        done
+        hosts[$host]=$name
+        SERVICES+=("$name")
+        SERVICE_EXE[$name]=$exe SERVICE_STORE[$name]=$store SERVICE_HOST[$name]=$host
+        SERVICE_WORKERS[$name]=$workers SERVICE_FAULTS[$name]=$faults
+    done <"$file"
+    ((${#SERVICES[@]} > 0)) || quad_die "$file lists no service"
+}
+
+# The services of SERVICES whose faults include $1, in start order.
+quad_services_with_fault() {
+    local s
+    for s in "${SERVICES[@]}"; do
+        [[ ,${SERVICE_FAULTS[$s]}, == *,"$1",* ]] && printf '%s\n' "$s"
+    done
+    return 0
+}

@@ -2,14 +2,18 @@
 #
 # A PostgreSQL cluster of the stack's own under ${QUAD_PG_DIR:-$QUAD_HOME/pg},
 # listening on 127.0.0.1 only, with one database per service that must scale
-# (PG_SERVICES). Its data stays across down and up, like the SQLite files.
+# (pg_services). Its data stays across down and up, like the SQLite files.
 # Services connect as the role quad with a password that only the stack's
 # user can read ($QUAD_PG_DIR/pgpass, given to libpq as PGPASSFILE), so the
 # URL on a command line holds no secret.
 
-# The services --postgres puts on the cluster, unless QUAD_<NAME>_DB says
-# otherwise.
-PG_SERVICES=(telemetry analytics)
+# The services --postgres puts on the cluster (store postgres in
+# deploy/services, read by deploy/stack), unless QUAD_<NAME>_DB says otherwise.
+pg_services() {
+    local s
+    for s in "${SERVICES[@]}"; do [[ ${SERVICE_STORE[$s]} == postgres ]] && printf '%s\n' "$s"; done
+    return 0
+}
 
 pg_enabled() { [[ -f $RUN/pg.env ]]; }
 
@@ -35,7 +39,7 @@ pg_as_owner() {
 
 pg_up() {
     local s var want=() pgbin dir port
-    for s in "${PG_SERVICES[@]}"; do
+    for s in $(pg_services); do
         built "$s" || continue
         var=QUAD_$(printf '%s' "$s" | tr '[:lower:]-' '[:upper:]_')_DB
         if [[ -n ${!var:-} ]]; then

@@ -19,7 +19,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHECKER = os.path.join(ROOT, "deploy", "checker.py")
-SERVICES = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics"]
+sys.path.insert(0, os.path.join(ROOT, "deploy"))
+from quaddeploy import services as services_list  # noqa: E402  (deploy/services, the one list)
+
+SERVICES = services_list.names()
 
 PHONE_SCHEMA = """
 CREATE TABLE session (one INTEGER PRIMARY KEY, user_id TEXT);

@@ -40,8 +40,8 @@ fi
 
 # Every target ran all its inputs: the envelope, tokens, and one target per
 # service the launcher starts.
-services=$(sed -n 's/^SERVICES=(\(.*\))$/\1/p' "$ROOT/deploy/stack")
-[[ -n $services ]] || fail "cannot read the services from deploy/stack"
+quad_services_read  # deploy/services
+services=${SERVICES[*]}
 targets=$(printf '%s\n' envelope token $(printf 'service-%s\n' $services))
 engine=$(grep -o 'quad-fuzz summary ([^)]*)' <<<"$out" || true)
 printf 'test_fuzz: %s\n' "${engine:-no summary}"
