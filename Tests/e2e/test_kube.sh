@@ -67,6 +67,9 @@ out=$(mktemp -d)
 diff -r -x keys "$out" "$ROOT/deploy/k8s" >&2 || { rm -rf "$out"; fail "deploy/k8s differs from what deploy/kube manifests writes: run it and commit"; }
 rm -rf "$out"
 ok "deploy/k8s is what deploy/kube manifests writes"
+problems=$(PYTHONPATH="$ROOT/deploy" python3 -m quaddeploy.services check-manifest "$ROOT"/deploy/k8s/*.yaml 2>&1) \
+    || fail "deploy/k8s disagrees with deploy/services: $problems"
+ok "deploy/k8s runs every service of deploy/services"
 
 step="deploy/kube up"
 QUAD_HEALTH_TIMEOUT=${QUAD_HEALTH_TIMEOUT:-240} "$ROOT/deploy/kube" up || fail "deploy/kube up exited $?"

@@ -20,10 +20,11 @@ import sys
 import time
 import urllib.request
 
-# The services in start order, and those on PostgreSQL. deploy/services
-# will hold this list; until then it is restated here.
-SERVICES = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics"]
-ON_POSTGRES = {"telemetry", "analytics"}
+from . import services as services_list
+
+# The services in start order, and those on PostgreSQL: deploy/services.
+SERVICES = services_list.names()
+ON_POSTGRES = set(services_list.names(store="postgres"))
 BROKERS = 2
 BASE = int(os.environ.get("QUAD_KUBE_PORT_BASE", "26000"))
 POD = "quad-kube"

@@ -145,6 +145,9 @@ def manifest_problems(documents, file=None):
             problems.append("no Deployment or StatefulSet for service %s (named %s or quad-%s)" % (s.name, s.name, s.name))
             continue
         name, argv = found[s.name]
+        # The image's quad-entry (deploy/quad-entry) runs the program it is given.
+        if argv[:1] and os.path.basename(str(argv[0])) == "quad-entry":
+            argv = argv[1:]
         if not any(os.path.basename(str(a)) == s.exe for a in argv[:1]):
             problems.append("%s runs %s, not %s" % (name, argv[:1] or "the image's entry point", s.exe))
     for short, (name, _) in found.items():
