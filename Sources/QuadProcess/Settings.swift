@@ -210,6 +210,8 @@ public enum Log {
             default: f[key] = .string("\(value)")
             }
         }
+        // A line logged while a request is handled names its trace.
+        if f["trace"] == nil, let span = Span.current { f["trace"] = .string(span.traceID) }
         var bytes = JSON.object(f).encoded()
         bytes.append(0x0A)
         let now: [UInt8]? = lock.withLock {
