@@ -74,8 +74,9 @@ public struct TraceParent: Sendable, Equatable {
     public static let maxLength = 256
 
     public init?(_ text: String) {
+        // The length first: a megabyte-long value is not copied to be refused.
+        guard text.utf8.count >= 55, text.utf8.count <= TraceParent.maxLength else { return nil }
         let u = Array(text.utf8)
-        guard u.count >= 55, u.count <= TraceParent.maxLength else { return nil }
         func isHex(_ range: Range<Int>) -> Bool {
             range.allSatisfy { (u[$0] >= 0x30 && u[$0] <= 0x39) || (u[$0] >= 0x61 && u[$0] <= 0x66) }
         }
