@@ -167,9 +167,28 @@ public final class Broker {
         let startMicros: Int64
         let started: Int64
     }
-    /// Replies up to this size have their header read for the span line's
-    /// status (a worker's error); larger ones are replies (errors are small).
-    static let spanStatusReadLimit = 16 << 10
+    static let errorKind = Array(#""kind":"error""#.utf8)
+
+    /// Whether `bytes` may be an error envelope: at most
+    /// ``errorReadLimit`` bytes (an error's body is a code, a status, a
+    /// message and small details) holding `"kind":"error"` (Quad's encoder
+    /// writes no spaces). A larger error is logged by the broker as 200;
+    /// the worker's own span line has its status.
+    static func mayBeError(_ bytes: [UInt8]) -> Bool {
+        guard bytes.count <= errorReadLimit else { return false }
+        return bytes.withUnsafeBufferPointer { b in
+            errorKind.withUnsafeBufferPointer { k in
+                var i = 0
+                while i + k.count <= b.count {
+                    if b[i] == k[0], memcmp(b.baseAddress! + i, k.baseAddress!, k.count) == 0 { return true }
+                    i += 1
+                }
+                return false
+            }
+        }
+    }
+
+    static let errorReadLimit = 4096
 
     public init(settings: BrokerSettings, context: ZMQContext = ZMQContext()) throws {
         self.settings = settings
@@ -804,7 +823,11 @@ extension Broker {
         guard !openSpans.isEmpty else { return }
         var corr = corr
         var status = 200
-        if corr == nil || bytes.count <= Broker.spanStatusReadLimit, let header = try? Envelope.decodeHeader(bytes, maxBytes: .max) {
+        // An error's header is read (errors are small and rare); a reply's
+        // only when the routing did not say whose it is. The search for
+        // the error kind's bytes is memmem's: it may find them inside a
+        // reply's body, and then the header read says it is a reply.
+        if corr == nil || Broker.mayBeError(bytes), let header = try? Envelope.decodeHeader(bytes, maxBytes: .max) {
             if corr == nil { corr = header.corr }
             if header.kind == .error { status = (try? JSON.parse(bytes))?["body"]?["status"]?.int.map { Int($0) } ?? 500 }
         }
@@ -819,12 +842,8 @@ extension Broker {
     }
 
     static func logSpan(_ open: OpenSpan, id: String, status: Int, micros: Int64, src: String) {
-        var line: [String: Any] = [
-            "src": src, "msg": "span", "trace": open.span.traceID, "span": open.span.spanID, "type": open.type, "id": id,
-            "start_ms": open.startMicros / 1000, "start_us": open.startMicros, "us": micros, "status": status,
-        ]
-        if let parent = open.span.parentID { line["parent"] = parent }
-        Log.line(line)
+        Log.span(src: src, trace: open.span.traceID, span: open.span.spanID, parent: open.span.parentID, type: open.type, id: id,
+                 status: status, startMicros: open.startMicros, micros: micros)
     }
 
     /// Spans whose answer never came by (a worker that took a request to

@@ -189,15 +189,8 @@ public final class Handlers {
     /// long it took (`us`) and its status.
     static func logSpan(_ span: Span, _ envelope: Envelope, status: Int, error: String?, startMicros: Int64, micros: Int64,
                         src: String, deferred: Bool = false) {
-        var line: [String: Any] = [
-            "src": src, "msg": "span", "type": envelope.type, "id": envelope.id, "status": status, "us": micros,
-            "trace": span.traceID, "span": span.spanID, "start_ms": startMicros / 1000, "start_us": startMicros,
-        ]
-        if let parent = span.parentID { line["parent"] = parent }
-        if let user = envelope.user { line["user"] = user }
-        if let error { line["error"] = error }
-        if deferred { line["deferred"] = true }
-        Log.line(line)
+        Log.span(src: src, trace: span.traceID, span: span.spanID, parent: span.parentID, type: envelope.type, id: envelope.id, status: status,
+                 startMicros: startMicros, micros: micros, user: envelope.user, error: error, deferred: deferred)
     }
 
     func dispatch(_ envelope: Envelope) -> Reply {

@@ -196,6 +196,11 @@ struct TraceTests {
             #expect(fresh.count == 32 && !malformed.lowercased().contains(fresh) && b["parent"] == nil, "\(b)")
             #expect(w["trace"]?.string == fresh && w["parent"]?.string == b["span"]?.string)
         }
+        // A worker's error: both spans carry its status.
+        let unknown = Envelope.request("catalog.no.such.type")
+        #expect(try c.call(unknown, timeoutMs: 8000, attempts: 1).quadError?.status == 404)
+        #expect(eventually { TraceTests.spans(stack, id: unknown.id).count == 2 })
+        #expect(TraceTests.spans(stack, id: unknown.id).map { $0["status"]?.int } == [404, 404], "\(TraceTests.spans(stack, id: unknown.id))")
         #expect(stack.process("broker")?.isRunning == true)
         #expect(stack.process("catalog/1")?.isRunning == true)
     }
