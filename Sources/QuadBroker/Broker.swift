@@ -151,6 +151,44 @@ public final class Broker {
     static let revokedTopic: [UInt8] = Array("accounts/accounts.session.revoked".utf8)
     /// Whether the frontend is TCP, whose peers have addresses.
     let hasAddresses: Bool
+    /// The broker's span of each request it accepted and has not answered,
+    /// by the client's route and the request id: logged as one line when
+    /// the answer goes out (``closeSpan(_:corr:status:)``). Bounded by what
+    /// the broker holds (queues, workers) and, for answers a worker gives
+    /// later, by the sweep of spans older than twice `max_deadline_ms`.
+    var openSpans: [SpanKey: OpenSpan] = [:]
+    struct SpanKey: Hashable {
+        let route: [UInt8]
+        let id: String
+    }
+    struct OpenSpan {
+        let span: Span
+        let type: String
+        let startMicros: Int64
+        let started: Int64
+    }
+    static let errorKind = Array(#""kind":"error""#.utf8)
+
+    /// Whether `bytes` may be an error envelope: at most
+    /// ``errorReadLimit`` bytes (an error's body is a code, a status, a
+    /// message and small details) holding `"kind":"error"` (Quad's encoder
+    /// writes no spaces). A larger error is logged by the broker as 200;
+    /// the worker's own span line has its status.
+    static func mayBeError(_ bytes: [UInt8]) -> Bool {
+        guard bytes.count <= errorReadLimit else { return false }
+        return bytes.withUnsafeBufferPointer { b in
+            errorKind.withUnsafeBufferPointer { k in
+                var i = 0
+                while i + k.count <= b.count {
+                    if b[i] == k[0], memcmp(b.baseAddress! + i, k.baseAddress!, k.count) == 0 { return true }
+                    i += 1
+                }
+                return false
+            }
+        }
+    }
+
+    static let errorReadLimit = 4096
 
     public init(settings: BrokerSettings, context: ZMQContext = ZMQContext()) throws {
         self.settings = settings
@@ -244,6 +282,7 @@ public final class Broker {
             self.addressLimiter.sweep(now: now)
             self.authenticator?.sweep(now: now)
             self.revocations.sweep(now: Int64(Clock.nowMillis()))
+            self.sweepSpans()
         }
         timers.every(settings.revocationRefreshMs) { [unowned self] in self.askRevocations() }
         if let authenticator { timers.every(2000) { authenticator.reloadIfChanged() } }
@@ -426,6 +465,9 @@ public final class Broker {
     static func origin(_ route: [UInt8]) -> UInt8 { (route.first ?? own) & ~delimited }
 
     func drainFrontend(_ socket: Socket, origin: UInt8) {
+        // The span lines of what this turn answers go out in one write.
+        Log.hold()
+        defer { Log.flush() }
         var n = 0
         // The routing id and the MDP frames; frames past them are counted, not copied.
         while n < 1000, let (frames, count, metadata) = try? socket.receiveWithMetadata(dontWait: true, keepingAtMost: Majordomo.framesToKeep) {
@@ -476,6 +518,7 @@ public final class Broker {
         if metricsServer != nil { metrics.add("quad_broker_errors_total", ["code": error.code]) }
         deliver(client, Envelope.error(error, corr: corr, type: type, src: name).encoded(),
                 service: service ?? (type == "error" ? "" : String(type.split(separator: ".", maxSplits: 1).first ?? "")))
+        if let corr { closeSpan(client, corr: corr, status: error.status) }
     }
 
     /// A REQUEST to `service` (its own frame) with the envelope `bytes`,
@@ -486,6 +529,11 @@ public final class Broker {
             replyError(client, error, corr: Envelope.salvageID(bytes), service: frame)
             return
         }
+        // The broker's span: the client's trace when it sent one that can
+        // be read, a new trace otherwise; the worker gets this span as its parent.
+        let span = Span.child(of: envelope.traceparent)
+        openSpans[SpanKey(route: client, id: envelope.id)] = OpenSpan(span: span, type: envelope.type, startMicros: Clock.nowMicros(),
+                                                                      started: Clock.monotonicMicros())
         guard envelope.kind == .request else {
             replyError(client, .badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), corr: envelope.id, type: envelope.type, service: frame)
             return
@@ -570,11 +618,14 @@ public final class Broker {
         }
         let service = frame
         if service == "sys" {
-            deliver(client, system(envelope, privileged: !fromOutside || envelope.role == "admin").encoded(), service: service)
+            let answer = system(envelope, privileged: !fromOutside || envelope.role == "admin")
+            deliver(client, answer.encoded(), service: service)
+            closeSpan(client, corr: envelope.id, status: answer.quadError?.status ?? 200)
             return
         }
         if metricsServer != nil { metrics.add("quad_broker_service_requests_total", ["service": service]) }
-        let spliced = header.isEmpty ? bytes : Envelope.rewritingHeader(bytes, set: header)
+        header["traceparent"] = span.traceparent
+        let spliced = Envelope.rewritingHeader(bytes, set: header)
         feed(.clientRequest(Routing.Request(client: client, id: envelope.id, type: envelope.type, bytes: spliced, deadlineMs: envelope.deadline,
                                             owner: RequestOwner.of(envelope))))
     }
@@ -582,7 +633,8 @@ public final class Broker {
     func refuseRate(_ client: [UInt8], _ envelope: Envelope, _ error: QuadError, key: String) {
         rateLimited += 1
         if metricsServer != nil { metrics.add("quad_broker_rate_limited_by_scope_total", ["scope": Broker.rateScopes[key.first ?? "?"] ?? "other"]) }
-        throttled.info("rate-\(key)", "rate limit: \(error.message)", fields: ["type": envelope.type])
+        throttled.info("rate-\(key)", "rate limit: \(error.message)",
+                       fields: ["type": envelope.type, "trace": openSpans[SpanKey(route: client, id: envelope.id)]?.span.traceID ?? ""])
         replyError(client, error, corr: envelope.id, type: envelope.type)
     }
 
@@ -621,10 +673,13 @@ public final class Broker {
                 if let failed = sendToWorker(identity, request) {
                     actions += routing.handle(.workerUnreachable(identity: identity, reason: "send failed: \(failed)"), now: Clock.monotonicMillis())
                 }
-            case let .sendToClient(route, bytes, service):
+            case let .sendToClient(route, bytes, service, corr):
                 // A FINAL addressed to no client answers no one: the worker
                 // took that request on, to answer it later (a deferred reply).
-                if !route.isEmpty { deliver(route, bytes, service: service ?? Broker.service(of: bytes)) }
+                if !route.isEmpty {
+                    deliver(route, bytes, service: service ?? Broker.service(of: bytes))
+                    answered(route, bytes, corr: corr)
+                }
             case let .replyError(route, error, corr, type):
                 replyError(route, error, corr: corr, type: type)
             case let .sendHeartbeat(identity):
@@ -685,6 +740,8 @@ public final class Broker {
     }
 
     func drainBackend() {
+        Log.hold()
+        defer { Log.flush() }
         var n = 0
         while n < 1000, let frames = try? backend.receive(dontWait: true) {
             n += 1
@@ -766,6 +823,53 @@ public final class Broker {
             return request.reply(.object(body), src: name)
         default:
             return request.error(.notFound("unknown request type '\(request.type)': the broker answers sys.services and sys.health"), src: name)
+        }
+    }
+}
+
+
+// MARK: Spans
+
+extension Broker {
+    /// A worker's answer went to the client at `route`: the span of the
+    /// request it answers ends, with the answer's status. The header is read
+    /// only for a small answer (a worker's error is small) or one whose
+    /// request the routing did not name (an answer given later).
+    func answered(_ route: [UInt8], _ bytes: [UInt8], corr: String?) {
+        guard !openSpans.isEmpty else { return }
+        var corr = corr
+        var status = 200
+        // An error's header is read (errors are small and rare); a reply's
+        // only when the routing did not say whose it is. The search for
+        // the error kind's bytes is memmem's: it may find them inside a
+        // reply's body, and then the header read says it is a reply.
+        if corr == nil || Broker.mayBeError(bytes), let header = try? Envelope.decodeHeader(bytes, maxBytes: .max) {
+            if corr == nil { corr = header.corr }
+            if header.kind == .error { status = (try? JSON.parse(bytes))?["body"]?["status"]?.int.map { Int($0) } ?? 500 }
+        }
+        guard let corr else { return }
+        closeSpan(route, corr: corr, status: status)
+    }
+
+    /// Logs the span line of the request `corr` from `route`, once.
+    func closeSpan(_ route: [UInt8], corr: String, status: Int) {
+        guard let open = openSpans.removeValue(forKey: SpanKey(route: route, id: corr)) else { return }
+        Broker.logSpan(open, id: corr, status: status, micros: Clock.monotonicMicros() - open.started, src: name)
+    }
+
+    static func logSpan(_ open: OpenSpan, id: String, status: Int, micros: Int64, src: String) {
+        Log.span(src: src, trace: open.span.traceID, span: open.span.spanID, parent: open.span.parentID, type: open.type, id: id,
+                 status: status, startMicros: open.startMicros, micros: micros)
+    }
+
+    /// Spans whose answer never came by (a worker that took a request to
+    /// answer later and died): logged with status 0 and dropped.
+    func sweepSpans() {
+        let now = Clock.monotonicMicros()
+        let limit = settings.maxDeadlineMs * 2 * 1000
+        for (key, open) in openSpans where now - open.started > limit {
+            openSpans[key] = nil
+            Broker.logSpan(open, id: key.id, status: 0, micros: now - open.started, src: name)
         }
     }
 }

@@ -107,8 +107,10 @@ struct Routing {
 
     enum Action: Equatable, Sendable {
         case sendToWorker(identity: [UInt8], request: Request)
-        /// A worker's reply, to the client at `route`.
-        case sendToClient(route: [UInt8], bytes: [UInt8], service: String?)
+        /// A worker's reply, to the client at `route`; `corr` is the id of
+        /// the request it answers when the routing knows it (a worker it
+        /// knows answering the request it holds).
+        case sendToClient(route: [UInt8], bytes: [UInt8], service: String?, corr: String?)
         case replyError(route: [UInt8], error: QuadError, corr: String?, type: String)
         case sendHeartbeat(identity: [UInt8])
         /// Tells a worker the broker does not know it (DISCONNECT).
@@ -298,7 +300,7 @@ struct Routing {
     private mutating func reply(_ identity: [UInt8], client: [UInt8], bytes: [UInt8], now: Int64, _ out: inout [Action]) {
         guard var w = workers[identity], services[w.service] != nil else {
             // A reply from a worker we dropped: still deliver it.
-            out.append(.sendToClient(route: client, bytes: bytes, service: nil))
+            out.append(.sendToClient(route: client, bytes: bytes, service: nil, corr: nil))
             out.append(.disconnectWorker(identity: identity))
             return
         }
@@ -310,7 +312,7 @@ struct Routing {
             out.append(.log(["level": "info", "msg": "late reply dropped", "service": .string(w.service), "instance": .string(w.instance),
                              "id": .string(p.request.id), "type": .string(p.request.type), "late_ms": .int(now - p.expires)]))
         } else {
-            out.append(.sendToClient(route: client, bytes: bytes, service: w.service))
+            out.append(.sendToClient(route: client, bytes: bytes, service: w.service, corr: w.current?.request.id))
         }
         if let id = w.current?.request.id { casualties[id] = nil }
         w.current = nil

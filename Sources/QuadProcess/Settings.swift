@@ -210,14 +210,11 @@ public enum Log {
             default: f[key] = .string("\(value)")
             }
         }
+        // A line logged while a request is handled names its trace.
+        if f["trace"] == nil, let span = Span.current { f["trace"] = .string(span.traceID) }
         var bytes = JSON.object(f).encoded()
         bytes.append(0x0A)
-        let now: [UInt8]? = lock.withLock {
-            guard holding > 0 else { return bytes }
-            held.append(contentsOf: bytes)
-            return held.count >= maxHeldBytes ? take() : nil
-        }
-        if let now { emit(now) }
+        output(bytes)
     }
 
     /// Lines logged between ``hold()`` and ``flush()`` are written together
@@ -257,6 +254,50 @@ public enum Log {
                 if n > 0 { offset += n } else if n < 0 && errno == EINTR { continue } else { break }
             }
         }
+    }
+
+    /// A request's span line (`"msg":"span"`: see README, Following a
+    /// trace), written straight into bytes: it goes out once per request in
+    /// every process, and the general ``line(_:)`` boxes each field twice
+    /// and sorts the keys.
+    public static func span(src: String, trace: String, span: String, parent: String?, type: String, id: String, status: Int,
+                            startMicros: Int64, micros: Int64, user: String? = nil, error: String? = nil, deferred: Bool = false) {
+        var out: [UInt8] = []
+        out.reserveCapacity(300 + type.utf8.count + id.utf8.count)
+        func key(_ k: StaticString) {
+            out.append(out.isEmpty ? UInt8(ascii: "{") : UInt8(ascii: ","))
+            out.append(UInt8(ascii: "\""))
+            k.withUTF8Buffer { out.append(contentsOf: $0) }
+            out.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        }
+        key("ts"); JSON.writeInt(Int64(Clock.nowMillis()), into: &out)
+        key("src"); JSON.writeString(src, into: &out)
+        key("msg"); out.append(contentsOf: Array("\"span\"".utf8))
+        key("trace"); JSON.writeString(trace, into: &out)
+        key("span"); JSON.writeString(span, into: &out)
+        if let parent { key("parent"); JSON.writeString(parent, into: &out) }
+        key("type"); JSON.writeString(type, into: &out)
+        key("id"); JSON.writeString(id, into: &out)
+        key("status"); JSON.writeInt(Int64(status), into: &out)
+        key("start_ms"); JSON.writeInt(startMicros / 1000, into: &out)
+        key("start_us"); JSON.writeInt(startMicros, into: &out)
+        key("us"); JSON.writeInt(micros, into: &out)
+        if let user { key("user"); JSON.writeString(user, into: &out) }
+        if let error { key("error"); JSON.writeString(error, into: &out) }
+        if deferred { key("deferred"); out.append(contentsOf: Array("true".utf8)) }
+        out.append(UInt8(ascii: "}"))
+        out.append(0x0A)
+        output(out)
+    }
+
+    /// Writes one encoded line now, or holds it (``hold()``).
+    static func output(_ bytes: [UInt8]) {
+        let now: [UInt8]? = lock.withLock {
+            guard holding > 0 else { return bytes }
+            held.append(contentsOf: bytes)
+            return held.count >= maxHeldBytes ? take() : nil
+        }
+        if let now { emit(now) }
     }
 
     public static func info(_ source: String, _ message: String) {

@@ -34,6 +34,9 @@ final class ServiceCalls {
         var via = 0
         /// When a send of this attempt was first refused (no broker connected).
         var blockedSince: Int64?
+        /// The span of the request that made the call: bound again while
+        /// its continuation runs.
+        let span: Span?
         let done: (Result<Envelope, QuadError>) -> Void
     }
 
@@ -76,6 +79,10 @@ final class ServiceCalls {
         var request = request
         if request.src == nil { request.src = source }
         request.deadline = timeoutMs
+        // A call made while a request is handled is part of its trace,
+        // with the handler's span as its parent.
+        let span = Span.current
+        if request.traceparent == nil { request.traceparent = span?.traceparent }
         guard pending.count < maxInFlight else {
             done(.failure(.unavailable("\(pending.count) calls to other services are waiting for their answer, the limit max_calls_in_flight=\(maxInFlight)")))
             return
@@ -85,7 +92,7 @@ final class ServiceCalls {
             return
         }
         pending[request.id] = Call(type: request.type, bytes: request.encoded(), timeoutMs: timeoutMs, attempts: max(1, attempts),
-                                   via: open(from: current), done: done)
+                                   via: open(from: current), span: span, done: done)
         transmit(request.id)
     }
 
@@ -195,7 +202,7 @@ final class ServiceCalls {
     /// Runs the caller's continuation, timed: it holds the loop like a handler.
     func finish(_ call: Call, _ result: Result<Envelope, QuadError>) {
         let started = Clock.monotonicMicros()
-        call.done(result)
+        Span.$current.withValue(call.span) { call.done(result) }
         metrics.ran("\(call.type) (answer)", micros: Clock.monotonicMicros() - started, src: source)
     }
 }
@@ -258,19 +265,20 @@ extension Handlers {
     /// answer is counted and logged like any reply, with the time from the
     /// request to it; the handler's own run is what counts as slow.
     func respondLater(_ envelope: Envelope, deliver: @escaping (Reply) -> Void) {
+        let span = Span.child(of: envelope.traceparent)
+        let startMicros = Clock.nowMicros()
         let started = Clock.monotonicMicros()
         let answer = Answer(envelope, src: instance) { [unowned self] reply in
             let error = reply.envelope.quadError
             let us = Clock.monotonicMicros() - started
             self.metrics.record(micros: us, errorCode: error?.code, type: self.label(envelope.type), status: error?.status ?? 200)
-            var line: [String: Any] = ["src": self.instance, "type": envelope.type, "id": envelope.id, "status": error?.status ?? 200,
-                                       "us": us, "deferred": true]
-            if let user = envelope.user { line["user"] = user }
-            if let error { line["error"] = error.code }
-            Log.line(line)
+            Handlers.logSpan(span, envelope, status: error?.status ?? 200, error: error?.code, startMicros: startMicros, micros: us,
+                             src: self.instance, deferred: true)
             deliver(reply)
         }
-        do { try later[envelope.type]?(Request(envelope), answer) } catch { answer.fail(error) }
+        Span.$current.withValue(span) {
+            do { try later[envelope.type]?(Request(envelope), answer) } catch { answer.fail(error) }
+        }
         metrics.ran(envelope.type, micros: Clock.monotonicMicros() - started, src: instance)
     }
 }
@@ -293,8 +301,10 @@ extension Worker {
     /// Runs `action` once after `ms` on the worker's loop (a saga's next
     /// step, a fault injection's pause); events it writes are relayed after.
     public func after(_ ms: Int64, _ action: @escaping () -> Void) {
+        // The action goes on the work of the request that scheduled it.
+        let span = Span.current
         timers.after(ms) { [unowned self] in
-            action()
+            Span.$current.withValue(span) { action() }
             self.relayOutbox()
         }
     }

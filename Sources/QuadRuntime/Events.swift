@@ -14,7 +14,8 @@ extension Outbox {
         let ts = Int64(Clock.nowMillis())
         guard let src = db.eventSource else { return try append(db, id: id, type: type, ts: ts, bodyText: body.text) }
         return try append(db, id: id, type: type, ts: ts) { seq in
-            Envelope(id: id, type: type, kind: .event, ts: ts, src: src, seq: seq, body: body).encoded()
+            // An event written while a request is handled carries its trace.
+            Envelope(id: id, type: type, kind: .event, ts: ts, src: src, seq: seq, traceparent: Span.current?.traceparent, body: body).encoded()
         }
     }
 }

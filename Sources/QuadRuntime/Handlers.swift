@@ -167,20 +167,30 @@ public final class Handlers {
     /// Handles one request envelope; the reply comes with its bytes, encoded
     /// once: what the worker sends, what the idempotency record keeps, and,
     /// for a repeated id, the stored bytes as they are.
+    /// The request's span is this worker's: a child of the `traceparent`
+    /// it came with (a new trace without one), bound while it is handled,
+    /// and its line (type, id, status, time) is the span's line.
     public func reply(to envelope: Envelope) -> Reply {
+        let span = Span.child(of: envelope.traceparent)
+        let startMicros = Clock.nowMicros()
         let started = Clock.monotonicMicros()
-        let reply = dispatch(envelope)
+        let reply = Span.$current.withValue(span) { dispatch(envelope) }
         let error = reply.quadError
-        metrics.record(micros: Clock.monotonicMicros() - started, errorCode: error?.code, type: label(envelope.type), status: error?.status ?? 200)
-        metrics.ran(envelope.type, micros: Clock.monotonicMicros() - started, src: instance)
-        var line: [String: Any] = [
-            "src": instance, "type": envelope.type, "id": envelope.id, "status": error?.status ?? 200,
-            "us": Clock.monotonicMicros() - started,
-        ]
-        if let user = envelope.user { line["user"] = user }
-        if let error { line["error"] = error.code }
-        Log.line(line)
+        let us = Clock.monotonicMicros() - started
+        metrics.record(micros: us, errorCode: error?.code, type: label(envelope.type), status: error?.status ?? 200)
+        metrics.ran(envelope.type, micros: us, src: instance)
+        Handlers.logSpan(span, envelope, status: error?.status ?? 200, error: error?.code, startMicros: startMicros, micros: us, src: instance)
         return reply
+    }
+
+    /// One line per request handled, when its answer is given: the span
+    /// (trace, span, parent), what it was (type, id, user), when it started
+    /// (`start_ms`, and `start_us` for ordering within a millisecond), how
+    /// long it took (`us`) and its status.
+    static func logSpan(_ span: Span, _ envelope: Envelope, status: Int, error: String?, startMicros: Int64, micros: Int64,
+                        src: String, deferred: Bool = false) {
+        Log.span(src: src, trace: span.traceID, span: span.spanID, parent: span.parentID, type: envelope.type, id: envelope.id, status: status,
+                 startMicros: startMicros, micros: micros, user: envelope.user, error: error, deferred: deferred)
     }
 
     func dispatch(_ envelope: Envelope) -> Reply {

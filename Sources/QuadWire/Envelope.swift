@@ -35,11 +35,18 @@ public struct Envelope: Sendable, Equatable {
     /// are bound to it.
     public var caller: String?
     public var seq: Int64?
+    /// The W3C Trace Context `traceparent` of the request this message
+    /// belongs to (``Span``): the broker starts a trace for a request that
+    /// has none and passes it on with its own span, workers pass it to what
+    /// they call and to the events they write. Optional on the wire: one
+    /// that cannot be read (``TraceParent``) is read as absent, never
+    /// refused, so its receiver starts a new trace, as W3C says.
+    public var traceparent: String?
     public var body: JSON
 
     public init(id: String = MessageID.make(), type: String, kind: Kind, corr: String? = nil, ts: Int64 = Int64(Clock.nowMillis()),
                 src: String? = nil, deadline: Int64? = nil, token: String? = nil, user: String? = nil, role: String? = nil,
-                caller: String? = nil, seq: Int64? = nil, body: JSON = .object([:])) {
+                caller: String? = nil, seq: Int64? = nil, traceparent: String? = nil, body: JSON = .object([:])) {
         self.id = id
         self.type = type
         self.kind = kind
@@ -52,6 +59,7 @@ public struct Envelope: Sendable, Equatable {
         self.role = role
         self.caller = caller
         self.seq = seq
+        self.traceparent = traceparent
         self.body = body
     }
 
@@ -104,6 +112,7 @@ public struct Envelope: Sendable, Equatable {
         if let role { f["role"] = .string(role) }
         if let caller { f["caller"] = .string(caller) }
         if let seq { f["seq"] = .int(seq) }
+        if let traceparent { f["traceparent"] = .string(traceparent) }
         return .object(f)
     }
 
@@ -182,7 +191,15 @@ public struct Envelope: Sendable, Equatable {
             role: try string("role", max: 32, required: false),
             caller: try string("caller", max: maxCallerLength, required: false),
             seq: try integer("seq", required: false),
+            traceparent: readableTraceparent(f["traceparent"]),
             body: body)
+    }
+
+    /// `traceparent` when it is a string W3C Trace Context can read; nil
+    /// otherwise (absent, another JSON type, malformed): never an error.
+    static func readableTraceparent(_ value: JSON?) -> String? {
+        guard let s = value?.string, TraceParent(s) != nil else { return nil }
+        return s
     }
 
     public static func isValidType(_ type: String) -> Bool {
@@ -244,7 +261,7 @@ extension Envelope {
 
 extension Envelope {
     /// The header fields, which are all the broker reads.
-    static let headerKeys: Set<String> = ["v", "id", "type", "kind", "corr", "ts", "src", "deadline", "token", "user", "role", "caller", "seq"]
+    static let headerKeys: Set<String> = ["v", "id", "type", "kind", "corr", "ts", "src", "deadline", "token", "user", "role", "caller", "seq", "traceparent"]
 
     /// Decodes and validates an envelope's header as ``decode(_:maxBytes:)``
     /// does, without building its body (`body` is `null` in the result):

@@ -370,7 +370,7 @@ extension JSON {
     static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Decimal digits written straight into `out`, with no String made.
-    static func writeInt(_ i: Int64, into out: inout [UInt8]) {
+    public static func writeInt(_ i: Int64, into out: inout [UInt8]) {
         if i == 0 { out.append(UInt8(ascii: "0")); return }
         if i < 0 { out.append(UInt8(ascii: "-")) }
         // The magnitude as unsigned, so Int64.min has one too.
@@ -389,7 +389,7 @@ extension JSON {
         _ = count
     }
 
-    static func writeString(_ s: String, into out: inout [UInt8]) {
+    public static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         // Most strings need no escape: copy them whole.
         if !s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {

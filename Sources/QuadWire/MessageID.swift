@@ -4,7 +4,7 @@ import Foundation
 /// random bits. Ids that sort by time keep batched inserts into B-trees fast.
 public enum MessageID {
     /// Lowercase hex digits, indexed by nibble.
-    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+    static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// One id: one `getrandom` call for the 10 random bytes (the old code made
     /// two through `SystemRandomNumberGenerator`), and the 36 characters
@@ -34,7 +34,7 @@ public enum MessageID {
     /// Fills `buffer` from the kernel's CSPRNG in one call (glibc's
     /// `arc4random_buf` is one `getrandom`); elsewhere from the standard
     /// library's generator.
-    private static func fillRandom(_ buffer: UnsafeMutableRawBufferPointer) {
+    static func fillRandom(_ buffer: UnsafeMutableRawBufferPointer) {
         #if os(Linux)
         if let base = buffer.baseAddress { arc4random_buf(base, buffer.count); return }
         #endif
@@ -49,6 +49,14 @@ public enum Clock {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
         return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+    }
+
+    /// Microseconds since the Unix epoch, wall clock: when a span started,
+    /// comparable across the processes of one host.
+    public static func nowMicros() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1000
     }
 
     /// Monotonic milliseconds, for deadlines and timers.

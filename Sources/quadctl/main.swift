@@ -11,7 +11,12 @@ var flags = Flags(program: "quadctl", summary: """
 
     Commands:
       call TYPE [JSON]     send a request; prints the reply body as JSON (exit 0),
-                           the error body (exit 1), or says no answer came (exit 2)
+                           the error body (exit 1), or says no answer came (exit 2);
+                           with --trace, the request starts a trace whose id goes to stderr
+      trace ID [--logs DIR] [--json]
+                           the request of trace ID across processes, read from their logs
+                           (default $QUAD_HOME/logs): process, type, start, duration and
+                           status of each span, children indented under their parent
       services             list services with their live workers and queue depth
       types [--json]       every request type each service answers (from <service>.sys.types):
                            query or mutation, who may call it, its request and reply schemas
@@ -49,7 +54,9 @@ flags.option("as", "log in as this email first and send the request with its tok
 flags.option("password", "password for --as, login and register (default: QUAD_PASSWORD, else asked)")
 flags.option("broker-key", "the broker's CURVE public key: Z85 text, @FILE, or off (default: QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE, $QUAD_HOME/keys/broker.pub)")
 flags.option("count", "with watch: stop after this many events (0: never)", default: "0")
-flags.flag("json", "with types: print JSON, not a table")
+flags.flag("json", "with types and trace: print JSON, not a table")
+flags.flag("trace", "with call: start a trace (W3C traceparent) and print its id on stderr, for quadctl trace ID")
+flags.option("logs", "with trace: the folder of the processes' logs (default: $QUAD_HOME/logs)")
 flags.flag("envelope", "with call: print the whole reply envelope, not only the body")
 flags.flag("internal", "speak on the broker's internal frontend (QUAD_INTERNAL, the stack's own socket: no token, no rate limit, instances and pids shown), as deploy/stack does for health and status")
 // `quadctl phone ...` has flags of its own (the phones' control socket).
@@ -162,7 +169,15 @@ func adminPassword(for email: String) -> String? {
 }
 
 @MainActor func call(_ type: String, _ body: JSON) -> Never {
-    send(Envelope.request(type, body: body, id: flags["id"] ?? MessageID.make()), with: client())
+    var request = Envelope.request(type, body: body, id: flags["id"] ?? MessageID.make())
+    if flags.bool("trace") {
+        // quadctl's own span is the root's parent: it logs no line, so the
+        // broker's span heads the tree.
+        let span = Span.child(of: nil)
+        request.traceparent = span.traceparent
+        FileHandle.standardError.write(Data("trace \(span.traceID)\n".utf8))
+    }
+    send(request, with: client())
 }
 
 let args = flags.positional
@@ -178,6 +193,9 @@ case "call":
     call(args[1], body)
 case "services":
     call("sys.services", .object([:]))
+case "trace":
+    guard args.count == 2 else { Flags.usageError("trace takes one trace ID (quadctl call --trace prints it)", usage: flags.usage) }
+    printTrace(args[1])
 case "types":
     guard args.count == 1 else { Flags.usageError("types takes no arguments (--json for JSON)", usage: flags.usage) }
     printTypes()

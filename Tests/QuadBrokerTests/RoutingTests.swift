@@ -66,7 +66,7 @@ extension [Routing.Action] {
         compactMap { if case let .replyError(_, error, corr, _) = $0 { (error.code, corr, error) } else { nil } }
     }
     var delivered: [String] {
-        compactMap { if case let .sendToClient(_, bytes, _) = $0 { String(decoding: bytes, as: UTF8.self) } else { nil } }
+        compactMap { if case let .sendToClient(_, bytes, _, _) = $0 { String(decoding: bytes, as: UTF8.self) } else { nil } }
     }
     var heartbeats: [String] {
         compactMap { if case let .sendHeartbeat(identity) = $0 { String(decoding: identity, as: UTF8.self) } else { nil } }

@@ -30,6 +30,8 @@ extension Contract.Wire {
                 .described("The verified user's role (user, admin). Set by the broker only.").optional,
             "seq": .int(min: 1)
                 .described("On events: strictly increasing per publishing service, starting at 1.").optional,
+            "traceparent": .string(max: 256)
+                .described("W3C Trace Context traceparent, 00-<32 hex trace id>-<16 hex parent span id>-<2 hex flags>: the trace of the request this message belongs to, with the sender's span as parent. Optional; the broker starts a trace for a request without one, and one it cannot read is replaced by a new trace, never refused.").optional,
             "body": .any
                 .described("Any JSON. Its schema is named by type and kind (see protos/README.md); on kind error it is error.schema.json.").optional,
         ])
