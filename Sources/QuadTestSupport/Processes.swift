@@ -189,3 +189,26 @@ public func eventually(_ ms: Int64 = 30_000, _ condition: () throws -> Bool) ret
     }
     return try condition()
 }
+
+/// Runs an executable of the build to its end, as a user would from a shell:
+/// `environment` is added to this process's, after the settings that would
+/// steer it elsewhere (a token, a broker key, `QUAD_HOME`) are taken out.
+/// Returns its exit status, stdout and stderr.
+public func runBuilt(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: TestStack.binDir + "/" + executable)
+    p.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for key in ["QUAD_TOKEN", "QUAD_BROKER_KEY", "QUAD_BROKER_KEY_FILE", "QUAD_HOME"] { env[key] = nil }
+    env.merge(environment) { _, new in new }
+    p.environment = env
+    let out = Pipe(), err = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    p.standardInput = FileHandle.nullDevice
+    try p.run()
+    let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    p.waitUntilExit()
+    return (p.terminationStatus, output, errors)
+}

@@ -167,23 +167,9 @@ struct AccountsStackTests {
     @Test func quadctlRegistersLogsInAndCallsAsAUser() throws {
         let stack = try stack()
         func quadctl(_ args: [String], env: [String: String] = [:]) throws -> (Int32, String, String) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: TestStack.binDir + "/quadctl")
-            p.arguments = ["--frontend", stack.endpoints.frontend, "--timeout", "5000"] + args
-            var environment = ProcessInfo.processInfo.environment
-            environment["QUAD_TOKEN"] = nil
-            environment["QUAD_HOME"] = stack.dir  // where quadctl finds the broker's CURVE key
-            environment.merge(env) { _, new in new }
-            p.environment = environment
-            let out = Pipe(), err = Pipe()
-            p.standardOutput = out
-            p.standardError = err
-            p.standardInput = FileHandle.nullDevice
-            try p.run()
-            let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            p.waitUntilExit()
-            return (p.terminationStatus, output, errors)
+            // QUAD_HOME: where quadctl finds the broker's CURVE key.
+            try runBuilt("quadctl", ["--frontend", stack.endpoints.frontend, "--timeout", "5000"] + args,
+                         environment: ["QUAD_HOME": stack.dir].merging(env) { _, new in new })
         }
         let (made, registered, _) = try quadctl(["--password", "correct horse", "register", "ana@uni.edu", "Ana Ruiz", "3", "Tech", "Lab"])
         #expect(made == 0, "\(registered)")

@@ -39,23 +39,9 @@ struct TraceTests {
     }
 
     static func quadctl(_ stack: TestStack, _ args: [String], env: [String: String] = [:]) throws -> (Int32, String, String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: TestStack.binDir + "/quadctl")
-        p.arguments = ["--frontend", stack.endpoints.frontend, "--timeout", "10000", "--attempts", "1"] + args
-        var environment = ProcessInfo.processInfo.environment
-        environment["QUAD_TOKEN"] = nil
-        environment["QUAD_HOME"] = stack.dir
-        environment.merge(env) { _, new in new }
-        p.environment = environment
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
-        let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        return (p.terminationStatus, output, errors)
+        // QUAD_HOME: where quadctl finds the broker's CURVE key.
+        try runBuilt("quadctl", ["--frontend", stack.endpoints.frontend, "--timeout", "10000", "--attempts", "1"] + args,
+                     environment: ["QUAD_HOME": stack.dir].merging(env) { _, new in new })
     }
 
     /// `child` lies within `parent`'s time window (1 ms of slack for the

@@ -129,25 +129,9 @@ func curveKeyPair() throws -> (publicKey: [UInt8], secretKey: [UInt8], publicTex
     return (try #require(Curve.decode(pair.publicKey)), try #require(Curve.decode(pair.secretKey)), pair.publicKey)
 }
 
-/// Runs an executable of the build with `arguments` and `environment` added
-/// to this process's; returns its exit status, stdout and stderr.
+/// Runs an executable of the build (QuadTestSupport's runBuilt).
 func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: TestStack.binDir + "/" + executable)
-    p.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    for key in ["QUAD_TOKEN", "QUAD_BROKER_KEY", "QUAD_BROKER_KEY_FILE", "QUAD_HOME"] { env[key] = nil }
-    env.merge(environment) { _, new in new }
-    p.environment = env
-    let out = Pipe(), err = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    p.standardInput = FileHandle.nullDevice
-    try p.run()
-    let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    p.waitUntilExit()
-    return (p.terminationStatus, output, errors)
+    try runBuilt(executable, arguments, environment: environment)
 }
 
 func mode(of path: String) throws -> Int {
