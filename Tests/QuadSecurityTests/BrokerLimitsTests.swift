@@ -125,7 +125,10 @@ struct BrokerLimitsTests {
         let answer = try #require(peer.receive(within: 5000), "no answer")
         #expect((try? Envelope.decode(answer.last ?? []))?.kind == .reply)
         let delivered = try #require(worker.requests.last)
-        #expect(delivered.count < plain.utf8.count + 80, "\(delivered.count) bytes delivered for \(plain.utf8.count) sent")
+        // The header grows by the caller and the broker's traceparent
+        // (`,"traceparent":"00-<32 hex>-<16 hex>-01"`), never by the body.
+        let traced = #","traceparent":"""#.utf8.count + 55
+        #expect(delivered.count < plain.utf8.count + 80 + traced, "\(delivered.count) bytes delivered for \(plain.utf8.count) sent")
         #expect(String(decoding: delivered, as: UTF8.self).contains(escapes))
     }
 

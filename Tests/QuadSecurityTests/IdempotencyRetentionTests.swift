@@ -86,8 +86,10 @@ struct IdempotencyRetentionTests {
             usleep(100_000)
         }
         #expect(cursor == last + 1, "catalog's cursor on favorites: \(cursor)")
-        #expect(stack.log("catalog/1").contains("events 1...\(last) of favorites were pruned before this worker applied them"),
-                "\(stack.log("catalog/1").suffix(2000))")
+        // The worker writes its log lines at the end of the loop's turn,
+        // after the cursor is stored: wait for the line too.
+        let gap = "events 1...\(last) of favorites were pruned before this worker applied them"
+        #expect(eventually { stack.log("catalog/1").contains(gap) }, "\(stack.log("catalog/1").suffix(2000))")
         stack.stopAll()
     }
 }
