@@ -185,4 +185,48 @@ struct RentalTests {
         #expect(afterwards?["state"]?.string == "returned" && afterwards?["due_in_days"] == nil, "\(String(describing: afterwards))")
         #expect(try alice.request("orders.get", ["order": .string(order)], timeoutMs: 5000)["status"]?.string == "returned")
     }
+
+    /// A return whose release never reached the catalog (catalog stopped)
+    /// and whose orders worker then dies: the return is committed with its
+    /// release still to send, and the next orders worker sends it once the
+    /// catalog is back. The unit comes back once.
+    @Test func aReturnWhoseReleaseWasNeverSentBeforeOrdersDiedStillBringsTheUnitBack() throws {
+        for name in ["broker", "accounts", "catalog", "orders"] {
+            try #require(FileManager.default.isExecutableFile(atPath: TestStack.binDir + "/quad-\(name)"), "quad-\(name) is not built")
+        }
+        let stack = try TestStack(name: "rental-crash")
+        try stack.startBroker()
+        try stack.startWorker("quad-accounts", instance: "accounts/1", extra: ["--password-hashing", "minimum"])
+        try stack.startWorker("quad-catalog", instance: "catalog/1")
+        try stack.startWorker("quad-orders", instance: "orders/1", extra: ["--catalog-timeout-ms", "300", "--recover-every-ms", "200"])
+        for service in ["accounts", "catalog", "orders"] {
+            #expect(try stack.waitForWorkers(service, count: 1, timeoutMs: 30_000), "\(service) did not register")
+        }
+        let c = try stack.client(source: "rental-crash")
+        _ = try c.request("accounts.register", ["email": "crash-renter@uni.edu", "password": "crash-pass-77d1", "name": "Crash Renter", "semester": 1], timeoutMs: 8000, attempts: 1)
+        c.token = try #require(try c.request("accounts.login", ["email": "crash-renter@uni.edu", "password": "crash-pass-77d1"], timeoutMs: 8000, attempts: 1)["token"]?.string)
+        let found = try c.request("catalog.search", ["q": "textbook", "in_stock": true, "limit": 50], timeoutMs: 5000)
+        let product = try #require(found["products"]?.array?.first { $0["type"]?.string == "Book" && ($0["stock"]?.int ?? 0) >= 1 }?["id"]?.string)
+        func stock() throws -> Int64? { try c.request("catalog.product.get", ["id": .string(product)], timeoutMs: 5000, attempts: 1)["stock"]?.int }
+        let before = try #require(try stock())
+        let rented = try c.request("orders.place", ["source": "buy_now", "product": .string(product), "mode": "rent", "days": 2], timeoutMs: 15_000, attempts: 1)
+        let order = try #require(rented["order"]?.string)
+        #expect(try stock() == before - 1)
+
+        // The catalog goes away; the return is answered all the same.
+        stack.kill("catalog/1", signal: SIGKILL)
+        let returned = try c.request("orders.return", ["order": .string(order)], timeoutMs: 15_000, attempts: 1)
+        #expect(returned["status"]?.string == "returned" && returned["late_days"]?.int == 0, "\(returned)")
+        // Orders dies before any release reached the catalog.
+        stack.kill("orders/1", signal: SIGKILL)
+        try stack.startWorker("quad-catalog", instance: "catalog/1")
+        #expect(try stack.waitForWorkers("catalog", count: 1, timeoutMs: 30_000))
+        #expect(try stock() == before - 1, "the unit came back with no orders worker to send its release")
+        try stack.startWorker("quad-orders", instance: "orders/1", extra: ["--catalog-timeout-ms", "300", "--recover-every-ms", "200"])
+        #expect(try eventually { (try? stock()) == before }, "the release of the return was never sent again")
+        // The same answer again, and still one unit back.
+        let again = try c.request("orders.return", ["order": .string(order)], timeoutMs: 15_000, attempts: 2)
+        #expect(again == returned, "\(again)")
+        #expect(try stock() == before)
+    }
 }
