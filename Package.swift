@@ -104,7 +104,7 @@ let package = Package(
         .testTarget(name: "QuadAccountsTests", dependencies: ["QuadAccounts", "QuadAuth", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadFavoritesTests", dependencies: ["QuadFavorites", "QuadCatalogCopy", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
-        .testTarget(name: "QuadOrdersTests", dependencies: ["QuadOrders", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadOrdersTests", dependencies: ["QuadOrders", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadReservationsTests", dependencies: ["QuadReservations", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadTelemetryTests", dependencies: ["QuadTelemetry", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadSecurityTests", dependencies: [

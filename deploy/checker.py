@@ -21,7 +21,7 @@ them), and checks, in Jepsen's terms:
   stock        no product sold beyond its stock (stock >= 0, and seed stock =
                stock now + units held or sold)
   saga         every confirmed order has a confirmed stock hold and every
-               rejected one none
+               rejected, cancelled or returned one none
   spots        no spot held twice at once (reservation intervals per spot do
                not overlap; by more than the skew tolerance when a skewed
                reservations worker may have stamped one of the two)
@@ -473,7 +473,7 @@ class Checker:
                 if h is None or h["status"] != "confirmed":
                     bad += 1
                     self.example("saga", "order %s is confirmed, its stock hold is %s" % (o["id"], h["status"] if h else "missing"))
-            elif st in ("rejected", "cancelled"):
+            elif st in ("rejected", "cancelled", "returned"):
                 if h is not None and h["status"] in ("held", "confirmed"):
                     bad += 1
                     self.example("saga", "order %s is %s, its stock hold is still %s" % (o["id"], st, h["status"]))

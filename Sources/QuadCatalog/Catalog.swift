@@ -146,6 +146,7 @@ public enum Catalog: ServiceDomain {
         p.category = r.string("category")
         p.collection = r.string("collection")
         p.stock = r.int("stock")
+        p.rentRate = Contract.Catalog.seedRentRate(price: p.price.value)
         return p
     }
 }

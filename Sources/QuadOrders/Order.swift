@@ -10,27 +10,30 @@ struct OrderItem: Equatable {
     var price: Double?
     var category: String?
     var feeCents: Int64?
+    /// A rental's price of one unit for one day; `price` is then this times the days.
+    var rentRate: Double?
 
     var lineCents: Int64? { price.map { Cents.of($0) * quantity } }
 
-    init(product: String, quantity: Int64, price: Double? = nil, category: String? = nil, feeCents: Int64? = nil) {
+    init(product: String, quantity: Int64, price: Double? = nil, category: String? = nil, feeCents: Int64? = nil, rentRate: Double? = nil) {
         self.product = product
         self.quantity = quantity
         self.price = price
         self.category = category
         self.feeCents = feeCents
+        self.rentRate = rentRate
     }
 
     init?(_ j: JSON) {
         guard let product = j["product"]?.string, let quantity = j["quantity"]?.int else { return nil }
         self.init(product: product, quantity: quantity, price: j["price"]?.double, category: j["category"]?.string,
-                  feeCents: j["fee"]?.double.map(Cents.of))
+                  feeCents: j["fee"]?.double.map(Cents.of), rentRate: j["rent_rate"]?.double)
     }
 
     /// As stored and as replied: price, category, line_total and fee once held.
     var reply: Contract.Orders.Order.Item {
         .init(product: product, quantity: quantity, price: price, category: category,
-              lineTotal: lineCents.map(Cents.amount), fee: feeCents.map(Cents.amount))
+              lineTotal: lineCents.map(Cents.amount), fee: feeCents.map(Cents.amount), rentRate: rentRate)
     }
 
     /// As events carry it: {product, quantity, price, category}.
@@ -42,6 +45,7 @@ struct OrderItem: Equatable {
 /// An order as stored. Its status moves `pending` (recorded, nothing asked
 /// of the catalog yet) → `held` (the catalog holds its stock; prices known)
 /// → `confirmed`, or to `rejected` from either; `confirmed` → `cancelled`.
+/// A rental moves on from `confirmed` to `returned` (``Rentals``).
 /// Every move is a conditional UPDATE on the status it leaves, so two
 /// workers finishing the same order move it once.
 struct OrderRecord {
@@ -61,6 +65,11 @@ struct OrderRecord {
     var reason: String?
     var createdMs: Int64
     var updatedMs: Int64
+    /// Rentals: the days rented for; once returned, when, and the late days and their charge.
+    var days: Int64?
+    var returnedMs: Int64?
+    var lateDays: Int64
+    var lateCents: Int64
 
     static let migration = """
         CREATE TABLE orders (
@@ -88,6 +97,15 @@ struct OrderRecord {
         CREATE INDEX orders_releasing ON orders (release_pending, lease_until);
         """
 
+    /// Rentals with a life (issue 16): the days rented, and the return.
+    static let rentalMigration = """
+        ALTER TABLE orders ADD COLUMN days BIGINT;
+        ALTER TABLE orders ADD COLUMN returned_ms BIGINT;
+        ALTER TABLE orders ADD COLUMN late_days BIGINT NOT NULL DEFAULT 0;
+        ALTER TABLE orders ADD COLUMN late_cents BIGINT NOT NULL DEFAULT 0;
+        CREATE INDEX orders_rentals ON orders (user_id, mode, created_ms);
+        """
+
     static let open: Set<String> = ["pending", "held"]
     var isOpen: Bool { OrderRecord.open.contains(status) }
 
@@ -112,6 +130,10 @@ struct OrderRecord {
         reason = r.optionalString("reason")
         createdMs = r.int("created_ms")
         updatedMs = r.int("updated_ms")
+        days = r["days"].int
+        returnedMs = r["returned_ms"].int
+        lateDays = r.int("late_days")
+        lateCents = r.int("late_cents")
     }
 
     /// An order as `orders.get`, `orders.mine`, `orders.cancel` and
@@ -122,6 +144,10 @@ struct OrderRecord {
         (o.order, o.status, o.source, o.mode, o.screen, o.semester) = (id, status, source, mode, screen, semester)
         (o.returnDate, o.reason, o.items) = (returnDate, reason, items.map(\.reply))
         (o.createdAt, o.updatedAt) = (createdMs, updatedMs)
+        o.days = days
+        if let returnedMs {
+            (o.returnedAt, o.lateDays, o.lateCharge) = (returnedMs, lateDays, Cents.amount(lateCents))
+        }
         if let currency {
             o.currency = currency
             (o.subtotal, o.fee, o.total) = (Cents.amount(subtotalCents), Cents.amount(feeCents), Cents.amount(totalCents))

@@ -4,7 +4,8 @@ import QuadRuntime
 import QuadStore
 import QuadWire
 
-/// The orders service: a cart per user, and orders to buy or rent, placed
+/// The orders service: a cart per user, and orders to buy or rent (rentals
+/// priced by the day and returned: ``Rentals``), placed
 /// from the cart or as Buy Now of one product, with the catalog holding and
 /// then confirming the stock (``OrderSaga``). An order records the screen
 /// it was placed from, the buyer's semester (from accounts' events) and the
@@ -22,11 +23,13 @@ public enum Orders: ServiceDomain {
         ("saga-lease-ms", "how long a worker owns an order it is placing before the recovery may take it over", "10000"),
         ("recover-every-ms", "how often open orders and unsent stock releases are resumed", "1000"),
         ("place-deadline-seconds", "an order still not placed after this long is released and rejected instead of resumed (keep it under catalog's --hold-ttl-seconds)", "60"),
+        ("max-rent-days", "longest rental in days (max_rent_days): orders.place refuses more", String(Contract.Orders.maxRentDays)),
         ("pause-after-hold-ms", "fault injection for tests: wait this long (serving other requests) between a stock hold and its confirmation", "0"),
     ]
 
     public static let migrations: [Migration] = [
         Migration(1, OrderRecord.migration + Cart.migration + CatalogCopy.migration + Buyers.migration),
+        Migration(2, OrderRecord.rentalMigration),
     ]
 
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
@@ -59,6 +62,7 @@ public enum Orders: ServiceDomain {
         s.leaseMs = try number("saga-lease-ms", 100...600_000)
         s.deadlineMs = try number("place-deadline-seconds", 1...86_400) * 1000
         s.pauseAfterHoldMs = try number("pause-after-hold-ms", 0...60_000)
+        s.maxRentDays = try number("max-rent-days", 1...Contract.Orders.maxRentDaysCap)
         _ = try number("recover-every-ms", 10...600_000)
         return s
     }
@@ -73,6 +77,7 @@ public enum Orders: ServiceDomain {
         // A place answers once the catalog has (``OrderSaga``).
         h.deferred(C.place) { req, body, answer in try saga.place(req, body, answer) }
         h.query(C.cancel) { req, body in try saga.cancel(req, body) }
+        Rentals.register(h, db: db, saga: saga)
 
         h.query(C.get) { req, body in
             let user = try req.requireUser()

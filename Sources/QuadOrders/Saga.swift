@@ -54,6 +54,8 @@ final class OrderSaga {
         var callAttempts = 2
         /// How often a retry on a worker that does not drive its order looks for the outcome.
         var watchEveryMs: Int64 = 50
+        /// Longest rental in days (`max_rent_days`).
+        var maxRentDays: Int64 = Contract.Orders.maxRentDays
     }
 
     typealias Done = (Result<Envelope, QuadError>) -> Void
@@ -105,7 +107,7 @@ final class OrderSaga {
         if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return answer.send(Reply(stored)) }
         let start: Start
         do {
-            let plan = try PlacePlan(body)
+            let plan = try PlacePlan(body, maxRentDays: settings.maxRentDays, today: Date(timeIntervalSince1970: Double(Self.now) / 1000))
             start = try db.transaction { () throws -> Start in
                 if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return .answered(stored) }
                 if let existing = try OrderRecord.load(db, id) {
@@ -118,10 +120,10 @@ final class OrderSaga {
                 guard !items.isEmpty else { throw QuadError.conflict("the cart is empty: add products with orders.cart.add first") }
                 let now = Self.now
                 try db.execute("""
-                    INSERT INTO orders (id, user_id, status, source, mode, screen, return_date, semester, items, created_ms, updated_ms, lease_until)
-                    VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $9, $10)
+                    INSERT INTO orders (id, user_id, status, source, mode, screen, return_date, semester, items, created_ms, updated_ms, lease_until, days)
+                    VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $9, $10, $11)
                     """, .text(id), .text(user), .text(plan.source), .text(plan.mode), .text(plan.screen), .of(plan.returnDate),
-                    .text(try Buyers.semester(db, user).text), .text(OrderRecord.itemsText(items)), .int(now), .int(now + settings.leaseMs))
+                    .text(try Buyers.semester(db, user).text), .text(OrderRecord.itemsText(items)), .int(now), .int(now + settings.leaseMs), .of(plan.days))
                 return .drive
             }
         } catch let error as QuadError where error.status < 500 {
@@ -362,6 +364,13 @@ final class OrderSaga {
                 throw QuadError.internal("order '\(order.id)': product '\(asked.product)' has no price in the catalog's hold")
             }
             item.quantity = asked.quantity
+            if order.mode == "rent", let price = item.price {
+                // A rental is priced by the day: the hold's rent rate where
+                // it gives one, else the demo catalog's (price / 30).
+                let rate = item.rentRate ?? Contract.Catalog.seedRentRate(price: price)
+                item.rentRate = rate
+                item.price = Cents.amount(Cents.of(rate) * (order.days ?? 1))
+            }
             let category = item.category ?? "Others"
             item.category = category
             item.feeCents = item.lineCents.map { settings.fees.fee(cents: $0, category: category) }
@@ -480,6 +489,8 @@ final class OrderSaga {
                     return answer
                 case "cancelled":
                     throw QuadError.conflict("order '\(id)' is already cancelled")
+                case "returned":
+                    throw QuadError.conflict("order '\(id)' was rented and returned: there is nothing to cancel")
                 case "rejected":
                     throw QuadError.conflict("order '\(id)' was rejected (\(order.reason ?? "no reason")): there is nothing to cancel")
                 default:
@@ -545,20 +556,19 @@ final class OrderSaga {
 
 /// The body of `orders.place` with what its shape cannot check: which
 /// fields go with the source and the mode (the contract says so too, in
-/// ``Contract/Orders/place``'s shape) and that a return date is a real day
-/// within ``maxRentDays`` of today.
+/// ``Contract/Orders/place``'s shape) and that a rental is for 1 to
+/// `max_rent_days` days: given as days, or as a return date (a real day),
+/// it is kept as both.
 struct PlacePlan {
-    /// Furthest return date of a rental (`max_rent_days`).
-    static let maxRentDays = 365
-
     let source: String
     let product: String?
     let quantity: Int64
     let mode: String
     let returnDate: String?
+    let days: Int64?
     let screen: String
 
-    init(_ body: Contract.Orders.Place, today: Date = Date()) throws(QuadError) {
+    init(_ body: Contract.Orders.Place, maxRentDays: Int64 = Contract.Orders.maxRentDays, today: Date = Date()) throws(QuadError) {
         source = body.source
         if source == "buy_now" {
             guard let product = body.product else { throw .badRequest("body.product is required for source 'buy_now'") }
@@ -575,14 +585,28 @@ struct PlacePlan {
         mode = body.mode
         screen = body.screen ?? (source == "cart" ? "cart" : "home")
         if mode == "rent" {
-            guard let date = body.returnDate else {
-                throw .badRequest("body.return_date is required to rent: an ISO date (YYYY-MM-DD) after today")
+            switch (body.days, body.returnDate) {
+            case (let days?, nil):
+                guard days >= 1 else { throw .badRequest("body.days must be at least 1: a rental lasts 1 to \(maxRentDays) days (max_rent_days), got \(days)") }
+                guard days <= maxRentDays else {
+                    throw .badRequest("body.days must be at most \(maxRentDays) (max_rent_days), got \(days)")
+                }
+                self.days = days
+                returnDate = PlacePlan.dayFormatter().string(from: today.addingTimeInterval(Double(days) * 86_400))
+            case (nil, let date?):
+                try PlacePlan.checkReturnDate(date, maxRentDays: maxRentDays, today: today)
+                returnDate = date
+                days = Rentals.day(of: date).map { $0 - Rentals.day(ms: Int64(today.timeIntervalSince1970 * 1000)) }
+            case (nil, nil):
+                throw .badRequest("body.days or body.return_date is required to rent: days from 1 to \(maxRentDays) (max_rent_days), or an ISO date (YYYY-MM-DD) after today")
+            case (_?, _?):
+                throw .badRequest("body.days and body.return_date may not both be given: send one")
             }
-            try PlacePlan.checkReturnDate(date, today: today)
-            returnDate = date
         } else {
             if body.returnDate != nil { throw .badRequest("body.return_date is only for mode 'rent'") }
+            if body.days != nil { throw .badRequest("body.days is only for mode 'rent'") }
             returnDate = nil
+            days = nil
         }
     }
 
@@ -595,7 +619,7 @@ struct PlacePlan {
     }
 
     /// A return date is a real calendar day after today (UTC), at most `maxRentDays` ahead.
-    static func checkReturnDate(_ date: String, today: Date) throws(QuadError) {
+    static func checkReturnDate(_ date: String, maxRentDays: Int64, today: Date) throws(QuadError) {
         let days = dayFormatter()
         guard date.utf8.count == 10, let day = days.date(from: date), days.string(from: day) == date else {
             throw .badRequest("body.return_date must be an ISO date YYYY-MM-DD, got '\(date)'")

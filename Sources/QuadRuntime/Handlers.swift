@@ -308,9 +308,10 @@ extension Handlers {
     public var undeclared: [String] { types.filter { Contract.operation($0) == nil } }
 
     /// Registered as a query but declared a mutation or the other way round.
-    /// (orders.place, orders.cancel, accounts.register and
+    /// (orders.place, orders.cancel, orders.return, accounts.register and
     /// accounts.profile.update are declared mutations and run as queries:
-    /// they keep their own idempotency record, outside the handler's transaction.)
+    /// they keep their own idempotency record, outside the handler's
+    /// transaction, or are idempotent by the state they leave, as a return.)
     public var misdeclared: [String] {
         types.filter { type in
             guard let op = Contract.operation(type) else { return false }

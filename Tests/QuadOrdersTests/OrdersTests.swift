@@ -252,7 +252,13 @@ struct OrdersTests {
         let day = ISODay.inDays(7)
         let order = try market.ok("orders.place", ["source": "cart", "mode": "rent", "return_date": .string(day)], user: "ana")
         #expect(order["status"] == "confirmed" && order["mode"] == "rent" && order["screen"] == "cart" && order["return_date"] == .string(day))
-        #expect(order["fee"] == cart["fee"] && order["total"] == cart["total"])
+        // A rental is priced by the day: each product's rent rate (its price
+        // over 30, to the cent) times 7 days, with the category's fee on top.
+        func rent(_ cents: Int64, _ units: Int64) -> Int64 { max(1, Int64((Double(cents) / 30).rounded())) * 7 * units }
+        let rentSubtotal = rent(phoneCents, 2) + rent(bookCents, 3)
+        let rentFee = Int64((Double(rent(phoneCents, 2)) * 0.08).rounded()) + Int64((Double(rent(bookCents, 3)) * 0.05).rounded())
+        #expect(order["days"] == 7 && order["subtotal"] == .double(Double(rentSubtotal) / 100), "\(order)")
+        #expect(order["fee"] == .double(Double(rentFee) / 100) && order["total"] == .double(Double(rentSubtotal + rentFee) / 100), "\(order)")
         #expect(order["semester"] == .null, "no accounts events: semester unknown")
         #expect(try market.stock("p-0001") == 8 && market.stock("p-0014") == 7)
         // The bought lines left the cart.
@@ -275,7 +281,7 @@ struct OrdersTests {
         #expect(mine.map { $0["type"] } == ["orders.placed", "orders.confirmed", "orders.cancelled"])
         let confirmed = try #require(mine.dropFirst().first?["body"])
         #expect(confirmed["user"] == "ana" && confirmed["screen"] == "cart" && confirmed["mode"] == "rent" && confirmed["semester"] == .null)
-        #expect(confirmed["fee"] == cart["fee"] && confirmed["total"] == cart["total"] && confirmed["return_date"] == .string(day))
+        #expect(confirmed["fee"] == order["fee"] && confirmed["total"] == order["total"] && confirmed["return_date"] == .string(day))
         #expect(confirmed["items"]?.array?.map { $0["category"] } == ["Tech", "Study"])
     }
 }

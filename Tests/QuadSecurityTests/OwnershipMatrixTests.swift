@@ -180,6 +180,15 @@ struct OwnershipMatrixTests {
                     after: { reply, f in #expect(reply.text.contains(f.order)) }),
                 Row(type: "orders.cancel", access: .user, other: .refused, body: { f in ["order": .string(f.order)] },
                     after: { reply, _ in #expect(reply["status"]?.string == "cancelled") }),
+                Row(type: "orders.rentals", access: .user,
+                    other: .ownData(isolated: { reply, f in !reply.text.contains(f.order) }),
+                    prepare: { f in
+                        let rented = try f.ok("orders.place", ["source": "buy_now", "product": .string(f.product(3)), "mode": "rent", "days": 3], token: f.ownerToken)
+                        f.order = try #require(rented["order"]?.string)
+                    },
+                    after: { reply, f in #expect(reply.text.contains(f.order)) }),
+                Row(type: "orders.return", access: .user, other: .refused, body: { f in ["order": .string(f.order)] },
+                    after: { reply, _ in #expect(reply["status"]?.string == "returned") }),
             ],
             "reservations": [
                 Row(type: "reservations.lots", access: .anyone),
@@ -374,7 +383,7 @@ struct OwnershipMatrixTests {
             #expect(service.handlers.undeclared.isEmpty, "\(name) answers types the contract does not declare: \(service.handlers.undeclared)")
             // The orders saga and the password-hashing mutations of accounts
             // keep their own idempotency record: mutations registered as queries.
-            let ownRecord: Set = ["orders.place", "orders.cancel", "accounts.register", "accounts.profile.update"]
+            let ownRecord: Set = ["orders.place", "orders.cancel", "orders.return", "accounts.register", "accounts.profile.update"]
             let misdeclared = Set(service.handlers.misdeclared).subtracting(ownRecord)
             #expect(misdeclared.isEmpty, "\(name) registers as the other kind what the contract declares: \(misdeclared.sorted())")
         }

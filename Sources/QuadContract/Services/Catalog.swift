@@ -351,6 +351,8 @@ extension Contract.Catalog {
         public var category = ""
         public var collection = ""
         public var stock: Int64 = 0
+        /// What one day of renting it costs (``seedRentRate(price:)`` for the demo catalog).
+        public var rentRate: Double?
         public init() {}
         public static let fields: [Field<Self>] = [
             .field(\.id, "id", .string(1...64)),
@@ -369,7 +371,17 @@ extension Contract.Catalog {
             .field(\.category, "category", .ref("#/$defs/category")),
             .field(\.collection, "collection", .string(min: 1).described("The collection it is shown under (ShopEase's first screen).")),
             .field(\.stock, "stock", .int(min: 0).described("Units available: not held by an order, not sold.")),
+            .field(\.rentRate, "rent_rate", .number(min: 0)
+                .described("The price of renting one unit for one day, in price.currency (the transaction fee comes on top). The demo catalog's: price.value / 30, rounded to the cent.").optional),
         ]
+    }
+
+    /// The rent rate per day of a demo product: its price over 30 days,
+    /// rounded half away from zero to the cent (at least 1 cent for a
+    /// product with a price, so a rental never costs nothing).
+    public static func seedRentRate(price: Double) -> Double {
+        guard price > 0 else { return 0 }
+        return max(1, (price * 100 / 30).rounded()) / 100
     }
 
     public static let productSchema = Definition("catalog/product.schema.json", title: "Product", Product.shape

@@ -10,6 +10,13 @@ extension Contract.Orders {
     /// and the largest page of orders.mine (`max_page_size`).
     public static let maxQuantity: Int64 = 99
     public static let maxPageSize: Int64 = 100
+    /// Longest rental by default (`max_rent_days`; orders' --max-rent-days
+    /// sets it, at most ``maxRentDaysCap``).
+    public static let maxRentDays: Int64 = 90
+    public static let maxRentDaysCap: Int64 = 365
+
+    /// The statuses of an order, in the order it may take them.
+    static let statuses = ["pending", "held", "confirmed", "rejected", "cancelled", "returned"]
 
     /// The caller's cart (``Cart``, defined once as ``cartSchema``) as
     /// every cart operation answers it.
@@ -88,18 +95,22 @@ extension Contract.Orders {
             public var category: String?
             public var lineTotal: Double?
             public var fee: Double?
+            public var rentRate: Double?
             public init() {}
-            public init(product: String, quantity: Int64, price: Double?, category: String?, lineTotal: Double?, fee: Double?) {
+            public init(product: String, quantity: Int64, price: Double?, category: String?, lineTotal: Double?, fee: Double?, rentRate: Double? = nil) {
                 (self.product, self.quantity, self.price, self.category, self.lineTotal, self.fee) = (product, quantity, price, category, lineTotal, fee)
+                self.rentRate = rentRate
             }
             public static let fields: [Field<Self>] = [
                 .field(\.product, "product", .string(1...64)),
                 .field(\.quantity, "quantity", .int(1...99)),
                 .field(\.price, "price", .number(min: 0)
-                    .described("Unit price the catalog held at.").optional),
+                    .described("Unit price the catalog held at; of a rental, rent_rate times the days rented.").optional),
                 .field(\.category, "category", .ref("../catalog/product.schema.json#/$defs/category").optional),
                 .field(\.lineTotal, "line_total", .number(min: 0).optional),
                 .field(\.fee, "fee", .number(min: 0).optional),
+                .field(\.rentRate, "rent_rate", .number(min: 0)
+                    .described("Rentals only: the price of one unit for one day (the product's rent_rate when held), what a late day costs too.").optional),
             ]
             /// A priced line has its category, total and fee.
             static let schema = shape.keyword("dependentRequired", json: ["price": ["category", "line_total", "fee"]])
@@ -118,12 +129,16 @@ extension Contract.Orders {
         public var fee: Double?
         public var total: Double?
         public var reason: String?
+        public var days: Int64?
+        public var returnedAt: Int64?
+        public var lateDays: Int64?
+        public var lateCharge: Double?
         public var createdAt: Int64 = 0
         public var updatedAt: Int64 = 0
         public init() {}
         public static let fields: [Field<Self>] = [
             .field(\.order, "order", .string(1...64)),
-            .field(\.status, "status", .choice(["pending", "held", "confirmed", "rejected", "cancelled"])),
+            .field(\.status, "status", .choice(statuses)),
             .field(\.source, "source", .choice(["cart", "buy_now"])),
             .field(\.mode, "mode", .choice(["buy", "rent"])),
             .field(\.screen, "screen", .choice(["home", "favorites", "search", "cart"])
@@ -140,6 +155,14 @@ extension Contract.Orders {
                 .described("subtotal plus fee.").optional),
             .field(\.reason, "reason", .string()
                 .described("Why it was rejected, in the catalog's words.").optional),
+            .field(\.days, "days", .int(min: 1)
+                .described("Rentals only: how many days it is rented for (return_date is the day it is due back).").optional),
+            .field(\.returnedAt, "returned_at", .int(min: 0)
+                .described("A returned rental: when it came back, ms since epoch.").optional),
+            .field(\.lateDays, "late_days", .int(min: 0)
+                .described("A returned rental: the days after return_date it came back (UTC days).").optional),
+            .field(\.lateCharge, "late_charge", .number(min: 0)
+                .described("A returned rental: late_days times each line's rent_rate and quantity; included in total.").optional),
             .field(\.createdAt, "created_at", .int(min: 0)
                 .described("ms since epoch.")),
             .field(\.updatedAt, "updated_at", .int(min: 0)),
@@ -155,10 +178,12 @@ extension Contract.Orders {
         public var quantity: Int64 = 1
         public var mode = "buy"
         public var returnDate: String?
+        public var days: Int64?
         public var screen: String?
         public init() {}
-        public init(source: String, product: String? = nil, quantity: Int64 = 1, mode: String = "buy", returnDate: String? = nil, screen: String? = nil) {
+        public init(source: String, product: String? = nil, quantity: Int64 = 1, mode: String = "buy", returnDate: String? = nil, days: Int64? = nil, screen: String? = nil) {
             (self.source, self.product, self.quantity, self.mode, self.returnDate, self.screen) = (source, product, quantity, mode, returnDate, screen)
+            self.days = days
         }
         public static let fields: [Field<Self>] = [
             .field(\.source, "source", .choice(["cart", "buy_now"])),
@@ -168,7 +193,9 @@ extension Contract.Orders {
                 .described("buy_now only.").optional),
             .field(\.mode, "mode", .choice(["buy", "rent"]).default("buy").optional),
             .field(\.returnDate, "return_date", .string(pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", format: "date")
-                .described("Required to rent, refused to buy: a day after today (UTC), at most 365 days ahead (max_rent_days).").optional),
+                .described("To rent, this or days: the day it is due back, after today (UTC), at most max_rent_days (90 by default) ahead. Refused to buy.").optional),
+            .field(\.days, "days", .int(min: 1).limit("max_rent_days")
+                .described("To rent, this or return_date: for how many days, 1 to max_rent_days (90 by default, orders' --max-rent-days). Refused to buy.").optional),
             .field(\.screen, "screen", .choice(["home", "favorites", "search", "cart"])
                 .described("The screen the order is placed from; cart by default from the cart, home for Buy Now.").optional),
         ]
@@ -271,7 +298,7 @@ extension Contract.Orders {
             public static let fields: [Field<Self>] = [
                 .field(\.offset, "offset", .int(min: 0, default: 0).optional),
                 .field(\.limit, "limit", .int(1...maxPageSize, default: 20).limit("max_page_size").optional),
-                .field(\.status, "status", .choice(["pending", "held", "confirmed", "rejected", "cancelled"]).optional),
+                .field(\.status, "status", .choice(statuses).optional),
             ]
         }
         /// One page of orders.
@@ -301,18 +328,108 @@ extension Contract.Orders {
     public static let place = TypedOperation<Place, Order>(
         "orders.place", .mutation, auth: .user,
         request: Place.shape
-            .described("Places an order to buy or rent: the cart's lines (source cart) or quantity units of one product (source buy_now, UniTrade's Buy Now). The envelope id is the order id: a retry with the same id gets the same answer and never a second order. Orders records the order, asks the catalog to hold the stock under the order id (all lines or none), then to confirm it; the reply is the confirmed order. A refusal of the catalog rejects the order and is the answer: conflict (409) 'not enough stock: p-0001 (requested 2, available 1)' with details {order, short: [{product, requested, available}]}, not_found (404) for an unknown product, with details {order}. conflict (409) for an empty cart. unavailable (503) when the catalog did not answer: the order stays pending and is confirmed or rejected by the service later; retry with the same id for the outcome. Bought lines leave the cart on confirmation. Records the screen and the buyer's semester; publishes orders.placed, then orders.confirmed or orders.rejected.")
+            .described("Places an order to buy or rent (for days, 1 to max_rent_days, or until return_date; priced at each product's rent_rate per day, with the fee on top): the cart's lines (source cart) or quantity units of one product (source buy_now, UniTrade's Buy Now). The envelope id is the order id: a retry with the same id gets the same answer and never a second order. Orders records the order, asks the catalog to hold the stock under the order id (all lines or none), then to confirm it; the reply is the confirmed order. A refusal of the catalog rejects the order and is the answer: conflict (409) 'not enough stock: p-0001 (requested 2, available 1)' with details {order, short: [{product, requested, available}]}, not_found (404) for an unknown product, with details {order}. conflict (409) for an empty cart. unavailable (503) when the catalog did not answer: the order stays pending and is confirmed or rejected by the service later; retry with the same id for the outcome. Bought lines leave the cart on confirmation. Records the screen and the buyer's semester; publishes orders.placed, then orders.confirmed or orders.rejected.")
             .and(
                 .when(.any.keyword("properties", json: ["source": ["const": "buy_now"]]), then: .any.keyword("required", json: ["product"]), otherwise: .not(.anyOf([
                             .any.keyword("required", json: ["product"]),
                             .any.keyword("required", json: ["quantity"]),
                         ])
                             .described("body.product and body.quantity are for source 'buy_now': an order from the cart takes the cart's lines"))),
-                .when(.any.keyword("properties", json: ["mode": ["const": "rent"]]).keyword("required", json: ["mode"]), then: .any.keyword("required", json: ["return_date"]), otherwise: .not(.any.keyword("required", json: ["return_date"])
-                        .described("body.return_date is only for mode 'rent'")))
+                .when(.any.keyword("properties", json: ["mode": ["const": "rent"]]).keyword("required", json: ["mode"]),
+                      then: .any.requiresOne(of: ["days", "return_date"]).exclusive("days", "return_date"),
+                      otherwise: .not(.anyOf([.any.keyword("required", json: ["return_date"]), .any.keyword("required", json: ["days"])])
+                        .described("body.return_date and body.days are only for mode 'rent'")))
             ),
         reply: .ref("order.schema.json")
             .described("The order, confirmed, priced at the catalog's prices with the fee."))
+
+    /// orders.rentals: a page of the caller's rentals, each with its state.
+    public enum Rentals {
+        public struct Request: Body {
+            public var offset: Int64 = 0
+            public var limit: Int64 = 20
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.offset, "offset", .int(min: 0, default: 0).optional),
+                .field(\.limit, "limit", .int(1...maxPageSize, default: 20).limit("max_page_size").optional),
+            ]
+        }
+        /// One rental: the order, and where it stands today (UTC days).
+        public struct Rental: Body {
+            public var order = Order()
+            public var state = "active"
+            public var dueDate = ""
+            public var dueInDays: Int64?
+            public init() {}
+            public init(order: Order, state: String, dueDate: String, dueInDays: Int64?) {
+                (self.order, self.state, self.dueDate, self.dueInDays) = (order, state, dueDate, dueInDays)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.order, "order", .ref("order.schema.json")),
+                .field(\.state, "state", .choice(["active", "overdue", "returned"])
+                    .described("active: due today or later; overdue: past its due date and not returned; returned.")),
+                .field(\.dueDate, "due_date", .string(pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", format: "date")),
+                .field(\.dueInDays, "due_in_days", .int()
+                    .described("Not returned: days from today to the due date (0 due today, negative overdue).").optional),
+            ]
+        }
+        public struct Reply: Body {
+            public var rentals: [Rental] = []
+            public var total: Int64 = 0
+            public var offset: Int64 = 0
+            public var limit: Int64 = 0
+            public init() {}
+            public init(rentals: [Rental], total: Int64, offset: Int64, limit: Int64) {
+                (self.rentals, self.total, self.offset, self.limit) = (rentals, total, offset, limit)
+            }
+            public static let fields: [Field<Self>] = [
+                .field(\.rentals, "rentals", .array(of: Rental.shape, max: 100)),
+                .field(\.total, "total", .int(min: 0)),
+                .field(\.offset, "offset", .int(min: 0)),
+                .field(\.limit, "limit", .int(1...100)),
+            ]
+        }
+    }
+
+    public static let rentals = TypedOperation<Rentals.Request, Rentals.Reply>(
+        "orders.rentals", .query, auth: .user,
+        request: Rentals.Request.shape
+            .described("A page of the caller's rentals (confirmed or returned orders of mode rent), newest first, each with its state: active (due in due_in_days), overdue, or returned."))
+
+    public static let returnRental = TypedOperation<OrderRequest, Order>(
+        "orders.return", .mutation, auth: .user,
+        request: OrderRequest.shape
+            .described("Returns one of the caller's rentals: the order becomes returned and its units go back to the catalog's stock (the release is sent until the catalog acknowledges it). A return after return_date is charged late_days at each line's rent_rate (late_charge, added to total). Idempotent by order: a second return, with any envelope id, answers the same returned order and changes nothing. not_found (404) for an order that is not the caller's; conflict (409) for an order bought (not rented), cancelled, rejected or still being placed. Publishes orders.returned."),
+        reply: .ref("order.schema.json")
+            .described("The order, now returned, with returned_at, late_days and late_charge."))
+
+    /// orders.returned: a rental came back.
+    public struct Returned: Body {
+        public var order = ""
+        public var user = ""
+        public var items: [Placed.Item] = []
+        public var currency = "USD"
+        public var returnDate = ""
+        public var returnedAt: Int64 = 0
+        public var lateDays: Int64 = 0
+        public var lateCharge: Double = 0
+        public init() {}
+        public static let fields: [Field<Self>] = [
+            .field(\.order, "order", .string(1...64)),
+            .field(\.user, "user", .string(1...128)),
+            .field(\.items, "items", .array(of: Placed.Item.shape, min: 1, max: 50)),
+            .field(\.currency, "currency", .string(pattern: "^[A-Z]{3}$")),
+            .field(\.returnDate, "return_date", .string(format: "date")
+                .described("The day it was due back.")),
+            .field(\.returnedAt, "returned_at", .int(min: 0)
+                .described("ms since epoch.")),
+            .field(\.lateDays, "late_days", .int(min: 0)),
+            .field(\.lateCharge, "late_charge", .number(min: 0)),
+        ]
+    }
+
+    public static let returned = TypedEvent<Returned>("orders.returned", body: Returned.shape
+            .described("A rental was returned by its renter; its units go back to the catalog's stock. late_charge is what the late days cost."))
 
     /// orders.cancelled: whose order was cancelled.
     public struct Cancelled: Body {
@@ -411,14 +528,15 @@ extension Contract.Orders {
             .described("The caller's cart as the phone shows it, oldest line first, priced from the orders service's own copy of the catalog (kept from catalog events; it can lag the catalog by the time an event takes to arrive). The fee is UniTrade's transaction fee, a percentage of each line by category (orders' --fees). A line whose product the copy does not hold has no price and counts in no total. Amounts are decimal numbers of currency, exact to the cent."))
 
     public static let orderSchema = Definition("orders/order.schema.json", title: "Order", Order.shape
-            .described("An order as orders.place, orders.get and orders.mine answer it. Its id is the envelope id of the orders.place that created it. Status: pending (recorded, the catalog not asked yet), held (the catalog holds its stock), confirmed, rejected (with the catalog's reason), cancelled. Prices, line totals, fees, subtotal, fee and total appear once the catalog has held the stock, at the prices it held at.").keyword("dependentRequired", json: ["currency": ["subtotal", "fee", "total"]])
+            .described("An order as orders.place, orders.get and orders.mine answer it. Its id is the envelope id of the orders.place that created it. Status: pending (recorded, the catalog not asked yet), held (the catalog holds its stock), confirmed, rejected (with the catalog's reason), cancelled, returned (a rental that came back). Prices, line totals, fees, subtotal, fee and total appear once the catalog has held the stock, at the prices it held at.").keyword("dependentRequired", json: ["currency": ["subtotal", "fee", "total"]])
             .definitions([
                 "semester": .any.types(["string", "integer", "null"])
                     .described("The buyer's semester when the order was placed, as accounts published it; null when orders has not heard of the buyer from accounts."),
             ]))
 
     public static let operations: [Operation] = [cancel.operation, cartAdd.operation, cartClear.operation, cartRemove.operation, cartSet.operation,
-                                                 cartView.operation, get.operation, mine.operation, place.operation]
-    public static let events: [Event] = [cancelled.event, confirmed.event, placed.event, rejected.event]
+                                                 cartView.operation, get.operation, mine.operation, place.operation, rentals.operation,
+                                                 returnRental.operation]
+    public static let events: [Event] = [cancelled.event, confirmed.event, placed.event, rejected.event, returned.event]
     public static let definitions: [Definition] = [cartSchema, orderSchema]
 }
