@@ -57,7 +57,7 @@ let package = Package(
         // Tests/QuadRuntimeTests/BrokerLinkTests.swift checks with ldd.
         .target(name: "QuadBroker", dependencies: ["QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth", "QuadMetrics"]),
         // Service domains.
-        .target(name: "QuadCatalog", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
+        .target(name: "QuadCatalog", dependencies: ["CMicroHTTPD", "QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // A service's own copy of the catalog, kept from catalog's events.
         .target(name: "QuadCatalogCopy", dependencies: ["QuadContract", "QuadWire", "QuadStore"]),
         .target(name: "QuadFavorites", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
