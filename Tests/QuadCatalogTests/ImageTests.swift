@@ -31,7 +31,7 @@ enum Pictures {
                                 0xFF, 0xDA, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x3F, 0x00, 0x12, 0x34, 0xFF, 0xD9]
 
     /// RIFF, WEBP and one VP8L chunk of 6 bytes.
-    static let webp: [UInt8] = Array("RIFF".utf8) + [26, 0, 0, 0] + Array("WEBP".utf8) + Array("VP8L".utf8) + [6, 0, 0, 0] + [0x2F, 0, 0, 0, 0, 0]
+    static let webp: [UInt8] = Array("RIFF".utf8) + [18, 0, 0, 0] + Array("WEBP".utf8) + Array("VP8L".utf8) + [6, 0, 0, 0] + [0x2F, 0, 0, 0, 0, 0]
 
     static func base64(_ b: [UInt8]) -> JSON { .string(Data(b).base64EncodedString()) }
 }
