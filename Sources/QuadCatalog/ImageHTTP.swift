@@ -8,7 +8,9 @@ import QuadWire
 /// content, so every answer may be cached for good (`immutable`, a year)
 /// and a client that has it asks with `If-None-Match` and gets a 304 with
 /// no body. Anything but a known id is 404; any method but GET and HEAD
-/// is 405; no request has a body.
+/// is 405; no request has a body. Every worker of the catalog listens on
+/// the same port (SO_REUSEPORT), so `QUAD_CATALOG_WORKERS=2` needs no
+/// second address.
 final class ImageServer: @unchecked Sendable {
     // Shared with microhttpd's threads: `store` is used under `lock` only;
     // `daemon` and `retained` are touched by the starting thread only.
@@ -54,7 +56,8 @@ final class ImageServer: @unchecked Sendable {
         let me = Unmanaged.passRetained(self)
         let bounds = quad_mhd_limits(connections: limits.connections, connections_per_address: limits.connectionsPerAddress,
                                      timeout_seconds: limits.timeoutSeconds)
-        guard let d = quad_mhd_start(host, port, ImageServer.handler, me.toOpaque(), bounds, ImageServer.completed, nil, nil) else {
+        // Shared: each catalog worker serves the same port (one store behind them all).
+        guard let d = quad_mhd_start_shared(host, port, ImageServer.handler, me.toOpaque(), bounds, ImageServer.completed) else {
             me.release()
             throw QuadError.unavailable("cannot listen on http://\(address) for /images (--images-http): address in use, or not an IPv4 address of this host")
         }

@@ -174,3 +174,19 @@ struct ImageServingTests {
         #expect(text.contains("--max-image-bytes 1048576") && text.contains("max_message_bytes"), "\(text)")
     }
 }
+
+extension ImageServingTests {
+    @Test func twoCatalogWorkersServeImagesOnOnePort() throws {
+        let (stack, client, port) = try Self.start("images-two")
+        defer { stack.stopAll() }
+        try stack.startWorker("quad-catalog", instance: "catalog/2", extra: ["--images-http", "127.0.0.1:\(port)"])
+        try #require(try stack.waitForWorkers("catalog", count: 2, timeoutMs: 30_000))
+        #expect(try Self.imagesPort(stack, "catalog/2") == port)
+        let id = try #require(try Self.put(client, Pictures.jpeg).body["id"]?.string)
+        for _ in 0..<8 {
+            let got = try Self.http(port, "/images/\(id)")
+            #expect(got.status == 200 && got.body == Pictures.jpeg && got.header("Content-Type") == "image/jpeg")
+        }
+        #expect(stack.process("catalog/1")?.isRunning == true && stack.process("catalog/2")?.isRunning == true)
+    }
+}
