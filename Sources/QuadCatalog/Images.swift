@@ -111,16 +111,19 @@ extension Catalog {
         return out
     }()
 
+    /// Their ids, hashed once (the seed asks for one per product).
+    static let collectionPictureIDs: [String: String] = collectionPictures.mapValues { SHA256.hex($0) }
+
     /// The stored image_url of a seeded product of `collection`.
     static func seededImagePath(_ collection: String) -> String {
-        collectionPictures[collection].map { imagePath(SHA256.hex($0)) } ?? ""
+        collectionPictureIDs[collection].map(imagePath) ?? ""
     }
 
     /// Keeps the collections' pictures (at every start: a store seeded
     /// before there were pictures gets them too, and it is a no-op after).
     static func seedImages(_ db: Database) throws {
-        for (_, bytes) in collectionPictures.sorted(by: { $0.key < $1.key }) {
-            try storeImage(db, id: SHA256.hex(bytes), type: "image/png", bytes: bytes, uploader: "seed", now: 0)
+        for (collection, bytes) in collectionPictures.sorted(by: { $0.key < $1.key }) {
+            try storeImage(db, id: collectionPictureIDs[collection]!, type: "image/png", bytes: bytes, uploader: "seed", now: 0)
         }
     }
 

@@ -196,3 +196,21 @@ struct ImageTests {
         #expect(SHA256.hex(try #require(Catalog.collectionPictures["Phones"])) == (try sha256sum(try #require(Catalog.collectionPictures["Phones"]))))
     }
 }
+
+extension ImageTests {
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["QUAD_TEST_PG"] != nil, "needs QUAD_TEST_PG (deploy/test starts a server)"))
+    func imagesAreKeptAndServedTheSameOnPostgreSQL() throws {
+        let (h, db) = try catalog(postgres: true)
+        Catalog.registerImages(h, db: db)
+        let png = Pictures.png(bytes: 70_000)
+        let id = try #require(try h.call("catalog.images.put", ["data": Pictures.base64(png)], user: "u")["id"]?.string)
+        #expect(id == (try sha256sum(png)))
+        #expect(try h.call("catalog.images.put", ["data": Pictures.base64(png)], user: "v")["id"]?.string == id)
+        #expect(try db.queryOne("SELECT COUNT(*) AS n FROM images WHERE sha256 = $1", .text(id))?.int("n") == 1)
+        let answer = ImageServer(store: db).answer(method: "GET", path: "/images/\(id)", ifNoneMatch: nil)
+        #expect(answer.status == 200 && answer.body == png)
+        // The seed's pictures are there too, byte for byte.
+        let phones = try #require(Catalog.collectionPictureIDs["Phones"])
+        #expect(ImageServer(store: db).answer(method: "GET", path: "/images/\(phones)", ifNoneMatch: nil).body == Catalog.collectionPictures["Phones"])
+    }
+}
