@@ -1,5 +1,6 @@
 import Foundation
 import QuadContract
+import QuadImages
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -11,27 +12,7 @@ import QuadWire
 extension Catalog {
     /// Version 50, away from the products' 1 to 4 and whatever the
     /// listings add next, so two branches never claim the same number.
-    static let imageMigrations: [Migration] = [
-        Migration(50, sqlite: """
-            CREATE TABLE images (
-                sha256 TEXT PRIMARY KEY,
-                content_type TEXT NOT NULL,
-                bytes BLOB NOT NULL,
-                size BIGINT NOT NULL,
-                created_ms BIGINT NOT NULL,
-                uploader TEXT NOT NULL
-            );
-            """, postgres: """
-            CREATE TABLE images (
-                sha256 TEXT PRIMARY KEY,
-                content_type TEXT NOT NULL,
-                bytes BYTEA NOT NULL,
-                size BIGINT NOT NULL,
-                created_ms BIGINT NOT NULL,
-                uploader TEXT NOT NULL
-            );
-            """),
-    ]
+    static let imageMigrations: [Migration] = [ImageStore.migration(50)]
 
     /// The image options of the catalog, added to ``options``.
     static let imageOptions: [(String, String, String?)] = [
@@ -54,44 +35,16 @@ extension Catalog {
     /// serves, so a new base URL (another port, a proxy) applies to every
     /// product without rewriting a row; other URLs go out as they are.
     static func imageURL(_ stored: String) -> String {
-        stored.hasPrefix("/images/") ? imagesBaseURL + stored : stored
+        ImageStore.url(stored, base: imagesBaseURL)
     }
 
-    static func imagePath(_ id: String) -> String { "/images/\(id)" }
+    static func imagePath(_ id: String) -> String { ImageStore.path(id) }
 
-    /// Checks and keeps an image; answers it as kept. The base64 length is
-    /// checked before decoding, so an oversize upload costs no allocation.
+    /// Checks and keeps an image; answers it as kept.
     static func putImage(_ db: Database, _ body: Contract.Catalog.Images.PutRequest, uploader: String, maxBytes: Int64,
                          now: Int64 = Int64(Clock.nowMillis())) throws -> Contract.Catalog.Images.Image {
-        let encodedMax = (maxBytes + 2) / 3 * 4
-        let limit: JSON = ["limit": "max_image_bytes", "max": .int(maxBytes)]
-        guard Int64(body.data.utf8.count) <= encodedMax else {
-            throw QuadError.tooLarge("body.data is over the limit max_image_bytes=\(maxBytes) (\(encodedMax) characters of base64)", details: limit)
-        }
-        guard let decoded = Data(base64Encoded: body.data) else {
-            throw QuadError.badRequest("body.data must be base64 (RFC 4648, with padding): it is not")
-        }
-        let bytes = [UInt8](decoded)
-        guard Int64(bytes.count) <= maxBytes else {
-            throw QuadError.tooLarge("body.data is \(bytes.count) bytes, over the limit max_image_bytes=\(maxBytes)", details: limit)
-        }
-        guard let type = ImageContent.type(of: bytes) else {
-            throw QuadError.badRequest("body.data is not a JPEG, PNG or WebP image (checked by its content: signature and structure)")
-        }
-        if let said = body.contentType, said != type {
-            throw QuadError.badRequest("body.content_type is '\(said)' but the bytes are \(type)")
-        }
-        let id = SHA256.hex(bytes)
-        try storeImage(db, id: id, type: type, bytes: bytes, uploader: uploader, now: now)
-        return .init(id: id, url: imageURL(imagePath(id)), contentType: type, bytes: Int64(bytes.count))
-    }
-
-    /// Keeps the bytes under their id once; a second copy changes nothing.
-    static func storeImage(_ db: Database, id: String, type: String, bytes: [UInt8], uploader: String, now: Int64) throws {
-        try db.execute("""
-            INSERT INTO images (sha256, content_type, bytes, size, created_ms, uploader) VALUES ($1, $2, $3, $4, $5, $6)
-            ON CONFLICT (sha256) DO NOTHING
-            """, .text(id), .text(type), .blob(bytes), .int(Int64(bytes.count)), .int(now), .text(uploader))
+        let kept = try ImageStore.put(db, data: body.data, claimed: body.contentType, uploader: uploader, maxBytes: maxBytes, now: now)
+        return .init(id: kept.id, url: imageURL(imagePath(kept.id)), contentType: kept.contentType, bytes: kept.size)
     }
 
     /// The picture of each collection of the demo catalog: stripes in two
@@ -123,7 +76,7 @@ extension Catalog {
     /// before there were pictures gets them too, and it is a no-op after).
     static func seedImages(_ db: Database) throws {
         for (collection, bytes) in collectionPictures.sorted(by: { $0.key < $1.key }) {
-            try storeImage(db, id: collectionPictureIDs[collection]!, type: "image/png", bytes: bytes, uploader: "seed", now: 0)
+            try ImageStore.keep(db, id: collectionPictureIDs[collection]!, type: "image/png", bytes: bytes, uploader: "seed", now: 0)
         }
     }
 
@@ -142,10 +95,7 @@ extension Catalog {
         let maxBytes = try integer("max-image-bytes", 1...(256 << 20))
         // The whole upload travels in one message: refuse at start a limit
         // the broker and this worker could never carry.
-        if let message = Int64(options["max-message-bytes"] ?? ""), (maxBytes + 2) / 3 * 4 + 4096 > message {
-            let most = (message - 4096) / 4 * 3
-            throw QuadError.badRequest("--max-image-bytes \(maxBytes) is \((maxBytes + 2) / 3 * 4) bytes of base64, over what --max-message-bytes \(message) (max_message_bytes) carries with its envelope; at most \(most), or raise max_message_bytes on the brokers and this worker")
-        }
+        try ImageStore.check(maxImageBytes: maxBytes, maxMessageBytes: Int64(options["max-message-bytes"] ?? ""))
         let address = options["images-http"] ?? env["QUAD_CATALOG_IMAGES"].flatMap { $0.isEmpty ? nil : $0 } ?? "off"
         var limits = ImageServer.Limits()
         limits.connections = UInt32(try integer("images-http-max-connections", 1...10_000))

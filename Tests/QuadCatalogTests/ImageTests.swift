@@ -6,6 +6,7 @@ import QuadTestSupport
 import QuadWire
 import Testing
 @testable import QuadCatalog
+@testable import QuadImages
 
 /// Test images, built byte by byte so each test says what it sends.
 enum Pictures {

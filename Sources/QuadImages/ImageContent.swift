@@ -3,10 +3,10 @@
 /// before it is stored and served to every phone. The checks are
 /// structural, not a decoder: enough that the bytes are whole and of
 /// the type they claim, cheap enough to run on the worker's loop.
-enum ImageContent {
+public enum ImageContent {
     /// The MIME type of `bytes`, or nil when they are not a whole JPEG,
     /// PNG or WebP image.
-    static func type(of bytes: [UInt8]) -> String? {
+    public static func type(of bytes: [UInt8]) -> String? {
         if isPNG(bytes) { return "image/png" }
         if isJPEG(bytes) { return "image/jpeg" }
         if isWebP(bytes) { return "image/webp" }
@@ -95,7 +95,7 @@ enum CRC32 {
 
 /// SHA-256 (FIPS 180-4), for content addresses: Foundation on Linux has
 /// none, and an image's id must not depend on which library computed it.
-enum SHA256 {
+public enum SHA256 {
     static let k: [UInt32] = [
         0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
         0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
@@ -108,7 +108,7 @@ enum SHA256 {
     ]
 
     /// The digest as 64 lowercase hex digits.
-    static func hex(_ message: [UInt8]) -> String {
+    public static func hex(_ message: [UInt8]) -> String {
         var h: [UInt32] = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]
         var m = message
         m.append(0x80)
@@ -147,9 +147,9 @@ enum SHA256 {
 /// A PNG made here, for the seeded catalog's pictures: 8-bit RGB, one
 /// zlib stream of stored (uncompressed) deflate blocks, so no zlib is
 /// needed and the same pixels always give the same bytes (and id).
-enum PNGPicture {
+public enum PNGPicture {
     /// A `size`×`size` picture: diagonal stripes of two colours.
-    static func stripes(size: Int, _ a: (UInt8, UInt8, UInt8), _ b: (UInt8, UInt8, UInt8), width: Int = 8) -> [UInt8] {
+    public static func stripes(size: Int, _ a: (UInt8, UInt8, UInt8), _ b: (UInt8, UInt8, UInt8), width: Int = 8) -> [UInt8] {
         var raw: [UInt8] = []
         raw.reserveCapacity(size * (3 * size + 1))
         for y in 0..<size {

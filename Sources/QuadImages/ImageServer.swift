@@ -11,7 +11,7 @@ import QuadWire
 /// is 405; no request has a body. Every worker of the catalog listens on
 /// the same port (SO_REUSEPORT), so `QUAD_CATALOG_WORKERS=2` needs no
 /// second address.
-final class ImageServer: @unchecked Sendable {
+public final class ImageServer: @unchecked Sendable {
     // Shared with microhttpd's threads: `store` is used under `lock` only;
     // `daemon` and `retained` are touched by the starting thread only.
     let store: Database
@@ -21,19 +21,20 @@ final class ImageServer: @unchecked Sendable {
     var retained: Unmanaged<ImageServer>?
 
     /// What bounds the server, each a setting of the catalog.
-    struct Limits {
+    public struct Limits {
         /// `images_http_max_connections`.
-        var connections: UInt32 = 64
+        public var connections: UInt32 = 64
         /// `images_http_max_connections_per_address`: as many as in all by
         /// default, since a campus of emulated phones shares one address.
-        var connectionsPerAddress: UInt32 = 64
+        public var connectionsPerAddress: UInt32 = 64
         /// `images_http_timeout_seconds`.
-        var timeoutSeconds: UInt32 = 10
+        public var timeoutSeconds: UInt32 = 10
+        public init() {}
     }
 
-    static let cacheControl = "public, max-age=31536000, immutable"
+    public static let cacheControl = "public, max-age=31536000, immutable"
 
-    init(store: Database, limits: Limits = Limits()) {
+    public init(store: Database, limits: Limits = Limits()) {
         self.store = store
         self.limits = limits
     }
@@ -41,17 +42,17 @@ final class ImageServer: @unchecked Sendable {
     deinit { stop() }
 
     /// `HOST:PORT` with an IPv4 host, or throws naming the setting.
-    static func parse(_ address: String) throws -> (String, UInt16) {
+    public static func parse(_ address: String, setting: String = "--images-http") throws -> (String, UInt16) {
         let parts = address.split(separator: ":", omittingEmptySubsequences: false)
         var probe = in_addr()
         guard parts.count == 2, let port = UInt16(parts[1]), inet_pton(AF_INET, String(parts[0]), &probe) == 1 else {
-            throw QuadError.badRequest("--images-http (QUAD_CATALOG_IMAGES) must be HOST:PORT with an IPv4 host (127.0.0.1:7770), or off; got '\(address)'")
+            throw QuadError.badRequest("\(setting) must be HOST:PORT with an IPv4 host (127.0.0.1:7770), or off; got '\(address)'")
         }
         return (String(parts[0]), port)
     }
 
     /// Listens on `address` (port 0: any free one); returns the port.
-    func start(_ address: String) throws -> UInt16 {
+    public func start(_ address: String) throws -> UInt16 {
         let (host, port) = try ImageServer.parse(address)
         let me = Unmanaged.passRetained(self)
         let bounds = quad_mhd_limits(connections: limits.connections, connections_per_address: limits.connectionsPerAddress,
@@ -59,14 +60,14 @@ final class ImageServer: @unchecked Sendable {
         // Shared: each catalog worker serves the same port (one store behind them all).
         guard let d = quad_mhd_start_shared(host, port, ImageServer.handler, me.toOpaque(), bounds, ImageServer.completed) else {
             me.release()
-            throw QuadError.unavailable("cannot listen on http://\(address) for /images (--images-http): address in use, or not an IPv4 address of this host")
+            throw QuadError.unavailable("cannot listen on http://\(address) for /images: address in use, or not an IPv4 address of this host")
         }
         daemon = d
         retained = me
         return quad_mhd_port(d)
     }
 
-    func stop() {
+    public func stop() {
         if let d = daemon { MHD_stop_daemon(d) }
         daemon = nil
         retained?.release()
