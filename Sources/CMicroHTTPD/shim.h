@@ -102,3 +102,24 @@ static inline const char *quad_mhd_argument(struct MHD_Connection *connection, c
 static inline struct MHD_Response *quad_mhd_response(size_t size, const void *data) {
     return MHD_create_response_from_buffer(size, (void *)data, MHD_RESPMEM_MUST_COPY);
 }
+
+/// quad_mhd_start without TLS, on a port several processes may share
+/// (SO_REUSEPORT through MHD_OPTION_LISTENING_ADDRESS_REUSE): every worker
+/// of a service serves on the one port and the kernel spreads the
+/// connections among them.
+static inline struct MHD_Daemon *quad_mhd_start_shared(const char *ip, uint16_t port, quad_mhd_handler handler, void *cls,
+                                                       struct quad_mhd_limits limits, quad_mhd_completed completed) {
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    if (inet_pton(AF_INET, ip, &addr.sin_addr) != 1) return NULL;
+    return MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, port, NULL, NULL, handler, cls,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+                            MHD_OPTION_CONNECTION_TIMEOUT, limits.timeout_seconds,
+                            MHD_OPTION_CONNECTION_LIMIT, limits.connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits.connections_per_address,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, cls,
+                            MHD_OPTION_END);
+}

@@ -19,9 +19,9 @@ public enum Catalog: ServiceDomain {
 
     public static let options: [(String, String, String?)] = [
         ("hold-ttl-seconds", "how long a stock hold lasts unless confirmed or released", "120"),
-    ]
+    ] + imageOptions
 
-    public static var migrations: [Migration] { productMigrations + stockMigrations + forYouMigrations }
+    public static var migrations: [Migration] { productMigrations + stockMigrations + forYouMigrations + imageMigrations }
 
     static let productMigrations: [Migration] = [
         Migration(1, """
@@ -47,6 +47,8 @@ public enum Catalog: ServiceDomain {
         guard let ttl = Int64(options["hold-ttl-seconds"] ?? "120"), ttl >= 1 else {
             throw QuadError.badRequest("--hold-ttl-seconds must be a positive integer")
         }
+        // First the images' base URL: the seed's events carry imageUrl.
+        try installImages(on: worker, db: db, options: options)
         try seedIfEmpty(db)
         register(worker.handlers, db: db, holdTTLms: ttl * 1000)
         // Holds expire on time even while nobody calls.
@@ -142,7 +144,7 @@ public enum Catalog: ServiceDomain {
         p.price = .init(value: r.double("price_value"), currency: r.string("currency"))
         p.info = (try? JSON.parse(r.string("info"))) ?? .object([:])
         p.type = r.string("type")
-        p.imageUrl = r.string("image_url")
+        p.imageUrl = imageURL(r.string("image_url"))
         p.category = r.string("category")
         p.collection = r.string("collection")
         p.stock = r.int("stock")

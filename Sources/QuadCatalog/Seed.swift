@@ -77,7 +77,7 @@ extension Catalog {
             let infoJSON = JSON.object(info)
             let search = [name, t.type, t.category, t.collection, info.values.compactMap(\.string).joined(separator: " ")].joined(separator: " ").lowercased()
             return [.text(id), .text(name), .double(price), .text("USD"), .text(infoJSON.text), .text(t.type),
-                    .text("https://img.quad.campus/products/\(id).jpg"), .text(t.category), .text(t.collection), .int(stock), .text(search)]
+                    .text(seededImagePath(t.collection)), .text(t.category), .text(t.collection), .int(stock), .text(search)]
         }
     }
 
@@ -87,6 +87,7 @@ extension Catalog {
     /// together serialize on the write lock; the second finds it seeded.
     public static func seedIfEmpty(_ db: Database) throws {
         try db.transaction {
+            try seedImages(db)
             guard (try db.queryOne("SELECT COUNT(*) AS n FROM products")?.int("n") ?? 0) == 0 else { return }
             for values in seedProducts() {
                 try db.execute("""

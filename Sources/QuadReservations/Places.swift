@@ -61,7 +61,8 @@ enum Places {
             walks[r.string("destination"), default: []].append(C.Lots.Walk(lot: r.string("lot"), walkM: r.int("walk_m")))
         }
         let destinations = try db.query("SELECT id, name FROM destinations ORDER BY id").map { r in
-            C.Lots.Destination(id: r.string("id"), name: r.string("name"), walks: walks[r.string("id")] ?? [])
+            C.Lots.Destination(id: r.string("id"), name: r.string("name"), walks: walks[r.string("id")] ?? [],
+                               photoUrl: Photos.url(building: r.string("id")))
         }
         return C.Lots.Reply(lots: rows.map { r in
             let id = r.string("id")
@@ -69,6 +70,7 @@ enum Places {
             (lot.id, lot.name, lot.kind, lot.address) = (id, r.string("name"), r.string("kind"), r.string("address"))
             (lot.distanceM, lot.lat, lot.lon) = (r.int("distance_m"), r.double("lat"), r.double("lon"))
             lot.levels = levelNames[id] ?? []
+            lot.photoUrl = Photos.url(lot: id)
             (lot.total, lot.free) = (self.counts(counts[id], free: false), self.counts(counts[id], free: true))
             return lot
         }, destinations: destinations)

@@ -25,6 +25,8 @@ public enum Reservations: ServiceDomain {
         ("history-days", "days of past snapshots the simulator writes on a store's first start, so the forecast has samples", "14"),
         ("sim-start", "where the simulated clock starts on a store's first start: an ISO 8601 time or HH:MM today (default: now)", nil),
         ("utc-offset-minutes", "campus time zone, for the weekday and hour a forecast compares", "-300"),
+        ("images-http", "HOST:PORT where GET /images/<sha256> serves the lots' and buildings' photos, or off", "off"),
+        ("images-base-url", "what photo_url starts with (default: http://HOST:PORT of --images-http)", nil),
     ].map { name, help, d in
         let variable = "QUAD_RESERVATIONS_" + name.uppercased().replacingOccurrences(of: "-", with: "_")
         let fromEnvironment = ProcessInfo.processInfo.environment[variable].flatMap { $0.isEmpty ? nil : $0 }
@@ -163,7 +165,7 @@ public enum Reservations: ServiceDomain {
                 lease_until_ms BIGINT NOT NULL
             );
             """),
-    ]
+    ] + Photos.migrations
 
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
         let settings: Settings
@@ -171,6 +173,7 @@ public enum Reservations: ServiceDomain {
             Flags.usageError(error.message, usage: "Run quad-reservations --help for the options.\n")
         }
         try Campus.seedIfEmpty(db)
+        try Photos.install(on: worker, db: db, options: options)
         register(worker.handlers, db: db, settings: settings)
         // Holds whose deadline passed while no worker ran are released
         // before the first request; then on time, every 200 ms.

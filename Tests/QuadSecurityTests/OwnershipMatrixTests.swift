@@ -139,6 +139,9 @@ struct OwnershipMatrixTests {
                 Row(type: "catalog.stock.get", access: .admin, body: { f in ["order": .string(f.stockOrder)] }),
                 Row(type: "catalog.stock.confirm", access: .admin, body: { f in ["order": .string(f.stockOrder)] }),
                 Row(type: "catalog.stock.release", access: .admin, body: { f in ["order": .string(f.stockOrder)] }),
+                // A 1×1 PNG: any signed-in user may upload a picture.
+                Row(type: "catalog.images.put", access: .user,
+                    body: { _ in ["data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"] }),
             ],
             "favorites": [
                 Row(type: "favorites.add", access: .user, body: { f in ["product": .string(f.product(0))] },

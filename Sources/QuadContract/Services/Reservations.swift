@@ -386,10 +386,12 @@ extension Contract.Reservations {
             public var levels: [String] = []
             public var total = Counts()
             public var free = Counts()
+            public var photoUrl = ""
             public init() {}
             public static let fields: [Field<Self>] = [
                 .field(\.id, "id", .ref("parking.schema.json#/$defs/lotID")),
                 .field(\.name, "name", .string(min: 1)),
+                .field(\.photoUrl, "photo_url", photoURL),
                 .field(\.kind, "kind", .choice(["campus", "nearby"])),
                 .field(\.address, "address", .string(min: 1)),
                 .field(\.distanceM, "distance_m", .int(min: 0)
@@ -401,6 +403,10 @@ extension Contract.Reservations {
                 .field(\.free, "free", .ref("parking.schema.json#/$defs/counts")),
             ]
         }
+        /// A photo of a lot or building, served by reservations like
+        /// catalog's pictures (issue 16): content-addressed, immutable.
+        static let photoURL: Shape = .string(min: 1)
+            .described("Where its photo is: <images base URL>/images/<sha256>, a PNG served with ETag and Cache-Control immutable (a path /images/<sha256> when reservations serves no HTTP).")
         public struct Walk: Body {
             public var lot = ""
             public var walkM: Int64 = 0
@@ -415,11 +421,15 @@ extension Contract.Reservations {
             public var id = ""
             public var name = ""
             public var walks: [Walk] = []
+            public var photoUrl = ""
             public init() {}
-            public init(id: String, name: String, walks: [Walk]) { (self.id, self.name, self.walks) = (id, name, walks) }
+            public init(id: String, name: String, walks: [Walk], photoUrl: String = "") {
+                (self.id, self.name, self.walks, self.photoUrl) = (id, name, walks, photoUrl)
+            }
             public static let fields: [Field<Self>] = [
                 .field(\.id, "id", .string(1...64)),
                 .field(\.name, "name", .string(min: 1)),
+                .field(\.photoUrl, "photo_url", photoURL),
                 .field(\.walks, "walks", .array(of: Walk.shape)),
             ]
         }
