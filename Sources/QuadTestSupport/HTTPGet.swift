@@ -47,14 +47,21 @@ public func httpRequest(_ port: UInt16, _ path: String, method: String = "GET", 
 
 /// The port a process logged in its "images at http://127.0.0.1:PORT" line.
 public func loggedImagesPort(_ stack: TestStack, _ name: String) throws -> UInt16 {
+    try loggedHTTPPort(stack, name, path: "images")
+}
+
+/// The port of a process's HTTP server, from the "PATH at
+/// http://127.0.0.1:PORT/PATH" line it logs once the server listens
+/// (`metrics`, `images`); waits up to 30 s for the line.
+public func loggedHTTPPort(_ stack: TestStack, _ name: String, path: String) throws -> UInt16 {
     let until = Clock.monotonicMillis() + 30_000
     while Clock.monotonicMillis() < until {
-        if let line = stack.log(name).split(separator: "\n").first(where: { $0.contains("images at http://") }),
-           let range = line.range(of: #"127\.0\.0\.1:[0-9]+/images"#, options: .regularExpression),
+        if let line = stack.log(name).split(separator: "\n").first(where: { $0.contains("\(path) at http://") }),
+           let range = line.range(of: #"127\.0\.0\.1:[0-9]+/"# + path, options: .regularExpression),
            let port = UInt16(line[range].dropFirst("127.0.0.1:".count).prefix { $0.isNumber }) {
             return port
         }
         usleep(50_000)
     }
-    throw QuadError.internal("no 'images at' line in \(name)'s log: \(stack.log(name).suffix(600))")
+    throw QuadError.internal("no '\(path) at' line in \(name)'s log: \(stack.log(name).suffix(600))")
 }

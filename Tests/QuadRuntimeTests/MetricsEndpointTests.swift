@@ -32,44 +32,15 @@ struct MetricsEndpointTests {
         #expect(text.contains("t_seconds_sum 5.55\nt_seconds_count 3\n"), "\(text)")
     }
 
-    /// One HTTP/1.0 request on a plain socket: status line and body.
+    /// One HTTP/1.0 request (QuadTestSupport's httpRequest): status, head and body as text.
     static func get(_ port: UInt16, _ path: String, method: String = "GET") throws -> (status: Int, headers: String, body: String) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(port.bigEndian)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard rc == 0 else { throw QuadError.unavailable("cannot connect to 127.0.0.1:\(port)") }
-        let request = Array("\(method) \(path) HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".utf8)
-        _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
-        var out: [UInt8] = []
-        var buf = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = recv(fd, &buf, buf.count, 0)
-            if n <= 0 { break }
-            out += buf[0..<n]
-        }
-        let text = String(decoding: out, as: UTF8.self)
-        let parts = text.components(separatedBy: "\r\n\r\n")
-        let head = parts.first ?? ""
-        let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
-        return (status, head, parts.dropFirst().joined(separator: "\r\n\r\n"))
+        let r = try httpRequest(port, path, method: method)
+        return (r.status, r.head, String(decoding: r.body, as: UTF8.self))
     }
 
     /// The port a process logged in its "metrics at" line.
     static func metricsPort(_ stack: TestStack, _ name: String) throws -> UInt16 {
-        let until = Clock.monotonicMillis() + 30_000
-        while Clock.monotonicMillis() < until {
-            if let line = stack.log(name).split(separator: "\n").first(where: { $0.contains("metrics at http://") }),
-               let range = line.range(of: #"127\.0\.0\.1:[0-9]+/metrics"#, options: .regularExpression),
-               let port = UInt16(line[range].dropFirst("127.0.0.1:".count).prefix { $0.isNumber }) {
-                return port
-            }
-            usleep(50_000)
-        }
-        throw QuadError.internal("no 'metrics at' line in \(name)'s log: \(stack.log(name).suffix(600))")
+        try loggedHTTPPort(stack, name, path: "metrics")
     }
 
     @Test func theBrokerServesWorkersAndQueuesPerServiceAtSlashMetrics() throws {
