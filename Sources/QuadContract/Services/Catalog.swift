@@ -393,6 +393,6 @@ extension Contract.Catalog {
 
     public static let operations: [Operation] = [categories.operation, collections.operation, productGet.operation, productsList.operation,
         search.operation, foryou.operation, stockAdjust.operation, stockHold.operation, stockConfirm.operation, stockRelease.operation, stockGet.operation] + imageOperations
-    public static let events: [Event] = [productChanged.event, stockChanged.event]
+    public static let events: [Event] = [productChanged.event, stockChanged.event] + listingEvents
     public static let definitions: [Definition] = [productSchema]
 }
