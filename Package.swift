@@ -42,10 +42,12 @@ let package = Package(
         // flags, endpoints, log lines, shutdown, the worker protocol, and
         // whom a request belongs to.
         .target(name: "QuadProcess", dependencies: ["QuadWire"]),
+        // The read-only HTTP server under /metrics and /images: libmicrohttpd's
+        // threads, bounded, no request body.
+        .target(name: "QuadHTTP", dependencies: ["CMicroHTTPD"]),
         // Prometheus metrics: a registry of counters, gauges and histograms
-        // and the `/metrics` HTTP endpoint (libmicrohttpd's threads), for
-        // every process, the broker included.
-        .target(name: "QuadMetrics", dependencies: ["CMicroHTTPD"]),
+        // and the `/metrics` HTTP endpoint, for every process, the broker included.
+        .target(name: "QuadMetrics", dependencies: ["QuadHTTP"]),
         // The service runtime (worker loop, outbox relay, the event envelope
         // the outbox keeps) and the client. Re-exports QuadProcess.
         .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadContract", "QuadMessaging", "QuadStore", "QuadProcess", "QuadMetrics"]),
@@ -59,7 +61,7 @@ let package = Package(
         // Service domains.
         // Pictures kept by content (SHA-256), checked by their bytes, served
         // over HTTP at /images/<sha256>: catalog's and reservations'.
-        .target(name: "QuadImages", dependencies: ["CMicroHTTPD", "QuadWire", "QuadStore"]),
+        .target(name: "QuadImages", dependencies: ["QuadHTTP", "QuadWire", "QuadStore"]),
         .target(name: "QuadCatalog", dependencies: ["QuadImages", "QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // A service's own copy of the catalog, kept from catalog's events.
         .target(name: "QuadCatalogCopy", dependencies: ["QuadContract", "QuadWire", "QuadStore"]),

@@ -1,5 +1,5 @@
-import CMicroHTTPD
 import Foundation
+import QuadHTTP
 import QuadStore
 import QuadWire
 
@@ -13,12 +13,11 @@ import QuadWire
 /// second address.
 public final class ImageServer: @unchecked Sendable {
     // Shared with microhttpd's threads: `store` is used under `lock` only;
-    // `daemon` and `retained` are touched by the starting thread only.
+    // `http` is touched by the starting thread only.
     let store: Database
     let lock = NSLock()
     let limits: Limits
-    var daemon: OpaquePointer?
-    var retained: Unmanaged<ImageServer>?
+    var http: HTTPServer?
 
     /// What bounds the server, each a setting of the catalog.
     public struct Limits {
@@ -43,35 +42,33 @@ public final class ImageServer: @unchecked Sendable {
 
     /// `HOST:PORT` with an IPv4 host, or throws naming the setting.
     public static func parse(_ address: String, setting: String = "--images-http") throws -> (String, UInt16) {
-        let parts = address.split(separator: ":", omittingEmptySubsequences: false)
-        var probe = in_addr()
-        guard parts.count == 2, let port = UInt16(parts[1]), inet_pton(AF_INET, String(parts[0]), &probe) == 1 else {
+        guard let (host, port) = HTTPServer.parse(address) else {
             throw QuadError.badRequest("\(setting) must be HOST:PORT with an IPv4 host (127.0.0.1:7770), or off; got '\(address)'")
         }
-        return (String(parts[0]), port)
+        return (host, port)
     }
 
     /// Listens on `address` (port 0: any free one); returns the port.
     public func start(_ address: String) throws -> UInt16 {
         let (host, port) = try ImageServer.parse(address)
-        let me = Unmanaged.passRetained(self)
-        let bounds = quad_mhd_limits(connections: limits.connections, connections_per_address: limits.connectionsPerAddress,
-                                     timeout_seconds: limits.timeoutSeconds)
+        let bounds = HTTPServer.Limits(connections: limits.connections, connectionsPerAddress: limits.connectionsPerAddress,
+                                       timeoutSeconds: limits.timeoutSeconds)
         // Shared: each catalog worker serves the same port (one store behind them all).
-        guard let d = quad_mhd_start_shared(host, port, ImageServer.handler, me.toOpaque(), bounds, ImageServer.completed) else {
-            me.release()
+        let server = HTTPServer(limits: bounds, shared: true) { [weak self] request in
+            guard let self else { return .text(503, "shutting down\n") }
+            let a = self.answer(method: request.method, path: request.path, ifNoneMatch: request.header("If-None-Match"))
+            return HTTPResponse(status: a.status, headers: a.headers, body: a.body)
+        }
+        guard let taken = server.start(host: host, port: port) else {
             throw QuadError.unavailable("cannot listen on http://\(address) for /images: address in use, or not an IPv4 address of this host")
         }
-        daemon = d
-        retained = me
-        return quad_mhd_port(d)
+        http = server
+        return taken
     }
 
     public func stop() {
-        if let d = daemon { MHD_stop_daemon(d) }
-        daemon = nil
-        retained?.release()
-        retained = nil
+        http?.stop()
+        http = nil
     }
 
     struct Answer {
@@ -82,9 +79,9 @@ public final class ImageServer: @unchecked Sendable {
 
     /// The answer to a request, apart from the socket (tested as it is).
     func answer(method: String, path: String, ifNoneMatch: String?) -> Answer {
-        let text = "text/plain; charset=utf-8"
         func plain(_ status: Int, _ message: String, _ extra: [(String, String)] = []) -> Answer {
-            Answer(status: status, headers: [("Content-Type", text), ("Cache-Control", "no-store")] + extra, body: Array(message.utf8))
+            let r = HTTPResponse.text(status, message, extra)
+            return Answer(status: r.status, headers: r.headers, body: r.body)
         }
         let route = path.split(separator: "?", maxSplits: 1).first.map(String.init) ?? path
         guard route.hasPrefix("/images/") else { return plain(404, "not found: images are at /images/<sha256>\n") }
@@ -106,31 +103,4 @@ public final class ImageServer: @unchecked Sendable {
         }
         return Answer(status: 200, headers: [("Content-Type", row.string("content_type"))] + cache, body: bytes)
     }
-
-    static let handler: quad_mhd_handler = { cls, connection, url, method, _, _, uploadSize, slot in
-        guard let cls, let connection, let slot, let uploadSize else { return quad_mhd_no() }
-        // A body is never read: its pieces are dropped, then answered.
-        if slot.pointee == nil {
-            slot.pointee = UnsafeMutableRawPointer(bitPattern: 1)
-            return quad_mhd_yes()
-        }
-        if uploadSize.pointee > 0 {
-            uploadSize.pointee = 0
-            return quad_mhd_yes()
-        }
-        let server = Unmanaged<ImageServer>.fromOpaque(cls).takeUnretainedValue()
-        let methodText = method.map { String(cString: $0) } ?? ""
-        let ifNoneMatch = quad_mhd_header(connection, "If-None-Match").map { String(cString: $0) }
-        let a = server.answer(method: methodText, path: url.map { String(cString: $0) } ?? "/", ifNoneMatch: ifNoneMatch)
-        // HEAD gets the whole response: microhttpd leaves the body out and
-        // keeps its Content-Length.
-        let response = a.body.withUnsafeBytes { quad_mhd_response($0.count, $0.baseAddress) }
-        guard let response else { return quad_mhd_no() }
-        for (name, value) in a.headers { _ = MHD_add_response_header(response, name, value) }
-        let result = MHD_queue_response(connection, UInt32(a.status), response)
-        MHD_destroy_response(response)
-        return result
-    }
-
-    static let completed: quad_mhd_completed = { _, _, slot, _ in slot?.pointee = nil }
 }

@@ -1,5 +1,5 @@
-import CMicroHTTPD
 import Foundation
+import QuadHTTP
 
 /// `GET /metrics` in Prometheus's text format (and `GET /healthz`,
 /// `GET /readyz` from its ``Health``), on
@@ -8,11 +8,10 @@ import Foundation
 /// dashboard: 16 connections in all, 4 per address, 10 s idle. Any other
 /// path is 404, any other method 405, and no request has a body.
 public final class MetricsServer: @unchecked Sendable {
-    // Shared with microhttpd's threads: `registry` locks itself; `daemon`
-    // and `retained` are touched only by the thread that starts and stops.
+    // `registry` and `health` lock themselves; `http` is touched only by
+    // the thread that starts and stops.
     public let registry: MetricsRegistry
-    var daemon: OpaquePointer?
-    var retained: Unmanaged<MetricsServer>?
+    var http: HTTPServer?
     /// What `/healthz` and `/readyz` answer, set before ``start(_:)``;
     /// without it both say ok (a process that keeps no such state).
     public var health: Health?
@@ -34,36 +33,37 @@ public final class MetricsServer: @unchecked Sendable {
 
     /// `HOST:PORT` with an IPv4 host, or throws saying what is wrong.
     public static func parse(_ address: String) throws -> (String, UInt16) {
-        let parts = address.split(separator: ":", omittingEmptySubsequences: false)
-        var probe = in_addr()
-        guard parts.count == 2, let port = UInt16(parts[1]), inet_pton(AF_INET, String(parts[0]), &probe) == 1 else {
+        guard let (host, port) = HTTPServer.parse(address) else {
             throw MetricsError("--metrics must be HOST:PORT with an IPv4 host (127.0.0.1:9100), or off; got '\(address)'")
         }
-        return (String(parts[0]), port)
+        return (host, port)
     }
 
     /// Listens on `address` (port 0 for any free one); returns the port.
     @discardableResult
     public func start(_ address: String) throws -> UInt16 {
         let (host, port) = try MetricsServer.parse(address)
-        let me = Unmanaged.passRetained(self)
-        let bounds = quad_mhd_limits(connections: 16, connections_per_address: 4, timeout_seconds: 10)
-        guard let d = quad_mhd_start(host, port, MetricsServer.handler, me.toOpaque(), bounds, MetricsServer.completed, nil, nil) else {
-            me.release()
+        // Weak: the server is stopped by this one's deinit, and a request
+        // answered meanwhile must not keep it alive.
+        let server = HTTPServer(limits: .init(connections: 16, connectionsPerAddress: 4, timeoutSeconds: 10)) { [weak self] request in
+            guard let self else { return .text(503, "shutting down\n") }
+            let (status, type, body) = self.answer(method: request.method, path: request.path)
+            var headers = [("Content-Type", type), ("Cache-Control", "no-store")]
+            if status == 405 { headers.append(("Allow", "GET, HEAD")) }
+            return HTTPResponse(status: status, headers: headers, body: Array(body.utf8))
+        }
+        guard let taken = server.start(host: host, port: port) else {
             throw MetricsError("cannot listen on http://\(address) for /metrics (address in use, or not an IPv4 address of this host)")
         }
-        daemon = d
-        retained = me
+        http = server
         self.host = host
-        self.port = quad_mhd_port(d)
-        return self.port
+        self.port = taken
+        return taken
     }
 
     public func stop() {
-        if let d = daemon { MHD_stop_daemon(d) }
-        daemon = nil
-        retained?.release()
-        retained = nil
+        http?.stop()
+        http = nil
     }
 
     /// The answer to a method and path: status, content type, body.
@@ -82,33 +82,6 @@ public final class MetricsServer: @unchecked Sendable {
         }
         return (200, MetricsServer.contentType, registry.exposition())
     }
-
-    static let handler: quad_mhd_handler = { cls, connection, url, method, _, _, uploadSize, slot in
-        guard let cls, let connection, let slot, let uploadSize else { return quad_mhd_no() }
-        // A body is never read: its pieces are dropped, then answered.
-        if slot.pointee == nil {
-            slot.pointee = UnsafeMutableRawPointer(bitPattern: 1)
-            return quad_mhd_yes()
-        }
-        if uploadSize.pointee > 0 {
-            uploadSize.pointee = 0
-            return quad_mhd_yes()
-        }
-        let server = Unmanaged<MetricsServer>.fromOpaque(cls).takeUnretainedValue()
-        let methodText = method.map { String(cString: $0) } ?? ""
-        let (status, type, body) = server.answer(method: methodText, path: url.map { String(cString: $0) } ?? "/")
-        let bytes = methodText == "HEAD" ? [] : Array(body.utf8)
-        let response = bytes.withUnsafeBytes { quad_mhd_response($0.count, $0.baseAddress) }
-        guard let response else { return quad_mhd_no() }
-        _ = MHD_add_response_header(response, "Content-Type", type)
-        _ = MHD_add_response_header(response, "Cache-Control", "no-store")
-        if status == 405 { _ = MHD_add_response_header(response, "Allow", "GET, HEAD") }
-        let result = MHD_queue_response(connection, UInt32(status), response)
-        MHD_destroy_response(response)
-        return result
-    }
-
-    static let completed: quad_mhd_completed = { _, _, slot, _ in slot?.pointee = nil }
 }
 
 public struct MetricsError: Error, CustomStringConvertible, Sendable {
