@@ -382,9 +382,16 @@ struct QuestionTests {
         let answer = try p.handlers.call("analytics.question", ["id": "listings_sold_within_week"], role: "admin")
         #expect(answer["columns"] == ["category", "listed", "sold_in_week", "sold_percent", "closed_unsold", "median_hours"])
         #expect(answer["app"] == "UniTrade")
-        // Aggregates only: no listing, order or person in the answer.
+        // Its dashboard card: a bar per category and figure, the table under it.
+        let html = Dashboard.html(summary)
+        let card = try #require(html.components(separatedBy: "<section class=\"card\" id=\"q-listings_sold_within_week\"").dropFirst().first?
+            .components(separatedBy: "</section>").first)
+        #expect(card.contains("<h2>Listings that sell within 7 days, by category</h2>") && card.contains("UniTrade · listings_sold_within_week · 2 rows"))
+        #expect(card.contains("<title>Study: listed 4</title>") && card.contains("<title>Tech: sold in week 2</title>"))
+        #expect(card.contains("<tr><td>Tech</td><td>3</td><td>2</td><td>66.7</td><td>0</td><td>144</td></tr>"))
+        // Aggregates only: no listing, order or person in the answer or the page.
         for secret in listingIDs + ["o-l1", "o-l4a", "o-l5a", alice, bob, carol, dave, erin] {
-            #expect(!answer.text.contains(secret), "the answer carries \(secret)")
+            #expect(!answer.text.contains(secret) && !summary.text.contains(secret) && !html.contains(secret), "an output carries \(secret)")
         }
     }
 
