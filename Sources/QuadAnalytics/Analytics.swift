@@ -166,7 +166,7 @@ public enum Analytics: ServiceDomain {
         var answers: [JSON] = []
         for q in questions { answers.append(try q.answer(db, from: from, to: to).json) }
         var facts: [String: Int64] = [:]
-        for table in ["tel_events", "orders", "favorites", "holds", "occupancy", "tel_batches"] {
+        for table in ["tel_events", "orders", "favorites", "holds", "occupancy", "tel_batches", "listings"] {
             facts[table] = try db.queryOne("SELECT COUNT(*) AS n FROM \(table)")?.int("n") ?? 0
         }
         return .init(generatedAt: Int64(Clock.nowMillis()), from: from, to: to, questions: answers, facts: facts)

@@ -154,6 +154,21 @@ public enum Facts {
                 PRIMARY KEY (level_id, at_ms)
             );
             """),
+        // Students' listings (issue 16): one row per listing, from
+        // catalog.listing.created, closed by catalog.listing.closed. A row
+        // may start from its closed event (created_ms null until created
+        // arrives): the questions read only listings whose creation is known.
+        Migration(2, """
+            CREATE TABLE listings (
+                id TEXT PRIMARY KEY,
+                category TEXT NOT NULL,
+                mode TEXT,
+                created_ms BIGINT,
+                closed_ms BIGINT,
+                reason TEXT
+            );
+            CREATE INDEX listings_created ON listings (created_ms);
+            """),
     ]
 
     /// The services whose events analytics projects.
@@ -166,6 +181,9 @@ public enum Facts {
         "favorites.added", "favorites.removed",
         "reservations.held", "reservations.checkedin", "reservations.checkedout", "reservations.expired", "reservations.cancelled",
         "occupancy.snapshot", "telemetry.batch", "catalog.product.changed", "accounts.user.registered", "accounts.user.updated",
+        // Not catalog.stock.changed and the rest: catalog publishes those
+        // at every sale; the feed skips them without parsing their bodies.
+        "catalog.listing.created", "catalog.listing.closed",
     ]
 
     static func cents(_ v: JSON?) -> Int64 {
@@ -180,8 +198,11 @@ public enum Facts {
     }
 
     /// Applies one event of another service, inside the feed's transaction.
-    /// Events arrive in seq order per source, so an upsert that takes the
-    /// newer state is enough; a missing or odd field skips the event.
+    /// Events arrive in seq order per source, but not across sources (a
+    /// listing's sale can come before catalog's word of the listing), and
+    /// one may come twice: every upsert gives the same row whatever the
+    /// order and however often, and the questions join facts of different
+    /// sources only when they read them. A missing or odd field skips the event.
     public static func apply(_ db: Database, _ e: Envelope, clock: CampusClock) throws {
         let b = e.body
         switch e.type {
@@ -191,7 +212,7 @@ public enum Facts {
             try db.execute("""
                 INSERT INTO orders (id, user_id, status, mode, screen, semester, fee_cents, total_cents, placed_ms, confirmed_ms, day, week, updated_ms)
                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $9)
-                ON CONFLICT (id) DO UPDATE SET status = CASE WHEN orders.status IN ('cancelled', 'rejected') THEN orders.status ELSE excluded.status END,
+                ON CONFLICT (id) DO UPDATE SET status = CASE WHEN orders.status IN ('cancelled', 'rejected', 'confirmed') THEN orders.status ELSE excluded.status END,
                     mode = excluded.mode, screen = excluded.screen, semester = COALESCE(excluded.semester, orders.semester),
                     fee_cents = excluded.fee_cents, total_cents = excluded.total_cents,
                     confirmed_ms = COALESCE(excluded.confirmed_ms, orders.confirmed_ms), day = COALESCE(excluded.day, orders.day),
@@ -227,6 +248,25 @@ public enum Facts {
             guard let id = b["id"]?.string, let category = b["category"]?.string else { return }
             try db.execute("INSERT INTO products (id, category) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET category = excluded.category",
                            .text(id), .text(category))
+        case "catalog.listing.created":
+            // The earliest creation wins, whatever the order events come in.
+            guard let id = b["listing"]?.string, let category = b["category"]?.string else { return }
+            try db.execute("""
+                INSERT INTO listings (id, category, mode, created_ms) VALUES ($1, $2, $3, $4)
+                ON CONFLICT (id) DO UPDATE SET
+                    category = CASE WHEN listings.created_ms IS NULL OR excluded.created_ms < listings.created_ms THEN excluded.category ELSE listings.category END,
+                    mode = CASE WHEN listings.created_ms IS NULL OR excluded.created_ms < listings.created_ms THEN excluded.mode ELSE listings.mode END,
+                    created_ms = CASE WHEN listings.created_ms IS NULL OR excluded.created_ms < listings.created_ms THEN excluded.created_ms ELSE listings.created_ms END
+                """, .text(id), .text(category), .of(b["mode"]?.string), .int(b["created_at"]?.int ?? e.ts))
+        case "catalog.listing.closed":
+            // A listing closes once; the earliest close and its reason win.
+            guard let id = b["listing"]?.string, let category = b["category"]?.string else { return }
+            try db.execute("""
+                INSERT INTO listings (id, category, closed_ms, reason) VALUES ($1, $2, $3, $4)
+                ON CONFLICT (id) DO UPDATE SET
+                    reason = CASE WHEN listings.closed_ms IS NULL OR excluded.closed_ms < listings.closed_ms THEN excluded.reason ELSE listings.reason END,
+                    closed_ms = CASE WHEN listings.closed_ms IS NULL OR excluded.closed_ms < listings.closed_ms THEN excluded.closed_ms ELSE listings.closed_ms END
+                """, .text(id), .text(category), .int(b["closed_at"]?.int ?? e.ts), .of(b["reason"]?.string))
         case "accounts.user.registered", "accounts.user.updated":
             guard let user = b["user"]?.string else { return }
             try db.execute("""

@@ -136,7 +136,7 @@ struct DashboardTests {
         // The planted data really is behind the answers...
         #expect(summary["questions"]?.array?.allSatisfy { ($0["rows"]?.array?.count ?? 0) > 0 } == true)
         // ...and none of the people in it shows.
-        for secret in [alice, bob, carol, dave, erin, guestPhone, "phone:" + guestPhone] + emails {
+        for secret in [alice, bob, carol, dave, erin, guestPhone, "phone:" + guestPhone] + emails + listingIDs {
             for (k, out) in outputs.enumerated() { #expect(!out.contains(secret), "output \(k) contains \(secret)") }
         }
     }

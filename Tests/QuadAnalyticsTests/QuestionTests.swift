@@ -32,6 +32,8 @@ func at(_ day: Int64, _ h: Int64, _ m: Int64 = 0) -> Int64 {
 let alice = "alice-4f1c", bob = "bob-9d2e", carol = "carol-7a3b", dave = "dave-1c5e", erin = "erin-6b8f"
 let guestPhone = "ph-guest-31ab"
 let emails = ["alice.4f1c@uni.example", "bob.9d2e@uni.example", "carol.7a3b@uni.example"]
+/// The planted listings (product ids): no answer may carry one either.
+let listingIDs = ["lst-1a9f", "lst-2b8e", "lst-3c7d", "lst-4d6c", "lst-5e5b", "lst-6f4a", "lst-7a3f"]
 
 /// Analytics' store with the facts of a known campus fortnight.
 final class Planted {
@@ -218,8 +220,82 @@ final class Planted {
         try tel("action.synced", driver: erin, session: "s7", at: at(7, 9), ["action": "orders.place", "waited_ms": 3500, "offline": true])
     }
 
+    // MARK: students' listings
+
+    /// A fact as a service publishes it, to deliver in any order.
+    typealias Fact = (type: String, body: JSON, ts: Int64)
+
+    /// Seven listings of a known fortnight, as catalog and orders publish
+    /// them, in the order they reach analytics: duplicates included, and
+    /// one listing's first sale ahead of catalog's word of the listing.
+    static func listingFacts() -> [Fact] {
+        var facts: [Fact] = []
+        func created(_ id: String, _ category: String, mode: String = "sale", at ts: Int64) {
+            facts.append(("catalog.listing.created", [
+                "listing": .string(id), "category": .string(category), "collection": "Used", "mode": .string(mode), "price": 20.0,
+                "currency": "USD", "quantity": 2, "created_at": .int(ts),
+            ], ts + 40))
+        }
+        func closed(_ id: String, _ category: String, reason: String = "withdrawn", at ts: Int64) {
+            facts.append(("catalog.listing.closed", ["listing": .string(id), "category": .string(category), "reason": .string(reason), "closed_at": .int(ts)], ts + 40))
+        }
+        func sale(_ order: String, _ user: String, _ product: String, _ category: String, mode: String = "buy", confirmed: Int64) -> JSON {
+            let body: JSON = [
+                "order": .string(order), "user": .string(user), "screen": "search", "mode": .string(mode), "semester": .null,
+                "items": [["product": .string(product), "quantity": 1, "price": 20.0, "category": .string(category)],
+                          ["product": "p1", "quantity": 1, "price": 10.0, "category": "Study"]],
+                "fee": 1.5, "total": 31.5, "currency": "USD",
+            ]
+            facts.append(("orders.placed", body, confirmed - 60_000))
+            facts.append(("orders.confirmed", body, confirmed))
+            return body
+        }
+        // Study. L1 sells 48 h after listing; its placed and confirmed events come twice.
+        created(listingIDs[0], "Study", at: at(1, 10))
+        let l1 = sale("o-l1", alice, listingIDs[0], "Study", confirmed: at(3, 10))
+        facts.append(("orders.placed", l1, at(3, 10) - 60_000))
+        facts.append(("orders.confirmed", l1, at(3, 10)))
+        // L2 sells after 9 days (216 h), and is withdrawn after that sale.
+        created(listingIDs[1], "Study", at: at(1, 10))
+        // L3 never sells and is withdrawn on day 4 (that event twice).
+        created(listingIDs[2], "Study", at: at(1, 12))
+        closed(listingIDs[2], "Study", at: at(4, 12))
+        closed(listingIDs[2], "Study", at: at(4, 12))
+        // L4 sells 36 h after listing, before analytics hears of the
+        // listing, then sells again; its created event comes twice.
+        _ = sale("o-l4a", bob, listingIDs[3], "Study", confirmed: at(3, 21))
+        created(listingIDs[3], "Study", at: at(2, 9))
+        created(listingIDs[3], "Study", at: at(2, 9))
+        _ = sale("o-l4b", dave, listingIDs[3], "Study", confirmed: at(5, 9))
+        // Tech. L5's first sale (day 3) is cancelled, and its confirmed
+        // event comes again after the cancel; the next one, 120 h after listing, counts.
+        created(listingIDs[4], "Tech", mode: "both", at: at(1, 8))
+        let l5 = sale("o-l5a", carol, listingIDs[4], "Tech", confirmed: at(3, 8))
+        facts.append(("orders.cancelled", ["order": "o-l5a", "user": .string(carol)], at(3, 9)))
+        facts.append(("orders.confirmed", l5, at(3, 8)))
+        _ = sale("o-l5b", erin, listingIDs[4], "Tech", mode: "rent", confirmed: at(6, 8))
+        // L6: one order, rejected; never sold.
+        created(listingIDs[5], "Tech", at: at(2, 8))
+        let l6: JSON = ["order": "o-l6", "user": .string(dave), "screen": "home", "mode": "buy", "semester": .null,
+                        "items": [["product": .string(listingIDs[5]), "quantity": 1, "price": 20.0, "category": "Tech"]], "fee": 1.0, "total": 21.0]
+        facts.append(("orders.placed", l6, at(3, 8)))
+        facts.append(("orders.rejected", ["order": "o-l6", "user": .string(dave), "reason": "not enough stock"], at(3, 8) + 1000))
+        // L7 is rented exactly 7 days (168 h) after listing: within.
+        created(listingIDs[6], "Tech", mode: "rent", at: at(2, 10))
+        _ = sale("o-l7", alice, listingIDs[6], "Tech", mode: "rent", confirmed: at(9, 10))
+        // L2's sale and close come last.
+        _ = sale("o-l2", bob, listingIDs[1], "Study", confirmed: at(10, 10))
+        closed(listingIDs[1], "Study", at: at(12, 10))
+        return facts
+    }
+
+    func plantListings(_ facts: [Fact] = Planted.listingFacts()) throws {
+        for f in facts { try event(f.type, f.body, at: f.ts) }
+    }
+
     func plantAll() throws {
         try plantMarketplace()
+        try plantListings()
         try plantParking()
         try plantTelemetry()
     }
@@ -231,7 +307,7 @@ struct QuestionTests {
         let qs = try Question.bundled()
         #expect(qs.map(\.id) == [
             "purchase_screen", "purchases_by_semester", "buy_vs_rent", "favorites_to_purchases", "carts_abandoned", "fee_per_week",
-            "holds_outcome", "hold_to_checkin", "occupancy_by_level_hour", "special_spots_demand", "forecast_before_search",
+            "listings_sold_within_week", "holds_outcome", "hold_to_checkin", "occupancy_by_level_hour", "special_spots_demand", "forecast_before_search",
             "nearby_parked", "sessions_in_reservation_flow", "offline_actions",
         ])
         for q in qs {
@@ -287,6 +363,66 @@ struct QuestionTests {
         // Day 5: s1 bought after the cart, s2 left it, s3 bought only before
         // opening it. Day 6: s5 bought; s6 is still open, not counted.
         #expect(try p.answer("carts_abandoned") == [["2025-12-05", 3, 2, 66.7], ["2025-12-06", 1, 0, 0]])
+    }
+
+    @Test(arguments: stores)
+    func listingsThatSellWithinSevenDays(postgres: Bool) throws {
+        let p = try Planted(postgres: postgres)
+        try p.plantListings()
+        // Study: L1 (48 h) and L4 (36 h) sold in the week, L2 after 216 h,
+        // L3 never and withdrawn; median of 36, 48, 216. Tech: L5 (120 h,
+        // its first sale cancelled) and L7 (168 h exactly), L6 never;
+        // median of 120 and 168.
+        #expect(try p.answer("listings_sold_within_week") == [["Study", 4, 2, 50, 1, 48], ["Tech", 3, 2, 66.7, 0, 144]])
+        // Listings created on day 2 only: L4; L6 and L7.
+        #expect(try p.answer("listings_sold_within_week", from: at(2, 0), to: at(3, 0)) == [["Study", 1, 1, 100, 0, 36], ["Tech", 2, 1, 50, 0, 168]])
+        #expect(try p.answer("listings_sold_within_week", from: at(20, 0), to: at(21, 0)) == [])
+        let summary = try p.handlers.call("analytics.summary", role: "admin")
+        #expect(summary["facts"]?["listings"] == 7)
+        let answer = try p.handlers.call("analytics.question", ["id": "listings_sold_within_week"], role: "admin")
+        #expect(answer["columns"] == ["category", "listed", "sold_in_week", "sold_percent", "closed_unsold", "median_hours"])
+        #expect(answer["app"] == "UniTrade")
+        // Its dashboard card: a bar per category and figure, the table under it.
+        let html = Dashboard.html(summary)
+        let card = try #require(html.components(separatedBy: "<section class=\"card\" id=\"q-listings_sold_within_week\"").dropFirst().first?
+            .components(separatedBy: "</section>").first)
+        #expect(card.contains("<h2>Listings that sell within 7 days, by category</h2>") && card.contains("UniTrade · listings_sold_within_week · 2 rows"))
+        #expect(card.contains("<title>Study: listed 4</title>") && card.contains("<title>Tech: sold in week 2</title>"))
+        #expect(card.contains("<tr><td>Tech</td><td>3</td><td>2</td><td>66.7</td><td>0</td><td>144</td></tr>"))
+        // Aggregates only: no listing, order or person in the answer or the page.
+        for secret in listingIDs + ["o-l1", "o-l4a", "o-l5a", alice, bob, carol, dave, erin] {
+            #expect(!answer.text.contains(secret) && !summary.text.contains(secret) && !html.contains(secret), "an output carries \(secret)")
+        }
+    }
+
+    /// The same facts in another order (every event last to first, so each
+    /// sale and cancel before its order was placed and each close before
+    /// its listing), or each delivered twice, give the same answer.
+    @Test(arguments: stores)
+    func listingFactsInAnyOrderAndTwiceGiveTheSameAnswer(postgres: Bool) throws {
+        let facts = Planted.listingFacts()
+        let expected: [[JSON]] = [["Study", 4, 2, 50, 1, 48], ["Tech", 3, 2, 66.7, 0, 144]]
+        let reversed = try Planted(postgres: postgres)
+        try reversed.plantListings(facts.reversed())
+        #expect(try reversed.answer("listings_sold_within_week") == expected)
+        let twice = try Planted(postgres: postgres)
+        try twice.plantListings(facts + facts)
+        #expect(try twice.answer("listings_sold_within_week") == expected)
+        // Catalog's events all after the orders', as when the catalog feed lags.
+        let lagging = try Planted(postgres: postgres)
+        try lagging.plantListings(facts.filter { !$0.type.hasPrefix("catalog.") } + facts.filter { $0.type.hasPrefix("catalog.") })
+        #expect(try lagging.answer("listings_sold_within_week") == expected)
+        for p in [reversed, twice, lagging] {
+            #expect(try p.db.queryOne("SELECT COUNT(*) AS n FROM listings WHERE created_ms IS NOT NULL")?.int("n") == 7)
+            #expect(try p.db.queryOne("SELECT reason FROM listings WHERE id = $1", [.text(listingIDs[2])])?.string("reason") == "withdrawn")
+        }
+    }
+
+    /// Analytics follows catalog's listing events, not its frequent stock ones.
+    @Test func theFeedTakesCatalogsListingEventsOnly() {
+        #expect(Facts.sources.contains("catalog"))
+        #expect(Facts.events.isSuperset(of: ["catalog.listing.created", "catalog.listing.closed", "catalog.product.changed"]))
+        #expect(!Facts.events.contains("catalog.stock.changed"))
     }
 
     @Test(arguments: stores)

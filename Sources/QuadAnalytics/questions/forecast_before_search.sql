@@ -1,7 +1,7 @@
 -- title: Drivers who checked the forecast before their first spot search of the day (BQ8)
 -- app: ParkWise
 -- chart: bar day driver_days planned
--- order: 11
+-- order: 12
 -- A driver-day is planned when the driver opened the forecast before the
 -- first spot search of that campus day. A driver is the signed-in user, or
 -- the phone for a guest.

@@ -1,7 +1,7 @@
 -- title: Time from hold to check-in
 -- app: ParkWise
 -- chart: bar wait checkins
--- order: 8
+-- order: 9
 -- Holds that ended in a check-in, by how long the driver took from the hold
 -- to the check-in (whole seconds), with the mean of each band.
 WITH waits AS (

@@ -1,7 +1,7 @@
 -- title: Holds expired against holds fulfilled
 -- app: ParkWise
 -- chart: bar lot fulfilled expired cancelled
--- order: 7
+-- order: 8
 -- Holds taken in the period by lot: fulfilled (the driver checked in before
 -- the countdown ended), expired, cancelled, still held, and the share of
 -- finished holds that expired.

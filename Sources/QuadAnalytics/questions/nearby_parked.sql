@@ -1,7 +1,7 @@
 -- title: Drivers sent to nearby lots who parked there (BQ9)
 -- app: ParkWise
 -- chart: bar lot sent parked
--- order: 12
+-- order: 13
 -- Each driver, nearby lot and day with a nearby.chosen counts once as sent;
 -- it parked when the same driver confirmed a check-in at that lot
 -- (checkin.done) later that day.

@@ -1,7 +1,7 @@
 -- title: Occupancy by level and hour
 -- app: ParkWise
 -- chart: heat place hour occupied_percent
--- order: 9
+-- order: 10
 -- Mean share of spots taken (all kinds) in the occupancy snapshots of each
 -- level, by campus hour of the day.
 SELECT lot || ' ' || level AS place,

@@ -1,7 +1,7 @@
 -- title: Actions made offline and how long they waited to sync
 -- app: ParkWise
 -- chart: bar action actions offline
--- order: 14
+-- order: 15
 -- Queued actions as they reached the backend (action.synced), by action:
 -- how many were made without signal, their share, and how long those
 -- waited on the phone before the backend had them, in seconds.

@@ -1,7 +1,7 @@
 -- title: Sessions that ended inside the reservation flow (BQ11)
 -- app: ParkWise
 -- chart: bar day sessions ended_in_reservation
--- order: 13
+-- order: 14
 -- Sessions by the day they started; one ended inside the reservation flow
 -- when its session.ended or app.crash says flow reservation (the app found
 -- the Reserve screen mark still set). Crashes are counted beside.

@@ -1,7 +1,7 @@
 -- title: Demand for accessible and EV spots against supply
 -- app: ParkWise
 -- chart: bar kind spots holds
--- order: 10
+-- order: 11
 -- By kind of spot: the supply (spots in the latest snapshot of each level),
 -- the demand (holds taken), holds per spot, and the share of level
 -- snapshots with none of that kind free.

@@ -16,7 +16,7 @@ extension Contract.Analytics {
             public var to: Int64?
             public init() {}
             public static let fields: [Field<Self>] = [
-                .field(\.id, "id", .string().keyword("enum", json: ["buy_vs_rent", "carts_abandoned", "favorites_to_purchases", "fee_per_week", "forecast_before_search", "hold_to_checkin", "holds_outcome", "nearby_parked", "occupancy_by_level_hour", "offline_actions", "purchase_screen", "purchases_by_semester", "sessions_in_reservation_flow", "special_spots_demand"])),
+                .field(\.id, "id", .string().keyword("enum", json: ["buy_vs_rent", "carts_abandoned", "favorites_to_purchases", "fee_per_week", "forecast_before_search", "hold_to_checkin", "holds_outcome", "listings_sold_within_week", "nearby_parked", "occupancy_by_level_hour", "offline_actions", "purchase_screen", "purchases_by_semester", "sessions_in_reservation_flow", "special_spots_demand"])),
                 .field(\.from, "from", fromField),
                 .field(\.to, "to", toField),
             ]
@@ -72,7 +72,7 @@ extension Contract.Analytics {
             .described("The answers, and how many facts analytics holds by table (how far the feeds have come)."))
 
     public static let answerSchema = Definition("analytics/answer.schema.json", title: "the answer to one business question", .object([
-            "id": .string().keyword("enum", json: ["buy_vs_rent", "carts_abandoned", "favorites_to_purchases", "fee_per_week", "forecast_before_search", "hold_to_checkin", "holds_outcome", "nearby_parked", "occupancy_by_level_hour", "offline_actions", "purchase_screen", "purchases_by_semester", "sessions_in_reservation_flow", "special_spots_demand"]),
+            "id": .string().keyword("enum", json: ["buy_vs_rent", "carts_abandoned", "favorites_to_purchases", "fee_per_week", "forecast_before_search", "hold_to_checkin", "holds_outcome", "listings_sold_within_week", "nearby_parked", "occupancy_by_level_hour", "offline_actions", "purchase_screen", "purchases_by_semester", "sessions_in_reservation_flow", "special_spots_demand"]),
             "title": .string(min: 1),
             "app": .string().keyword("enum", json: ["UniTrade", "ParkWise"]),
             "description": .string(),
