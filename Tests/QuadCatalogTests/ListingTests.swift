@@ -15,9 +15,12 @@ struct ListingTests {
     static let seller = "u-seller-5c1d9e"
     static let buyer = "u-buyer-77aa01"
 
+    /// SQLite always; PostgreSQL too when the run has one (QUAD_TEST_PG, as deploy/test sets).
+    static let stores: [Bool] = [false] + (TestStore.postgresURL != nil ? [true] : [])
+
     /// A catalog with images, where accounts has told it the seller's name.
-    func market() throws -> (Handlers, Database) {
-        let (h, db) = try catalog()
+    func market(postgres: Bool = false) throws -> (Handlers, Database) {
+        let (h, db) = try catalog(postgres: postgres)
         Catalog.registerImages(h, db: db)
         try db.transaction {
             try Catalog.applyForYou(db, Envelope(type: "accounts.user.registered", kind: .event,
@@ -75,8 +78,9 @@ struct ListingTests {
         }
     }
 
-    @Test func aListingIsAProductFoundBySearchShownWithItsSellersNameNeverTheirId() throws {
-        let (h, db) = try market()
+    @Test(arguments: stores)
+    func aListingIsAProductFoundBySearchShownWithItsSellersNameNeverTheirId(postgres: Bool) throws {
+        let (h, db) = try market(postgres: postgres)
         let png = try h.call("catalog.images.put", ["data": Pictures.base64(Pictures.png)], user: Self.seller)
         let image = try #require(png["id"]?.string)
         let studyBefore = try h.call("catalog.categories")["categories"]?.array?.first { $0["name"] == "Study" }?["count"]?.int ?? 0
@@ -175,8 +179,9 @@ struct ListingTests {
         #expect(try Catalog.listingSettings(["max-listing-images": "6"]).maxImages == 6)
     }
 
-    @Test func onlyTheSellerChangesOrWithdrawsItAndAnotherUserIsToldItDoesNotExist() throws {
-        let (h, _) = try market()
+    @Test(arguments: stores)
+    func onlyTheSellerChangesOrWithdrawsItAndAnotherUserIsToldItDoesNotExist(postgres: Bool) throws {
+        let (h, _) = try market(postgres: postgres)
         let id = try #require(try create(h)["id"]?.string)
         let foreign = refusal { try h.call("catalog.listings.update", ["listing": .string(id), "price": ["value": 1, "currency": "USD"]], user: Self.buyer) }
         #expect(foreign?.status == 404, "\(String(describing: foreign))")
@@ -196,8 +201,9 @@ struct ListingTests {
         #expect(try h.call("catalog.search", ["q": "ti-84 plus good", "limit": 50])["products"]?.array?.contains { $0["id"]?.string == id } == true)
     }
 
-    @Test func aTakedownIsForAdminsAndItsReasonIsTheSellers() throws {
-        let (h, db) = try market()
+    @Test(arguments: stores)
+    func aTakedownIsForAdminsAndItsReasonIsTheSellers(postgres: Bool) throws {
+        let (h, db) = try market(postgres: postgres)
         let id = try #require(try create(h)["id"]?.string)
         let bySeller = refusal { try h.call("catalog.listings.takedown", ["listing": .string(id), "reason": "mine"], user: Self.seller) }
         #expect(bySeller?.status == 403, "\(String(describing: bySeller))")
@@ -217,8 +223,9 @@ struct ListingTests {
         #expect(refusal { try h.call("catalog.listings.update", ["listing": .string(id), "name": "back"], user: Self.seller) }?.status == 409)
     }
 
-    @Test func aWithdrawalUnlistsWhatIsInStockAndLeavesHoldsAndSalesStanding() throws {
-        let (h, db) = try market()
+    @Test(arguments: stores)
+    func aWithdrawalUnlistsWhatIsInStockAndLeavesHoldsAndSalesStanding(postgres: Bool) throws {
+        let (h, db) = try market(postgres: postgres)
         let id = try #require(try create(h, Self.with(Self.calculator, ["quantity": 3]))["id"]?.string)
         _ = try hold(h, id, order: "o-sold")
         _ = try h.call("catalog.stock.confirm", ["order": "o-sold"], user: Self.buyer, role: "service")
@@ -243,8 +250,9 @@ struct ListingTests {
         #expect(late?.status == 409 && late?.message.contains("withdrawn") == true, "\(String(describing: late))")
     }
 
-    @Test func aHoldKeepsItsPriceThroughAnUpdateAndTheQuantityNeverGoesBelowHeldAndSold() throws {
-        let (h, db) = try market()
+    @Test(arguments: stores)
+    func aHoldKeepsItsPriceThroughAnUpdateAndTheQuantityNeverGoesBelowHeldAndSold(postgres: Bool) throws {
+        let (h, db) = try market(postgres: postgres)
         let id = try #require(try create(h, Self.with(Self.calculator, ["quantity": 3]))["id"]?.string)
         let held = try hold(h, id, order: "o-1", quantity: 2)
         #expect(held["items"]?.array?.first?["price"] == 50)
@@ -264,8 +272,9 @@ struct ListingTests {
         #expect(over?.status == 400 && over?.message.contains("max_listing_quantity") == true)
     }
 
-    @Test func aSellerCannotHoldTheirOwnAndAListingIsTradedOnlyAsItsModeSays() throws {
-        let (h, _) = try market()
+    @Test(arguments: stores)
+    func aSellerCannotHoldTheirOwnAndAListingIsTradedOnlyAsItsModeSays(postgres: Bool) throws {
+        let (h, _) = try market(postgres: postgres)
         let both = try #require(try create(h)["id"]?.string)
         let own = refusal { try hold(h, both, order: "o-own", user: Self.seller) }
         #expect(own?.status == 409 && own?.message.contains("your own") == true && own?.message.contains(both) == true, "\(String(describing: own))")
@@ -291,8 +300,9 @@ struct ListingTests {
         #expect(seeded["items"]?.array?.first?["rent_rate"]?.double == Contract.Catalog.seedRentRate(price: seeded["items"]?.array?.first?["price"]?.double ?? 0))
     }
 
-    @Test func theSellerSeesWhatSoldWhatIsRentedAndReturnedAndTheFeeKept() throws {
-        let (h, db) = try market()
+    @Test(arguments: stores)
+    func theSellerSeesWhatSoldWhatIsRentedAndReturnedAndTheFeeKept(postgres: Bool) throws {
+        let (h, db) = try market(postgres: postgres)
         let id = try #require(try create(h, Self.with(Self.calculator, ["quantity": 4]))["id"]?.string)
         _ = try hold(h, id, order: "o-buy", quantity: 2)
         _ = try h.call("catalog.stock.confirm", ["order": "o-buy"], user: Self.buyer, role: "service")
@@ -322,8 +332,9 @@ struct ListingTests {
         #expect(try mine(h).first?["status"] == "sold_out")
     }
 
-    @Test func anAdjustOfAListingListsOrUnlistsItsUnits() throws {
-        let (h, db) = try market()
+    @Test(arguments: stores)
+    func anAdjustOfAListingListsOrUnlistsItsUnits(postgres: Bool) throws {
+        let (h, db) = try market(postgres: postgres)
         let id = try #require(try create(h)["id"]?.string)
         _ = try h.call("catalog.stock.adjust", ["id": .string(id), "delta": 3], user: "u-admin", role: "admin")
         #expect(try unitsAddUp(db, id))
