@@ -92,7 +92,8 @@ public enum Catalog: ServiceDomain {
             // adjust lists or unlists them; a closed listing takes none.
             if let l = try db.queryOne("SELECT status FROM listings WHERE id = $1", .text(id)) {
                 guard l.string("status") == "active" else { throw QuadError.conflict("listing '\(id)' is \(l.string("status")): its stock stays 0") }
-                try db.execute("UPDATE listings SET quantity = quantity + $1 WHERE id = $2 AND quantity + $1 >= 0", .int(delta), .text(id))
+                try db.execute("UPDATE listings SET quantity = quantity + $1, unlisted = unlisted + $3 WHERE id = $2 AND quantity + $1 >= 0",
+                               .int(delta), .text(id), .int(max(0, -delta)))
             }
             guard let row = try db.queryOne("UPDATE products SET stock = stock + $1 WHERE id = $2 AND stock + $1 >= 0 RETURNING stock", .int(delta), .text(id)) else {
                 if try db.queryOne("SELECT 1 AS x FROM products WHERE id = $1", .text(id)) == nil { throw QuadError.notFound("no product with id '\(id)'") }

@@ -17,7 +17,9 @@ import QuadWire
 /// back returns its unit to `products.stock`; once the listing is withdrawn
 /// or taken down, the units in stock, and those that come back later, are
 /// unlisted instead (`quantity` goes down, `unlisted` up), so a closed
-/// listing's stock stays 0.
+/// listing's stock stays 0. A seller's lower quantity (or an admin's
+/// negative adjust) unlists too, so `quantity + unlisted` is every unit
+/// ever listed.
 extension Catalog {
     /// Version 51 and on: after the products' 1 to 4 and the images' 50.
     static let listingMigrations: [Migration] = [
@@ -259,7 +261,7 @@ extension Catalog {
                     throw QuadError.conflict("listing '\(id)' has \(taken) units held or sold: its quantity cannot go below \(taken), got \(q)",
                                              details: ["listing": .string(id), "held_or_sold": .int(taken)])
                 }
-                try db.execute("UPDATE listings SET quantity = $1 WHERE id = $2", .int(q), .text(id))
+                try db.execute("UPDATE listings SET quantity = $1, unlisted = unlisted + $3 WHERE id = $2", .int(q), .text(id), .int(max(0, -delta)))
                 try stockChanged(db, product: id, stock: row.int("stock"), delta: delta, reason: "listing", order: nil)
             }
         }

@@ -233,6 +233,7 @@ struct ListingTests {
         let out = try h.call("catalog.listings.withdraw", ["listing": .string(id)], user: Self.seller)
         #expect(out["status"] == "withdrawn" && out["in_stock"] == 0 && out["sold"] == 1 && out["held"] == 1 && out["quantity"] == 2, "\(out)")
         #expect(try unitsAddUp(db, id))
+        #expect(try db.queryOne("SELECT unlisted FROM listings WHERE id = $1", .text(id))?.int("unlisted") == 1)
         // A second call, under another envelope id: the same answer, one event.
         let again = try h.call("catalog.listings.withdraw", ["listing": .string(id)], user: Self.seller)
         #expect(again == out)
@@ -339,6 +340,12 @@ struct ListingTests {
         _ = try h.call("catalog.stock.adjust", ["id": .string(id), "delta": 3], user: "u-admin", role: "admin")
         #expect(try unitsAddUp(db, id))
         #expect(try mine(h).first?["quantity"] == 5)
+        _ = try h.call("catalog.listings.update", ["listing": .string(id), "quantity": 4], user: Self.seller)
+        _ = try h.call("catalog.stock.adjust", ["id": .string(id), "delta": -1], user: "u-admin", role: "admin")
+        #expect(try unitsAddUp(db, id))
+        // Every unit ever listed: 2, then 3 more; 2 of them unlisted since.
+        let l = try #require(try db.queryOne("SELECT quantity, unlisted FROM listings WHERE id = $1", .text(id)))
+        #expect(l.int("quantity") == 3 && l.int("unlisted") == 2)
         _ = try h.call("catalog.listings.withdraw", ["listing": .string(id)], user: Self.seller)
         #expect(refusal { try h.call("catalog.stock.adjust", ["id": .string(id), "delta": 1], user: "u-admin", role: "admin") }?.status == 409)
     }
