@@ -87,12 +87,19 @@ extension Catalog {
             }
             return v
         }
+        func integer(_ name: String, _ range: ClosedRange<Int64>, _ d: Int64) throws -> Int64 {
+            guard let text = options[name] else { return d }
+            guard let v = Int64(text), range.contains(v) else {
+                throw QuadError.badRequest("--\(name) must be an integer from \(range.lowerBound) to \(range.upperBound), got '\(text)'")
+            }
+            return v
+        }
         var s = ListingSettings()
         s.maxPrice = try number("max-listing-price", 0.01...L.maxPriceCap, s.maxPrice)
-        s.maxQuantity = Int64(try number("max-listing-quantity", 1...Double(L.maxQuantityCap), Double(s.maxQuantity)))
+        s.maxQuantity = try integer("max-listing-quantity", 1...L.maxQuantityCap, s.maxQuantity)
         s.maxRentRate = try number("max-rent-rate", 0.01...L.maxRentRateCap, s.maxRentRate)
-        s.maxImages = Int64(try number("max-listing-images", 0...Double(L.maxImagesCap), Double(s.maxImages)))
-        s.maxPerSeller = Int64(try number("max-listings-per-seller", 1...Double(L.maxPerSellerCap), Double(s.maxPerSeller)))
+        s.maxImages = try integer("max-listing-images", 0...L.maxImagesCap, s.maxImages)
+        s.maxPerSeller = try integer("max-listings-per-seller", 1...L.maxPerSellerCap, s.maxPerSeller)
         return s
     }
 

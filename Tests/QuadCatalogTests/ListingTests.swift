@@ -177,6 +177,8 @@ struct ListingTests {
         #expect(third?.status == 409 && third?.message.contains("max_listings_per_seller") == true, "\(String(describing: third))")
         #expect(throws: QuadError.self) { try Catalog.listingSettings(["max-listing-price": "0"]) }
         #expect(try Catalog.listingSettings(["max-listing-images": "6"]).maxImages == 6)
+        #expect(throws: QuadError.self) { try Catalog.listingSettings(["max-listing-quantity": "2.5"]) }
+        #expect(throws: QuadError.self) { try Catalog.listingSettings(["max-listing-images": "17"]) }
     }
 
     @Test(arguments: stores)
