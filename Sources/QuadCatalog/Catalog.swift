@@ -19,9 +19,9 @@ public enum Catalog: ServiceDomain {
 
     public static let options: [(String, String, String?)] = [
         ("hold-ttl-seconds", "how long a stock hold lasts unless confirmed or released", "120"),
-    ] + imageOptions
+    ] + imageOptions + listingOptions
 
-    public static var migrations: [Migration] { productMigrations + stockMigrations + forYouMigrations + imageMigrations }
+    public static var migrations: [Migration] { productMigrations + stockMigrations + forYouMigrations + imageMigrations + listingMigrations }
 
     static let productMigrations: [Migration] = [
         Migration(1, """
@@ -50,7 +50,7 @@ public enum Catalog: ServiceDomain {
         // First the images' base URL: the seed's events carry imageUrl.
         try installImages(on: worker, db: db, options: options)
         try seedIfEmpty(db)
-        register(worker.handlers, db: db, holdTTLms: ttl * 1000)
+        register(worker.handlers, db: db, holdTTLms: ttl * 1000, listings: try listingSettings(options))
         // Holds expire on time even while nobody calls.
         worker.every(500) { try db.transaction { try expireDue(db) } }
         try worker.subscribe(to: ["accounts", "favorites", "orders"], wants: { forYouEvents.contains($0.type) }) { event in
@@ -60,8 +60,9 @@ public enum Catalog: ServiceDomain {
 
     /// Registers the catalog's handlers; split from ``install`` so tests can
     /// drive the handlers without a broker.
-    public static func register(_ h: Handlers, db: Database, holdTTLms: Int64 = 120_000) {
+    public static func register(_ h: Handlers, db: Database, holdTTLms: Int64 = 120_000, listings: ListingSettings = .init()) {
         registerStock(h, db: db, holdTTLms: holdTTLms)
+        registerListings(h, db: db, settings: listings)
         typealias C = Contract.Catalog
         h.query(C.productsList) { _, body in try list(db, body) }
         h.query(C.search) { _, body in try list(db, body) }
@@ -75,18 +76,25 @@ public enum Catalog: ServiceDomain {
             return product(row)
         }
         h.query(C.categories) { _, _ in
-            let rows = try db.query("SELECT category AS name, COUNT(*) AS n, SUM(CASE WHEN stock > 0 THEN 1 ELSE 0 END) AS available FROM products GROUP BY category")
+            let rows = try db.query("SELECT category AS name, COUNT(*) AS n, SUM(CASE WHEN stock > 0 THEN 1 ELSE 0 END) AS available FROM products WHERE visible = 1 GROUP BY category")
             var counts: [String: (Int64, Int64)] = [:]
             for r in rows { counts[r.string("name")] = (r.int("n"), r.int("available")) }
             return C.Categories.Reply(categories: categories.map { c in .init(name: c, count: counts[c]?.0 ?? 0, inStock: counts[c]?.1 ?? 0) })
         }
         h.query(C.collections) { _, _ in
-            let rows = try db.query("SELECT collection AS name, COUNT(*) AS n FROM products GROUP BY collection ORDER BY collection")
+            let rows = try db.query("SELECT collection AS name, COUNT(*) AS n FROM products WHERE visible = 1 GROUP BY collection ORDER BY collection")
             return C.Collections.Reply(collections: rows.map { .init(name: $0.string("name"), count: $0.int("n")) })
         }
         h.mutation(C.stockAdjust) { req, body in
             try req.requireAdmin()
             let (id, delta) = (body.id, body.delta)
+            // A listing's units add up (listed = in stock + held + sold): an
+            // adjust lists or unlists them; a closed listing takes none.
+            if let l = try db.queryOne("SELECT status FROM listings WHERE id = $1", .text(id)) {
+                guard l.string("status") == "active" else { throw QuadError.conflict("listing '\(id)' is \(l.string("status")): its stock stays 0") }
+                try db.execute("UPDATE listings SET quantity = quantity + $1, unlisted = unlisted + $3 WHERE id = $2 AND quantity + $1 >= 0",
+                               .int(delta), .text(id), .int(max(0, -delta)))
+            }
             guard let row = try db.queryOne("UPDATE products SET stock = stock + $1 WHERE id = $2 AND stock + $1 >= 0 RETURNING stock", .int(delta), .text(id)) else {
                 if try db.queryOne("SELECT 1 AS x FROM products WHERE id = $1", .text(id)) == nil { throw QuadError.notFound("no product with id '\(id)'") }
                 throw QuadError.conflict("stock of '\(id)' cannot go below 0")
@@ -105,7 +113,8 @@ public enum Catalog: ServiceDomain {
         guard let order = sortOrders[body.sort] else {
             throw QuadError.badRequest("body.sort must be one of \(sortOrders.keys.sorted().joined(separator: ", ")), got '\(body.sort)'")
         }
-        var conditions: [String] = []
+        // Withdrawn and taken-down listings are not listed: catalog.product.get still answers them (stock 0) for orders and favorites that name them.
+        var conditions: [String] = ["visible = 1"]
         var params: [SQLValue] = []
         if let category { params.append(.text(category)); conditions.append("category = $\(params.count)") }
         if let collection { params.append(.text(collection)); conditions.append("collection = $\(params.count)") }
@@ -118,7 +127,7 @@ public enum Catalog: ServiceDomain {
         if let minPrice { params.append(.double(minPrice)); conditions.append("price_value >= $\(params.count)") }
         if let maxPrice { params.append(.double(maxPrice)); conditions.append("price_value <= $\(params.count)") }
         if inStock { conditions.append("stock > 0") }
-        let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
+        let filter = "WHERE " + conditions.joined(separator: " AND ")
         let total = try db.queryOne("SELECT COUNT(*) AS n FROM products \(filter)", params)?.int("n") ?? 0
         params.append(.int(limit))
         params.append(.int(offset))
@@ -148,7 +157,17 @@ public enum Catalog: ServiceDomain {
         p.category = r.string("category")
         p.collection = r.string("collection")
         p.stock = r.int("stock")
-        p.rentRate = Contract.Catalog.seedRentRate(price: p.price.value)
+        if let mode = r.optionalString("trade_mode") {
+            // A student's listing: its own rate (none for sale only), its seller by name.
+            p.rentRate = mode == "sale" ? nil : r["rent_rate"].double
+            p.seller = r.optionalString("seller_name") ?? unknownSeller
+            p.condition = r.optionalString("item_condition")
+            p.mode = mode
+            p.images = storedImages(r).map { imageURL(imagePath($0)) }
+            p.listedAt = r["listed_ms"].int
+        } else {
+            p.rentRate = Contract.Catalog.seedRentRate(price: p.price.value)
+        }
         return p
     }
 }

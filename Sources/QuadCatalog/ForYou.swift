@@ -31,6 +31,7 @@ extension Catalog {
         switch e.type {
         case A.userRegistered.type, A.userUpdated.type:
             guard let profile = try? A.PublicProfile(json: b) else { return }
+            try applySeller(db, profile)
             try db.execute("DELETE FROM user_categories WHERE user_id = $1", .text(profile.user))
             for c in profile.categories where Catalog.categories.contains(c) {
                 try db.execute("INSERT INTO user_categories (user_id, category) VALUES ($1, $2) ON CONFLICT DO NOTHING", .text(profile.user), .text(c))
@@ -43,6 +44,7 @@ extension Catalog {
             try db.execute("DELETE FROM user_favorites WHERE user_id = $1 AND product = $2", .text(f.user), .text(f.product))
         // orders' events are read by field: their bodies are orders' to type.
         case "orders.confirmed":
+            try applySales(db, e)
             guard let user = b["user"]?.string, let order = b["order"]?.string else { return }
             for item in b["items"]?.array ?? [] {
                 guard let product = item["product"]?.string else { continue }
@@ -50,6 +52,7 @@ extension Catalog {
                                .text(user), .text(order), .text(product), .int(item["quantity"]?.int ?? 1))
             }
         case "orders.cancelled":
+            try applySales(db, e)
             guard let order = b["order"]?.string else { return }
             try db.execute("DELETE FROM user_purchases WHERE order_id = $1", .text(order))
         default:
@@ -82,7 +85,7 @@ extension Catalog {
             let names = ranked.map { "'\($0.key)'" }.joined(separator: ", ")
             let rows = try db.query("""
                 SELECT * FROM products
-                WHERE category IN (\(names)) AND stock > 0
+                WHERE category IN (\(names)) AND stock > 0 AND visible = 1
                   AND id NOT IN (SELECT product FROM user_favorites WHERE user_id = $1)
                   AND id NOT IN (SELECT product FROM user_purchases WHERE user_id = $1)
                 ORDER BY CASE category \(cases) END, name, id

@@ -63,6 +63,11 @@ extension Catalog {
             for item in body.items {
                 if let n = wanted.firstIndex(where: { $0.product == item.product }) { wanted[n].quantity += item.quantity } else { wanted.append((item.product, item.quantity)) }
             }
+            // A student's listing: never its seller's, never closed, only as it is traded.
+            let mode = body.mode ?? "buy"
+            for (product, _) in wanted where product.hasPrefix("l-") {
+                try checkListingHold(db, product: product, buyer: req.user, mode: mode)
+            }
             var short: [JSON] = []
             for (product, q) in wanted {
                 let taken = try db.queryOne("UPDATE products SET stock = stock - $1 WHERE id = $2 AND stock >= $1 RETURNING stock", .int(q), .text(product))
@@ -79,12 +84,15 @@ extension Catalog {
                 throw QuadError.conflict("not enough stock: \(names.joined(separator: ", "))", details: ["short": .array(short)])
             }
             let now = Int64(Clock.nowMillis())
-            try db.execute("INSERT INTO holds (order_id, status, created_ms, expires_ms, user_id) VALUES ($1, 'held', $2, $3, $4)",
-                           .text(order), .int(now), .int(now + holdTTLms), .text(req.user ?? ""))
+            try db.execute("INSERT INTO holds (order_id, status, created_ms, expires_ms, user_id, mode) VALUES ($1, 'held', $2, $3, $4, $5)",
+                           .text(order), .int(now), .int(now + holdTTLms), .text(req.user ?? ""), .text(mode))
             for (product, q) in wanted {
-                let row = try db.queryOne("SELECT price_value, category, stock FROM products WHERE id = $1", .text(product))!
-                try db.execute("INSERT INTO hold_items (order_id, product, quantity, price, category) VALUES ($1, $2, $3, $4, $5)",
-                               .text(order), .text(product), .int(q), .double(row.double("price_value")), .text(row.string("category")))
+                let row = try db.queryOne("SELECT price_value, category, stock, trade_mode, rent_rate FROM products WHERE id = $1", .text(product))!
+                // A rental is held at the rate of now, as a sale at the price of now: a later edit of the listing changes neither.
+                let rate: Double? = mode != "rent" ? nil
+                    : row.optionalString("trade_mode") != nil ? row["rent_rate"].double : Contract.Catalog.seedRentRate(price: row.double("price_value"))
+                try db.execute("INSERT INTO hold_items (order_id, product, quantity, price, category, rent_rate) VALUES ($1, $2, $3, $4, $5, $6)",
+                               .text(order), .text(product), .int(q), .double(row.double("price_value")), .text(row.string("category")), .of(rate))
                 try stockChanged(db, product: product, stock: row.int("stock"), delta: -q, reason: "hold", order: order)
             }
             return try holdState(db, order)!
@@ -95,7 +103,7 @@ extension Catalog {
             let order = body.order
             try checkHolder(db, req, order: order)
             let now = Int64(Clock.nowMillis())
-            if try db.execute("UPDATE holds SET status = 'confirmed' WHERE order_id = $1 AND status = 'held' AND expires_ms > $2", .text(order), .int(now)) == 0 {
+            if try db.execute("UPDATE holds SET status = 'confirmed', confirmed_ms = $2 WHERE order_id = $1 AND status = 'held' AND expires_ms > $2", .text(order), .int(now)) == 0 {
                 try expireDue(db, order: order)
                 guard let state = try holdState(db, order) else { throw QuadError.notFound("no stock hold for order '\(order)'") }
                 if state.status != "confirmed" { throw QuadError.conflict("the stock hold for order '\(order)' has \(state.status == "expired" ? "expired" : "been released")") }
@@ -124,9 +132,10 @@ extension Catalog {
 
     static func holdState(_ db: Database, _ order: String) throws -> Contract.Catalog.Stock.Hold? {
         guard let hold = try db.queryOne("SELECT status, expires_ms FROM holds WHERE order_id = $1", .text(order)) else { return nil }
-        let items = try db.query("SELECT product, quantity, price, category FROM hold_items WHERE order_id = $1 ORDER BY product", .text(order))
+        let items = try db.query("SELECT product, quantity, price, category, rent_rate FROM hold_items WHERE order_id = $1 ORDER BY product", .text(order))
         return .init(order: order, status: hold.string("status"), expiresAt: hold.int("expires_ms"), items: items.map {
-            .init(product: $0.string("product"), quantity: $0.int("quantity"), price: $0.double("price"), category: $0.string("category"))
+            .init(product: $0.string("product"), quantity: $0.int("quantity"), price: $0.double("price"), category: $0.string("category"),
+                  rentRate: $0["rent_rate"].double)
         })
     }
 
@@ -139,6 +148,8 @@ extension Catalog {
         guard changed == 1 else { return }
         for item in try db.query("SELECT product, quantity FROM hold_items WHERE order_id = $1", .text(order)) {
             let q = item.int("quantity")
+            // A closed listing's units that come back are unlisted: its stock stays 0.
+            if item.string("product").hasPrefix("l-"), try unlistReturned(db, product: item.string("product"), quantity: q) { continue }
             let row = try db.queryOne("UPDATE products SET stock = stock + $1 WHERE id = $2 RETURNING stock", .int(q), .text(item.string("product")))
             try stockChanged(db, product: item.string("product"), stock: row?.int("stock") ?? 0, delta: q, reason: to, order: order)
         }

@@ -257,7 +257,8 @@ final class OrderSaga {
     func hold(_ order: OrderRecord) {
         let id = order.id
         let items: JSON = .array(order.items.map { ["product": .string($0.product), "quantity": .int($0.quantity)] })
-        ask("catalog.stock.hold", ["order": .string(id), "items": items], order: order) { [self] held in
+        // The mode lets the catalog refuse a listing not traded so (a rent-only one bought) and hold a rental at its rent rate.
+        ask("catalog.stock.hold", ["order": .string(id), "items": items, "mode": .string(order.mode)], order: order) { [self] held in
             guard let held else { return finish(id, nil) }
             guarded(id) {
                 switch held {

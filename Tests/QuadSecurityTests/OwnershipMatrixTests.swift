@@ -65,7 +65,7 @@ struct OwnershipMatrixTests {
         var spareToken = ""
         var products: [String] = []
         var n = 0
-        var order = "", stockOrder = "", reservation = ""
+        var order = "", stockOrder = "", reservation = "", listing = ""
         var lastRightID = ""
 
         init(_ stack: FullStack) { self.stack = stack }
@@ -88,6 +88,12 @@ struct OwnershipMatrixTests {
     /// it, not the token the other rows use.
     static func spareSession(_ f: Fixture) throws {
         f.spareToken = try f.ok("accounts.login", ["email": .string(f.ownerEmail), "password": .string(f.password)], token: nil)["token"]?.string ?? ""
+    }
+
+    /// A student's listing for the matrix's rows.
+    static func listingBody(_ name: String) -> JSON {
+        ["name": .string(name), "category": "Personal", "collection": "Dorm", "price": ["value": 12, "currency": "USD"], "type": "Lamp",
+         "condition": "Good", "quantity": 1, "mode": "sale"]
     }
 
     /// The table: every type, grouped by service, in an order where each row
@@ -142,6 +148,23 @@ struct OwnershipMatrixTests {
                 // A 1×1 PNG: any signed-in user may upload a picture.
                 Row(type: "catalog.images.put", access: .user,
                     body: { _ in ["data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"] }),
+                // Students' listings: each student makes and sees their own;
+                // another's is not found; admins take one down.
+                Row(type: "catalog.listings.create", access: .user, body: { _ in Self.listingBody("Matrix owner's lamp") },
+                    otherBody: { _ in Self.listingBody("Matrix other's lamp") },
+                    after: { reply, f in
+                        f.listing = reply["id"]?.string ?? ""
+                        #expect(f.listing.hasPrefix("l-") && !reply.text.contains(f.owner))
+                    }),
+                Row(type: "catalog.listings.mine", access: .user,
+                    other: .ownData(isolated: { reply, f in !reply.text.contains(f.listing) }),
+                    after: { reply, f in #expect(reply.text.contains(f.listing)) }),
+                Row(type: "catalog.listings.update", access: .user, other: .refused,
+                    body: { f in ["listing": .string(f.listing), "name": "Matrix owner's lamp, renamed"] }),
+                Row(type: "catalog.listings.withdraw", access: .user, other: .refused, body: { f in ["listing": .string(f.listing)] },
+                    after: { reply, _ in #expect(reply["status"]?.string == "withdrawn") }),
+                Row(type: "catalog.listings.takedown", access: .admin, body: { f in ["listing": .string(f.listing), "reason": "matrix"] },
+                    after: { reply, _ in #expect(reply["status"]?.string == "taken_down") }),
             ],
             "favorites": [
                 Row(type: "favorites.add", access: .user, body: { f in ["product": .string(f.product(0))] },

@@ -194,11 +194,14 @@ extension Contract.Catalog {
         public struct HoldRequest: Body {
             public var order = ""
             public var items: [Line] = []
+            public var mode: String?
             public init() {}
-            public init(order: String, items: [Line]) { (self.order, self.items) = (order, items) }
+            public init(order: String, items: [Line], mode: String? = nil) { (self.order, self.items, self.mode) = (order, items, mode) }
             public static let fields: [Field<Self>] = [
                 .field(\.order, "order", .string(1...64).described("The order id the hold is for; holding again answers the hold as it is.")),
                 .field(\.items, "items", .array(of: Line.shape, min: 1, max: maxHoldItems).limit("max_hold_items")),
+                .field(\.mode, "mode", .choice(["buy", "rent"])
+                    .described("What the order does with the units: buy (the default) or rent. A listing for sale only cannot be rented, one for rent only cannot be bought (conflict, 409); a rental is held at the product's rent_rate.").optional),
             ]
         }
 
@@ -216,15 +219,17 @@ extension Contract.Catalog {
             public var quantity: Int64 = 0
             public var price = 0.0
             public var category = ""
+            public var rentRate: Double?
             public init() {}
-            public init(product: String, quantity: Int64, price: Double, category: String) {
-                (self.product, self.quantity, self.price, self.category) = (product, quantity, price, category)
+            public init(product: String, quantity: Int64, price: Double, category: String, rentRate: Double? = nil) {
+                (self.product, self.quantity, self.price, self.category, self.rentRate) = (product, quantity, price, category, rentRate)
             }
             public static let fields: [Field<Self>] = [
                 .field(\.product, "product", .string(1...64)),
                 .field(\.quantity, "quantity", .int(1...maxHoldQuantity)),
                 .field(\.price, "price", .number(min: 0).described("The unit price when held.")),
                 .field(\.category, "category", .string()),
+                .field(\.rentRate, "rent_rate", .number(min: 0).described("A rental's hold only: the rent rate per day when held, what orders prices it at.").optional),
             ]
         }
 
@@ -262,8 +267,8 @@ extension Contract.Catalog {
                     .described("The product id.")),
                 .field(\.stock, "stock", .int(min: 0)),
                 .field(\.delta, "delta", .int()),
-                .field(\.reason, "reason", .choice(["hold", "released", "expired", "adjust"])
-                    .described("What moved it: an order's hold, its release or expiry, or an admin's catalog.stock.adjust.")),
+                .field(\.reason, "reason", .choice(["hold", "released", "expired", "adjust", "listing"])
+                    .described("What moved it: an order's hold, its release or expiry, an admin's catalog.stock.adjust, or a student's listing (a new quantity, a withdrawal or take-down).")),
                 .field(\.order, "order", .string(1...64)
                     .described("The order whose hold moved it; absent for an adjust.").optional),
             ]
@@ -353,6 +358,13 @@ extension Contract.Catalog {
         public var stock: Int64 = 0
         /// What one day of renting it costs (``seedRentRate(price:)`` for the demo catalog).
         public var rentRate: Double?
+        /// A student's listing only: who sells it, by display name (never an id or email).
+        public var seller: String?
+        public var condition: String?
+        public var mode: String?
+        /// A listing's pictures, as URLs like imageUrl; the first is imageUrl.
+        public var images: [String]?
+        public var listedAt: Int64?
         public init() {}
         public static let fields: [Field<Self>] = [
             .field(\.id, "id", .string(1...64)),
@@ -372,7 +384,15 @@ extension Contract.Catalog {
             .field(\.collection, "collection", .string(min: 1).described("The collection it is shown under (ShopEase's first screen).")),
             .field(\.stock, "stock", .int(min: 0).described("Units available: not held by an order, not sold.")),
             .field(\.rentRate, "rent_rate", .number(min: 0)
-                .described("The price of renting one unit for one day, in price.currency (the transaction fee comes on top). The demo catalog's: price.value / 30, rounded to the cent.").optional),
+                .described("The price of renting one unit for one day, in price.currency (the transaction fee comes on top). The demo catalog's: price.value / 30, rounded to the cent. Absent for a listing that is for sale only.").optional),
+            .field(\.seller, "seller", .string(1...128)
+                .described("A student's listing only: the seller's display name as accounts published it ('a student' until catalog has heard it); never a user id or an email.").optional),
+            .field(\.condition, "condition", .choice(["New", "Like new", "Good", "Used"]).described("A student's listing only.").optional),
+            .field(\.mode, "mode", .choice(["sale", "rent", "both"])
+                .described("A student's listing only: sale (can be bought, not rented), rent (rented, not bought) or both. Seeded products can be both.").optional),
+            .field(\.images, "images", .array(of: .string(min: 1), max: 16)
+                .described("A student's listing only: the URLs of its pictures (as imageUrl's), in order.").optional),
+            .field(\.listedAt, "listed_at", .int(min: 0).described("A student's listing only: when it was listed, ms since epoch.").optional),
         ]
     }
 
@@ -392,7 +412,7 @@ extension Contract.Catalog {
             ]))
 
     public static let operations: [Operation] = [categories.operation, collections.operation, productGet.operation, productsList.operation,
-        search.operation, foryou.operation, stockAdjust.operation, stockHold.operation, stockConfirm.operation, stockRelease.operation, stockGet.operation] + imageOperations
+        search.operation, foryou.operation, stockAdjust.operation, stockHold.operation, stockConfirm.operation, stockRelease.operation, stockGet.operation] + imageOperations + listingOperations
     public static let events: [Event] = [productChanged.event, stockChanged.event] + listingEvents
     public static let definitions: [Definition] = [productSchema]
 }
