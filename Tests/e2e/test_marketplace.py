@@ -1,0 +1,270 @@
+"""Two students trade on the marketplace (issue 16, "done when"), on a real
+stack started with deploy/stack and a real quad-edge phone.
+
+Ana is a student with a client of her own (quadclient, as quadctl would be):
+she uploads a photo of a used calculator and lists it. The buyer is a phone
+of quad-edge, driven through its control socket with `quadctl phone`: it
+finds the calculator by search, opens it (its photo comes from catalog's
+HTTP server once, then from the phone's own cache), buys it; Ana sees it
+sold; a second purchase by the buyer and Ana's own purchase are both 409
+with their reasons. Then the buyer rents a seeded book for 3 days, sees it
+in its rentals, and returns it after orders' clock was moved 5 days on
+(libfaketime, through the launcher's clock file, as the chaos run skews a
+clock): it pays 2 late days at the book's rent rate, and the book's stock is
+back as it was.
+
+Fails on the code before issue 16: there were no catalog.listings.*, no
+image cache on the phone, no orders.return and no phone action for it.
+
+Environment: QUAD_MARKET_PORT_BASE (default 19400: the stack's ports from
+there, the phone's control socket at +70), QUAD_STACK_TIMEOUT (deploy/stack
+up, default 300), QUAD_BUILD_DIR / QUAD_BIN_DIR as for the other tests.
+"""
+
+import base64
+import json
+import os
+import secrets
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+import zlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "deploy"))
+import quadclient  # noqa: E402
+from quadclient import error_code  # noqa: E402
+
+PORT_BASE = int(os.environ.get("QUAD_MARKET_PORT_BASE", "19400"))
+STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
+CONTROL = f"tcp://127.0.0.1:{PORT_BASE + 70}"
+BINDIR = Path(os.environ.get("QUAD_BIN_DIR") or Path(os.environ.get("QUAD_BUILD_DIR") or ROOT / ".build") / "release")
+BUYER = "buyer-001"
+# A seeded textbook (Sources/QuadCatalog/Seed.swift: p-0014 is the Calculus
+# Textbook, in stock).
+BOOK = "p-0014"
+
+
+def png(width=24, height=24):
+    """A real PNG (zlib-compressed scanlines, CRCs): a calculator-grey gradient."""
+    rows = b"".join(b"\x00" + bytes(v for x in range(width) for v in (90 + x * 4, 90 + y * 4, 100)) for y in range(height))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def body_of(answer):
+    assert answer is not None, "no answer"
+    assert error_code(answer) is None, answer
+    return answer["body"]
+
+
+class Market:
+    def __init__(self, stack, edge, edge_log):
+        self.stack, self.edge, self.edge_log = stack, edge, edge_log
+        self.env = dict(stack.env)
+        self.env.update({k: v for k, v in stack.exported().items() if k != "PATH"})
+        self.clients = []
+
+    def client(self):
+        c = quadclient.Client(self.stack.frontends, self.stack.broker_key(), src="market-test")
+        self.clients.append(c)
+        return c
+
+    def phone(self, *args, timeout_ms=10000, check=True):
+        """`quadctl phone ARGS --json` on the buyer's quad-edge: its answer's body."""
+        cmd = [str(BINDIR / "quadctl"), "phone", *args, "--control", CONTROL, "--timeout", str(timeout_ms), "--json"]
+        done = subprocess.run(cmd, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout_ms / 1000 + 30)
+        if check:
+            assert done.returncode == 0, f"{' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}\n{self.edge_tail()}"
+        answer = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {}
+        return answer.get("body", answer)
+
+    def edge_tail(self):
+        try:
+            return Path(self.edge_log).read_text()[-3000:]
+        except OSError:
+            return ""
+
+    def act(self, kind, body):
+        """The buyer makes an action; waits until the outbox has sent it; its entry of the phone's log."""
+        queued = self.phone("act", BUYER, kind, json.dumps(body))
+        action = queued["id"]
+        self.phone("wait", BUYER, timeout_ms=60000)
+        entries = [a for a in self.phone("log", BUYER)["actions"] if a["id"] == action]
+        assert entries, f"action {action} is not in the phone's log"
+        return entries[0]
+
+    def view(self, name, body=None):
+        return self.phone("view", BUYER, name, json.dumps(body or {}))
+
+
+@pytest.fixture(scope="module")
+def market():
+    stack = quadclient.LaunchedStack("quad-market-", PORT_BASE, timeout=STACK_TIMEOUT)
+    try:
+        stack.up()
+    except quadclient.StackFailed as e:
+        pytest.fail(str(e))
+    edge_log = Path(stack.home, "edge.log")
+    m = Market(stack, None, edge_log)
+    edge_bin = BINDIR / "quad-edge"
+    assert edge_bin.exists(), f"no {edge_bin}"
+    with open(edge_log, "w") as log:
+        m.edge = subprocess.Popen([str(edge_bin), "serve", "--phones", "1", "--prefix", "buyer", "--dir", str(Path(stack.home, "phones")),
+                                   "--control", CONTROL], cwd=ROOT, env=m.env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # Until the phone has signed in (it registers its own student).
+        deadline = time.monotonic() + 120
+        while True:
+            state = m.phone("state", BUYER, check=False)
+            phones = state.get("phones") or [state]
+            if any(p.get("user") for p in phones if isinstance(p, dict)):
+                break
+            assert m.edge.poll() is None, f"quad-edge exited {m.edge.returncode}\n{m.edge_tail()}"
+            assert time.monotonic() < deadline, f"the phone never signed in: {state}\n{m.edge_tail()}"
+            time.sleep(0.5)
+        yield m
+    finally:
+        m.phone("stop", check=False)
+        try:
+            m.edge.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            m.edge.kill()
+        for c in m.clients:
+            c.close()
+        stack.down()
+
+
+@pytest.fixture(scope="module")
+def ana(market):
+    """Ana, a signed-in student with her own client: (client, token, user id, email)."""
+    email = f"ana-{secrets.token_hex(4)}@uni.edu"
+    password = "pw-" + secrets.token_urlsafe(12)
+    c = market.client()
+    body_of(c.call("accounts.register", {"email": email, "password": password, "name": "Ana Ruiz", "semester": 4}, timeout=30))
+    session = body_of(c.call("accounts.login", {"email": email, "password": password}, timeout=30))
+    c.token = session["token"]
+    return c, session["token"], session["user"], email
+
+
+@pytest.fixture(scope="module")
+def listing(market, ana):
+    """Ana's used calculator, with its photo: (listing reply, photo bytes, photo id)."""
+    c, token, _, _ = ana
+    photo = png()
+    put = body_of(c.call("catalog.images.put", {"data": base64.b64encode(photo).decode()}, token=token, timeout=30))
+    created = body_of(c.call("catalog.listings.create", {
+        "name": "Used TI-84 graphing calculator", "category": "Study", "collection": "Study Tools",
+        "price": {"value": 60, "currency": "USD"}, "type": "Calculator", "condition": "Used",
+        "quantity": 1, "mode": "sale", "images": [put["id"]], "info": {"processor": "TI-84 Plus"},
+    }, token=token, timeout=30))
+    return created, photo, put["id"]
+
+
+def test_the_buyer_finds_it_sees_its_photo_once_then_from_cache_and_buys_it(market, ana, listing):
+    created, photo, photo_id = listing
+    _, _, ana_user, ana_email = ana
+    lid = created["id"]
+    # Found by search, shown with Ana's display name, never her id or email.
+    found = market.view("search", {"q": "ti-84 used"})
+    products = found["body"]["products"]
+    mine = [p for p in products if p["id"] == lid]
+    assert mine, f"search did not find {lid}: {found}"
+    assert mine[0]["seller"] == "Ana Ruiz"
+    text = json.dumps(found)
+    assert ana_user not in text and ana_email not in text
+
+    # The photo: from the network the first time, from the phone's cache after.
+    first = market.view("product", {"id": lid})
+    url = first["body"]["imageUrl"]
+    assert url.endswith("/images/" + photo_id)
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.read() == photo, "catalog serves other bytes than those uploaded"
+    sources = [i["source"] for i in first["images"] if i["url"] == url]
+    assert sources == ["network"], first["images"]
+    again = market.view("product", {"id": lid})
+    sources = [i["source"] for i in again["images"] if i["url"] == url]
+    assert sources and sources[0] in ("memory", "disk"), again["images"]
+
+    bought = market.act("orders.place", {"source": "buy_now", "product": lid, "quantity": 1, "screen": "product"})
+    assert bought["outcome"] == "done", bought
+
+
+def test_the_seller_sees_it_sold_and_nobody_can_buy_it_again(market, ana, listing):
+    c, token, _, _ = ana
+    lid = listing[0]["id"]
+    mine = body_of(c.call("catalog.listings.mine", {}, token=token, timeout=30))
+    row = next(item for item in mine["listings"] if item["id"] == lid)
+    assert row["sold"] == 1 and row["in_stock"] == 0 and row["status"] == "sold_out", row
+    assert row["revenue"] == 60 and row["fee"] > 0, row
+
+    # The buyer again: the quantity is gone.
+    again = market.act("orders.place", {"source": "buy_now", "product": lid, "quantity": 1, "screen": "product"})
+    assert again["outcome"] == "rejected" and again["code"] == "conflict", again
+    assert "stock" in again["reason"], again
+
+    # Ana, her own listing: 409 with the reason, whatever its stock.
+    own = c.call("orders.place", {"source": "buy_now", "product": lid, "quantity": 1}, token=token, timeout=30)
+    assert error_code(own) == "conflict", own
+    assert own["body"]["status"] == 409 and "own" in own["body"]["message"], own
+
+
+def test_a_rental_returned_late_pays_the_late_days_and_the_stock_comes_back(market):
+    client = market.client()
+    before = body_of(client.call("catalog.product.get", {"id": BOOK}, timeout=30))
+    assert before["stock"] > 0, before
+    rented = market.act("orders.place", {"source": "buy_now", "product": BOOK, "quantity": 1, "mode": "rent", "days": 3,
+                                         "screen": "product"})
+    assert rented["outcome"] == "done", rented
+    rentals = market.view("rentals")
+    active = [r for r in rentals["body"]["rentals"] if r["state"] == "active"]
+    assert len(active) == 1 and active[0]["due_in_days"] == 3, rentals
+    order = active[0]["order"]["order"]
+    during = body_of(client.call("catalog.product.get", {"id": BOOK}, timeout=30))
+    assert during["stock"] == before["stock"] - 1
+
+    # Five days on, for orders only: the launcher starts a worker under
+    # libfaketime while $QUAD_HOME/run/clock/orders-N holds an offset.
+    clock = Path(market.stack.home, "run", "clock")
+    clock.mkdir(parents=True, exist_ok=True)
+    workers = int(market.stack.env.get("QUAD_ORDERS_WORKERS", "1"))
+    for n in range(1, workers + 1):
+        (clock / f"orders-{n}").write_text("+5d\n")
+    restarted = market.stack.run("restart", "orders", timeout=180)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+
+    overdue = market.view("rentals")
+    row = next(r for r in overdue["body"]["rentals"] if r["order"]["order"] == order)
+    assert row["state"] == "overdue" and row["due_in_days"] == -2, overdue
+
+    returned = market.act("orders.return", {"order": order})
+    assert returned["outcome"] == "done", returned
+    after = market.view("rentals")
+    row = next(r for r in after["body"]["rentals"] if r["order"]["order"] == order)
+    assert row["state"] == "returned", after
+    got = row["order"]
+    rate = got["items"][0]["rent_rate"]
+    assert rate == before["rent_rate"], got
+    assert got["late_days"] == 2 and abs(got["late_charge"] - 2 * rate) < 0.005, got
+
+    # The unit is back, once.
+    deadline = time.monotonic() + 60
+    while True:
+        now = body_of(client.call("catalog.product.get", {"id": BOOK}, timeout=30))
+        if now["stock"] == before["stock"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert now["stock"] == before["stock"], (before, now)
+    # A second return through the phone: the same answer, no second unit.
+    twice = market.act("orders.return", {"order": order})
+    assert twice["outcome"] == "done", twice
+    assert body_of(client.call("catalog.product.get", {"id": BOOK}, timeout=30))["stock"] == before["stock"]
