@@ -155,6 +155,10 @@ enum PhoneStore {
                 late_days INTEGER,
                 late_charge REAL
             );
+            -- The saved catalog keeps each product's picture: offline, a
+            -- product from it shows its picture from the cache or the
+            -- placeholder with the reason.
+            ALTER TABLE catalog ADD COLUMN image_url TEXT NOT NULL DEFAULT '';
             """),
     ]
 

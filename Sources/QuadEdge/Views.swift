@@ -264,10 +264,11 @@ extension Phone {
                     let name = p["name"]?.string ?? ""
                     let search = [name, p["type"]?.string ?? "", p["category"]?.string ?? "", p["collection"]?.string ?? ""].joined(separator: " ").lowercased()
                     try self.db.execute("""
-                        INSERT INTO catalog (id, name, price, currency, category, collection, stock, search) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                        INSERT INTO catalog (id, name, price, currency, category, collection, stock, search, image_url)
+                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                         """, .text(p["id"]?.string ?? ""), .text(name), .double(p["price"]?["value"]?.double ?? 0),
                         .text(p["price"]?["currency"]?.string ?? "USD"), .text(p["category"]?.string ?? "Others"),
-                        .text(p["collection"]?.string ?? ""), .int(p["stock"]?.int ?? 0), .text(search))
+                        .text(p["collection"]?.string ?? ""), .int(p["stock"]?.int ?? 0), .text(search), .text(p["imageUrl"]?.string ?? ""))
                 }
                 try self.db.setMeta("catalog_saved_ms", String(self.now))
             }
@@ -298,11 +299,13 @@ extension Phone {
     }
 
     static func product(_ r: Row) -> JSON {
-        [
+        var p: [String: JSON] = [
             "id": .string(r.string("id")), "name": .string(r.string("name")),
             "price": ["value": .double(r.double("price")), "currency": .string(r.string("currency"))],
             "category": .string(r.string("category")), "collection": .string(r.string("collection")), "stock": .int(r.int("stock")),
         ]
+        if let url = r.optionalString("image_url"), !url.isEmpty { p["imageUrl"] = .string(url) }
+        return .object(p)
     }
 
     /// Search and filters over the saved catalog: words, category, price
