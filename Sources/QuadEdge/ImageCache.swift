@@ -284,7 +284,7 @@ final class ImageCache {
         waiting[ticket] = done
         let inbox = self.inbox
         let (max, timeout) = (limits.maxImageBytes, limits.timeoutMs)
-        ImageCache.queue.async {
+        ImageCache.queue.addOperation {
             let got = ImageHTTP.get(url, etag: etag, maxBytes: max, timeoutMs: timeout)
             inbox.put(ticket, got)
         }
@@ -304,8 +304,18 @@ final class ImageCache {
         }
     }
 
-    /// The fetches of every phone: a few at a time, beside the loop.
-    static let queue = DispatchQueue(label: "quad-edge.images", qos: .utility, attributes: .concurrent)
+    /// The fetches of every phone in the process, at most
+    /// `image_fetch_window` (8) at a time beside the loop: an image server
+    /// takes 64 connections (images_http_max_connections), and 200 phones
+    /// opening a page of 20 pictures each would be refused past that.
+    static let queue: OperationQueue = {
+        let q = OperationQueue()
+        q.name = "quad-edge.images"
+        q.maxConcurrentOperationCount = fetchWindow
+        return q
+    }()
+    /// Set once before the first fetch (quad-edge's --image-fetch-window).
+    nonisolated(unsafe) static var fetchWindow = 8
 }
 
 /// Finished fetches, from the fetching threads to the loop.
@@ -409,5 +419,14 @@ enum ImageHTTP {
             if p.count == 2, p[0].lowercased() == name { return p[1].trimmingCharacters(in: .whitespaces) }
         }
         return nil
+    }
+}
+
+extension EdgeSettings {
+    /// Pictures fetched at once by every phone of the process
+    /// (`image_fetch_window`, default 8); set before the first fetch.
+    public static var imageFetchWindow: Int {
+        get { ImageCache.fetchWindow }
+        set { ImageCache.fetchWindow = newValue }
     }
 }

@@ -179,4 +179,29 @@ import Testing
         #expect(big.origin == .placeholder && big.reason?.contains("max_image_bytes (100)") == true, "\(big)")
         #expect(strict.files(.unitrade) == 0 && filesOnDisk() == 0)
     }
+
+    @Test func aPhonesCountersReachQuadEdgesMetrics() throws {
+        let rig = try PhoneRig()
+        let metrics = EdgeMetrics()
+        let (url, bytes) = try picture(31)
+        for _ in 0..<3 {
+            var shown: ShownImage?
+            rig.phone.images.show(url, tier: .parkwise, online: true) { shown = $0 }
+            rig.run(forMs: 30_000) { shown != nil }
+        }
+        var offline: ShownImage?
+        rig.phone.images.show("http://127.0.0.1:\(port)/images/" + String(repeating: "a", count: 64), tier: .unitrade, online: false) { offline = $0 }
+        rig.run(forMs: 30_000) { offline != nil }
+        metrics.update([rig.phone])
+        let text = metrics.registry.exposition()
+        func value(_ series: String) -> Double? {
+            text.split(separator: "\n").first { $0.hasPrefix(series + " ") }.flatMap { Double($0.dropFirst(series.count + 1)) }
+        }
+        #expect(value("quad_edge_image_hits_total{tier=\"memory\"}") == 2, "\(text)")
+        #expect(value("quad_edge_image_hits_total{tier=\"disk\"}") == 0)
+        #expect(value("quad_edge_image_misses_total") == 2)
+        #expect(value("quad_edge_image_fetched_bytes_total") == Double(bytes.count))
+        #expect(value("quad_edge_image_cached_bytes_total") == Double(2 * bytes.count))
+        #expect(value("quad_edge_image_evictions_total") == 0 && value("quad_edge_image_refused_total") == 0)
+    }
 }
