@@ -100,6 +100,9 @@ import Testing
         #expect(picture["source"]?.string == "network" && (picture["bytes"]?.int ?? 0) > 0, "\(picture)")
         #expect(picture["url"]?.string == first["body"]?["imageUrl"]?.string)
         #expect(try edge.view("product", ["id": "p-0014"])["images"]?.array?.first?["source"]?.string == "disk")
+        let counters = try #require(try edge.state()["images"], "the phone's own counters in edge.state")
+        #expect(counters["misses"]?.int == 1 && counters["hits"]?["disk"]?.int == 1 && counters["fetched"]?.int == 1, "\(counters)")
+        #expect(counters["bytes_fetched"]?.int == picture["bytes"]?.int && counters["bytes_from_cache"]?.int == picture["bytes"]?.int)
 
         let lots = try edge.view("parking")
         let photos = try #require(lots["images"]?.array)

@@ -51,6 +51,8 @@ extension Contract.Edge {
                     "messages": .int(min: 0),
                     "sender": .choice(["idle", "signing_in", "sending", "backing_off"]),
                     "session": .string(),
+                    "images": .object(open: true)
+                        .described("This phone's image caches since the process started: hits {memory, disk}, misses, fetched, bytes_fetched, bytes_from_cache, evictions, refused, placeholders, revalidated.").optional,
                 ])
                     .described("One phone as the control socket reports it."),
                 "message": .object([
