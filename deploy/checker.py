@@ -238,10 +238,23 @@ class Checker:
                     recorded = {r[0] for r in db.execute("SELECT id FROM chaos_telemetry")}
                     recorded |= {r[0] for r in db.execute("SELECT id FROM telemetry")}
                     made = {r["id"]: dict(r) for r in db.execute("SELECT id, type, body FROM chaos_actions")}
+                # The rental each orders.return is about: from the phone's
+                # returns (the last return of each rental), then the history.
+                returns = {}
+                if "returns" in tables:
+                    cols = {r[1] for r in db.execute("PRAGMA table_info(returns)")}
+                    if "action" in cols:
+                        returns = {r[0]: r[1] for r in db.execute("SELECT action, rental FROM returns WHERE action IS NOT NULL")}
+                for ident, m in (made or {}).items():
+                    if m["type"] == "orders.return":
+                        try:
+                            returns.setdefault(ident, json.loads(m["body"]).get("order"))
+                        except (ValueError, AttributeError):
+                            pass
             except sqlite3.DatabaseError as e:
                 raise RuntimeError("%s: %s" % (f, e))
             phones[name] = {"actions": actions, "outbox": outbox, "telemetry_queued": telemetry_queued,
-                            "user": user[0] if user else None, "recorded": recorded, "made": made}
+                            "user": user[0] if user else None, "recorded": recorded, "made": made, "returns": returns}
         return phones
 
     # ------------------------------------------------------------ run
@@ -277,6 +290,18 @@ class Checker:
         def under_skew(service, a):
             lo, hi = int(a["created_ms"]), int(a["finished_ms"] or a["created_ms"])
             return any(s0 <= hi and lo <= s1 for s0, s1 in skewed.get(service, []))
+
+        # orders.return is idempotent by order, not by envelope id: orders
+        # keeps no idempotency record for it. A return is applied when its
+        # rental is returned in the orders store (stamped when it was).
+        returned = {}
+        if "orders" in stores and stores["orders"].has_table("orders"):
+            returned = {r["id"]: int(r["updated_ms"]) for r in stores["orders"].rows("SELECT id, updated_ms FROM orders WHERE status = 'returned'")}
+        for p in phones.values():
+            for a in p["actions"]:
+                rental = p["returns"].get(a["id"])
+                if a["type"] == "orders.return" and a["outcome"] == "done" and a["id"] not in applied and rental in returned:
+                    applied[a["id"]] = ("orders", True, returned[rental])
 
         total = Counter()
         lost, wrong, noreason, pending, order_bad, order_skipped = 0, 0, 0, 0, 0, 0

@@ -94,8 +94,8 @@ enum Actions {
                 throw QuadError.conflict("order \(rental) was bought, not rented: only a rental is returned")
             }
             try db.execute("""
-                INSERT INTO returns (rental, status, pending) VALUES ($1, 'returning', $2)
-                ON CONFLICT (rental) DO UPDATE SET status = 'returning', pending = excluded.pending, reason = NULL
+                INSERT INTO returns (rental, action, status, pending) VALUES ($1, $2, 'returning', $2)
+                ON CONFLICT (rental) DO UPDATE SET action = excluded.action, status = 'returning', pending = excluded.pending, reason = NULL
                 """, .text(rental), .text(id))
             return (["order": .string(rental)], ["was": was == nil ? .null : .string(was!.string("status"))], nil)
         case "reservations.hold":

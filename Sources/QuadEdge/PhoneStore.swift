@@ -146,8 +146,12 @@ enum PhoneStore {
                 PRIMARY KEY (tier, url)
             );
             CREATE INDEX image_cache_used ON image_cache (tier, used_ms);
+            -- action: the orders.return that made the return (orders keeps
+            -- no record by envelope id for it: a return is idempotent by
+            -- order; the chaos checker finds the rental here).
             CREATE TABLE returns (
                 rental TEXT PRIMARY KEY,
+                action TEXT,
                 status TEXT NOT NULL,
                 pending TEXT,
                 reason TEXT,

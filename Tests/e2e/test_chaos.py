@@ -507,7 +507,9 @@ def rent_and_return(world, order="r1", product="p-0004", returned=True):
     world.event("orders", "orders.placed", {"order": order})
     world.event("catalog", "catalog.stock.changed", {"order": order, "product": product, "reason": "hold"})
     if returned:
-        world.act("orders.return", order + "-back", body={"order": order})
+        # Orders keeps no idempotency record for a return (idempotent by order).
+        world.act("orders.return", order + "-back", body={"order": order}, applied=False)
+        orders.execute("UPDATE orders SET updated_ms = ? WHERE id = ?", (world.t + 10, order))  # when the return committed
         world.event("orders", "orders.returned", {"order": order})
         world.event("catalog", "catalog.stock.changed", {"order": order, "product": product, "reason": "released"})
     else:
@@ -566,3 +568,21 @@ def test_listings_have_no_seed_stock_and_are_skipped_with_a_count(world):
     assert rc == 0, out
     assert verdict["stock_units"]["listings_skipped"] == 1
     assert "1 listings skipped: no seed stock" in stock_figures(verdict)
+
+
+def test_a_return_done_on_the_phone_whose_rental_is_not_returned_is_lost(world):
+    rent_and_return(world, returned=False)
+    world.act("orders.return", "r1-back", body={"order": "r1"}, applied=False)
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["lost"], out
+    assert "orders.return r1-back: done on the phone, no record in orders" in out
+
+
+def test_a_return_is_found_through_the_phones_returns_without_a_history(world):
+    rent_and_return(world)
+    world.phone.execute("CREATE TABLE returns (rental TEXT PRIMARY KEY, action TEXT, status TEXT NOT NULL)")
+    world.phone.execute("INSERT INTO returns VALUES ('r1', 'r1-back', 'returned')")
+    world.phone.execute("DROP TABLE chaos_actions")
+    world.phone.execute("DROP TABLE chaos_telemetry")
+    rc, out, verdict = world.check()
+    assert rc == 0, out
