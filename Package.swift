@@ -71,7 +71,7 @@ let package = Package(
         .target(name: "QuadReservations", dependencies: ["QuadImages", "QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadTelemetry", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // The edge agent: emulated phones, one SQLite file each, on one poll loop.
-        .target(name: "QuadEdge", dependencies: ["QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"]),
+        .target(name: "QuadEdge", dependencies: ["QuadImages", "QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"]),
         // The business questions are SQL files, copied as resources.
         .target(name: "QuadAnalytics", dependencies: ["CMicroHTTPD", "QuadAuth", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
                 resources: [.copy("questions")]),
@@ -116,7 +116,7 @@ let package = Package(
             "QuadBroker", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport", "QuadAccounts", "QuadCatalog",
             "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics", "QuadContract",
         ]),
-        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadImages", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadAnalyticsTests", dependencies: ["QuadAnalytics", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

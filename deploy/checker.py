@@ -19,9 +19,16 @@ them), and checks, in Jepsen's terms:
                action in flight while its service had a worker on a skewed
                clock is not compared, and counted as such)
   stock        no product sold beyond its stock (stock >= 0, and seed stock =
-               stock now + units held or sold)
-  saga         every confirmed order has a confirmed stock hold and every
-               rejected, cancelled or returned one none
+               stock now + units held, sold or rented out: every unit sold,
+               rented out, returned to stock or in stock, none twice); a
+               returned rental's units came back exactly once (one
+               catalog.stock.changed release per product of its order in the
+               catalog's outbox), and no release for an order not returned,
+               cancelled or rejected; listings (l-...) have no seed stock and
+               are skipped, counted in the message
+  saga         every confirmed order has a confirmed stock hold, every
+               returned one a released hold (never still confirmed), and
+               every rejected or cancelled one none
   spots        no spot held twice at once (reservation intervals per spot do
                not overlap; by more than the skew tolerance when a skewed
                reservations worker may have stamped one of the two)
@@ -231,10 +238,23 @@ class Checker:
                     recorded = {r[0] for r in db.execute("SELECT id FROM chaos_telemetry")}
                     recorded |= {r[0] for r in db.execute("SELECT id FROM telemetry")}
                     made = {r["id"]: dict(r) for r in db.execute("SELECT id, type, body FROM chaos_actions")}
+                # The rental each orders.return is about: from the phone's
+                # returns (the last return of each rental), then the history.
+                returns = {}
+                if "returns" in tables:
+                    cols = {r[1] for r in db.execute("PRAGMA table_info(returns)")}
+                    if "action" in cols:
+                        returns = {r[0]: r[1] for r in db.execute("SELECT action, rental FROM returns WHERE action IS NOT NULL")}
+                for ident, m in (made or {}).items():
+                    if m["type"] == "orders.return":
+                        try:
+                            returns.setdefault(ident, json.loads(m["body"]).get("order"))
+                        except (ValueError, AttributeError):
+                            pass
             except sqlite3.DatabaseError as e:
                 raise RuntimeError("%s: %s" % (f, e))
             phones[name] = {"actions": actions, "outbox": outbox, "telemetry_queued": telemetry_queued,
-                            "user": user[0] if user else None, "recorded": recorded, "made": made}
+                            "user": user[0] if user else None, "recorded": recorded, "made": made, "returns": returns}
         return phones
 
     # ------------------------------------------------------------ run
@@ -270,6 +290,18 @@ class Checker:
         def under_skew(service, a):
             lo, hi = int(a["created_ms"]), int(a["finished_ms"] or a["created_ms"])
             return any(s0 <= hi and lo <= s1 for s0, s1 in skewed.get(service, []))
+
+        # orders.return is idempotent by order, not by envelope id: orders
+        # keeps no idempotency record for it. A return is applied when its
+        # rental is returned in the orders store (stamped when it was).
+        returned = {}
+        if "orders" in stores and stores["orders"].has_table("orders"):
+            returned = {r["id"]: int(r["updated_ms"]) for r in stores["orders"].rows("SELECT id, updated_ms FROM orders WHERE status = 'returned'")}
+        for p in phones.values():
+            for a in p["actions"]:
+                rental = p["returns"].get(a["id"])
+                if a["type"] == "orders.return" and a["outcome"] == "done" and a["id"] not in applied and rental in returned:
+                    applied[a["id"]] = ("orders", True, returned[rental])
 
         total = Counter()
         lost, wrong, noreason, pending, order_bad, order_skipped = 0, 0, 0, 0, 0, 0
@@ -436,18 +468,91 @@ class Checker:
         return extra, missing, "cart ledger: %d units added, %d held or bought, %d applied twice, %d missing" % (
             sum(added.values()), sum(held.values()), extra, missing)
 
+    def catalog_events(self, st):
+        """The catalog's catalog.stock.changed bodies, from its outbox (the
+        event log: every stock change with its reason and order)."""
+        out = []
+        if not st.has_table("outbox"):
+            return out
+        for r in st.rows("SELECT * FROM outbox WHERE type = 'catalog.stock.changed'"):
+            try:
+                envelope = r["envelope"] if "envelope" in r.keys() else None
+                body = json.loads(envelope)["body"] if envelope else json.loads(r["body"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(body, dict):
+                out.append(body)
+        return out
+
+    def order_modes(self, stores):
+        """order id -> (status, mode) from the orders store (mode buy when
+        the store keeps none)."""
+        orders = stores.get("orders")
+        if orders is None or not orders.has_table("orders"):
+            return {}
+        try:
+            rows = orders.rows("SELECT id, status, mode FROM orders")
+        except Exception:
+            rows = [dict(r, mode="buy") for r in orders.rows("SELECT id, status FROM orders")]
+        return {r["id"]: (r["status"], r.get("mode") or "buy") for r in rows}
+
     def check_stock(self, stores):
+        """Every unit of a seeded product is in stock, held, sold, or rented
+        out, and none twice: seed stock = stock now + units of holds held or
+        confirmed (sold, or rented out while not returned). A returned
+        rental's units came back exactly once: one catalog.stock.changed
+        release per product of its hold, and its hold released. Listings
+        (l-...) have no seed stock: skipped, and counted."""
         st = stores.get("catalog")
         if st is None:
             self.check("stock", True, "n/a (no catalog store)")
             return
         products = {r["id"]: int(r["stock"]) for r in st.rows("SELECT id, stock FROM products")}
+        modes = self.order_modes(stores)
         used = Counter()
-        for r in st.rows("SELECT i.product, i.quantity FROM hold_items i JOIN holds h ON h.order_id = i.order_id "
-                         "WHERE h.status IN ('held', 'confirmed')"):
-            used[r["product"]] += int(r["quantity"])
+        sold, rented, returned_units = 0, 0, 0
+        items = {}   # order -> {product: quantity}
+        holds = {}
+        for r in st.rows("SELECT order_id, status FROM holds"):
+            holds[r["order_id"]] = r["status"]
+        for r in st.rows("SELECT order_id, product, quantity FROM hold_items"):
+            items.setdefault(r["order_id"], {})[r["product"]] = int(r["quantity"])
+        for order, lines in items.items():
+            status = holds.get(order)
+            for product, q in lines.items():
+                if status in ("held", "confirmed"):
+                    used[product] += q
+                    if status == "confirmed":
+                        if modes.get(order, ("", "buy"))[1] == "rent":
+                            rented += q
+                        else:
+                            sold += q
+        # Releases per order and product, from the event log.
+        releases = Counter()
+        for body in self.catalog_events(st):
+            if body.get("reason") == "released" and isinstance(body.get("order"), str):
+                releases[(body["order"], str(body.get("product", "")))] += 1
         bad = 0
+        for order, (status, mode) in sorted(modes.items()):
+            if status != "returned":
+                continue
+            for product, q in items.get(order, {}).items():
+                n = releases[(order, product)]
+                if n == 1:
+                    returned_units += q
+                else:
+                    bad += 1
+                    self.example("stock", "returned rental %s: %d units of %s came back %d times (once expected)" % (order, q, product, n))
+        for (order, product), n in sorted(releases.items()):
+            status = modes.get(order, ("", ""))[0]
+            if status in ("confirmed", "held", "pending") and n > 0:
+                bad += 1
+                self.example("stock", "order %s is %s, yet %s's units were released %d times" % (order, status, product, n))
+        listings = 0
         for pid, stock in products.items():
+            if pid.startswith("l-"):
+                listings += 1
+                continue
             seed = seed_stock(pid)
             if stock < 0:
                 bad += 1
@@ -455,7 +560,11 @@ class Checker:
             elif seed is not None and seed != stock + used[pid]:
                 bad += 1
                 self.example("stock", "%s: seed stock %d, now %d, held or sold %d" % (pid, seed, stock, used[pid]))
-        self.check("stock", bad == 0, "%d products oversold or unbalanced of %d" % (bad, len(products)))
+        self.stock_units = {"sold": sold, "rented_out": rented, "returned": returned_units,
+                            "in_stock": sum(v for k, v in products.items() if not k.startswith("l-")), "listings_skipped": listings}
+        self.check("stock", bad == 0, "%d products oversold or unbalanced, or returns not back exactly once, of %d "
+                   "(units: %d sold, %d rented out, %d returned to stock, %d in stock; %d listings skipped: no seed stock)" % (
+                       bad, len(products), sold, rented, returned_units, self.stock_units["in_stock"], listings))
 
     def check_saga(self, stores):
         orders, catalog = stores.get("orders"), stores.get("catalog")
@@ -473,7 +582,12 @@ class Checker:
                 if h is None or h["status"] != "confirmed":
                     bad += 1
                     self.example("saga", "order %s is confirmed, its stock hold is %s" % (o["id"], h["status"] if h else "missing"))
-            elif st in ("rejected", "cancelled", "returned"):
+            elif st == "returned":
+                # A returned rental's hold is released: its units are back, never still confirmed.
+                if h is None or h["status"] != "released":
+                    bad += 1
+                    self.example("saga", "order %s is returned, its stock hold is %s" % (o["id"], h["status"] if h else "missing"))
+            elif st in ("rejected", "cancelled"):
                 if h is not None and h["status"] in ("held", "confirmed"):
                     bad += 1
                     self.example("saga", "order %s is %s, its stock hold is still %s" % (o["id"], st, h["status"]))
@@ -788,6 +902,7 @@ class Checker:
             "phones": len(getattr(self, "phones", {})),
             "latency": getattr(self, "latency", None),
             "telemetry": getattr(self, "telemetry", None),
+            "stock_units": getattr(self, "stock_units", None),
             "checks": [{"name": n, "ok": g, "figures": f, "examples": self.examples.get(n, [])} for n, g, f, _ in self.results],
         }
 

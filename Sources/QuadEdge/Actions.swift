@@ -36,7 +36,7 @@ enum Actions {
     /// Queued: written to the outbox, shown as done and pending, sent when
     /// the network allows.
     static let queued: Set<String> = [
-        "favorites.add", "favorites.remove", "orders.cart.add", "orders.place",
+        "favorites.add", "favorites.remove", "orders.cart.add", "orders.place", "orders.return",
         "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel", "reservations.car.save",
     ]
 
@@ -80,6 +80,24 @@ enum Actions {
             return (["product": .string(product), "quantity": .int(quantity)], ["quantity": .int(quantity)], nil)
         case "orders.place":
             return try preparePlace(db, id: id, body: body, now: now)
+        case "orders.return":
+            // Shown as returning at once; the order's id is the rental's
+            // (the orders.place that made it), so the same return made twice
+            // on the phone is refused here, and a retry of the one queued
+            // goes under its own id (the service is idempotent by order too).
+            let rental = try string(body, "order", type)
+            let was = try db.queryOne("SELECT status, reason FROM returns WHERE rental = $1", .text(rental))
+            if let status = was?.string("status"), status == "returning" || status == "returned" {
+                throw QuadError.conflict("this rental is already \(status): it is returned once")
+            }
+            if let o = try db.queryOne("SELECT mode, status FROM orders WHERE id = $1", .text(rental)), o.string("mode") != "rent" {
+                throw QuadError.conflict("order \(rental) was bought, not rented: only a rental is returned")
+            }
+            try db.execute("""
+                INSERT INTO returns (rental, action, status, pending) VALUES ($1, $2, 'returning', $2)
+                ON CONFLICT (rental) DO UPDATE SET action = excluded.action, status = 'returning', pending = excluded.pending, reason = NULL
+                """, .text(rental), .text(id))
+            return (["order": .string(rental)], ["was": was == nil ? .null : .string(was!.string("status"))], nil)
         case "reservations.hold":
             guard body["lot"] != nil || body["destination"] != nil || body["spot"] != nil else {
                 throw QuadError.badRequest("body.lot, body.destination or body.spot is required")
@@ -184,6 +202,14 @@ enum Actions {
                 WHERE id = $1
                 """, .text(a.id), .text(reply["status"]?.string ?? "confirmed"), .of(total), .of(reply["currency"]?.string),
                 .of(reply["items"].map { $0.text }))
+        case "orders.return":
+            let rental = a.body["order"]?.string ?? ""
+            try db.execute("""
+                UPDATE returns SET status = 'returned', pending = NULL, reason = NULL, returned_ms = $2, late_days = $3, late_charge = $4
+                WHERE rental = $1
+                """, .text(rental), .of(reply["returned_at"]?.int), .of(reply["late_days"]?.int), .of(reply["late_charge"]?.double))
+            try db.execute("UPDATE orders SET status = 'returned', total = COALESCE($2, total) WHERE id = $1 AND pending IS NULL",
+                           .text(rental), .of(reply["total"]?.double))
         case "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel":
             let r = reply["reservation"] ?? .null
             let id = r["id"]?.string ?? a.body["reservation"]?.string ?? a.id
@@ -225,6 +251,10 @@ enum Actions {
                     ON CONFLICT (product) DO UPDATE SET quantity = cart.quantity + excluded.quantity
                     """, .text(line["product"]?.string ?? ""), .int(line["quantity"]?.int ?? 0), .int(line["added_ms"]?.int ?? a.createdMs))
             }
+        case "orders.return":
+            // Back to what it was (the service decides), with the reason shown on the rental.
+            try db.execute("UPDATE returns SET status = 'refused', pending = NULL, reason = $2 WHERE rental = $1 AND pending = $3",
+                           .text(a.body["order"]?.string ?? ""), .text(error.message), .text(a.id))
         case "reservations.hold":
             try db.execute("UPDATE parking SET status = 'refused', pending = NULL, reason = $2 WHERE id = $1", .text(a.id), .text(error.message))
         case "reservations.checkin", "reservations.checkout", "reservations.cancel":
@@ -251,6 +281,7 @@ enum Actions {
         case "orders.place":
             let what = body["source"]?.string == "cart" ? "your cart" : (body["product"]?.string ?? "a product")
             return "Your order to \(body["mode"]?.string ?? "buy") \(what)"
+        case "orders.return": return "Returning your rental \(body["order"]?.string ?? "")"
         case "reservations.hold": return "Your parking hold\(body["lot"]?.string.map { " in \($0)" } ?? "")"
         case "reservations.checkin": return "Your check-in"
         case "reservations.checkout": return "Your check-out"

@@ -1,4 +1,5 @@
 import Foundation
+import QuadImages
 import QuadMessaging
 import QuadRuntime
 import QuadStore
@@ -32,6 +33,11 @@ public final class CampusDay {
         /// Most sign-ins in flight at once before the day.
         public var signInWindow = 8
         public var reportPath: String?
+        /// A few students (one in `listersEvery`) list an item of their own
+        /// once in the day: a generated PNG uploaded with catalog.images.put,
+        /// then catalog.listings.create with it (`--listings on|off`).
+        public var listings = true
+        public var listersEvery = 10
         public init() {}
     }
 
@@ -57,6 +63,13 @@ public final class CampusDay {
     var dayStartedWall: Int64 = 0
     var restarts = 0
     var resumedPhones = 0
+    /// The "list an item" activity's outcomes (since this run): a refusal
+    /// (a catalog that does not know catalog.listings.create yet answers an
+    /// error) counts here with its reason, never as a failure of the day.
+    var listings = ListingTally()
+    /// Rentals placed and returns queued by the students (since this run).
+    var rentalsPlaced = 0
+    var returnsQueued = 0
     public private(set) var exitCode: Int32 = 0
     public var onReport: (JSON, String) -> Void = { json, text in
         print(text)
@@ -110,6 +123,7 @@ public final class CampusDay {
             // the restart's number, so the same seed makes the same pair of
             // runs, and the second does not replay the first one's choices.
             let s = Student(phone: phone, day: self, seed: options.seed &* 7919 &+ UInt64(k) &* 104_729 &+ UInt64(restarts) &* 0x9E37_79B9_7F4A_7C15)
+            s.lister = options.listings && options.listersEvery > 0 && k % options.listersEvery == 0
             students.append(s)
             // Students arrive over the first tenth of the day.
             fleet.agenda.after(Int64.random(in: 0...max(1, options.durationMs / 10), using: &s.rng)) { s.next() }
@@ -220,6 +234,20 @@ public final class CampusDay {
     }
 }
 
+/// What the students' listings came to.
+struct ListingTally {
+    var attempted = 0
+    var created = 0
+    var rejected = 0
+    var failed = 0
+    var reasons: [String: Int] = [:]
+
+    var json: JSON {
+        ["attempted": .int(Int64(attempted)), "created": .int(Int64(created)), "rejected": .int(Int64(rejected)),
+         "no_answer": .int(Int64(failed)), "reasons": .object(reasons.mapValues { .int(Int64($0)) })]
+    }
+}
+
 /// A campus day's mark in a phone's file (meta `campus_day`): the seed, when
 /// the day began, how many processes have run it, and whether it ended. A
 /// process killed in the middle of a day leaves it unfinished; the next
@@ -253,6 +281,9 @@ final class Student {
     unowned let day: CampusDay
     var rng: SeededRandom
     var activities = 0
+    /// This student lists an item once in the day (``listItem(_:)``).
+    var lister = false
+    var listed = false
 
     init(phone: Phone, day: CampusDay, seed: UInt64) {
         self.phone = phone
@@ -286,13 +317,15 @@ final class Student {
             guard let self else { return }
             self.think(3...20) { self.next() }
         }
+        if lister && !listed && pick < 30 { listed = true; listItem(done); return }
         switch pick {
         case 0..<22: browse(done)
         case 22..<36: search(done)
         case 36..<46: favorites(done)
         case 46..<54: cart(done)
         case 54..<59: rent(done)
-        case 59..<67: history(done)
+        case 59..<63: returnRental(done)
+        case 63..<67: history(done)
         case 67..<92: park(done)
         default: deadZone(done)
         }
@@ -324,6 +357,7 @@ final class Student {
         if rent { body["return_date"] = .string(Student.day(plus: Int.random(in: 7...90, using: &rng))) }
         guard day.running else { return }
         if case .queued(let id) = phone.act("orders.place", .object(body)) {
+            if rent { day.rentalsPlaced += 1 }
             let category = (try? phone.db.queryOne("SELECT category FROM catalog WHERE id = $1", .text(product)))?.string("category") ?? "Others"
             phone.record("purchase.made", ["order": .string(id), "screen": .string(screen), "mode": .string(rent ? "rent" : "buy"), "category": .string(category)])
         }
@@ -418,6 +452,67 @@ final class Student {
             think(2...10) { [self] in
                 buy(id, screen: "home", rent: true)
                 then()
+            }
+        }
+    }
+
+    /// My rentals, then one of them back: the phone's confirmed rentals
+    /// not returned yet (the day cannot move the clock, so every return is
+    /// on time; late returns are RentalTests' with a test clock).
+    func returnRental(_ then: @escaping () -> Void) {
+        phone.open("rentals") { [self] _ in
+            think(2...8) { [self] in
+                let open = (try? phone.db.query("""
+                    SELECT o.id FROM orders o LEFT JOIN returns r ON r.rental = o.id
+                    WHERE o.mode = 'rent' AND o.status IN ('held', 'confirmed') AND o.pending IS NULL
+                      AND (r.status IS NULL OR r.status = 'refused')
+                    ORDER BY o.created_ms
+                    """)) ?? []
+                if let pick = open.randomElement(using: &rng), day.running,
+                   case .queued = phone.act("orders.return", ["order": .string(pick.string("id"))]) {
+                    day.returnsQueued += 1
+                }
+                then()
+            }
+        }
+    }
+
+    /// A student lists something of their own: a picture (a generated PNG)
+    /// up with catalog.images.put, then catalog.listings.create with it.
+    /// Online only, both; a refusal is counted with its reason.
+    func listItem(_ then: @escaping () -> Void) {
+        guard phone.isOnline else { then(); return }
+        day.listings.attempted += 1
+        let color = { [self] in (UInt8.random(in: 0...255, using: &rng), UInt8.random(in: 0...255, using: &rng), UInt8.random(in: 0...255, using: &rng)) }
+        let png = PNGPicture.stripes(size: 24, color(), color(), width: Int.random(in: 2...8, using: &rng))
+        let word = Student.words[Int.random(in: 0..<Student.words.count, using: &rng)]
+        let rentable = Bool.random(using: &rng)
+        let refused: (String) -> Void = { [self] reason in
+            day.listings.rejected += 1
+            day.listings.reasons[Report.pattern(reason), default: 0] += 1
+            then()
+        }
+        phone.withToken { [self] _ in
+            phone.request("catalog.images.put", ["data": .string(Data(png).base64EncodedString()), "content_type": "image/png"],
+                          timeoutMs: phone.settings.actionTimeoutMs) { [self] result in
+                guard case .success(let reply) = result else { day.listings.failed += 1; then(); return }
+                if let error = reply.quadError { refused("catalog.images.put: \(error.message)"); return }
+                guard let image = reply.body["id"]?.string else { refused("catalog.images.put answered no id"); return }
+                var listing: [String: JSON] = [
+                    "name": .string("Used \(word) from \(phone.displayName)"), "category": "Study", "collection": "Student listings",
+                    "price": ["value": .double(Double(Int.random(in: 5...80, using: &rng))), "currency": "USD"],
+                    "info": ["color": "mixed"], "type": .string(word),
+                    "condition": .string(["New", "Like new", "Good", "Used"][Int.random(in: 0..<4, using: &rng)]),
+                    "quantity": .int(Int64(Int.random(in: 1...3, using: &rng))), "mode": .string(rentable ? "both" : "sale"),
+                    "images": [.string(image)],
+                ]
+                if rentable { listing["rent_rate"] = .double(Double(Int.random(in: 1...5, using: &rng))) }
+                phone.request("catalog.listings.create", .object(listing), timeoutMs: phone.settings.actionTimeoutMs) { [self] result in
+                    guard case .success(let reply) = result else { day.listings.failed += 1; then(); return }
+                    if let error = reply.quadError { refused("catalog.listings.create: \(error.message)"); return }
+                    day.listings.created += 1
+                    then()
+                }
             }
         }
     }

@@ -22,6 +22,12 @@ public final class EdgeMetrics {
         registry.describe("quad_edge_requests_total", .counter,
                           "Requests the phones sent, by type and status: the HTTP-like status of the answer, or timeout, offline, send_failed.")
         registry.describe("quad_edge_request_duration_seconds", .histogram, "Time from a phone's send to its answer (or failure), by type.")
+        registry.describe("quad_edge_image_hits_total", .counter, "Pictures shown from a phone's cache without a request, by tier (memory, disk).")
+        registry.describe("quad_edge_image_misses_total", .counter, "Pictures not in a phone's cache (fetched, or a placeholder when offline).")
+        registry.describe("quad_edge_image_fetched_bytes_total", .counter, "Bytes of pictures the phones fetched from the image servers.")
+        registry.describe("quad_edge_image_cached_bytes_total", .counter, "Bytes of pictures the phones showed from their caches.")
+        registry.describe("quad_edge_image_evictions_total", .counter, "Pictures evicted from the phones' caches (least recently used, over a limit).")
+        registry.describe("quad_edge_image_refused_total", .counter, "Pictures refused: over max_image_bytes, not an image, or bytes that do not match their SHA-256.")
     }
 
     /// One request's outcome, as the phone saw it.
@@ -52,6 +58,16 @@ public final class EdgeMetrics {
             queued += p.queueLength
             telemetry += p.telemetryQueued
         }
+        // The phones' image counters only grow: their sums are the counters' values.
+        var images = ImageStats()
+        for p in phones { images.add(p.images.stats) }
+        registry.set("quad_edge_image_hits_total", ["tier": "memory"], Double(images.memoryHits))
+        registry.set("quad_edge_image_hits_total", ["tier": "disk"], Double(images.diskHits))
+        registry.set("quad_edge_image_misses_total", [:], Double(images.misses))
+        registry.set("quad_edge_image_fetched_bytes_total", [:], Double(images.bytesFetched))
+        registry.set("quad_edge_image_cached_bytes_total", [:], Double(images.bytesFromCache))
+        registry.set("quad_edge_image_evictions_total", [:], Double(images.evictions))
+        registry.set("quad_edge_image_refused_total", [:], Double(images.refused))
         registry.set("quad_edge_phones", [:], Double(phones.count))
         registry.set("quad_edge_phones_online", [:], Double(online))
         registry.set("quad_edge_actions_queued", [:], Double(queued))

@@ -44,6 +44,9 @@ public struct EdgeSettings: Sendable {
     /// The semester phones register their accounts with (each phone keeps
     /// its own email and password in its file).
     public var semester: Int64 = 3
+    /// The phone's image caches (ImageCache.swift): image_cache_files,
+    /// image_cache_days, image_memory_entries, image_memory_bytes, max_image_bytes.
+    public var images = ImageCacheLimits()
 
     public init(frontend: String) { self.frontend = frontend }
 
@@ -144,6 +147,9 @@ final class Phone {
     /// The process's Prometheus figures, when quad-edge serves `/metrics`.
     var metrics: EdgeMetrics?
     let spotCache = SpotCache<JSON>(capacity: 16, ttlMs: 30_000)
+    /// Product pictures (UniTrade's disk cache) and lot and building photos
+    /// (ParkWise's memory cache before a disk cache), files beside the phone's file.
+    let images: ImageCache
     var onMessage: (Phone, JSON) -> Void = { _, _ in }
     var onDrained: (Phone) -> Void = { _ in }
 
@@ -153,6 +159,8 @@ final class Phone {
         self.settings = settings
         self.rng = SeededRandom(seed: seed)
         db = try PhoneStore.open(path)
+        let folder = (path.hasSuffix(".db") ? String(path.dropLast(3)) : path) + ".images"
+        images = try ImageCache(db: db, folder: folder, agenda: reactor.timers, limits: settings.images)
         link = Link(context: context, endpoint: settings.frontend, source: "edge/\(name)", reactor: reactor, serverKey: settings.brokerKey)
         try loadSession()
         link.onAnswer = { [unowned self] in self.heard() }

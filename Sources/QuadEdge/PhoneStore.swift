@@ -130,6 +130,40 @@ enum PhoneStore {
             );
             CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
             """),
+        // Issue 16: the image caches' index (the files are in the phone's
+        // `.images` folder; ImageCache.swift) and the returns of rentals the
+        // phone made (what the rentals view shows before the service answers).
+        Migration(2, """
+            CREATE TABLE image_cache (
+                tier TEXT NOT NULL,
+                url TEXT NOT NULL,
+                file TEXT NOT NULL,
+                sha256 TEXT NOT NULL,
+                etag TEXT,
+                bytes BIGINT NOT NULL,
+                stored_ms BIGINT NOT NULL,
+                used_ms BIGINT NOT NULL,
+                PRIMARY KEY (tier, url)
+            );
+            CREATE INDEX image_cache_used ON image_cache (tier, used_ms);
+            -- action: the orders.return that made the return (orders keeps
+            -- no record by envelope id for it: a return is idempotent by
+            -- order; the chaos checker finds the rental here).
+            CREATE TABLE returns (
+                rental TEXT PRIMARY KEY,
+                action TEXT,
+                status TEXT NOT NULL,
+                pending TEXT,
+                reason TEXT,
+                returned_ms BIGINT,
+                late_days INTEGER,
+                late_charge REAL
+            );
+            -- The saved catalog keeps each product's picture: offline, a
+            -- product from it shows its picture from the cache or the
+            -- placeholder with the reason.
+            ALTER TABLE catalog ADD COLUMN image_url TEXT NOT NULL DEFAULT '';
+            """),
     ]
 
     /// Opens (creating) a phone's file, small: a phone keeps little in memory.

@@ -17,7 +17,19 @@ enum Report {
         var readsByView: [String: [String: Int]] = [:]
         var refused: [String: Int] = [:]
         var t = (sent: 0, accepted: 0, duplicate: 0, rejected: 0, queued: 0, answers: 0)
+        var images = ImageStats()
+        var rentals: [String: Int64] = [:]
+        var returns: [String: Int64] = [:]
+        var lateDays: Int64 = 0
         for p in fleet.phones {
+            images.add(p.images.stats)
+            for r in (try? p.db.query("SELECT status, COUNT(*) AS n FROM orders WHERE mode = 'rent' AND created_ms >= $1 GROUP BY status", .int(since))) ?? [] {
+                rentals[r.string("status"), default: 0] += r.int("n")
+            }
+            for r in (try? p.db.query("SELECT status, COUNT(*) AS n, COALESCE(SUM(late_days), 0) AS late FROM returns GROUP BY status")) ?? [] {
+                returns[r.string("status"), default: 0] += r.int("n")
+                lateDays += r.int("late")
+            }
             for r in (try? p.db.query("""
                 SELECT type, outcome, COUNT(*) AS n FROM action_log WHERE created_ms >= $1 GROUP BY type, outcome
                 """, .int(since))) ?? [] {
@@ -85,6 +97,20 @@ enum Report {
                 "rejected": .int(Int64(t.rejected)), "batches_answered": .int(Int64(t.answers)), "queued": .int(Int64(t.queued)),
             ],
             "accounted": .bool(created == done + rejected + pending && (!final || pending == 0)),
+            // The phones' pictures (ImageCache.swift): hits by tier, misses,
+            // bytes fetched and served from the caches, evictions, refusals.
+            "images": Report.images(images),
+            // Rentals the phones made since the day began (from their files)
+            // by status, the returns by outcome (returned, returning while
+            // queued, refused with a reason), and the orders.return actions.
+            "rentals": [
+                "made": .int(rentals.values.reduce(0, +)),
+                "by_status": .object(rentals.mapValues { .int($0) }),
+                "returned": .int(returns["returned"] ?? 0),
+                "returns": .object(returns.mapValues { .int($0) }),
+                "late_days": .int(lateDays),
+                "return_actions": .object((byType["orders.return"] ?? [:]).mapValues { .int($0) }),
+            ],
         ]
         if let day {
             f["seed"] = .int(Int64(bitPattern: day.options.seed))
@@ -101,6 +127,10 @@ enum Report {
                 "since_this_run": .array(Report.sinceThisRun.map { .string($0) }),
             ]
             f["activities"] = .int(Int64(day.students.reduce(0) { $0 + $1.activities }))
+            f["marketplace"] = [
+                "rentals_placed": .int(Int64(day.rentalsPlaced)), "returns_queued": .int(Int64(day.returnsQueued)),
+                "listings": day.listings.json,
+            ]
             f["sign_in_before_day"] = day.options.signInFirst
                 ? ["ms": day.signInMs.map { .int($0) } ?? .null, "phones_with_session": .int(Int64(day.signedInBeforeDay))] : .null
         }
@@ -114,7 +144,15 @@ enum Report {
     /// whole day.
     static let sinceThisRun = ["activities", "max_queue", "drain/after_reconnect_ms", "drain/without_session_ms", "drain/end_of_day_ms",
                                "reads", "reads_by_view", "refused_online_only", "telemetry/sent", "telemetry/accepted",
-                               "telemetry/duplicate", "telemetry/rejected", "telemetry/batches_answered", "sign_in_before_day"]
+                               "telemetry/duplicate", "telemetry/rejected", "telemetry/batches_answered", "sign_in_before_day",
+                               "images", "marketplace"]
+
+    static func images(_ s: ImageStats) -> JSON {
+        var j = s.json.object ?? [:]
+        let hits = s.memoryHits + s.diskHits
+        j["hit_ratio"] = hits + s.misses == 0 ? .null : .double((Double(hits) / Double(hits + s.misses) * 1000).rounded() / 1000)
+        return .object(j)
+    }
 
     /// A refusal's message with its particulars (ids, times, numbers) blanked,
     /// so the same reason given for different spots counts as one.
@@ -170,6 +208,18 @@ enum Report {
         }
         if let reads = r["reads"]?.object {
             lines.append("Views shown from: " + reads.map { "\($0.key) \($0.value.int ?? 0)" }.sorted().joined(separator: ", ") + ".")
+        }
+        if let i = r["images"] {
+            let h = i["hits"] ?? [:]
+            lines.append("Pictures: \(h["memory"]?.int ?? 0) memory hits, \(h["disk"]?.int ?? 0) disk hits, \(i["misses"]?.int ?? 0) misses; \(i["fetched"]?.int ?? 0) fetched (\(i["bytes_fetched"]?.int ?? 0) bytes), \(i["bytes_from_cache"]?.int ?? 0) bytes from the caches; \(i["evictions"]?.int ?? 0) evicted, \(i["refused"]?.int ?? 0) refused, \(i["placeholders"]?.int ?? 0) placeholders shown.")
+        }
+        if let rent = r["rentals"] {
+            let returns = (rent["returns"]?.object ?? [:]).map { "\($0.key) \($0.value.int ?? 0)" }.sorted().joined(separator: ", ")
+            lines.append("Rentals: \(rent["made"]?.int ?? 0) made, \(rent["returned"]?.int ?? 0) returned\(returns.isEmpty ? "" : " (returns: \(returns))"), \(rent["late_days"]?.int ?? 0) late days charged.")
+        }
+        if let l = r["marketplace"]?["listings"], (l["attempted"]?.int ?? 0) > 0 {
+            let reasons = (l["reasons"]?.object ?? [:]).map { "\($0.value.int ?? 0) × \($0.key)" }.sorted().joined(separator: "; ")
+            lines.append("Listings: \(l["attempted"]?.int ?? 0) tried, \(l["created"]?.int ?? 0) listed, \(l["rejected"]?.int ?? 0) refused\(reasons.isEmpty ? "" : " (\(reasons))"), \(l["no_answer"]?.int ?? 0) unanswered.")
         }
         let t = r["telemetry"] ?? [:]
         lines.append("Telemetry: \(t["sent"]?.int ?? 0) events sent in \(t["batches_answered"]?.int ?? 0) answered batches; \(t["accepted"]?.int ?? 0) accepted, \(t["duplicate"]?.int ?? 0) duplicates, \(t["rejected"]?.int ?? 0) rejected, \(t["queued"]?.int ?? 0) still queued.")

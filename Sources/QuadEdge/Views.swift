@@ -23,9 +23,13 @@ struct ViewResult {
     var body: JSON
     var notice: String?
     var error: QuadError?
+    /// The pictures the view shows, each with where it came from (network,
+    /// disk, memory, or placeholder with the reason).
+    var images: [ShownImage]?
 
     var json: JSON {
         var f: [String: JSON] = ["view": .string(view), "source": .string(source.rawValue), "body": body]
+        if let images { f["images"] = .array(images.map(\.json)) }
         if let ageMs { f["age_ms"] = .int(ageMs) }
         if let notice { f["notice"] = .string(notice) }
         if let error { f["error"] = error.body }
@@ -44,7 +48,7 @@ struct ViewResult {
 /// | search, cart, spending, reservation | computed on the phone over saved data and queued actions |
 extension Phone {
     static let views = ["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels",
-                               "forecast", "spots", "nearby", "reservation", "car", "messages"]
+                               "forecast", "spots", "nearby", "reservation", "car", "messages", "rentals"]
 
     /// Opens a view; `done` runs once with what the user sees.
     func open(_ view: String, _ params: JSON = [:], refresh: Bool = false, _ done: @escaping (ViewResult) -> Void) {
@@ -59,22 +63,21 @@ extension Phone {
             var body: [String: JSON] = ["limit": .int(params["limit"]?.int ?? 20), "offset": .int(params["offset"]?.int ?? 0)]
             if let c = params["category"]?.string { body["category"] = .string(c) }
             networkThenSaved(view, "catalog.products.list", .object(body)) { [weak self] r in
+                guard let self else { return }
                 // Neither network nor a saved copy of this page: the page from the saved catalog.
-                if r.source == .none, r.error == nil, let self, let page = self.localPage(.object(body)) {
-                    finish(ViewResult(view: view, source: .local, body: page, notice: self.catalogNotice()))
-                } else {
-                    finish(r)
-                }
+                let shown = r.source == .none && r.error == nil ? self.localPage(.object(body)).map {
+                    ViewResult(view: view, source: .local, body: $0, notice: self.catalogNotice())
+                } ?? r : r
+                self.withImages(shown, .unitrade, (shown.body["products"]?.array ?? []).flatMap(Phone.pictures), finish)
             }
         case "product":
             let id = params["id"]?.string ?? ""
             networkThenSaved(view, "catalog.product.get", ["id": .string(id)]) { [weak self] r in
                 guard let self else { return }
-                if r.source == .none && r.error == nil, let local = self.localProduct(id) {
-                    finish(ViewResult(view: view, source: .local, body: local, notice: self.catalogNotice()))
-                } else {
-                    finish(r)
-                }
+                let shown = r.source == .none && r.error == nil ? self.localProduct(id).map {
+                    ViewResult(view: view, source: .local, body: $0, notice: self.catalogNotice())
+                } ?? r : r
+                self.withImages(shown, .unitrade, Phone.pictures(shown.body), finish)
             }
         case "search":
             search(params, finish)
@@ -90,8 +93,10 @@ extension Phone {
             finish(spending())
         case "parking":
             savedFirst(view, "reservations.lots", [:], maxAgeMs: settings.lotsMaxAgeMs) { [weak self] r in
-                self?.prefetchLevels(r.body)
-                finish(r)
+                guard let self else { return }
+                self.prefetchLevels(r.body)
+                let photos = ((r.body["lots"]?.array ?? []) + (r.body["destinations"]?.array ?? [])).compactMap { $0["photo_url"]?.string }
+                self.withImages(r, .parkwise, photos, finish)
             }
         case "levels":
             networkThenSaved(view, "reservations.levels", ["lot": .string(params["lot"]?.string ?? "central")], finish)
@@ -112,6 +117,8 @@ extension Phone {
             car(finish)
         case "messages":
             finish(ViewResult(view: view, source: .local, body: ["messages": .array(messages())]))
+        case "rentals":
+            rentals(finish)
         default:
             finish(ViewResult(view: view, source: .none, body: [:],
                               error: .badRequest("unknown view '\(view)'; views: \(Phone.views.joined(separator: ", "))")))
@@ -257,10 +264,11 @@ extension Phone {
                     let name = p["name"]?.string ?? ""
                     let search = [name, p["type"]?.string ?? "", p["category"]?.string ?? "", p["collection"]?.string ?? ""].joined(separator: " ").lowercased()
                     try self.db.execute("""
-                        INSERT INTO catalog (id, name, price, currency, category, collection, stock, search) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                        INSERT INTO catalog (id, name, price, currency, category, collection, stock, search, image_url)
+                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                         """, .text(p["id"]?.string ?? ""), .text(name), .double(p["price"]?["value"]?.double ?? 0),
                         .text(p["price"]?["currency"]?.string ?? "USD"), .text(p["category"]?.string ?? "Others"),
-                        .text(p["collection"]?.string ?? ""), .int(p["stock"]?.int ?? 0), .text(search))
+                        .text(p["collection"]?.string ?? ""), .int(p["stock"]?.int ?? 0), .text(search), .text(p["imageUrl"]?.string ?? ""))
                 }
                 try self.db.setMeta("catalog_saved_ms", String(self.now))
             }
@@ -291,11 +299,13 @@ extension Phone {
     }
 
     static func product(_ r: Row) -> JSON {
-        [
+        var p: [String: JSON] = [
             "id": .string(r.string("id")), "name": .string(r.string("name")),
             "price": ["value": .double(r.double("price")), "currency": .string(r.string("currency"))],
             "category": .string(r.string("category")), "collection": .string(r.string("collection")), "stock": .int(r.int("stock")),
         ]
+        if let url = r.optionalString("image_url"), !url.isEmpty { p["imageUrl"] = .string(url) }
+        return .object(p)
     }
 
     /// Search and filters over the saved catalog: words, category, price
@@ -508,4 +518,126 @@ extension Phone {
             self?.spotCache.put(key, answer)
         }, done)
     }
+
+    // MARK: Pictures
+
+    /// Most pictures a view loads at once (a page of 20 products, the lots and buildings).
+    static let picturesPerView = 24
+
+    /// A product's pictures: its `imageUrl`, then its `images` (a listing's:
+    /// URLs, or sha256 ids under the same base as its imageUrl).
+    static func pictures(_ product: JSON) -> [String] {
+        var urls: [String] = []
+        let main = product["imageUrl"]?.string ?? ""
+        if !main.isEmpty { urls.append(main) }
+        let base = main.range(of: "/images/").map { String(main[..<$0.lowerBound]) }
+        for item in product["images"]?.array ?? [] {
+            let given = item.string ?? item["url"]?.string ?? item["id"]?.string ?? ""
+            if given.hasPrefix("http://") || given.hasPrefix("https://") {
+                urls.append(given)
+            } else if let base, ImageCache.contentAddress(given) != nil {
+                urls.append(base + "/images/" + given)
+            }
+        }
+        return urls
+    }
+
+    /// Loads `urls` through `tier`'s caches, then shows the view with them.
+    func withImages(_ r: ViewResult, _ tier: ImageCache.Tier, _ urls: [String], _ done: @escaping (ViewResult) -> Void) {
+        var seen = Set<String>()
+        let list = Array(urls.filter { seen.insert($0).inserted }.prefix(Phone.picturesPerView))
+        guard !list.isEmpty else { done(r); return }
+        var shown = [ShownImage?](repeating: nil, count: list.count)
+        var left = list.count
+        let online = isOnline
+        for (k, url) in list.enumerated() {
+            images.show(url, tier: tier, online: online) { image in
+                shown[k] = image
+                left -= 1
+                if left == 0 {
+                    var out = r
+                    out.images = shown.compactMap { $0 }
+                    done(out)
+                }
+            }
+        }
+    }
+
+    // MARK: Rentals
+
+    /// My rentals (orders.rentals): the service's list, saved for offline
+    /// like my orders, with each rental's state computed again from its
+    /// due date on the phone's clock (a saved copy of last week still says
+    /// what is overdue today), and the returns the phone made over it:
+    /// returning while queued, returned once confirmed, or back as it was
+    /// with the service's reason.
+    func rentals(_ done: @escaping (ViewResult) -> Void) {
+        networkThenSaved("rentals", "orders.rentals", ["limit": 100], authed: true) { [weak self] r in
+            guard let self else { return }
+            let today = Phone.utcDay(self.now)
+            var list: [JSON] = []
+            for item in r.body["rentals"]?.array ?? [] {
+                let order = item["order"]?["order"]?.string ?? ""
+                let due = item["due_date"]?.string ?? item["order"]?["return_date"]?.string ?? ""
+                var f = item.object ?? [:]
+                var state = item["state"]?.string ?? "active"
+                let local = try? self.db.queryOne("SELECT * FROM returns WHERE rental = $1", .text(order))
+                if let local, local.string("status") == "returning" {
+                    state = "returning"
+                } else if let local, local.string("status") == "returned" {
+                    state = "returned"
+                } else if let local, let reason = local.optionalString("reason") {
+                    f["return_refused"] = .string(reason)
+                }
+                if state != "returned" && state != "returning", let days = Phone.daysBetween(today, due) {
+                    state = days < 0 ? "overdue" : "active"
+                    f["due_in_days"] = .int(days)
+                } else if state == "returned" || state == "returning" {
+                    f["due_in_days"] = nil
+                }
+                f["state"] = .string(state)
+                f["shown"] = .string(Phone.rentalWords(state, f["due_in_days"]?.int))
+                list.append(.object(f))
+            }
+            var body = r.body.object ?? [:]
+            body["rentals"] = .array(list)
+            let pending = self.pendingNotice(["orders.return"])
+            done(ViewResult(view: "rentals", source: r.source, ageMs: r.ageMs, body: .object(body),
+                            notice: [r.notice, pending].compactMap { $0 }.joined(separator: "; ").nilIfEmpty, error: r.error))
+        }
+    }
+
+    /// What the rentals screen says of one rental.
+    static func rentalWords(_ state: String, _ dueIn: Int64?) -> String {
+        switch state {
+        case "returning": return "returning (waiting to be sent)"
+        case "returned": return "returned"
+        case "overdue": return "overdue by \(-(dueIn ?? 0)) day\(dueIn == -1 ? "" : "s")"
+        default:
+            guard let dueIn else { return "active" }
+            return dueIn == 0 ? "due today" : "due in \(dueIn) day\(dueIn == 1 ? "" : "s")"
+        }
+    }
+
+    static func utcDay(_ ms: Int64) -> String {
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.timeZone = TimeZone(identifier: "UTC")
+        f.dateFormat = "yyyy-MM-dd"
+        return f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+    }
+
+    /// Whole UTC days from `from` to `to` (yyyy-MM-dd each).
+    static func daysBetween(_ from: String, _ to: String) -> Int64? {
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.timeZone = TimeZone(identifier: "UTC")
+        f.dateFormat = "yyyy-MM-dd"
+        guard let a = f.date(from: from), let b = f.date(from: to) else { return nil }
+        return Int64((b.timeIntervalSince(a) / 86_400).rounded())
+    }
+}
+
+fileprivate extension String {
+    var nilIfEmpty: String? { isEmpty ? nil : self }
 }

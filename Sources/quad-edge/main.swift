@@ -50,6 +50,14 @@ flags.option("refresh-before-ms", "a session is renewed with accounts.refresh th
 flags.option("telemetry-batch", "most events in one telemetry.ingest", default: "100")
 flags.option("telemetry-every-ms", "how often queued telemetry is sent while online", default: "2000")
 flags.option("idle-after-ms", "a phone whose outbox stays empty this long goes back to its idle journal and sizes (idle_after_ms)", default: "5000")
+flags.option("image-cache-files", "files each of a phone's disk image caches keeps, least recently used evicted (image_cache_files)", default: "50")
+flags.option("image-cache-days", "days a picture stays in a phone's disk cache before it is fetched again (image_cache_days)", default: "30")
+flags.option("image-memory-entries", "pictures ParkWise's memory cache keeps per phone (image_memory_entries)", default: "20")
+flags.option("image-memory-bytes", "bytes ParkWise's memory cache keeps per phone, whichever limit comes first (image_memory_bytes)", default: "20971520")
+flags.option("max-image-bytes", "the largest picture a phone accepts from the network; bigger is refused, not cached (max_image_bytes)", default: "1048576")
+flags.option("image-fetch-window", "pictures fetched at once by all the phones of this process (image_fetch_window)", default: "8")
+flags.option("image-timeout-ms", "how long a picture's fetch waits for the image server (image_timeout_ms)", default: "3000")
+flags.option("listings", "run: on: one student in ten lists an item (a picture with catalog.images.put, then catalog.listings.create); off: none", default: "on")
 flags.option("seed", "run: the campus day's seed", default: "1")
 flags.option("speed", "run: think times are divided by this", default: "1")
 flags.option("duration", "run: seconds the campus day lasts (0: none left, a resumed day goes straight to its drain and report)", default: "60")
@@ -89,6 +97,13 @@ settings.refreshBeforeMs = Int64(positive("refresh-before-ms", 1_000...86_400_00
 settings.telemetryBatch = positive("telemetry-batch", 1...1000)
 settings.telemetryEveryMs = Int64(positive("telemetry-every-ms", 10...3_600_000))
 settings.idleAfterMs = Int64(positive("idle-after-ms", 1...3_600_000))
+settings.images.files = positive("image-cache-files", 1...100_000)
+settings.images.days = Int64(positive("image-cache-days", 1...3_650))
+settings.images.memoryEntries = positive("image-memory-entries", 0...100_000)
+settings.images.memoryBytes = positive("image-memory-bytes", 0...(1 << 30))
+settings.images.maxImageBytes = positive("max-image-bytes", 1...(64 << 20))
+settings.images.timeoutMs = Int64(positive("image-timeout-ms", 50...600_000))
+EdgeSettings.imageFetchWindow = positive("image-fetch-window", 1...64)
 // One ZeroMQ context holds at most 1023 sockets (ZMQ_MAX_SOCKETS): one per phone, plus control.
 let count = positive("phones", 1...1000)
 let seed = positive("seed", 0...Int(Int32.max))
@@ -115,6 +130,11 @@ if command == "run" {
     }
     options.signInTimeoutMs = Int64(positive("sign-in-timeout", 1...86_400)) * 1000
     options.signInWindow = positive("sign-in-window", 1...1000)
+    switch flags["listings"] {
+    case "on": options.listings = true
+    case "off": options.listings = false
+    default: Flags.usageError("--listings must be on or off", usage: flags.usage)
+    }
     day = CampusDay(options: options)
 }
 

@@ -110,6 +110,13 @@ enum PhoneCommand {
             print(head)
             if let notice = reply["notice"]?.string { print("notice: \(notice)") }
             if let error = reply["error"], let message = error["message"]?.string { print("refused: \(message)") }
+            // Each picture with where it came from: network, disk, memory, or the placeholder and why.
+            for image in reply["images"]?.array ?? [] {
+                var line = "image from \(image["source"]?.string ?? "?"): \(image["url"]?.string ?? "")"
+                if let bytes = image["bytes"]?.int, bytes > 0 { line += " (\(bytes) bytes\(image["revalidated"]?.bool == true ? ", revalidated" : ""))" }
+                if let reason = image["reason"]?.string { line += ": \(reason)" }
+                print(line)
+            }
             print((reply["body"] ?? [:]).text)
         case "edge.log":
             for a in reply["actions"]?.array ?? [] {

@@ -15,7 +15,7 @@ final class EdgeStack {
     var control: Client!
     static let services = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry"]
 
-    init(_ name: String, holdSeconds: Int = 600, edgeArguments: [String] = []) throws {
+    init(_ name: String, holdSeconds: Int = 600, edgeArguments: [String] = [], serviceArguments: [String: [String]] = [:]) throws {
         stack = try TestStack(name: "edge-\(name)")
         phonesDir = stack.dir + "/phones"
         controlEndpoint = "ipc://\(stack.dir)/edge-control"
@@ -30,6 +30,7 @@ final class EdgeStack {
             case "reservations": extra = ["--sim", "off", "--hold-seconds", String(holdSeconds)]
             default: break
             }
+            extra += serviceArguments[service] ?? []
             try stack.startWorker("quad-\(service)", instance: "\(service)/1", heartbeatMs: 1000, extra: extra)
         }
         for service in EdgeStack.services {

@@ -216,7 +216,9 @@ struct EdgeStackTests {
     }
 
     @Test func twoHundredPhonesRunACampusDayAndEveryActionIsAccountedFor() throws {
-        let edge = try EdgeStack("campus", holdSeconds: 8)
+        // Pictures served over HTTP: the students' product and lot views go through the caches.
+        let edge = try EdgeStack("campus", holdSeconds: 8, serviceArguments: ["catalog": ["--images-http", "127.0.0.1:0"],
+                                                                              "reservations": ["--images-http", "127.0.0.1:0"]])
         // The control process is not needed: the day runs in its own process.
         try edge.edge("edge.stop")
         let report = edge.stack.dir + "/campus-report.json"
@@ -241,6 +243,22 @@ struct EdgeStackTests {
         for r in json["rejected"]?.array ?? [] { #expect(!(r["reason"]?.string ?? "").isEmpty && r["code"]?.string != nil) }
         #expect(output.contains("Every action is accounted for."))
         #expect(output.contains("campus day"), "a progress line while it runs")
+
+        // Issue 16: pictures fetched once, then hits; rentals made and returned; listings tried.
+        let images = try #require(json["images"])
+        #expect((images["fetched"]?.int ?? 0) > 0 && (images["bytes_fetched"]?.int ?? 0) > 0, "\(images)")
+        #expect((images["hits"]?["disk"]?.int ?? 0) + (images["hits"]?["memory"]?.int ?? 0) > 0, "hits after the first fetch: \(images)")
+        #expect(images["refused"]?.int == 0)
+        #expect(output.contains("Pictures: "))
+        let rentals = try #require(json["rentals"])
+        #expect((rentals["made"]?.int ?? 0) > 0, "\(rentals)")
+        let returnActions = rentals["return_actions"] ?? [:]
+        #expect((returnActions["done"]?.int ?? 0) > 0, "students returned rentals: \(rentals)")
+        #expect(rentals["returned"]?.int == returnActions["done"]?.int, "every return done shows returned on the phone: \(rentals)")
+        let market = try #require(json["marketplace"])
+        let listings = market["listings"] ?? [:]
+        let tried = listings["attempted"]?.int ?? 0
+        #expect(tried > 0 && tried == (listings["created"]?.int ?? 0) + (listings["rejected"]?.int ?? 0) + (listings["no_answer"]?.int ?? 0), "\(listings)")
     }
 
     @Test func quadctlPhoneTalksToTheControlSocket() throws {

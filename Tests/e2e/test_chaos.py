@@ -487,3 +487,102 @@ def test_holds_stamped_by_a_skewed_clock_are_not_a_spot_held_twice(world):
     # The same stamps with no clock moved: a spot held twice.
     rc, out, verdict = check_with_faults(world, [], tolerance=5)
     assert "spots" in failed(verdict), out
+
+
+# Rentals that come back (issue 16): a returned rental's hold is released, its
+# units came back exactly once (one catalog.stock.changed release per product
+# of the order), and listings, which have no seed stock, are skipped and counted.
+
+def rent_and_return(world, order="r1", product="p-0004", returned=True):
+    """p-0004 (seed stock 5) rented and, if `returned`, returned: the hold
+    confirmed then released, one unit out and back."""
+    orders, cat = world.db["orders"], world.db["catalog"]
+    if "mode" not in [c[1] for c in orders.execute("PRAGMA table_info(orders)")]:
+        orders.execute("ALTER TABLE orders ADD COLUMN mode TEXT NOT NULL DEFAULT 'buy'")
+    world.act("orders.place", order, body={"source": "buy_now", "product": product, "mode": "rent"})
+    orders.execute("INSERT INTO orders (id, user_id, status, source, items, updated_ms, mode) VALUES (?, 'u1', ?, 'buy_now', ?, ?, 'rent')",
+                   (order, "returned" if returned else "confirmed", json.dumps([{"product": product, "quantity": 1}]), world.t))
+    cat.execute("INSERT INTO holds VALUES (?, ?, ?, ?)", (order, "released" if returned else "confirmed", world.t, world.t + 60_000))
+    cat.execute("INSERT INTO hold_items VALUES (?, ?, 1)", (order, product))
+    world.event("orders", "orders.placed", {"order": order})
+    world.event("catalog", "catalog.stock.changed", {"order": order, "product": product, "reason": "hold"})
+    if returned:
+        # Orders keeps no idempotency record for a return (idempotent by order).
+        world.act("orders.return", order + "-back", body={"order": order}, applied=False)
+        orders.execute("UPDATE orders SET updated_ms = ? WHERE id = ?", (world.t + 10, order))  # when the return committed
+        world.event("orders", "orders.returned", {"order": order})
+        world.event("catalog", "catalog.stock.changed", {"order": order, "product": product, "reason": "released"})
+    else:
+        cat.execute("UPDATE products SET stock = stock - 1 WHERE id = ?", (product,))
+
+
+def stock_figures(verdict):
+    return next(c["figures"] for c in verdict["checks"] if c["name"] == "stock")
+
+
+def test_a_rental_returned_once_passes_with_its_units_counted(world):
+    rent_and_return(world)
+    rent_and_return(world, order="r2", product="p-0005", returned=False)
+    rc, out, verdict = world.check()
+    assert rc == 0, out
+    assert verdict["stock_units"] == {"sold": 1, "rented_out": 1, "returned": 1, "in_stock": sum(seed_stock("p-%04d" % n) for n in range(1, 6)) - 2,
+                                      "listings_skipped": 0}
+    assert "1 sold, 1 rented out, 1 returned to stock" in stock_figures(verdict)
+
+
+def test_a_return_whose_units_came_back_twice_is_caught(world):
+    # What a catalog that released a returned rental's hold twice leaves:
+    # a second release event and one unit too many in stock.
+    rent_and_return(world)
+    world.event("catalog", "catalog.stock.changed", {"order": "r1", "product": "p-0004", "reason": "released"})
+    world.db["catalog"].execute("UPDATE products SET stock = stock + 1 WHERE id = 'p-0004'")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["duplicated", "stock"], out
+    assert "returned rental r1: 1 units of p-0004 came back 2 times (once expected)" in out
+    assert "p-0004: seed stock 5, now 6, held or sold 0" in out
+
+
+def test_a_returned_rental_whose_hold_is_still_confirmed_is_caught(world):
+    rent_and_return(world)
+    cat = world.db["catalog"]
+    cat.execute("UPDATE holds SET status = 'confirmed' WHERE order_id = 'r1'")
+    cat.execute("DELETE FROM outbox WHERE body LIKE '%released%'")
+    cat.execute("UPDATE products SET stock = stock - 1 WHERE id = 'p-0004'")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["saga", "stock"], out
+    assert "order r1 is returned, its stock hold is confirmed" in out
+    assert "came back 0 times" in out
+
+
+def test_a_release_for_an_order_still_rented_is_caught(world):
+    rent_and_return(world, returned=False)
+    world.event("catalog", "catalog.stock.changed", {"order": "r1", "product": "p-0004", "reason": "released"})
+    rc, out, verdict = world.check()
+    assert rc == 1 and "stock" in failed(verdict), out
+    assert "order r1 is confirmed, yet p-0004's units were released 1 times" in out
+
+
+def test_listings_have_no_seed_stock_and_are_skipped_with_a_count(world):
+    world.db["catalog"].execute("INSERT INTO products VALUES ('l-0190f4c2', 3)")
+    rc, out, verdict = world.check()
+    assert rc == 0, out
+    assert verdict["stock_units"]["listings_skipped"] == 1
+    assert "1 listings skipped: no seed stock" in stock_figures(verdict)
+
+
+def test_a_return_done_on_the_phone_whose_rental_is_not_returned_is_lost(world):
+    rent_and_return(world, returned=False)
+    world.act("orders.return", "r1-back", body={"order": "r1"}, applied=False)
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["lost"], out
+    assert "orders.return r1-back: done on the phone, no record in orders" in out
+
+
+def test_a_return_is_found_through_the_phones_returns_without_a_history(world):
+    rent_and_return(world)
+    world.phone.execute("CREATE TABLE returns (rental TEXT PRIMARY KEY, action TEXT, status TEXT NOT NULL)")
+    world.phone.execute("INSERT INTO returns VALUES ('r1', 'r1-back', 'returned')")
+    world.phone.execute("DROP TABLE chaos_actions")
+    world.phone.execute("DROP TABLE chaos_telemetry")
+    rc, out, verdict = world.check()
+    assert rc == 0, out

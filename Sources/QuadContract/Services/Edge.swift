@@ -51,6 +51,8 @@ extension Contract.Edge {
                     "messages": .int(min: 0),
                     "sender": .choice(["idle", "signing_in", "sending", "backing_off"]),
                     "session": .string(),
+                    "images": .object(open: true)
+                        .described("This phone's image caches since the process started: hits {memory, disk}, misses, fetched, bytes_fetched, bytes_from_cache, evictions, refused, placeholders, revalidated.").optional,
                 ])
                     .described("One phone as the control socket reports it."),
                 "message": .object([
@@ -100,7 +102,7 @@ extension Contract.Edge {
                 "act.request": .object([
                     "phone": .string(1...64)
                         .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
-                    "type": .choice(["favorites.add", "favorites.remove", "orders.cart.add", "orders.place", "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel", "reservations.car.save", "orders.cancel"])
+                    "type": .choice(["favorites.add", "favorites.remove", "orders.cart.add", "orders.place", "orders.return", "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel", "reservations.car.save", "orders.cancel"])
                         .described("The action's request type. orders.cancel is online only: refused at once (unavailable, 503) without network, with the reason."),
                     "body": .object(open: true)
                         .described("The action's body as the service takes it; reservations.checkin, checkout and cancel default to the phone's active reservation.").optional,
@@ -116,7 +118,7 @@ extension Contract.Edge {
                 "view.request": .object([
                     "phone": .string(1...64)
                         .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
-                    "view": .choice(["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels", "forecast", "spots", "nearby", "reservation", "car", "messages"]),
+                    "view": .choice(["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels", "forecast", "spots", "nearby", "reservation", "car", "messages", "rentals"]),
                     "params": .object(open: true)
                         .described("The view's parameters: lot, destination, kind, level for spots; q, category, min_price, max_price, in_stock, sort for search; id for product...").optional,
                     "refresh": .bool
@@ -133,6 +135,17 @@ extension Contract.Edge {
                     "notice": .string()
                         .described("What the user is told about it: offline with the age of the copy, pending changes, a stale total.").optional,
                     "error": .ref("../error.schema.json").optional,
+                    "images": .array(of: .object([
+                        "url": .string(),
+                        "source": .choice(["network", "disk", "memory", "placeholder"])
+                            .described("network: fetched just now (and cached); disk or memory: a cache hit, no request; placeholder: not shown, with the reason."),
+                        "bytes": .int(min: 0),
+                        "reason": .string()
+                            .described("Why the placeholder is shown (offline: image not in cache; refused: over max_image_bytes or bytes that do not match their SHA-256; not found).").optional,
+                        "revalidated": .bool
+                            .described("An expired disk copy the server confirmed with 304 (If-None-Match).").optional,
+                    ]))
+                        .described("The pictures the view shows (product, home, parking), each with where it came from.").optional,
                 ]),
                 "wait.request": .object([
                     "phone": .string(1...64)
@@ -195,6 +208,12 @@ extension Contract.Edge {
                     "telemetry": .object(open: true),
                     "accounted": .bool
                         .described("created = done + rejected + pending, and, in a final report, nothing pending."),
+                    "images": .object(open: true)
+                        .described("The phones' image caches: hits {memory, disk}, misses, fetched, bytes_fetched, bytes_from_cache, evictions, refused, placeholders, revalidated, hit_ratio.").optional,
+                    "rentals": .object(open: true)
+                        .described("Rentals made since the day began (from the phones' files): made, by_status, returned, returns by outcome (returned, returning, refused), late_days, return_actions (orders.return by outcome).").optional,
+                    "marketplace": .object(open: true)
+                        .described("quad-edge run: rentals_placed and returns_queued by the students, and listings {attempted, created, rejected, no_answer, reasons}.").optional,
                     "seed": .int(min: 0).optional,
                     "resumed": .object([
                         "restarts": .int(min: 0),
