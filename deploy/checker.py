@@ -501,8 +501,11 @@ class Checker:
         out, and none twice: seed stock = stock now + units of holds held or
         confirmed (sold, or rented out while not returned). A returned
         rental's units came back exactly once: one catalog.stock.changed
-        release per product of its hold, and its hold released. Listings
-        (l-...) have no seed stock: skipped, and counted."""
+        release per product of its hold, and its hold released. A student's
+        listing (l-...) balances against its own quantity instead of a seed
+        stock: catalog's listings.quantity (units on offer, the seller's and
+        admins' changes included; units of a withdrawn or taken-down listing
+        move to listings.unlisted) = stock now + units held or confirmed."""
         st = stores.get("catalog")
         if st is None:
             self.check("stock", True, "n/a (no catalog store)")
@@ -548,10 +551,22 @@ class Checker:
             if status in ("confirmed", "held", "pending") and n > 0:
                 bad += 1
                 self.example("stock", "order %s is %s, yet %s's units were released %d times" % (order, status, product, n))
-        listings = 0
+        listed = {}
+        if st.has_table("listings"):
+            listed = {r["id"]: (int(r["quantity"]), int(r["unlisted"])) for r in st.rows("SELECT id, quantity, unlisted FROM listings")}
+        listings, listed_units = 0, 0
         for pid, stock in products.items():
             if pid.startswith("l-"):
                 listings += 1
+                if pid not in listed:
+                    bad += 1
+                    self.example("stock", "%s is a product with no row in listings" % pid)
+                    continue
+                quantity, unlisted = listed[pid]
+                listed_units += quantity + unlisted
+                if stock < 0 or quantity != stock + used[pid]:
+                    bad += 1
+                    self.example("stock", "listing %s: quantity %d, now %d in stock, held or sold %d" % (pid, quantity, stock, used[pid]))
                 continue
             seed = seed_stock(pid)
             if stock < 0:
@@ -561,10 +576,10 @@ class Checker:
                 bad += 1
                 self.example("stock", "%s: seed stock %d, now %d, held or sold %d" % (pid, seed, stock, used[pid]))
         self.stock_units = {"sold": sold, "rented_out": rented, "returned": returned_units,
-                            "in_stock": sum(v for k, v in products.items() if not k.startswith("l-")), "listings_skipped": listings}
+                            "in_stock": sum(products.values()), "listings": listings, "listed_units": listed_units}
         self.check("stock", bad == 0, "%d products oversold or unbalanced, or returns not back exactly once, of %d "
-                   "(units: %d sold, %d rented out, %d returned to stock, %d in stock; %d listings skipped: no seed stock)" % (
-                       bad, len(products), sold, rented, returned_units, self.stock_units["in_stock"], listings))
+                   "(units: %d sold, %d rented out, %d returned to stock, %d in stock; %d listings of %d units ever listed)" % (
+                       bad, len(products), sold, rented, returned_units, self.stock_units["in_stock"], listings, listed_units))
 
     def check_saga(self, stores):
         orders, catalog = stores.get("orders"), stores.get("catalog")

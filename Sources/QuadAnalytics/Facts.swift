@@ -177,7 +177,7 @@ public enum Facts {
     /// The event types that change a fact; the feed skips the rest (their
     /// seq still advances the cursor).
     public static let events: Set<String> = [
-        "orders.placed", "orders.confirmed", "orders.rejected", "orders.cancelled",
+        "orders.placed", "orders.confirmed", "orders.rejected", "orders.cancelled", "orders.returned",
         "favorites.added", "favorites.removed",
         "reservations.held", "reservations.checkedin", "reservations.checkedout", "reservations.expired", "reservations.cancelled",
         "occupancy.snapshot", "telemetry.batch", "catalog.product.changed", "accounts.user.registered", "accounts.user.updated",
@@ -212,9 +212,10 @@ public enum Facts {
             try db.execute("""
                 INSERT INTO orders (id, user_id, status, mode, screen, semester, fee_cents, total_cents, placed_ms, confirmed_ms, day, week, updated_ms)
                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $9)
-                ON CONFLICT (id) DO UPDATE SET status = CASE WHEN orders.status IN ('cancelled', 'rejected', 'confirmed') THEN orders.status ELSE excluded.status END,
+                ON CONFLICT (id) DO UPDATE SET status = CASE WHEN orders.status IN ('cancelled', 'rejected', 'confirmed', 'returned') THEN orders.status ELSE excluded.status END,
                     mode = excluded.mode, screen = excluded.screen, semester = COALESCE(excluded.semester, orders.semester),
-                    fee_cents = excluded.fee_cents, total_cents = excluded.total_cents,
+                    fee_cents = excluded.fee_cents,
+                    total_cents = CASE WHEN orders.status = 'returned' THEN orders.total_cents ELSE excluded.total_cents END,
                     confirmed_ms = COALESCE(excluded.confirmed_ms, orders.confirmed_ms), day = COALESCE(excluded.day, orders.day),
                     week = COALESCE(excluded.week, orders.week), updated_ms = excluded.updated_ms
                 """, .text(order), .text(user), .text(confirmed ? "confirmed" : "placed"), .of(b["mode"]?.string), .of(b["screen"]?.string),
@@ -235,6 +236,16 @@ public enum Facts {
                 INSERT INTO orders (id, user_id, status, reason, updated_ms) VALUES ($1, $2, $3, $4, $5)
                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, reason = COALESCE(excluded.reason, orders.reason), updated_ms = excluded.updated_ms
                 """, .text(order), .text(user), .text(status), .of(b["reason"]?.string), .int(e.ts))
+        case "orders.returned":
+            // A rental came back: still a sale (the questions count
+            // confirmed and returned orders alike), now with its late
+            // charge in the total. A duplicate sets the same row again.
+            guard let order = b["order"]?.string, let user = b["user"]?.string else { return }
+            try db.execute("""
+                INSERT INTO orders (id, user_id, status, updated_ms) VALUES ($1, $2, 'returned', $3)
+                ON CONFLICT (id) DO UPDATE SET status = CASE WHEN orders.status IN ('cancelled', 'rejected') THEN orders.status ELSE 'returned' END,
+                    total_cents = orders.total_cents + CASE WHEN orders.status = 'returned' THEN 0 ELSE $4 END, updated_ms = excluded.updated_ms
+                """, .text(order), .text(user), .int(e.ts), .int(cents(b["late_charge"])))
         case "favorites.added":
             guard let user = b["user"]?.string, let product = b["product"]?.string else { return }
             try db.execute("""

@@ -356,6 +356,28 @@ struct QuestionTests {
         #expect(try p.answer("fee_per_week") == [["2025-12-01", 2, 4, 54], ["2025-12-08", 3, 1.35, 22.35]])
     }
 
+    /// A returned rental is still a sale: it stays in every question that
+    /// counts confirmed orders, its late charge joins its total once (a
+    /// duplicate event adds nothing), and the fact says returned, as the
+    /// orders store does (the chaos checker compares the two).
+    @Test(arguments: stores)
+    func aReturnedRentalStaysASaleWithItsLateCharge(postgres: Bool) throws {
+        let p = try Planted(postgres: postgres)
+        try p.plantMarketplace()
+        let returned: JSON = ["order": "o2", "user": .string(alice), "items": [["product": "p3", "quantity": 1, "price": 30.0, "category": "Lab"]],
+                              "currency": "USD", "return_date": "2025-12-10", "returned_at": .int(at(12, 9)), "late_days": 2, "late_charge": 2.0]
+        try p.event("orders.returned", returned, at: at(12, 9))
+        try p.event("orders.returned", returned, at: at(12, 9))
+        // A late duplicate of its confirmation does not take it back.
+        try p.event("orders.confirmed", ["order": "o2", "user": .string(alice), "screen": "home", "mode": "rent", "semester": 3,
+                                         "items": [["product": "p3", "quantity": 1, "price": 30.0, "category": "Lab"]], "fee": 3.0, "total": 33.0], at: at(7, 22))
+        #expect(try p.db.queryOne("SELECT status FROM orders WHERE id = 'o2'")?.string("status") == "returned")
+        #expect(try p.answer("buy_vs_rent") == [["Lab", 0, 1, 100], ["Study", 4, 1, 20], ["Tech", 3, 0, 0]])
+        #expect(try p.answer("purchase_screen") == [["home", 3, 60], ["favorites", 2, 40]])
+        // o2's week: 54 of sales before, 56 with its 2.00 late charge.
+        #expect(try p.answer("fee_per_week") == [["2025-12-01", 2, 4, 56], ["2025-12-08", 3, 1.35, 22.35]])
+    }
+
     @Test(arguments: stores)
     func cartsAbandoned(postgres: Bool) throws {
         let p = try Planted(postgres: postgres)

@@ -526,7 +526,7 @@ def test_a_rental_returned_once_passes_with_its_units_counted(world):
     rc, out, verdict = world.check()
     assert rc == 0, out
     assert verdict["stock_units"] == {"sold": 1, "rented_out": 1, "returned": 1, "in_stock": sum(seed_stock("p-%04d" % n) for n in range(1, 6)) - 2,
-                                      "listings_skipped": 0}
+                                      "listings": 0, "listed_units": 0}
     assert "1 sold, 1 rented out, 1 returned to stock" in stock_figures(verdict)
 
 
@@ -562,12 +562,44 @@ def test_a_release_for_an_order_still_rented_is_caught(world):
     assert "order r1 is confirmed, yet p-0004's units were released 1 times" in out
 
 
-def test_listings_have_no_seed_stock_and_are_skipped_with_a_count(world):
-    world.db["catalog"].execute("INSERT INTO products VALUES ('l-0190f4c2', 3)")
+def listed(world, lid, quantity, unlisted, stock):
+    """A student's listing as catalog keeps it: a product, and its row in listings."""
+    cat = world.db["catalog"]
+    cat.execute("CREATE TABLE IF NOT EXISTS listings (id TEXT PRIMARY KEY, quantity BIGINT NOT NULL, unlisted BIGINT NOT NULL)")
+    cat.execute("INSERT INTO listings VALUES (?, ?, ?)", (lid, quantity, unlisted))
+    cat.execute("INSERT INTO products VALUES (?, ?)", (lid, stock))
+
+
+def test_a_listing_balances_against_its_own_quantity(world):
+    # 3 on offer, 1 sold (a confirmed hold), 2 in stock; 1 more was withdrawn earlier.
+    listed(world, "l-0190f4c2", 3, 1, 2)
+    cat = world.db["catalog"]
+    cat.execute("INSERT INTO holds VALUES ('o-l1', 'confirmed', ?, ?)", (world.t, world.t + 60_000))
+    cat.execute("INSERT INTO hold_items VALUES ('o-l1', 'l-0190f4c2', 1)")
     rc, out, verdict = world.check()
     assert rc == 0, out
-    assert verdict["stock_units"]["listings_skipped"] == 1
-    assert "1 listings skipped: no seed stock" in stock_figures(verdict)
+    assert verdict["stock_units"]["listings"] == 1 and verdict["stock_units"]["listed_units"] == 4
+    assert "1 listings of 4 units ever listed" in stock_figures(verdict)
+
+
+def test_a_listing_sold_twice_is_caught(world):
+    # Quantity 1, and two confirmed holds of it: one unit sold twice.
+    listed(world, "l-0190f4c3", 1, 0, 0)
+    cat = world.db["catalog"]
+    for order in ("o-a", "o-b"):
+        cat.execute("INSERT INTO holds VALUES (?, 'confirmed', ?, ?)", (order, world.t, world.t + 60_000))
+        cat.execute("INSERT INTO hold_items VALUES (?, 'l-0190f4c3', 1)", (order,))
+    rc, out, verdict = world.check()
+    assert rc == 1 and "stock" in failed(verdict), out
+    assert "listing l-0190f4c3: quantity 1, now 0 in stock, held or sold 2" in out
+
+
+def test_a_listing_product_without_its_listing_row_is_caught(world):
+    world.db["catalog"].execute("CREATE TABLE listings (id TEXT PRIMARY KEY, quantity BIGINT NOT NULL, unlisted BIGINT NOT NULL)")
+    world.db["catalog"].execute("INSERT INTO products VALUES ('l-0190f4c4', 3)")
+    rc, out, verdict = world.check()
+    assert rc == 1 and "stock" in failed(verdict), out
+    assert "l-0190f4c4 is a product with no row in listings" in out
 
 
 def test_a_return_done_on_the_phone_whose_rental_is_not_returned_is_lost(world):

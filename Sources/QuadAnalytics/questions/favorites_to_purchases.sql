@@ -10,7 +10,7 @@ WITH saved AS (
            CASE WHEN EXISTS (
                SELECT 1 FROM orders o JOIN order_items i ON i.order_id = o.id
                WHERE o.user_id = f.user_id AND i.product = f.product
-                 AND o.status = 'confirmed' AND o.confirmed_ms >= f.added_ms
+                 AND o.status IN ('confirmed', 'returned') AND o.confirmed_ms >= f.added_ms
            ) THEN 1 ELSE 0 END AS bought
     FROM favorites f LEFT JOIN products p ON p.id = f.product
     WHERE f.added_ms >= $1 AND f.added_ms < $2

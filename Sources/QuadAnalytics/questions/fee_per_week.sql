@@ -9,6 +9,6 @@ SELECT week AS week,
        ROUND(SUM(fee_cents) / 100.0, 2) AS fee,
        ROUND(SUM(total_cents) / 100.0, 2) AS sales
 FROM orders
-WHERE status = 'confirmed' AND confirmed_ms >= $1 AND confirmed_ms < $2
+WHERE status IN ('confirmed', 'returned') AND confirmed_ms >= $1 AND confirmed_ms < $2
 GROUP BY week
 ORDER BY week

@@ -13,7 +13,7 @@
 WITH listed AS (
     SELECT l.category AS category, l.created_ms AS created_ms, l.closed_ms AS closed_ms,
            (SELECT MIN(o.confirmed_ms) FROM order_items i JOIN orders o ON o.id = i.order_id
-            WHERE i.product = l.id AND o.status = 'confirmed' AND o.confirmed_ms IS NOT NULL) AS first_ms
+            WHERE i.product = l.id AND o.status IN ('confirmed', 'returned') AND o.confirmed_ms IS NOT NULL) AS first_ms
     FROM listings l
     WHERE l.created_ms >= $1 AND l.created_ms < $2
 ), timed AS (

@@ -7,8 +7,8 @@
 SELECT screen AS screen,
        COUNT(*) AS purchases,
        ROUND(100.0 * COUNT(*) / (SELECT COUNT(*) FROM orders
-                                 WHERE status = 'confirmed' AND confirmed_ms >= $1 AND confirmed_ms < $2), 1) AS percent
+                                 WHERE status IN ('confirmed', 'returned') AND confirmed_ms >= $1 AND confirmed_ms < $2), 1) AS percent
 FROM orders
-WHERE status = 'confirmed' AND confirmed_ms >= $1 AND confirmed_ms < $2
+WHERE status IN ('confirmed', 'returned') AND confirmed_ms >= $1 AND confirmed_ms < $2
 GROUP BY screen
 ORDER BY purchases DESC, screen

@@ -10,7 +10,7 @@ WITH bought AS (
            COALESCE(o.semester, u.semester) AS semester,
            (SELECT COALESCE(SUM(i.quantity), 0) FROM order_items i WHERE i.order_id = o.id) AS units
     FROM orders o LEFT JOIN users u ON u.id = o.user_id
-    WHERE o.status = 'confirmed' AND o.confirmed_ms >= $1 AND o.confirmed_ms < $2
+    WHERE o.status IN ('confirmed', 'returned') AND o.confirmed_ms >= $1 AND o.confirmed_ms < $2
 )
 SELECT semester AS semester,
        COUNT(*) AS purchases,
