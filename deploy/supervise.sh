@@ -145,10 +145,14 @@ sup_add() {
         # deploy/chaos's clock fault: while $RUN/clock/NAME holds an offset
         # ("+73s"), the program runs under libfaketime with its wall clock off
         # by that much; the monotonic clock (ZeroMQ's heartbeats, timers) is
-        # left alone.
-        printf 'f=%q; if [[ -s $f ]]; then for l in /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1; do [[ -f $l ]] && { export LD_PRELOAD=$l FAKETIME=$(<"$f") FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1; break; }; done; fi\n' "$QUAD_HOME/run/clock/$name"
+        # left alone. The program is then started through env(1): a Swift
+        # program that bash execs itself under libfaketime's LD_PRELOAD
+        # sees none of its arguments (an unknown flag passes unnoticed, seen
+        # with Debian's faketime 0.9.10 and Swift 6.3), while one started by
+        # a C program between them sees them all.
+        printf 'via=; f=%q; if [[ -s $f ]]; then for l in /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1; do [[ -f $l ]] && { export LD_PRELOAD=$l FAKETIME=$(<"$f") FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1; via=/usr/bin/env; break; }; done; fi\n' "$QUAD_HOME/run/clock/$name"
         printf 'exec >>%q 2>&1\n' "$log"
-        printf 'exec'
+        printf 'exec $via'
         printf ' %q' "$@"
         printf '\n'
     } >"$script.new"

@@ -185,7 +185,9 @@ enum Actions {
             send["product"] = .string(items[0].product)
             send["quantity"] = .int(items[0].quantity)
         }
+        // A rental's length goes as the student gave it: days, or a return date.
         if let date = body["return_date"] { send["return_date"] = date }
+        if let days = body["days"] { send["days"] = days }
         return (.object(send), undo, nil)
     }
 

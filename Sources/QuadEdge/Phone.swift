@@ -293,12 +293,28 @@ final class Phone {
         }
     }
 
+    /// When a session ends on this phone's clock: the token's lifetime (its
+    /// claims' `exp - iat`) from now, so a phone whose clock is off (a
+    /// traveller's, or one moved by a test) keeps a session exactly as long
+    /// as accounts meant, instead of holding one it believes expired (or
+    /// one it believes alive past its end). `expiresAt` as given when the
+    /// claims cannot be read.
+    static func localExpiry(token: String?, expiresAt: Int64, now: Int64) -> Int64 {
+        let parts = token?.split(separator: ".", omittingEmptySubsequences: false) ?? []
+        guard parts.count == 3 else { return expiresAt }
+        var b64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        b64 += String(repeating: "=", count: (4 - b64.count % 4) % 4)
+        guard let data = Data(base64Encoded: b64), let claims = try? JSON.parse(String(decoding: data, as: UTF8.self)),
+              let iat = claims["iat"]?.int, let exp = claims["exp"]?.int, exp > iat, exp - iat <= 366 * 86_400 else { return expiresAt }
+        return now + (exp - iat) * 1000
+    }
+
     /// Keeps a session (`token`, `user`, `expires_at` of a registration,
     /// a login or a refresh) in memory and in the file, and arms its renewal.
     func keepSession(_ body: JSON) {
         token = body["token"]?.string
         user = body["user"]?.string ?? user
-        expiresAt = body["expires_at"]?.int ?? 0
+        expiresAt = Phone.localExpiry(token: token, expiresAt: body["expires_at"]?.int ?? 0, now: now)
         _ = try? db.execute("UPDATE session SET token = $1, user_id = $2, expires_at = $3 WHERE one = 1",
                             .of(token), .of(user), .int(expiresAt))
         scheduleRefresh()
