@@ -31,8 +31,10 @@ struct LayeringTests {
         ("QuadWire", ["Foundation"]),
         ("QuadMessaging", ["CZeroMQ"]),
         ("QuadProcess", ["Foundation", "QuadWire"]),
-        // Metrics: a registry and an HTTP endpoint, no Quad module.
-        ("QuadMetrics", ["Foundation", "CMicroHTTPD"]),
+        // The read-only HTTP server: libmicrohttpd and nothing of Quad.
+        ("QuadHTTP", ["Foundation", "CMicroHTTPD"]),
+        // Metrics: a registry and an HTTP endpoint on QuadHTTP, no other Quad module.
+        ("QuadMetrics", ["Foundation", "QuadHTTP"]),
         // The broker: no runtime, so no store.
         ("QuadBroker", ["Foundation", "QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth", "QuadMetrics"]),
         ("quad-broker", ["Foundation", "QuadWire", "QuadProcess", "QuadAuth", "QuadBroker", "QuadMetrics"]),
