@@ -107,7 +107,7 @@ struct SpendingWindowTests {
         }
         #expect(try edge.waitDrained()["drained"]?.bool == true)
         let orders = try edge.store("orders")
-        let confirmed = try orders.query("SELECT total FROM orders WHERE status NOT IN ('rejected', 'cancelled')").map { $0.double("total") }
+        let confirmed = try orders.query("SELECT total_cents FROM orders WHERE status NOT IN ('rejected', 'cancelled')").map { Double($0.int("total_cents")) / 100 }
         orders.close()
         try #require(confirmed.count == 3, "the three orders were placed")
         let expected = SpendingWindow.cents(confirmed.reduce(0, +))
