@@ -188,6 +188,7 @@ enum Actions {
         // A rental's length goes as the student gave it: days, or a return date.
         if let date = body["return_date"] { send["return_date"] = date }
         if let days = body["days"] { send["days"] = days }
+        try SpendingWindow.record(db, order: id)
         return (.object(send), undo, nil)
     }
 
@@ -204,6 +205,7 @@ enum Actions {
                 WHERE id = $1
                 """, .text(a.id), .text(reply["status"]?.string ?? "confirmed"), .of(total), .of(reply["currency"]?.string),
                 .of(reply["items"].map { $0.text }))
+            try SpendingWindow.record(db, order: a.id)
         case "orders.return":
             let rental = a.body["order"]?.string ?? ""
             try db.execute("""
@@ -212,6 +214,7 @@ enum Actions {
                 """, .text(rental), .of(reply["returned_at"]?.int), .of(reply["late_days"]?.int), .of(reply["late_charge"]?.double))
             try db.execute("UPDATE orders SET status = 'returned', total = COALESCE($2, total) WHERE id = $1 AND pending IS NULL",
                            .text(rental), .of(reply["total"]?.double))
+            try SpendingWindow.recordReturn(db, rental: rental, lateCharge: reply["late_charge"]?.double, at: reply["returned_at"]?.int ?? a.createdMs)
         case "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel":
             let r = reply["reservation"] ?? .null
             let id = r["id"]?.string ?? a.body["reservation"]?.string ?? a.id
@@ -247,6 +250,7 @@ enum Actions {
             try db.execute("DELETE FROM cart WHERE quantity <= 0")
         case "orders.place":
             try db.execute("UPDATE orders SET status = 'rejected', pending = NULL, reason = $2 WHERE id = $1", .text(a.id), .text(error.message))
+            try SpendingWindow.record(db, order: a.id)
             for line in a.undo["cart"]?.array ?? [] {
                 try db.execute("""
                     INSERT INTO cart (product, quantity, added_ms) VALUES ($1, $2, $3)

@@ -164,6 +164,8 @@ enum PhoneStore {
             -- placeholder with the reason.
             ALTER TABLE catalog ADD COLUMN image_url TEXT NOT NULL DEFAULT '';
             """),
+        // Issue 17 point 4: SpendiQ's window (SpendingWindow.swift).
+        SpendingWindow.migration,
     ]
 
     /// Opens (creating) a phone's file, small: a phone keeps little in memory.

@@ -90,7 +90,7 @@ extension Phone {
         case "orders":
             orders(finish)
         case "spending":
-            finish(spending())
+            spendingView(finish)
         case "parking":
             savedFirst(view, "reservations.lots", [:], maxAgeMs: settings.lotsMaxAgeMs) { [weak self] r in
                 guard let self else { return }
@@ -456,11 +456,13 @@ extension Phone {
             notices.append("may be outdated: last synced \(Phone.age(now - synced!)) ago")
         }
         let total = ((ordersTotal + parking) * 100).rounded() / 100
-        return ViewResult(view: "spending", source: .local, body: [
+        var body: [String: JSON] = [
             "days": 30, "total": .double(total), "orders": .double((ordersTotal * 100).rounded() / 100),
             "parking": .double(parking), "order_count": .int(orders?.int("n") ?? 0), "stays": .int(Int64(stays.count)),
             "queued": .int(queued), "last_sync": synced.map { .int($0) } ?? .null,
-        ], notice: notices.isEmpty ? nil : notices.joined(separator: "; "))
+        ]
+        window(&body, &notices, now: now)
+        return ViewResult(view: "spending", source: .local, body: .object(body), notice: notices.isEmpty ? nil : notices.joined(separator: "; "))
     }
 
     func reservation() -> ViewResult {
