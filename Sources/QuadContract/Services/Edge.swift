@@ -102,7 +102,7 @@ extension Contract.Edge {
                 "act.request": .object([
                     "phone": .string(1...64)
                         .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
-                    "type": .choice(["favorites.add", "favorites.remove", "orders.cart.add", "orders.place", "orders.return", "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel", "reservations.car.save", "orders.cancel"])
+                    "type": .choice(["favorites.add", "favorites.remove", "orders.cart.add", "orders.cart.set", "orders.cart.remove", "orders.cart.clear", "orders.place", "orders.return", "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel", "reservations.car.save", "orders.cancel"])
                         .described("The action's request type. orders.cancel is online only: refused at once (unavailable, 503) without network, with the reason."),
                     "body": .object(open: true)
                         .described("The action's body as the service takes it; reservations.checkin, checkout and cancel default to the phone's active reservation.").optional,
