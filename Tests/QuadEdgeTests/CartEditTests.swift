@@ -1,4 +1,5 @@
 import Foundation
+import QuadRuntime
 import QuadStore
 import QuadWire
 import Testing
@@ -89,5 +90,19 @@ import Testing
         #expect(try serviceCart(edge, user) == [:])
         #expect(try phoneCart(edge) == [:])
         #expect(try edge.log().first { $0["id"]?.string == id }?["outcome"]?.string == "done")
+    }
+
+    @Test func aCartReplyMakesTheServicesCartThePhones() throws {
+        let edge = try EdgeStack("cart-truth")
+        let user = try edge.signIn()
+        // A line the phone never saw (put there by another of the user's devices).
+        let client = try edge.stack.internalClient()
+        var other = Envelope.request("orders.cart.add", body: ["product": "p-0007", "quantity": 2])
+        other.user = user
+        #expect(try client.call(other, timeoutMs: 5000).kind == .reply)
+        try edge.act("orders.cart.set", ["product": "p-0004", "quantity": 3])
+        #expect(try edge.waitDrained()["drained"]?.bool == true)
+        #expect(try serviceCart(edge, user) == ["p-0007": 2, "p-0004": 3])
+        #expect(try phoneCart(edge) == serviceCart(edge, user), "the service's cart is the truth once nothing is queued")
     }
 }
