@@ -212,6 +212,14 @@ extension Contract.Edge {
                         .described("The phones' image caches: hits {memory, disk}, misses, fetched, bytes_fetched, bytes_from_cache, evictions, refused, placeholders, revalidated, hit_ratio.").optional,
                     "rentals": .object(open: true)
                         .described("Rentals made since the day began (from the phones' files): made, by_status, returned, returns by outcome (returned, returning, refused), late_days, return_actions (orders.return by outcome).").optional,
+                    "cart_edits": .object([
+                        "made": .int(min: 0),
+                        "offline": .int(min: 0),
+                        "done": .int(min: 0),
+                        "rejected": .int(min: 0),
+                        "by_type": .object(open: true),
+                    ])
+                        .described("The cart edits (orders.cart.set, orders.cart.remove, orders.cart.clear) made since the day began, from the phones' action logs: made, done, rejected, and by_type (each type by outcome); offline is how many were queued without network, counted by this process only (since_this_run).").optional,
                     "marketplace": .object(open: true)
                         .described("quad-edge run: rentals_placed and returns_queued by the students, and listings {attempted, created, rejected, no_answer, reasons}.").optional,
                     "seed": .int(min: 0).optional,
