@@ -554,7 +554,10 @@ final class Student {
     func deadZone(_ then: @escaping () -> Void) {
         loseSignal()
         think(1...4) { [self] in
-            if Bool.random(using: &rng) { favorite(product(), screen: "home") } else { act("orders.cart.add", ["product": .string(product()), "quantity": 1]) }
+            if Bool.random(using: &rng) { favorite(product(), screen: "home") } else {
+                act("orders.cart.add", ["product": .string(product()), "quantity": 1])
+                editCart()  // without signal: queued, shown at once
+            }
             phone.open("spending") { [self] _ in
                 think(5...30) { [self] in
                     phone.setSignal(true)
