@@ -36,7 +36,8 @@ enum Actions {
     /// Queued: written to the outbox, shown as done and pending, sent when
     /// the network allows.
     static let queued: Set<String> = [
-        "favorites.add", "favorites.remove", "orders.cart.add", "orders.place", "orders.return",
+        "favorites.add", "favorites.remove", "orders.cart.add", "orders.cart.set", "orders.cart.remove", "orders.cart.clear",
+        "orders.place", "orders.return",
         "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel", "reservations.car.save",
     ]
 
@@ -78,6 +79,34 @@ enum Actions {
                 ON CONFLICT (product) DO UPDATE SET quantity = cart.quantity + excluded.quantity
                 """, .text(product), .int(quantity), .int(now))
             return (["product": .string(product), "quantity": .int(quantity)], ["quantity": .int(quantity)], nil)
+        case "orders.cart.set":
+            // As the service does it: 0 removes the line; a product not in
+            // the cart gets a line of its own (the service may refuse it: an
+            // unknown product, a full cart; the rollback takes it out).
+            let product = try cartProduct(body, type)
+            guard let quantity = body["quantity"]?.int else { throw QuadError.badRequest("body.quantity is required for orders.cart.set (0 removes the line)") }
+            let most = Contract.Orders.maxQuantity
+            guard (0...most).contains(quantity) else { throw QuadError.badRequest("body.quantity must be an integer from 0 to \(most) (max_quantity)") }
+            let undo = try cartLine(db, product)
+            if quantity == 0 {
+                try db.execute("DELETE FROM cart WHERE product = $1", .text(product))
+            } else {
+                try db.execute("""
+                    INSERT INTO cart (product, quantity, added_ms) VALUES ($1, $2, $3)
+                    ON CONFLICT (product) DO UPDATE SET quantity = excluded.quantity
+                    """, .text(product), .int(quantity), .int(now))
+            }
+            return (["product": .string(product), "quantity": .int(quantity)], ["was": undo], nil)
+        case "orders.cart.remove":
+            // Removing what is not there changes nothing, here as on the service.
+            let product = try cartProduct(body, type)
+            let undo = try cartLine(db, product)
+            try db.execute("DELETE FROM cart WHERE product = $1", .text(product))
+            return (["product": .string(product)], ["was": undo], nil)
+        case "orders.cart.clear":
+            let lines = try db.query("SELECT product, quantity, added_ms FROM cart ORDER BY added_ms, product")
+            try db.execute("DELETE FROM cart")
+            return ([:], ["cart": .array(lines.map { ["product": .string($0.string("product")), "quantity": .int($0.int("quantity")), "added_ms": .int($0.int("added_ms"))] })], nil)
         case "orders.place":
             return try preparePlace(db, id: id, body: body, now: now)
         case "orders.return":
@@ -197,6 +226,8 @@ enum Actions {
         switch a.type {
         case "favorites.add":
             try db.execute("UPDATE favorites SET pending = NULL WHERE pending = $1", .text(a.id))
+        case "orders.cart.add", "orders.cart.set", "orders.cart.remove", "orders.cart.clear":
+            try takeServiceCart(db, a, reply: reply)
         case "orders.place":
             let total = reply["total"]?.double
             try db.execute("""
@@ -248,6 +279,24 @@ enum Actions {
             let product = a.body["product"]?.string ?? ""
             try db.execute("UPDATE cart SET quantity = quantity - $2 WHERE product = $1", .text(product), .int(a.undo["quantity"]?.int ?? 0))
             try db.execute("DELETE FROM cart WHERE quantity <= 0")
+        case "orders.cart.set", "orders.cart.remove":
+            // The line as it was before this action: back, or gone if it was not there.
+            let product = a.body["product"]?.string ?? ""
+            if let was = a.undo["was"], let quantity = was["quantity"]?.int {
+                try db.execute("""
+                    INSERT INTO cart (product, quantity, added_ms) VALUES ($1, $2, $3)
+                    ON CONFLICT (product) DO UPDATE SET quantity = excluded.quantity, added_ms = excluded.added_ms
+                    """, .text(product), .int(quantity), .int(was["added_ms"]?.int ?? a.createdMs))
+            } else {
+                try db.execute("DELETE FROM cart WHERE product = $1", .text(product))
+            }
+        case "orders.cart.clear":
+            for line in a.undo["cart"]?.array ?? [] {
+                try db.execute("""
+                    INSERT INTO cart (product, quantity, added_ms) VALUES ($1, $2, $3)
+                    ON CONFLICT (product) DO UPDATE SET quantity = cart.quantity + excluded.quantity
+                    """, .text(line["product"]?.string ?? ""), .int(line["quantity"]?.int ?? 0), .int(line["added_ms"]?.int ?? a.createdMs))
+            }
         case "orders.place":
             try db.execute("UPDATE orders SET status = 'rejected', pending = NULL, reason = $2 WHERE id = $1", .text(a.id), .text(error.message))
             try SpendingWindow.record(db, order: a.id)
@@ -284,6 +333,9 @@ enum Actions {
         case "favorites.add": return "Adding \(body["product"]?.string ?? "a product") to your favorites"
         case "favorites.remove": return "Removing \(body["product"]?.string ?? "a product") from your favorites"
         case "orders.cart.add": return "Adding \(body["product"]?.string ?? "a product") to your cart"
+        case "orders.cart.set": return "Setting \(body["product"]?.string ?? "a product") to \(body["quantity"]?.int ?? 0) in your cart"
+        case "orders.cart.remove": return "Removing \(body["product"]?.string ?? "a product") from your cart"
+        case "orders.cart.clear": return "Emptying your cart"
         case "orders.place":
             let what = body["source"]?.string == "cart" ? "your cart" : (body["product"]?.string ?? "a product")
             return "Your order to \(body["mode"]?.string ?? "buy") \(what)"
@@ -301,6 +353,41 @@ enum Actions {
     /// queued steps of the same reservation, which were based on it.
     static func reservation(of a: QueuedAction) -> String? {
         a.type == "reservations.hold" ? a.id : a.after
+    }
+
+    /// The cart operations' product: what the contract accepts (1 to 64 characters).
+    static func cartProduct(_ body: JSON, _ type: String) throws -> String {
+        let product = try string(body, "product", type)
+        guard product.count <= 64 else { throw QuadError.badRequest("body.product must be 1 to 64 characters for \(type)") }
+        return product
+    }
+
+    /// A cart line as the undo keeps it (null when the product is not in the cart).
+    static func cartLine(_ db: Database, _ product: String) throws -> JSON {
+        guard let r = try db.queryOne("SELECT quantity, added_ms FROM cart WHERE product = $1", .text(product)) else { return .null }
+        return ["quantity": .int(r.int("quantity")), "added_ms": .int(r.int("added_ms"))]
+    }
+
+    /// Every cart operation answers the service's cart: the phone takes it
+    /// as the truth, unless another cart change (or an order from the cart)
+    /// is still queued (any order, to keep it simple), whose optimistic update the service's cart does not
+    /// show yet; the last of them to settle brings the phone's cart in line.
+    /// A line keeps the phone's added_ms (the order it is shown in).
+    static func takeServiceCart(_ db: Database, _ a: QueuedAction, reply: JSON) throws {
+        guard let lines = reply["lines"]?.array else { return }
+        let later = try db.queryOne("""
+            SELECT 1 AS one FROM outbox WHERE id <> $1 AND (type LIKE 'orders.cart.%' OR type = 'orders.place') LIMIT 1
+            """, .text(a.id))
+        guard later == nil else { return }
+        var kept: [String: Int64] = [:]
+        for r in try db.query("SELECT product, added_ms FROM cart") { kept[r.string("product")] = r.int("added_ms") }
+        try db.execute("DELETE FROM cart")
+        for (i, line) in lines.enumerated() {
+            guard let product = line["product"]?.string, let quantity = line["quantity"]?.int, quantity > 0 else { continue }
+            // The service lists its lines oldest first: a line new to the phone goes after the ones it had, in that order.
+            try db.execute("INSERT INTO cart (product, quantity, added_ms) VALUES ($1, $2, $3) ON CONFLICT (product) DO NOTHING",
+                           .text(product), .int(quantity), .int(kept[product] ?? (a.createdMs + Int64(i))))
+        }
     }
 
     static func activeParking(_ db: Database) throws -> Row? {

@@ -69,6 +69,10 @@ public final class CampusDay {
     var listings = ListingTally()
     /// Rentals placed and returns queued by the students (since this run).
     var rentalsPlaced = 0
+    /// Cart edits (orders.cart.set, remove, clear) the students queued while
+    /// their phone was offline: only this process's memory knows (the
+    /// phones' action logs say what became of them, not where they were made).
+    var cartEditsOffline = 0
     var returnsQueued = 0
     public private(set) var exitCode: Int32 = 0
     public var onReport: (JSON, String) -> Void = { json, text in
@@ -433,6 +437,7 @@ final class Student {
         think(2...8) { [self] in
             if Bool.random(using: &rng) { act("orders.cart.add", ["product": .string(product()), "quantity": 1]) }
             phone.open("cart") { [self] _ in
+                editCart()
                 think(2...8) { [self] in
                     let first = (try? phone.db.queryOne("SELECT c.product, p.category FROM cart c LEFT JOIN catalog p ON p.id = c.product ORDER BY c.added_ms LIMIT 1"))
                     if Int.random(in: 0..<100, using: &rng) < 70, day.running, let first,
@@ -444,6 +449,25 @@ final class Student {
                 }
             }
         }
+    }
+
+    /// Sometimes the student changes the cart on its screen: a quantity,
+    /// a line taken out, now and then the whole cart emptied; offline too,
+    /// queued like the rest.
+    func editCart() {
+        guard day.running else { return }
+        let lines = (try? phone.db.query("SELECT product FROM cart ORDER BY added_ms, product").map { $0.string("product") }) ?? []
+        guard let first = lines.first, let last = lines.last else { return }
+        let pick = Int.random(in: 0..<100, using: &rng)
+        let edit: (String, JSON)
+        switch pick {
+        case 0..<25: edit = ("orders.cart.set", ["product": .string(first), "quantity": .int(Int64.random(in: 2...3, using: &rng))])
+        case 25..<40: edit = ("orders.cart.remove", ["product": .string(last)])
+        case 40..<46: edit = ("orders.cart.clear", [:])
+        default: return
+        }
+        let offline = !phone.isOnline
+        if case .queued = phone.act(edit.0, edit.1), offline { day.cartEditsOffline += 1 }
     }
 
     func rent(_ then: @escaping () -> Void) {
@@ -530,7 +554,10 @@ final class Student {
     func deadZone(_ then: @escaping () -> Void) {
         loseSignal()
         think(1...4) { [self] in
-            if Bool.random(using: &rng) { favorite(product(), screen: "home") } else { act("orders.cart.add", ["product": .string(product()), "quantity": 1]) }
+            if Bool.random(using: &rng) { favorite(product(), screen: "home") } else {
+                act("orders.cart.add", ["product": .string(product()), "quantity": 1])
+                editCart()  // without signal: queued, shown at once
+            }
             phone.open("spending") { [self] _ in
                 think(5...30) { [self] in
                     phone.setSignal(true)

@@ -112,6 +112,18 @@ enum Report {
                 "return_actions": .object((byType["orders.return"] ?? [:]).mapValues { .int($0) }),
             ],
         ]
+        // The students' cart edits (set a quantity, remove a line, empty
+        // the cart), from the phones' action logs; offline is how many were
+        // made without network, known to this process only.
+        let editTypes = ["orders.cart.set", "orders.cart.remove", "orders.cart.clear"]
+        let edits = editTypes.compactMap { t in byType[t].map { (t, $0) } }
+        f["cart_edits"] = [
+            "made": .int(edits.reduce(0) { $0 + $1.1.values.reduce(0, +) }),
+            "offline": .int(Int64(day?.cartEditsOffline ?? 0)),
+            "done": .int(edits.reduce(0) { $0 + ($1.1["done"] ?? 0) }),
+            "rejected": .int(edits.reduce(0) { $0 + ($1.1["rejected"] ?? 0) }),
+            "by_type": .object(Dictionary(uniqueKeysWithValues: edits.map { ($0.0, JSON.object($0.1.mapValues { .int($0) })) })),
+        ]
         if let day {
             f["seed"] = .int(Int64(bitPattern: day.options.seed))
             f["speed"] = .double(day.options.speed)
@@ -145,7 +157,7 @@ enum Report {
     static let sinceThisRun = ["activities", "max_queue", "drain/after_reconnect_ms", "drain/without_session_ms", "drain/end_of_day_ms",
                                "reads", "reads_by_view", "refused_online_only", "telemetry/sent", "telemetry/accepted",
                                "telemetry/duplicate", "telemetry/rejected", "telemetry/batches_answered", "sign_in_before_day",
-                               "images", "marketplace"]
+                               "images", "marketplace", "cart_edits/offline"]
 
     static func images(_ s: ImageStats) -> JSON {
         var j = s.json.object ?? [:]
@@ -216,6 +228,9 @@ enum Report {
         if let rent = r["rentals"] {
             let returns = (rent["returns"]?.object ?? [:]).map { "\($0.key) \($0.value.int ?? 0)" }.sorted().joined(separator: ", ")
             lines.append("Rentals: \(rent["made"]?.int ?? 0) made, \(rent["returned"]?.int ?? 0) returned\(returns.isEmpty ? "" : " (returns: \(returns))"), \(rent["late_days"]?.int ?? 0) late days charged.")
+        }
+        if let c = r["cart_edits"], (c["made"]?.int ?? 0) > 0 {
+            lines.append("Cart edits: \(c["made"]?.int ?? 0) made (\(c["offline"]?.int ?? 0) offline), \(c["done"]?.int ?? 0) done, \(c["rejected"]?.int ?? 0) rejected.")
         }
         if let l = r["marketplace"]?["listings"], (l["attempted"]?.int ?? 0) > 0 {
             let reasons = (l["reasons"]?.object ?? [:]).map { "\($0.value.int ?? 0) × \($0.key)" }.sorted().joined(separator: "; ")

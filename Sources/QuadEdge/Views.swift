@@ -86,7 +86,7 @@ extension Phone {
         case "favorites":
             favorites(finish)
         case "cart":
-            finish(ViewResult(view: view, source: .local, body: cart(), notice: pendingNotice(["orders.cart.add", "orders.place"])))
+            finish(ViewResult(view: view, source: .local, body: cart(), notice: pendingNotice(["orders.cart.add", "orders.cart.set", "orders.cart.remove", "orders.cart.clear", "orders.place"])))
         case "orders":
             orders(finish)
         case "spending":

@@ -132,7 +132,10 @@ struct EdgeRestartTests {
             #expect(outcomes[id] == "done" || outcomes[id] == "rejected", "\(type) \(id) settled after the restart: \(outcomes[id] ?? "missing")")
         }
         var byService: [String: [String]] = [:]
-        for (id, type) in done { byService[String(type.split(separator: ".")[0]), default: []].append(id) }
+        // orders.return is idempotent by the rental, not by envelope id
+        // (Sources/QuadOrders/Rentals.swift registers it without a record):
+        // a day whose students return a rental has no record to find for it.
+        for (id, type) in done where type != "orders.return" { byService[String(type.split(separator: ".")[0]), default: []].append(id) }
         for (service, ids) in byService {
             let answered = try edge.answered(service, ids)
             #expect(answered.count == ids.count, "\(service): every done action has its one idempotency record (\(ids.count - answered.count) missing)")

@@ -238,6 +238,11 @@ struct EdgeStackTests {
         let created = actions["created"]?.int ?? 0
         #expect(created >= 200, "a day of 200 students makes hundreds of actions: \(created)")
         #expect(actions["pending"]?.int == 0)
+        // Students change their carts (a quantity, a line out, the cart emptied), each edit settled.
+        let edits = try #require(json["cart_edits"], "the report counts cart edits")
+        let made = edits["made"]?.int ?? 0
+        #expect(made > 0, "\(edits)")
+        #expect((edits["done"]?.int ?? 0) + (edits["rejected"]?.int ?? 0) == made, "\(edits)")
         #expect(created == (actions["done"]?.int ?? 0) + (actions["rejected"]?.int ?? 0))
         #expect(json["accounted"]?.bool == true)
         for r in json["rejected"]?.array ?? [] { #expect(!(r["reason"]?.string ?? "").isEmpty && r["code"]?.string != nil) }

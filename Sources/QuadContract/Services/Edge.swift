@@ -102,7 +102,7 @@ extension Contract.Edge {
                 "act.request": .object([
                     "phone": .string(1...64)
                         .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
-                    "type": .choice(["favorites.add", "favorites.remove", "orders.cart.add", "orders.place", "orders.return", "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel", "reservations.car.save", "orders.cancel"])
+                    "type": .choice(["favorites.add", "favorites.remove", "orders.cart.add", "orders.cart.set", "orders.cart.remove", "orders.cart.clear", "orders.place", "orders.return", "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel", "reservations.car.save", "orders.cancel"])
                         .described("The action's request type. orders.cancel is online only: refused at once (unavailable, 503) without network, with the reason."),
                     "body": .object(open: true)
                         .described("The action's body as the service takes it; reservations.checkin, checkout and cancel default to the phone's active reservation.").optional,
@@ -212,6 +212,14 @@ extension Contract.Edge {
                         .described("The phones' image caches: hits {memory, disk}, misses, fetched, bytes_fetched, bytes_from_cache, evictions, refused, placeholders, revalidated, hit_ratio.").optional,
                     "rentals": .object(open: true)
                         .described("Rentals made since the day began (from the phones' files): made, by_status, returned, returns by outcome (returned, returning, refused), late_days, return_actions (orders.return by outcome).").optional,
+                    "cart_edits": .object([
+                        "made": .int(min: 0),
+                        "offline": .int(min: 0),
+                        "done": .int(min: 0),
+                        "rejected": .int(min: 0),
+                        "by_type": .object(open: true),
+                    ])
+                        .described("The cart edits (orders.cart.set, orders.cart.remove, orders.cart.clear) made since the day began, from the phones' action logs: made, done, rejected, and by_type (each type by outcome); offline is how many were queued without network, counted by this process only (since_this_run).").optional,
                     "marketplace": .object(open: true)
                         .described("quad-edge run: rentals_placed and returns_queued by the students, and listings {attempted, created, rejected, no_answer, reasons}.").optional,
                     "seed": .int(min: 0).optional,
