@@ -38,6 +38,11 @@ public final class CampusDay {
         /// then catalog.listings.create with it (`--listings on|off`).
         public var listings = true
         public var listersEvery = 10
+        /// Students change their carts (a quantity, a line out, the cart
+        /// emptied), offline too (`--cart-edits on|off`). Off by default:
+        /// the chaos checker's cart ledger counts units added against
+        /// units held or bought, and cannot follow a set or a removal yet.
+        public var cartEdits = false
         public init() {}
     }
 
@@ -455,7 +460,7 @@ final class Student {
     /// a line taken out, now and then the whole cart emptied; offline too,
     /// queued like the rest.
     func editCart() {
-        guard day.running else { return }
+        guard day.running, day.options.cartEdits else { return }
         let lines = (try? phone.db.query("SELECT product FROM cart ORDER BY added_ms, product").map { $0.string("product") }) ?? []
         guard let first = lines.first, let last = lines.last else { return }
         let pick = Int.random(in: 0..<100, using: &rng)

@@ -225,6 +225,7 @@ struct EdgeStackTests {
         let day = try edge.stack.start("campus", executable: "quad-edge", arguments: [
             "run", "--frontend", edge.stack.endpoints.frontend, "--dir", edge.stack.dir + "/campus-phones", "--phones", "200",
             "--control", "none", "--seed", "11", "--speed", "20", "--duration", "30", "--hold-seconds", "8", "--report", report,
+            "--cart-edits", "on",
         ])
         let deadline = Date().addingTimeInterval(240)
         while day.isRunning && Date() < deadline { usleep(200_000) }
