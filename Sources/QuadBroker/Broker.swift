@@ -94,6 +94,16 @@ public struct BrokerSettings: Sendable {
     /// Where `GET /metrics` is served (`--metrics HOST:PORT`); nil: nowhere.
     public var metricsAddress: String?
 
+    /// The public updates socket (XPUB, ``Updates``): phones subscribe to
+    /// public events and their own news; nil: none. CURVE as the frontend's.
+    public var updatesEndpoint: String?
+    /// Whether the broker may run without the updates socket when its
+    /// endpoint cannot be bound (a derived default; phones then poll).
+    public var updatesOptional = false
+    /// Distinct public topics the updates socket keeps subscriptions to
+    /// (`max_public_topics`).
+    public var maxPublicTopics = 100_000
+
     public init(endpoints: Endpoints) { self.endpoints = endpoints }
 }
 
@@ -115,6 +125,8 @@ public final class Broker {
     let eventsIn: Socket
     let eventsOut: Socket
     let internalFrontend: Socket
+    /// The public updates socket, when `updatesEndpoint` is set.
+    let updates: Updates?
     /// The routing rules (queues, workers, deadlines): the broker feeds it
     /// what the sockets say and carries out what it answers.
     var routing: Routing
@@ -203,6 +215,7 @@ public final class Broker {
         let throttled = LogThrottle(source: "broker")
         self.throttled = throttled
         let internalKey: [UInt8]?
+        var frontendKey: [UInt8]?
         if let keyPath = settings.curveKeyPath {
             let pair = try BrokerKeys.loadOrCreate(at: keyPath)
             Log.info("broker", "\(pair.created ? "created" : "loaded") CURVE key \(keyPath), public key \(pair.publicKey) in \(BrokerKeys.publicKeyPath(forSecretKey: keyPath))")
@@ -215,6 +228,7 @@ public final class Broker {
                 authenticator?.trusted = Set(try BrokerKeys.allowList(at: path).compactMap { Curve.encode($0) })
             }
             try frontend.setCurveServer(secretKey: pair.secretKey)
+            frontendKey = pair.secretKey
             try frontend.setZAPDomain(Authenticator.domain)
             monitor = try SocketMonitor(frontend, name: "frontend")
             publicKey = pair.publicKey
@@ -233,6 +247,7 @@ public final class Broker {
             try socket.setZAPDomain(Authenticator.internalDomain)
         }
         try frontend.bind(settings.endpoints.frontend)
+        updates = try Broker.openUpdates(settings, context: context, curveKey: frontendKey, log: throttled)
         backend = try context.socket(.router)
         try backend.setMaxMessageSize(socketLimit)
         try secureInternal(backend)
@@ -248,6 +263,8 @@ public final class Broker {
         // The broker's own subscription: publishers send revocations to it
         // whether or not any subscriber wants them.
         try eventsIn.send([[1] + Broker.revokedTopic])
+        // And every event phones may hear: its topic starts with byte 1.
+        if settings.updatesEndpoint != nil { try eventsIn.send([[1, 1]]) }
         eventsOut = try context.socket(.xpub)
         try eventsOut.setSendHWM(100_000)
         try secureInternal(eventsOut)
@@ -328,6 +345,11 @@ public final class Broker {
         reactor.register(frontend) { [unowned self] s in self.drainFrontend(s, origin: Broker.public) }
         reactor.register(internalFrontend) { [unowned self] s in self.drainFrontend(s, origin: Broker.internal) }
         reactor.register(eventsIn) { [unowned self] _ in self.relay(from: self.eventsIn, to: self.eventsOut, events: true) }
+        if let updates {
+            reactor.register(updates.socket) { [unowned self] _ in updates.drain(user: self.newsUser) }
+            timers.every(1000) { [unowned self] in updates.heartbeat(src: self.name) }
+            Log.info(name, "updates \(settings.updatesEndpoint ?? ""): public events and each user's news to phones (\(publicKey == nil ? "no CURVE" : "CURVE as the frontend"))")
+        }
         reactor.register(eventsOut) { [unowned self] _ in self.relay(from: self.eventsOut, to: self.eventsIn, events: false) }
         do { try reactor.run(until: { Shutdown.isRequested || shouldStop() }) } catch {
             Log.error(name, "poll: \(error)")
@@ -352,6 +374,8 @@ public final class Broker {
         metrics.describe("quad_broker_workers", .gauge, "Live workers registered, per service.")
         metrics.describe("quad_broker_queue_depth", .gauge, "Requests waiting for a worker, per service.")
         metrics.describe("quad_broker_uptime_seconds", .gauge, "Seconds since this broker started.")
+        metrics.describe("quad_broker_updates_published_total", .counter, "Events sent to phones on the public updates socket.")
+        metrics.describe("quad_broker_updates_subscriptions_total", .counter, "Subscriptions on the updates socket, by outcome: accepted or refused (not public, a bad token, max_public_topics).")
     }
 
     /// Copies the broker's counters and per-service figures into the
@@ -362,6 +386,11 @@ public final class Broker {
         metrics.set("quad_broker_events_relayed_total", [:], Double(eventsRelayed))
         metrics.set("quad_broker_rate_limited_total", [:], Double(rateLimited))
         metrics.set("quad_broker_uptime_seconds", [:], Double(Clock.monotonicMillis() - startedAt) / 1000)
+        if let updates {
+            metrics.set("quad_broker_updates_published_total", [:], Double(updates.published))
+            metrics.set("quad_broker_updates_subscriptions_total", ["outcome": "accepted"], Double(updates.accepted))
+            metrics.set("quad_broker_updates_subscriptions_total", ["outcome": "refused"], Double(updates.refused))
+        }
         var workers: [String: Double] = [:]
         for w in routing.workers.values { workers[w.service, default: 0] += 1 }
         var queues: [String: Double] = [:]
@@ -394,12 +423,48 @@ public final class Broker {
         var n = 0
         while n < 1000, let frames = try? from.receive(dontWait: true) {
             if events, frames.count == 2, frames[0].starts(with: Broker.revokedTopic) { revoked(frames[1]) }
+            n += 1
+            // An event phones may hear: to the updates socket on its public
+            // topic, and to services on the internal one.
+            if events, frames.count == 2, frames[0].first == 1 {
+                let (publicTopic, internalTopic) = Updates.split(frames[0])
+                if let publicTopic { updates?.publish(topic: publicTopic, bytes: frames[1]) }
+                try? to.send([internalTopic, frames[1]])
+                continue
+            }
             // A subscriber's unsubscribe from the broker's own topic would
             // drop it upstream: XSUB counts each subscription, so it stays.
             try? to.send(frames)
-            n += 1
         }
         if events { eventsRelayed += Int64(n) }
+    }
+
+    /// The updates socket, bound, or nil: none asked for, or an optional
+    /// one whose endpoint is taken (logged: phones fall back to polling).
+    static func openUpdates(_ settings: BrokerSettings, context: ZMQContext, curveKey: [UInt8]?, log: LogThrottle) throws -> Updates? {
+        guard let endpoint = settings.updatesEndpoint else { return nil }
+        let socket = try context.socket(.xpub)
+        if let curveKey {
+            try socket.setCurveServer(secretKey: curveKey)
+            try socket.setZAPDomain(Authenticator.domain)
+        }
+        let updates = try Updates(socket: socket, maxTopics: settings.maxPublicTopics) { key, message in log.info(key, message) }
+        let bound: ZMQError?
+        do { try socket.bind(endpoint); bound = nil } catch { bound = error }
+        if let bound {
+            guard settings.updatesOptional else { throw bound }
+            Log.error("broker", "updates socket not opened: \(endpoint): \(bound) (phones poll instead; pass --updates ENDPOINT or off)")
+            return nil
+        }
+        return updates
+    }
+
+    /// The user of a news subscription's session token, checked as the
+    /// frontend checks a request's.
+    func newsUser(_ token: String) throws(QuadError) -> String {
+        let claims = try tokens.check(token)
+        if revocations.isRevoked(claims) { throw .unauthorized("token revoked: this session was ended") }
+        return claims.user
     }
 
     /// An `accounts.session.revoked` event: applied at once.

@@ -216,7 +216,7 @@ public struct TypedOperation<Request: Body, Reply: Body>: Sendable {
 public struct TypedEvent<B: Body>: Sendable {
     public let event: Event
 
-    public init(_ type: String, body: Shape = B.shape) { event = Event(type, body: body) }
+    public init(_ type: String, body: Shape = B.shape, audience: Audience = .services) { event = Event(type, body: body, audience: audience) }
 
     public var type: String { event.type }
 }

@@ -41,14 +41,56 @@ public struct Operation: Sendable {
     var op: String { String(type.drop { $0 != "." }.dropFirst()) }
 }
 
+/// Who may hear an event besides Quad's services (`x-quad-audience` in
+/// its schema). The broker's public updates socket carries the events of
+/// `everyone` under `pub/<type>/<key>` and those of `user` under
+/// `user/<id>/<type>`, the latter only to a subscriber who showed that
+/// user's session token; `services` events never leave the internal sockets.
+public enum Audience: Sendable, Equatable {
+    /// Quad's services only (the default).
+    case services
+    /// Anyone: phones subscribe by the body's `key` field (a level, a product).
+    case everyone(key: String)
+    /// The one user named by the body's `field`.
+    case user(field: String)
+
+    /// The schema keyword's value.
+    public var name: String {
+        switch self {
+        case .services: "services"
+        case .everyone: "everyone"
+        case .user: "user"
+        }
+    }
+}
+
 /// One event topic and its body.
 public struct Event: Sendable {
     public let type: String
     public let body: Shape
+    public let audience: Audience
 
-    public init(_ type: String, body: Shape) {
+    public init(_ type: String, body: Shape, audience: Audience = .services) {
         self.type = type
         self.body = body
+        self.audience = audience
+    }
+
+    /// The topic the broker's public updates socket carries this event
+    /// under, for a body: nil for a services-only event, or a body without
+    /// a usable key (a string of letters, digits, `-`, `_` and `.`, at most
+    /// 64 characters: never a separator of topics).
+    public func publicTopic(_ body: JSON) -> String? {
+        func part(_ name: String) -> String? {
+            guard let v = body[name]?.string, !v.isEmpty, v.utf8.count <= 64,
+                  v.utf8.allSatisfy({ (48...57).contains($0) || (65...90).contains($0) || (97...122).contains($0) || $0 == 45 || $0 == 95 || $0 == 46 }) else { return nil }
+            return v
+        }
+        switch audience {
+        case .services: return nil
+        case .everyone(let key): return part(key).map { "pub/\(type)/\($0)" }
+        case .user(let field): return part(field).map { "user/\($0)/\(type)" }
+        }
     }
 
     public var path: String { "\(type.prefix { $0 != "." })/\(type.drop { $0 != "." }.dropFirst()).event.json" }
@@ -248,7 +290,10 @@ extension Contract.Part {
             if paths.request == path { return Contract.requestDocument(op, at: path, title: "\(op.type) request") }
             if paths.reply == path { return Contract.document(path, title: "\(op.type) reply", op.reply) }
         }
-        if let event = events.first(where: { $0.path == path }) { return Contract.document(path, title: "\(event.type) event", event.body) }
+        if let event = events.first(where: { $0.path == path }) {
+            let audience: [String: JSON] = event.audience == .services ? [:] : ["x-quad-audience": .string(event.audience.name)]
+            return Contract.document(path, title: "\(event.type) event", event.body, audience)
+        }
         if let d = definitions.first(where: { $0.path == path }) { return Contract.document(path, title: d.title, d.shape) }
         return nil
     }

@@ -6,7 +6,7 @@ import QuadWire
 /// text, so a test can compare files byte for byte.
 enum SchemaText {
     static let firstKeys = [
-        "$schema", "$id", "title", "description", "x-quad-kind", "x-quad-auth", "x-quad-limit", "x-quad-min-limit", "x-quad-over", "x-quad-expected", "x-quad-rule", "type", "$ref", "const", "enum",
+        "$schema", "$id", "title", "description", "x-quad-kind", "x-quad-auth", "x-quad-audience", "x-quad-limit", "x-quad-min-limit", "x-quad-over", "x-quad-expected", "x-quad-rule", "type", "$ref", "const", "enum",
         "minimum", "maximum", "minLength", "maxLength", "pattern", "format", "default", "items", "minItems", "maxItems", "properties",
         "required", "additionalProperties",
     ]

@@ -598,7 +598,10 @@ final class Student {
                     }
                 }
             }
-            if useForecast { phone.open("forecast", ["lot": .string(lot)]) { _ in afterForecast() } } else { afterForecast() }
+            // The lot's live map first (the feed keeps it current).
+            phone.open("levels", ["lot": .string(lot)]) { [self] _ in
+                if useForecast { phone.open("forecast", ["lot": .string(lot)]) { _ in afterForecast() } } else { afterForecast() }
+            }
         }
     }
 

@@ -48,7 +48,15 @@ public struct EdgeSettings: Sendable {
     /// image_cache_days, image_memory_entries, image_memory_bytes, max_image_bytes.
     public var images = ImageCacheLimits()
 
-    public init(frontend: String) { self.frontend = frontend }
+    /// The brokers' updates sockets (comma-separated; LiveFeed.swift);
+    /// empty: none, the phone polls.
+    public var updates: String
+
+    /// The updates sockets default to those beside the frontends.
+    public init(frontend: String, updates: String? = nil) {
+        self.frontend = frontend
+        self.updates = updates ?? Endpoints.list(frontend).compactMap { Endpoints.updates(forFrontend: $0) }.joined(separator: ",")
+    }
 
     var backoff: Backoff { Backoff(baseMs: backoffBaseMs, capMs: backoffCapMs) }
 }
@@ -81,7 +89,12 @@ final class Phone {
     var registerID = ""
     var registered = false
     var user: String?
-    var token: String? { didSet { link.token = token } }
+    var token: String? {
+        didSet {
+            link.token = token
+            live?.setNewsToken(token)
+        }
+    }
     var expiresAt: Int64 = 0
     var sessionID = MessageID.make()
     var signingIn = false
@@ -151,6 +164,19 @@ final class Phone {
     /// (ParkWise's memory cache before a disk cache), files beside the phone's file.
     let images: ImageCache
     var onMessage: (Phone, JSON) -> Void = { _, _ in }
+    /// The live feed (nil without updates sockets) and what it did here.
+    var live: LiveFeed?
+    var liveStats = LiveStats()
+    var liveWasQuiet = true
+    var liveTimer: Int?
+    /// The last seq applied per product (the feed's products only).
+    var productSeqs: [String: Int64] = [:]
+    /// The lot whose levels the student last looked at, and when: the
+    /// one polled while the feed is quiet.
+    var watchedLot: (id: String, atMs: Int64)?
+    var lastPollMs: Int64 = 0
+    /// A `*.news` event for this phone's user, as the feed heard it.
+    var onNews: (Phone, Envelope) -> Void = { _, _ in }
     var onDrained: (Phone) -> Void = { _ in }
 
     init(name: String, path: String, context: ZMQContext, reactor: Reactor, settings: EdgeSettings, seed: UInt64) throws {
@@ -162,8 +188,15 @@ final class Phone {
         let folder = (path.hasSuffix(".db") ? String(path.dropLast(3)) : path) + ".images"
         images = try ImageCache(db: db, folder: folder, agenda: reactor.timers, limits: settings.images)
         link = Link(context: context, endpoint: settings.frontend, source: "edge/\(name)", reactor: reactor, serverKey: settings.brokerKey)
+        let updates = Endpoints.list(settings.updates)
+        if !updates.isEmpty {
+            let feed = LiveFeed(context: context, endpoints: updates, reactor: reactor, serverKey: settings.brokerKey, clientKeys: link.clientKeys)
+            live = feed
+            feed.onEvent = { [unowned self] in self.applyLive($0) }
+        }
         try loadSession()
         link.onAnswer = { [unowned self] in self.heard() }
+        if live != nil { liveTimer = agenda.every(1000) { [weak self] in self?.liveTick() } }
     }
 
     var isOnline: Bool { !airplane && signal && reachable }
@@ -463,10 +496,12 @@ final class Phone {
     func applyRadio() {
         if radioOn {
             do { try link.up() } catch { Log.error("edge/\(name)", "cannot open socket: \(error)") }
+            do { try live?.up() } catch { Log.error("edge/\(name)", "cannot open the updates sockets: \(error)") }
             // Assume the network is there until a request says otherwise.
             reachable = true
         } else {
             link.down()
+            live?.down()
         }
         radioChanged()
     }
@@ -565,7 +600,9 @@ final class Phone {
         stopped = true
         agenda.cancel(refreshTimer)
         refreshTimer = nil
+        agenda.cancel(liveTimer)
         link.down()
+        live?.down()
         db.close()
     }
 

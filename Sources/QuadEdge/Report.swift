@@ -112,6 +112,7 @@ enum Report {
                 "return_actions": .object((byType["orders.return"] ?? [:]).mapValues { .int($0) }),
             ],
         ]
+        f["live"] = Report.live(fleet.phones)
         // The students' cart edits (set a quantity, remove a line, empty
         // the cart), from the phones' action logs; offline is how many were
         // made without network, known to this process only.
@@ -157,7 +158,38 @@ enum Report {
     static let sinceThisRun = ["activities", "max_queue", "drain/after_reconnect_ms", "drain/without_session_ms", "drain/end_of_day_ms",
                                "reads", "reads_by_view", "refused_online_only", "telemetry/sent", "telemetry/accepted",
                                "telemetry/duplicate", "telemetry/rejected", "telemetry/batches_answered", "sign_in_before_day",
-                               "images", "marketplace", "cart_edits/offline"]
+                               "images", "marketplace", "cart_edits/offline", "live"]
+
+    /// The live feeds (LiveFeed.swift): events received and their latency
+    /// from the service's outbox to the phone, what they changed, the
+    /// updates dropped as older than the saved copy, the polls of phones
+    /// whose feed was quiet, the catch-ups after a silence, and the news
+    /// heard (none may be another user's).
+    static func live(_ phones: [Phone]) -> JSON {
+        var latencies: [Int64] = []
+        var s = Phone.LiveStats()
+        var received = 0, feeds = 0, liveNow = 0
+        for p in phones {
+            guard let feed = p.live else { continue }
+            feeds += 1
+            if feed.isLive { liveNow += 1 }
+            received += feed.received
+            latencies += feed.latencies
+            (s.applied, s.stale, s.polls, s.catchUps) = (s.applied + p.liveStats.applied, s.stale + p.liveStats.stale,
+                                                         s.polls + p.liveStats.polls, s.catchUps + p.liveStats.catchUps)
+            (s.news, s.newsForOthers) = (s.news + p.liveStats.news, s.newsForOthers + p.liveStats.newsForOthers)
+            s.duplicates += p.liveStats.duplicates
+        }
+        latencies.sort()
+        func pct(_ q: Double) -> JSON { latencies.isEmpty ? .null : .int(latencies[min(latencies.count - 1, Int(Double(latencies.count) * q))]) }
+        return [
+            "phones_with_feed": .int(Int64(feeds)), "live_now": .int(Int64(liveNow)),
+            "received": .int(Int64(received)), "applied": .int(Int64(s.applied)), "duplicates": .int(Int64(s.duplicates)), "stale_dropped": .int(Int64(s.stale)),
+            "latency_ms": ["p50": pct(0.5), "p95": pct(0.95), "max": latencies.last.map { .int($0) } ?? .null],
+            "polls": .int(Int64(s.polls)), "catch_ups": .int(Int64(s.catchUps)),
+            "news": ["received": .int(Int64(s.news)), "for_another_user": .int(Int64(s.newsForOthers))],
+        ]
+    }
 
     static func images(_ s: ImageStats) -> JSON {
         var j = s.json.object ?? [:]
@@ -228,6 +260,10 @@ enum Report {
         if let rent = r["rentals"] {
             let returns = (rent["returns"]?.object ?? [:]).map { "\($0.key) \($0.value.int ?? 0)" }.sorted().joined(separator: ", ")
             lines.append("Rentals: \(rent["made"]?.int ?? 0) made, \(rent["returned"]?.int ?? 0) returned\(returns.isEmpty ? "" : " (returns: \(returns))"), \(rent["late_days"]?.int ?? 0) late days charged.")
+        }
+        if let l = r["live"], (l["phones_with_feed"]?.int ?? 0) > 0 {
+            let lat = l["latency_ms"] ?? [:]
+            lines.append("Live updates: \(l["received"]?.int ?? 0) received (latency p50 \(lat["p50"]?.int.map { "\($0) ms" } ?? "-"), p95 \(lat["p95"]?.int.map { "\($0) ms" } ?? "-")), \(l["applied"]?.int ?? 0) applied, \(l["duplicates"]?.int ?? 0) heard twice, \(l["stale_dropped"]?.int ?? 0) older than the saved copy dropped; \(l["polls"]?.int ?? 0) polls while a feed was quiet, \(l["catch_ups"]?.int ?? 0) catch-ups; news \(l["news"]?["received"]?.int ?? 0) received, \(l["news"]?["for_another_user"]?.int ?? 0) for another user.")
         }
         if let c = r["cart_edits"], (c["made"]?.int ?? 0) > 0 {
             lines.append("Cart edits: \(c["made"]?.int ?? 0) made (\(c["offline"]?.int ?? 0) offline), \(c["done"]?.int ?? 0) done, \(c["rejected"]?.int ?? 0) rejected.")

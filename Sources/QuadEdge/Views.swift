@@ -7,6 +7,8 @@ struct ViewResult {
     enum Source: String {
         /// The service answered just now.
         case network
+        /// A saved copy the live feed keeps current (updates arrive).
+        case live
         /// A copy saved on the phone, with its age.
         case saved
         /// The in-memory cache of spot searches.
@@ -72,6 +74,7 @@ extension Phone {
             }
         case "product":
             let id = params["id"]?.string ?? ""
+            if !id.isEmpty { live?.watch(product: id) }
             networkThenSaved(view, "catalog.product.get", ["id": .string(id)]) { [weak self] r in
                 guard let self else { return }
                 let shown = r.source == .none && r.error == nil ? self.localProduct(id).map {
@@ -99,7 +102,14 @@ extension Phone {
                 self.withImages(r, .parkwise, photos, finish)
             }
         case "levels":
-            networkThenSaved(view, "reservations.levels", ["lot": .string(params["lot"]?.string ?? "central")], finish)
+            let lot = params["lot"]?.string ?? "central"
+            watchedLot = (lot, now)
+            // The feed keeps the saved copy current: no request while it is live.
+            if live?.isLive == true, let copy = saved(Phone.key("reservations.levels", ["lot": .string(lot)])) {
+                finish(ViewResult(view: view, source: .live, ageMs: copy.ageMs, body: copy.body))
+            } else {
+                networkThenSaved(view, "reservations.levels", ["lot": .string(lot)], finish)
+            }
         case "forecast":
             let lot = params["lot"]?.string ?? "central"
             record("forecast.opened", ["lot": .string(lot)])
@@ -130,6 +140,8 @@ extension Phone {
     static func key(_ type: String, _ body: JSON) -> String { type + " " + body.text }
 
     func save(_ key: String, _ body: JSON) {
+        // A lot's levels are also kept by the live feed: never an older level over a newer one.
+        let body = key.hasPrefix("reservations.levels ") ? keepingNewerLevels(key, body) : body
         _ = try? db.execute("""
             INSERT INTO saved (key, body, saved_ms) VALUES ($1, $2, $3)
             ON CONFLICT (key) DO UPDATE SET body = excluded.body, saved_ms = excluded.saved_ms

@@ -124,6 +124,9 @@ public final class Socket {
     /// ROUTER: fail a send to an unknown peer (EHOSTUNREACH) instead of dropping it.
     public func setRouterMandatory(_ on: Bool) throws(ZMQError) { try setOption(ZMQ_ROUTER_MANDATORY, Int32(on ? 1 : 0)) }
     public func setImmediate(_ on: Bool) throws(ZMQError) { try setOption(ZMQ_IMMEDIATE, Int32(on ? 1 : 0)) }
+    /// XPUB: subscriptions count only when the socket's owner passes them
+    /// to ``subscribe(_:)`` right after receiving them (ZMQ_XPUB_MANUAL).
+    public func setXPubManual(_ on: Bool) throws(ZMQError) { try setOption(ZMQ_XPUB_MANUAL, Int32(on ? 1 : 0)) }
     public func subscribe(_ prefix: String) throws(ZMQError) { try setOption(ZMQ_SUBSCRIBE, bytes: Array(prefix.utf8)) }
     public func unsubscribe(_ prefix: String) throws(ZMQError) { try setOption(ZMQ_UNSUBSCRIBE, bytes: Array(prefix.utf8)) }
     /// CURVE server role with this secret key (32 raw bytes).
@@ -149,6 +152,11 @@ public final class Socket {
     /// The ZAP domain sent with each authentication request (RFC 27).
     public func setZAPDomain(_ domain: String) throws(ZMQError) { try setOption(ZMQ_ZAP_DOMAIN, bytes: Array(domain.utf8)) }
     /// Milliseconds a peer has to complete the ZMTP handshake (default 30000).
+    /// ZMTP heartbeats: a PING every `intervalMs`; no traffic for `timeoutMs` closes the connection (and a connecting socket dials again).
+    public func setHeartbeat(intervalMs: Int32, timeoutMs: Int32) throws(ZMQError) {
+        try setOption(ZMQ_HEARTBEAT_IVL, intervalMs)
+        try setOption(ZMQ_HEARTBEAT_TIMEOUT, timeoutMs)
+    }
     public func setHandshakeInterval(_ ms: Int32) throws(ZMQError) { try setOption(ZMQ_HANDSHAKE_IVL, ms) }
 
     /// Publishes this socket's handshake events on `endpoint` (an `inproc://`

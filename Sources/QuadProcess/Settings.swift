@@ -43,6 +43,17 @@ public struct Endpoints: Sendable {
         return Endpoints(frontend: pick(frontend), backend: pick(backend), eventsIn: pick(eventsIn), eventsOut: pick(eventsOut), internal: pick(`internal`))
     }
 
+    /// The public updates socket of the broker whose frontend is
+    /// `frontend`, unless told otherwise: TCP port + 9 on the same host
+    /// (7709 beside 7700; broker K's frontend is 10 ports after K-1's), or
+    /// `<path>-updates` beside an ipc:// frontend.
+    public static func updates(forFrontend frontend: String) -> String? {
+        if frontend.hasPrefix("ipc://") { return frontend + "-updates" }
+        guard frontend.hasPrefix("tcp://"), let colon = frontend.lastIndex(of: ":"),
+              let port = Int(frontend[frontend.index(after: colon)...]), port > 0, port + 9 <= 65535 else { return nil }
+        return String(frontend[...colon]) + String(port + 9)
+    }
+
     /// Defaults overridden by QUAD_FRONTEND, QUAD_BACKEND, QUAD_EVENTS_IN, QUAD_EVENTS_OUT, QUAD_INTERNAL.
     public static func fromEnvironment() -> Endpoints {
         let env = ProcessInfo.processInfo.environment

@@ -60,6 +60,7 @@ enum Holds {
             }
             let reservation = try load(db, id: req.id, user: user, now: now, clock: clock)
             try publish(db, C.held, reservation, user: user)
+            try LiveLevels.publish(db, spot: spot)
             return C.Hold.Reply(reservation: reservation, holdSeconds: settings.holdSeconds)
         }
 
@@ -87,6 +88,7 @@ enum Holds {
                 throw refusal(row, doing: "check out", clock: clock)
             }
             try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
+            try LiveLevels.publish(db, spot: row.string("spot"))
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
             try publish(db, C.checkedout, reservation, user: user)
             return C.StepReply(reservation: reservation)
@@ -103,6 +105,7 @@ enum Holds {
                 throw refusal(row, doing: "cancel", clock: clock)
             }
             try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
+            try LiveLevels.publish(db, spot: row.string("spot"))
             let reservation = try load(db, id: id, user: user, now: now, clock: clock)
             try publish(db, C.cancelled, reservation, user: user)
             return C.StepReply(reservation: reservation)
@@ -225,6 +228,9 @@ enum Holds {
                 let user = r.string("user_id")
                 try publish(db, C.expired, try load(db, id: r.string("id"), user: user, now: now, clock: clock), user: user)
             }
+            // The levels last, after every spot: a level's lock is never
+            // held while waiting for a spot's.
+            for spot in Set(expired.map { $0.string("spot") }).sorted() { try LiveLevels.publish(db, spot: spot) }
             return expired.count
         }
     }

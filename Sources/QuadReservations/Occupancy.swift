@@ -167,6 +167,7 @@ final class Simulator {
     /// Parks or removes simulated cars so each level and kind matches the
     /// curve; drivers' holds count as taken, and cars only ever go to free spots.
     func move(at now: Int64) throws {
+        var moved: Set<String> = []
         let rows = try db.query("""
             SELECT level, kind, COUNT(*) AS total, SUM(sim_car) AS cars,
                    SUM(CASE WHEN sim_car = 0 AND reservation IS NULL THEN 1 ELSE 0 END) AS free
@@ -184,12 +185,15 @@ final class Simulator {
                     UPDATE spots SET sim_car = 1 WHERE id IN (
                         SELECT id FROM spots WHERE level = $1 AND kind = $2 AND sim_car = 0 AND reservation IS NULL ORDER BY random() LIMIT $3)
                     """, .text(level.id), .text(kind), .int(min(want - cars, free)))
+                moved.insert(level.id)
             } else if want < cars {
                 try db.execute("""
                     UPDATE spots SET sim_car = 0 WHERE id IN (SELECT id FROM spots WHERE level = $1 AND kind = $2 AND sim_car = 1 ORDER BY random() LIMIT $3)
                     """, .text(level.id), .text(kind), .int(cars - want))
+                moved.insert(level.id)
             }
         }
+        for level in moved.sorted() { try LiveLevels.publish(db, level: level) }
     }
 
     func snapshot(at: Int64) throws {

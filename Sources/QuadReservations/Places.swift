@@ -28,10 +28,10 @@ enum Places {
     static let freeSQL = "SUM(CASE WHEN s.sim_car = 0 AND s.reservation IS NULL THEN 1 ELSE 0 END)"
 
     /// Total and free spots per kind, grouped by `column` (lot or level).
-    static func counts(_ db: Database, by column: String, lot: String? = nil) throws -> [String: Counts] {
-        let filter = lot == nil ? "" : "WHERE s.lot = $1"
+    static func counts(_ db: Database, by column: String, lot: String? = nil, level: String? = nil) throws -> [String: Counts] {
+        let filter = lot != nil ? "WHERE s.lot = $1" : level != nil ? "WHERE s.level = $1" : ""
         let rows = try db.query("SELECT s.\(column) AS k, s.kind, COUNT(*) AS total, \(freeSQL) AS free FROM spots s \(filter) GROUP BY s.\(column), s.kind",
-                                lot.map { [.text($0)] } ?? [])
+                                (lot ?? level).map { [.text($0)] } ?? [])
         var out: [String: Counts] = [:]
         for r in rows { out[r.string("k"), default: [:]][r.string("kind")] = (r.int("total"), r.int("free")) }
         return out
@@ -78,10 +78,10 @@ enum Places {
 
     static func levels(_ db: Database, lot: String) throws -> [C.Level] {
         let counts = try counts(db, by: "level", lot: lot)
-        return try db.query("SELECT id, name, floor, signal FROM levels WHERE lot = $1 ORDER BY floor", .text(lot)).map { r in
+        return try db.query("SELECT id, name, floor, signal, live_seq FROM levels WHERE lot = $1 ORDER BY floor", .text(lot)).map { r in
             let id = r.string("id")
             return C.Level(id: id, name: r.string("name"), floor: r.int("floor"), signal: r.string("signal"),
-                           total: self.counts(counts[id], free: false), free: self.counts(counts[id], free: true))
+                           total: self.counts(counts[id], free: false), free: self.counts(counts[id], free: true), seq: r.int("live_seq"))
         }
     }
 

@@ -165,7 +165,7 @@ public enum Reservations: ServiceDomain {
                 lease_until_ms BIGINT NOT NULL
             );
             """),
-    ] + Photos.migrations
+    ] + Photos.migrations + LiveLevels.migrations
 
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
         let settings: Settings
@@ -173,6 +173,7 @@ public enum Reservations: ServiceDomain {
             Flags.usageError(error.message, usage: "Run quad-reservations --help for the options.\n")
         }
         try Campus.seedIfEmpty(db)
+        try LiveLevels.publishAll(db)
         try Photos.install(on: worker, db: db, options: options)
         register(worker.handlers, db: db, settings: settings)
         // Holds whose deadline passed while no worker ran are released

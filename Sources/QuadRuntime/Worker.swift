@@ -1,4 +1,5 @@
 import Foundation
+import QuadContract
 import QuadMessaging
 import QuadMetrics
 import QuadStore
@@ -178,6 +179,17 @@ public final class Worker {
         }
     }
 
+    /// What comes before the topic of an event phones may hear: byte 1, its
+    /// topic on the broker's updates socket (``Audience``) and byte 0;
+    /// nothing for the events of Quad's services only. The broker
+    /// subscribes to byte 1 and strips the head before its internal
+    /// subscribers see the topic.
+    static func publicTopic(_ event: StoredEvent) -> [UInt8] {
+        guard let declared = Contract.event(event.type), declared.audience != .services,
+              let topic = declared.publicTopic(event.body) else { return [] }
+        return [1] + Array(topic.utf8) + [0]
+    }
+
     /// Publishes what the outbox holds now; runs after each mutation and on
     /// a timer. A backlog goes out page after page, up to `relayPages`
     /// pages a call; a call that ends on a full page runs again on the
@@ -189,7 +201,7 @@ public final class Worker {
             let prefix = Array(EventFeed.topic(handlers.service).utf8)
             for _ in 0..<Worker.relayPages where full {
                 let sent = try Outbox.relay(db, limit: Worker.relayPage) { event in
-                    try publisher.send([prefix + Array(event.type.utf8), event.bytes(src: handlers.service)])
+                    try publisher.send([Worker.publicTopic(event) + prefix + Array(event.type.utf8), event.bytes(src: handlers.service)])
                 }
                 full = sent == Worker.relayPage
             }

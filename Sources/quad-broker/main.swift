@@ -58,6 +58,9 @@ flags.option("revocation-refresh-ms", "how often to ask accounts for every revoc
 flags.flag("show-key", "print the frontend's CURVE public key (making the key pair if missing) and exit")
 flags.option("accounts-key", "accounts' Ed25519 public key file that session tokens are checked against (env QUAD_ACCOUNTS_KEY); may appear after start",
              default: KeyFiles.defaultPublicKeyPath())
+flags.option("updates", "endpoint of the public updates socket (XPUB, CURVE as the frontend) where phones subscribe to public events and their own news; auto: the frontend's port + 9; off: none (env QUAD_UPDATES)",
+             default: env("QUAD_UPDATES", "auto"))
+flags.option("max-public-topics", "distinct public topics the updates socket keeps subscriptions to (max_public_topics)", default: "100000")
 flags.parse()
 for name in ["frontend", "backend", "events-in", "events-out", "internal"] where flags[name]!.contains(",") {
     Flags.usageError("--\(name) is one endpoint: each broker binds its own (a list '\(flags[name]!)' is for workers and clients; QUAD_\(name.uppercased().replacingOccurrences(of: "-", with: "_")) may hold one, pass the broker its own with --\(name))", usage: flags.usage)
@@ -66,6 +69,15 @@ for name in ["frontend", "backend", "events-in", "events-out", "internal"] where
 var settings = BrokerSettings(endpoints: Endpoints(frontend: flags["frontend"]!, backend: flags["backend"]!,
                                                    eventsIn: flags["events-in"]!, eventsOut: flags["events-out"]!,
                                                    internal: flags["internal"]!))
+switch flags["updates"]! {
+case "off": settings.updatesEndpoint = nil
+case "auto":
+    settings.updatesEndpoint = Endpoints.updates(forFrontend: settings.endpoints.frontend)
+    settings.updatesOptional = true
+case let endpoint: settings.updatesEndpoint = endpoint
+}
+settings.maxPublicTopics = flags.int("max-public-topics")
+guard settings.maxPublicTopics >= 1 else { Flags.usageError("--max-public-topics must be at least 1", usage: flags.usage) }
 settings.heartbeatMs = Int64(flags.int("heartbeat-ms"))
 if let address = flags["metrics"], address != "off" {
     do { _ = try MetricsServer.parse(address) } catch { Flags.usageError("\(error)", usage: flags.usage) }

@@ -34,6 +34,8 @@ var flags = Flags(program: "quad-edge", summary: """
     with the same seed begins a new one.
     """)
 flags.option("frontend", "broker endpoint for requests", default: defaults.frontend)
+flags.option("updates", "the brokers' updates sockets (comma-separated) the phones subscribe to for live updates and their news; auto: beside each frontend (its port + 9); off: none, the phones poll (env QUAD_UPDATES)",
+             default: env["QUAD_UPDATES"].flatMap { $0.isEmpty ? nil : $0 } ?? "auto")
 flags.option("broker-key", "the broker's CURVE public key (Z85, @FILE or off); default QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE, or $QUAD_HOME/keys/broker.pub")
 flags.option("phones", "how many phones this process runs", default: "1")
 flags.option("prefix", "phone names are PREFIX-001, PREFIX-002, ...", default: "phone")
@@ -84,6 +86,11 @@ guard ["serve", "run"].contains(command), flags.positional.count <= 1 else {
 }
 
 var settings = EdgeSettings(frontend: flags["frontend"]!)
+switch flags["updates"]! {
+case "auto": break
+case "off": settings.updates = ""
+case let list: settings.updates = list
+}
 do throws(QuadError) {
     if let given = flags["broker-key"] { settings.brokerKey = try BrokerKey.parse(given) } else { settings.brokerKey = try BrokerKey.fromEnvironment() }
 } catch {

@@ -147,14 +147,20 @@ def test_schema_is_valid_2020_12(rel):
 def test_schema_annotations(rel):
     """x-quad-auth on a request schema: who may call it (user: signed in,
     admin: role admin, service: Quad's own services or an admin); absent means
-    anyone. x-quad-kind: query or mutation, on every request schema."""
+    anyone. x-quad-kind: query or mutation, on every request schema.
+    x-quad-audience on an event schema: everyone (the broker's public
+    updates socket carries it to any phone) or user (only to that user's
+    phones); absent means Quad's services only."""
     schema = SCHEMAS[rel]
     if "x-quad-auth" in schema:
         assert rel.endswith(".request.json"), f"{rel}: x-quad-auth belongs on request schemas"
         assert schema["x-quad-auth"] in ("user", "admin", "service"), f"{rel}: x-quad-auth is user, admin or service"
     if rel.endswith(".request.json"):
         assert schema.get("x-quad-kind") in ("query", "mutation"), f"{rel}: x-quad-kind is query or mutation"
-    unknown = [k for k in schema if k.startswith("x-") and k not in ("x-quad-auth", "x-quad-kind", "x-quad-limit")]
+    if "x-quad-audience" in schema:
+        assert rel.endswith(".event.json"), f"{rel}: x-quad-audience belongs on event schemas"
+        assert schema["x-quad-audience"] in ("everyone", "user"), f"{rel}: x-quad-audience is everyone or user"
+    unknown = [k for k in schema if k.startswith("x-") and k not in ("x-quad-auth", "x-quad-kind", "x-quad-limit", "x-quad-audience")]
     assert not unknown, f"{rel}: unknown annotations {unknown}"
 
 

@@ -251,6 +251,19 @@ extension Contract.Catalog {
             ]
         }
 
+        /// The body of catalog.product.stock: what anyone may know.
+        public struct Live: Body, Equatable {
+            public var product = ""
+            public var stock: Int64 = 0
+            public init() {}
+            public init(product: String, stock: Int64) { (self.product, self.stock) = (product, stock) }
+            public static let fields: [Field<Self>] = [
+                .field(\.product, "product", .string(1...64)
+                    .described("The product id.")),
+                .field(\.stock, "stock", .int(min: 0)),
+            ]
+        }
+
         /// The body of catalog.stock.changed.
         public struct Changed: Body, Equatable {
             public var product = ""
@@ -329,7 +342,12 @@ extension Contract.Catalog {
             .described("The product's stock after the change."))
 
     public static let productChanged = TypedEvent<Product>("catalog.product.changed", body: .ref("product.schema.json")
-            .described("A product was created or changed (price, stock, anything): the body is the product as it is now, so a subscriber replaces its copy without asking."))
+            .described("A product was created or changed (price, stock, anything): the body is the product as it is now, so a subscriber replaces its copy without asking. Public: phones subscribe to pub/catalog.product.changed/<id> on the broker's updates socket."),
+        audience: .everyone(key: "id"))
+
+    public static let productStock = TypedEvent<Stock.Live>("catalog.product.stock", body: Stock.Live.shape
+            .described("A product's stock as it is now, written with every catalog.stock.changed, without the order that moved it. Public: phones looking at the product subscribe to pub/catalog.product.stock/<product> on the broker's updates socket and apply it when its seq is above the one they hold."),
+        audience: .everyone(key: "product"))
 
     public static let stockChanged = TypedEvent<Stock.Changed>("catalog.stock.changed", body: Stock.Changed.shape
             .described("A product's stock changed by delta and is now stock."))
@@ -413,6 +431,6 @@ extension Contract.Catalog {
 
     public static let operations: [Operation] = [categories.operation, collections.operation, productGet.operation, productsList.operation,
         search.operation, foryou.operation, stockAdjust.operation, stockHold.operation, stockConfirm.operation, stockRelease.operation, stockGet.operation] + imageOperations + listingOperations
-    public static let events: [Event] = [productChanged.event, stockChanged.event] + listingEvents
+    public static let events: [Event] = [productChanged.event, productStock.event, stockChanged.event] + listingEvents
     public static let definitions: [Definition] = [productSchema]
 }

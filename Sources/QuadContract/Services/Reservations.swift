@@ -194,9 +194,10 @@ extension Contract.Reservations {
         public var signal = ""
         public var total = Counts()
         public var free = Counts()
+        public var seq: Int64?
         public init() {}
-        public init(id: String, name: String, floor: Int64, signal: String, total: Counts, free: Counts) {
-            (self.id, self.name, self.floor, self.signal, self.total, self.free) = (id, name, floor, signal, total, free)
+        public init(id: String, name: String, floor: Int64, signal: String, total: Counts, free: Counts, seq: Int64? = nil) {
+            (self.id, self.name, self.floor, self.signal, self.total, self.free, self.seq) = (id, name, floor, signal, total, free, seq)
         }
         public static let fields: [Field<Self>] = [
             .field(\.id, "id", .string(1...64)),
@@ -205,8 +206,35 @@ extension Contract.Reservations {
             .field(\.signal, "signal", .ref("#/$defs/signal")),
             .field(\.total, "total", .ref("#/$defs/counts")),
             .field(\.free, "free", .ref("#/$defs/counts")),
+            .field(\.seq, "seq", .int(min: 0)
+                .described("The seq of the last reservations.level.changed event of this level (0: none yet): these counts are that event's. A phone applies a later event only when its seq is higher (the Clone pattern's snapshot).").optional),
         ]
     }
+
+    /// The body of reservations.level.changed: one level's counts now.
+    public struct LevelChanged: Body {
+        public var lot = ""
+        public var level = ""
+        public var name = ""
+        public var total = Counts()
+        public var free = Counts()
+        public init() {}
+        public init(lot: String, level: String, name: String, total: Counts, free: Counts) {
+            (self.lot, self.level, self.name, self.total, self.free) = (lot, level, name, total, free)
+        }
+        public static let fields: [Field<Self>] = [
+            .field(\.lot, "lot", .ref("parking.schema.json#/$defs/lotID")),
+            .field(\.level, "level", .string(1...64)
+                .described("The level's id, as reservations.levels lists it.")),
+            .field(\.name, "name", .ref("parking.schema.json#/$defs/levelName")),
+            .field(\.total, "total", .ref("parking.schema.json#/$defs/counts")),
+            .field(\.free, "free", .ref("parking.schema.json#/$defs/counts")),
+        ]
+    }
+
+    public static let levelChanged = TypedEvent<LevelChanged>("reservations.level.changed", body: LevelChanged.shape
+            .described("A level's free spots per kind changed (a hold, a check-out, a cancel, an expiry, the occupancy simulator's cars), written in the transaction of the change. Public: phones subscribe to pub/reservations.level.changed/<lot> on the broker's updates socket; reservations.levels gives each level's seq to start from."),
+        audience: .everyone(key: "lot"))
 
     /// Where the driver left the car (`parking.schema.json#/$defs/car`).
     public struct Car: Body {
@@ -745,6 +773,6 @@ extension Contract.Reservations {
             .described("A hold on a spot and what became of it: held until the deadline, then checked_in (the driver parked) and checked_out (left), or expired, or cancelled. At most one active (held or checked_in) per user and per spot."))
 
     public static let operations: [Operation] = [cancel.operation, carGet.operation, carSave.operation, checkin.operation, checkout.operation, forecast.operation, hold.operation, levels.operation, lots.operation, mine.operation, nearby.operation, occupancy.operation, spotsFind.operation]
-    public static let events: [Event] = [cancelled.event, checkedin.event, checkedout.event, expired.event, held.event]
+    public static let events: [Event] = [cancelled.event, checkedin.event, checkedout.event, expired.event, held.event, levelChanged.event]
     public static let definitions: [Definition] = [parkingSchema, reservationSchema]
 }

@@ -1,0 +1,227 @@
+import QuadMessaging
+import QuadRuntime
+import QuadWire
+
+/// What a phone hears without asking: one XSUB per broker's updates socket
+/// (CURVE with the phone's own key pair, as its requests), subscribed to
+/// the broker's heartbeat, to every lot's levels, to the products the
+/// student is looking at, and to the student's own news (`user/<token>`,
+/// which only the broker can turn into that user's topic). Each socket
+/// sends the subscriptions again after a reconnect. The feed is live while
+/// something (a heartbeat at least, every second) arrived within
+/// ``quietMs``; a phone whose feed is not live polls instead.
+final class LiveFeed {
+    let context: ZMQContext
+    let endpoints: [String]
+    let reactor: Reactor
+    let serverKey: [UInt8]?
+    let clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?
+    private(set) var sockets: [Socket] = []
+    /// The public topics subscribed to, in the order they were added.
+    private(set) var topics: [String] = ["pub/hb", "pub/reservations.level.changed/"]
+    /// The products watched, most recent last (at most ``maxProducts``).
+    private(set) var products: [String] = []
+    /// The session token the news subscription was made with.
+    private(set) var newsToken: String?
+    /// When something last arrived (monotonic ms).
+    private(set) var lastHeardMs: Int64?
+    /// Events received (heartbeats aside), and how long each took from its
+    /// service's outbox to here (the envelope's `ts` to now, wall clock).
+    private(set) var received = 0
+    private(set) var latencies: [Int64] = []
+    var onEvent: (Envelope) -> Void = { _ in }
+
+    static let quietMs: Int64 = 3_000
+    static let maxProducts = 16
+    static let maxLatencies = 20_000
+    static let productTypes = ["catalog.product.stock", "catalog.product.changed"]
+
+    init(context: ZMQContext, endpoints: [String], reactor: Reactor, serverKey: [UInt8]?, clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?) {
+        self.context = context
+        self.endpoints = endpoints
+        self.reactor = reactor
+        self.serverKey = serverKey
+        self.clientKeys = clientKeys
+    }
+
+    var isUp: Bool { !sockets.isEmpty }
+    /// Heard from within ``quietMs``: updates arrive; no need to poll.
+    var isLive: Bool { isUp && lastHeardMs.map { Clock.monotonicMillis() - $0 < LiveFeed.quietMs } ?? false }
+
+    /// Opens a socket per broker (the radio is on) and subscribes.
+    func up() throws {
+        guard sockets.isEmpty, !endpoints.isEmpty else { return }
+        for endpoint in endpoints {
+            let s = try context.socket(.xsub)
+            try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
+            // A peer gone without a word (a cut cable, a firewall) is found
+            // by ZMTP's heartbeats and dialed again.
+            try s.setHeartbeat(intervalMs: 2_000, timeoutMs: 6_000)
+            if let serverKey {
+                if let keys = clientKeys {
+                    try s.setCurveClient(serverKey: serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)
+                } else {
+                    try s.setCurveClient(serverKey: serverKey)
+                }
+            }
+            try s.connect(endpoint)
+            sockets.append(s)
+            reactor.register(s) { [unowned self] s in self.receive(s) }
+        }
+        for t in topics + products.flatMap(LiveFeed.productTopics) { send(1, t) }
+        if let newsToken { send(1, "user/" + newsToken) }
+    }
+
+    /// Closes the sockets (the radio is off).
+    func down() {
+        for s in sockets { reactor.unregister(s) }
+        sockets = []
+        lastHeardMs = nil
+    }
+
+    static func productTopics(_ id: String) -> [String] { productTypes.map { "pub/\($0)/\(id)" } }
+
+    /// Watches a product's stock and changes; the oldest of more than
+    /// ``maxProducts`` is let go.
+    func watch(product id: String) {
+        if let i = products.firstIndex(of: id) { products.remove(at: i); products.append(id); return }
+        products.append(id)
+        for t in LiveFeed.productTopics(id) { send(1, t) }
+        if products.count > LiveFeed.maxProducts {
+            for t in LiveFeed.productTopics(products.removeFirst()) { send(0, t) }
+        }
+    }
+
+    /// The news subscription follows the session: the new token first,
+    /// then the old one dropped from the sockets' lists (the broker keeps
+    /// the connection's news through it).
+    func setNewsToken(_ token: String?) {
+        guard token != newsToken else { return }
+        if let token { send(1, "user/" + token) }
+        if let old = newsToken { send(0, "user/" + old) }
+        newsToken = token
+    }
+
+    func send(_ verb: UInt8, _ topic: String) {
+        for s in sockets { try? s.send([[verb] + Array(topic.utf8)], dontWait: true) }
+    }
+
+    /// Reads what arrived on `socket`: an event envelope after its topic.
+    func receive(_ socket: Socket) {
+        while sockets.contains(where: { $0 === socket }), let frames = try? socket.receive(dontWait: true) {
+            guard frames.count == 2, let event = try? Envelope.decode(frames[1], maxBytes: .max), event.kind == .event else { continue }
+            lastHeardMs = Clock.monotonicMillis()
+            guard event.type != "broker.heartbeat" else { continue }
+            received += 1
+            if latencies.count < LiveFeed.maxLatencies { latencies.append(max(0, Int64(Clock.nowMillis()) - event.ts)) }
+            onEvent(event)
+        }
+    }
+}
+
+/// Where updates land: the phone's saved copies, each applied only over an
+/// older one (a level's `seq`, a product's last event), so a late or
+/// repeated update never shows a state older than the one on screen.
+extension Phone {
+    /// Counters of what the feed did on this phone.
+    struct LiveStats {
+        var applied = 0
+        /// Heard again (through the other broker): the seq already applied.
+        var duplicates = 0
+        /// Older than the saved copy: dropped.
+        var stale = 0
+        var polls = 0
+        var catchUps = 0
+        var news = 0
+        var newsForOthers = 0
+    }
+
+    func applyLive(_ event: Envelope) {
+        switch event.type {
+        case "reservations.level.changed":
+            guard let seq = event.seq, let lot = event.body["lot"]?.string else { return }
+            let key = Phone.key("reservations.levels", ["lot": .string(lot)])
+            guard let copy = saved(key) else { return }
+            let held = copy.body["levels"]?.array?.first { $0["id"] == event.body["level"] }?["seq"]?.int ?? 0
+            guard seq > held else { if seq == held { liveStats.duplicates += 1 } else { liveStats.stale += 1 }; return }
+            let update: JSON = ["id": event.body["level"] ?? .null, "free": event.body["free"] ?? .null,
+                                "total": event.body["total"] ?? .null, "seq": .int(seq)]
+            guard let merged = Phone.mergeLevels(copy.body, with: ["levels": [update]]) else { liveStats.stale += 1; return }
+            save(key, merged)
+            liveStats.applied += 1
+        case "catalog.product.stock", "catalog.product.changed":
+            let id = event.body["product"]?.string ?? event.body["id"]?.string
+            guard let seq = event.seq, let id, let stock = event.body["stock"]?.int else { return }
+            let held = productSeqs[id] ?? 0
+            guard seq > held else { if seq == held { liveStats.duplicates += 1 } else { liveStats.stale += 1 }; return }
+            productSeqs[id] = seq
+            _ = try? db.execute("UPDATE catalog SET stock = $2 WHERE id = $1", .text(id), .int(stock))
+            let key = Phone.key("catalog.product.get", ["id": .string(id)])
+            if let copy = saved(key), case .object(var product) = copy.body {
+                product["stock"] = .int(stock)
+                save(key, .object(product))
+            }
+            liveStats.applied += 1
+        default:
+            guard event.type.hasSuffix(".news") else { return }
+            liveStats.news += 1
+            if event.body["user"]?.string != user { liveStats.newsForOthers += 1 }
+            onNews(self, event)
+        }
+    }
+
+    /// `body`'s levels over `saved`'s, each only where its `seq` is higher
+    /// (a level without one is older than any): nil when nothing in `body`
+    /// is newer.
+    static func mergeLevels(_ saved: JSON, with body: JSON) -> JSON? {
+        guard case .object(var out) = saved, var levels = saved["levels"]?.array else { return nil }
+        var changed = false
+        for new in body["levels"]?.array ?? [] {
+            guard let id = new["id"]?.string, let i = levels.firstIndex(where: { $0["id"]?.string == id }) else { continue }
+            guard (new["seq"]?.int ?? 0) > (levels[i]["seq"]?.int ?? 0), case .object(var level) = levels[i] else { continue }
+            for k in ["free", "total", "seq"] { if let v = new[k], v != .null { level[k] = v } }
+            levels[i] = .object(level)
+            changed = true
+        }
+        guard changed else { return nil }
+        out["levels"] = .array(levels)
+        return .object(out)
+    }
+
+    /// A snapshot of a lot's levels to save over the copy the feed keeps:
+    /// a level the copy holds at a higher seq stays as it is.
+    func keepingNewerLevels(_ key: String, _ snapshot: JSON) -> JSON {
+        guard case .object(var s) = snapshot, let fresh = snapshot["levels"]?.array,
+              let copy = saved(key), let held = copy.body["levels"]?.array else { return snapshot }
+        let byID = Dictionary(held.compactMap { l in l["id"]?.string.map { ($0, l) } }, uniquingKeysWith: { a, _ in a })
+        s["levels"] = .array(fresh.map { l in
+            guard let id = l["id"]?.string, let mine = byID[id], (mine["seq"]?.int ?? 0) > (l["seq"]?.int ?? 0) else { return l }
+            liveStats.stale += 1
+            return mine
+        })
+        return .object(s)
+    }
+
+    /// Once a second: a phone online whose feed went quiet polls the lot it
+    /// looks at every 5 s (the seed's live map); a feed that comes back
+    /// after a silence is caught up with a snapshot of what it missed.
+    func liveTick() {
+        guard let live, isOnline else { liveWasQuiet = true; return }
+        if live.isLive {
+            if liveWasQuiet {
+                liveWasQuiet = false
+                liveStats.catchUps += 1
+                prefetchOnNetworkBack()
+            }
+            return
+        }
+        liveWasQuiet = true
+        guard let lot = watchedLot, now - lot.atMs < 60_000, now - lastPollMs >= 5_000 else { return }
+        lastPollMs = now
+        liveStats.polls += 1
+        let body: JSON = ["lot": .string(lot.id)]
+        request("reservations.levels", body, timeoutMs: settings.readTimeoutMs) { [weak self] result in
+            if case .success(let reply) = result, reply.quadError == nil { self?.save(Phone.key("reservations.levels", body), reply.body) }
+        }
+    }
+}

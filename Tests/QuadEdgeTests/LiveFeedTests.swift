@@ -1,0 +1,105 @@
+import Foundation
+import QuadRuntime
+import QuadStore
+import QuadTestSupport
+import QuadWire
+import Testing
+@testable import QuadEdge
+
+/// Live updates on the phone (issue 17, point 1), through a real broker's
+/// updates socket and a real reservations worker: the phone's saved copy
+/// of a lot's levels follows the service while the phone is online, and
+/// a phone that was cut off catches up with a snapshot and never shows a
+/// level older than the one it held.
+@Suite("Live updates on the phone", .serialized)
+struct LiveFeedTests {
+    /// Each level's seq and free counts in a `reservations.levels` body.
+    static func levels(_ body: JSON) -> [String: (seq: Int64, free: JSON)] {
+        var out: [String: (Int64, JSON)] = [:]
+        for l in body["levels"]?.array ?? [] { if let id = l["id"]?.string { out[id] = (l["seq"]?.int ?? 0, l["free"] ?? .null) } }
+        return out
+    }
+
+    @Test func aPhoneBackAfterMissing100LevelUpdatesShowsTheLatestStateAndNeverAnOlderOne() throws {
+        let s = try EdgeStack("live")
+        _ = try s.signIn()
+        _ = try s.view("parking")
+        // The feed heard the broker and the lot's levels are saved: the
+        // live map is shown without a request.
+        var shown = try s.view("levels", ["lot": "central"])
+        let until = Clock.monotonicMillis() + 30_000
+        while shown["source"]?.string != "live" {
+            try #require(Clock.monotonicMillis() < until, "the levels view never came from the live feed: \(shown)\n\(s.stack.log("edge"))")
+            usleep(100_000)
+            shown = try s.view("levels", ["lot": "central"])
+        }
+        let before = Self.levels(shown["body"] ?? [:])
+        try #require(!before.isEmpty)
+
+        // While the phone is in airplane mode, a driver holds and cancels
+        // 50 times: 100 level updates it does not hear.
+        try s.airplane(true)
+        let driver = try s.stack.client(source: "driver")
+        _ = try driver.request("accounts.register", ["email": "live-driver@uni.edu", "password": "live-driver-pass-1", "name": "Live Driver", "semester": 3],
+                               timeoutMs: 8000, attempts: 1)
+        driver.token = try #require(try driver.request("accounts.login", ["email": "live-driver@uni.edu", "password": "live-driver-pass-1"],
+                                                       timeoutMs: 8000, attempts: 1)["token"]?.string)
+        for _ in 0..<50 {
+            let held = try driver.request("reservations.hold", ["lot": "central"], timeoutMs: 8000, attempts: 1)
+            let id = try #require(held["reservation"]?["id"]?.string)
+            _ = try driver.request("reservations.cancel", ["reservation": .string(id)], timeoutMs: 8000, attempts: 1)
+        }
+        let truth = Self.levels(try driver.request("reservations.levels", ["lot": "central"], timeoutMs: 8000, attempts: 1))
+        let store = try s.store("reservations")
+        let missed = try Outbox.since(store, after: before.values.map(\.seq).max() ?? 0, limit: Int.max).filter { $0.type == "reservations.level.changed" }
+        store.close()
+        try #require(missed.count >= 100, "the driver's holds and cancels made \(missed.count) level updates, not 100")
+        // Offline, the saved copy is what it was.
+        let offline = Self.levels(try s.view("levels", ["lot": "central"])["body"] ?? [:])
+        #expect(offline.mapValues(\.seq) == before.mapValues(\.seq))
+
+        // Back online: a snapshot, then the feed. Every look at the view
+        // shows each level at its seq or a later one, until the latest.
+        try s.airplane(false)
+        var last = before.mapValues(\.seq)
+        var caught = false
+        let back = Clock.monotonicMillis() + 30_000
+        while !caught {
+            try #require(Clock.monotonicMillis() < back, "the phone never caught up: \(last) against \(truth.mapValues(\.seq))")
+            let now = Self.levels(try s.view("levels", ["lot": "central"])["body"] ?? [:])
+            for (id, level) in now {
+                #expect(level.seq >= last[id] ?? 0, "level \(id) went back from seq \(last[id] ?? 0) to \(level.seq)")
+                last[id] = max(last[id] ?? 0, level.seq)
+            }
+            caught = truth.allSatisfy { now[$0.key]?.seq == $0.value.seq && now[$0.key]?.free == $0.value.free }
+            if !caught { usleep(100_000) }
+        }
+        // Updates arrive again once the feed is back: one more hold shows.
+        let held = try driver.request("reservations.hold", ["lot": "central"], timeoutMs: 8000, attempts: 1)
+        let level = try #require(truth.keys.first { id in (held["reservation"]?["spot"]?.string ?? "").hasPrefix(id + "-") })
+        let after = Self.levels(try driver.request("reservations.levels", ["lot": "central"], timeoutMs: 8000, attempts: 1))
+        let fed = Clock.monotonicMillis() + 20_000
+        while true {
+            let view = try s.view("levels", ["lot": "central"])
+            if view["source"]?.string == "live", Self.levels(view["body"] ?? [:])[level]?.seq == after[level]?.seq { break }
+            try #require(Clock.monotonicMillis() < fed, "the hold's update never reached the phone's live map")
+            usleep(100_000)
+        }
+        let report = try s.edge("edge.report")
+        #expect((report["live"]?["received"]?.int ?? 0) >= 1)
+        #expect(report["live"]?["news"]?["for_another_user"]?.int == 0)
+    }
+
+    @Test func anOlderLevelNeverReplacesANewerOne() {
+        let saved: JSON = ["lot": "central", "levels": [["id": "central-P1", "free": ["regular": 10, "accessible": 1, "ev": 1], "seq": 40]]]
+        // An update older than the copy, or the same one again: nothing changes.
+        #expect(Phone.mergeLevels(saved, with: ["levels": [["id": "central-P1", "free": ["regular": 3, "accessible": 0, "ev": 0], "seq": 39]]]) == nil)
+        #expect(Phone.mergeLevels(saved, with: ["levels": [["id": "central-P1", "free": ["regular": 3, "accessible": 0, "ev": 0], "seq": 40]]]) == nil)
+        // A newer one replaces the counts and the seq.
+        let newer = Phone.mergeLevels(saved, with: ["levels": [["id": "central-P1", "free": ["regular": 9, "accessible": 1, "ev": 1], "seq": 41]]])
+        #expect(newer?["levels"]?.array?.first?["seq"]?.int == 41)
+        #expect(newer?["levels"]?.array?.first?["free"]?["regular"]?.int == 9)
+        // A level the copy does not know is not invented.
+        #expect(Phone.mergeLevels(saved, with: ["levels": [["id": "north-P1", "seq": 99]]]) == nil)
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+import QuadMessaging
+import QuadRuntime
+import QuadTestSupport
+import QuadWire
+import Testing
+
+/// The broker's public updates socket (issue 17, points 1 and 2) against
+/// strangers, through a real broker and a real accounts worker: a user's
+/// news reaches the subscriber who showed that user's session token and
+/// no one else, not a subscriber to everything (""), to `user/`, to
+/// `user/<the user's id>`, with a forged or another user's token, nor a
+/// client without CURVE; public events reach whoever asks for them.
+@Suite("The updates socket: news for its user only", .serialized)
+struct UpdatesSocketTests {
+    /// A subscriber on the updates socket: what it asked for, and what came.
+    final class Subscriber {
+        let name: String
+        let socket: Socket
+        var received: [(topic: String, event: Envelope)] = []
+
+        init(_ name: String, context: ZMQContext, endpoint: String, serverKey: [UInt8]?, topics: [String]) throws {
+            self.name = name
+            socket = try context.socket(.xsub)
+            if let serverKey {
+                let pair = try Curve.keyPair()
+                try socket.setCurveClient(serverKey: serverKey, publicKey: Curve.decode(pair.publicKey)!, secretKey: Curve.decode(pair.secretKey)!)
+            }
+            try socket.connect(endpoint)
+            // The heartbeat last: once one arrives, the broker has decided
+            // every subscription sent before it.
+            for t in topics + ["pub/hb"] { try socket.send([[1] + Array(t.utf8)]) }
+        }
+
+        func drain() {
+            while let frames = try? socket.receive(dontWait: true) {
+                guard frames.count == 2, let e = try? Envelope.decode(frames[1], maxBytes: .max) else { continue }
+                received.append((String(decoding: frames[0], as: UTF8.self), e))
+            }
+        }
+
+        var heardBeat: Bool { received.contains { $0.topic == "pub/hb" } }
+        var news: [Envelope] { received.filter { $0.event.type == "notifications.news" }.map(\.event) }
+        var publicEvents: [Envelope] { received.filter { $0.event.type == "reservations.level.changed" }.map(\.event) }
+    }
+
+    static func signUp(_ c: Client, _ email: String) throws -> (user: String, token: String) {
+        _ = try c.request("accounts.register", ["email": .string(email), "password": "updates-pass-5c1d", "name": "Updates Test", "semester": 3],
+                          timeoutMs: 8000, attempts: 1)
+        let login = try c.request("accounts.login", ["email": .string(email), "password": "updates-pass-5c1d"], timeoutMs: 8000, attempts: 1)
+        return (try #require(login["user"]?.string), try #require(login["token"]?.string))
+    }
+
+    /// A service's event as a worker's relay sends it: the public topic
+    /// (byte 1, topic, byte 0) ahead of the internal one.
+    static func frames(public topic: String, internal inner: String, _ event: Envelope) -> [[UInt8]] {
+        [[1] + Array(topic.utf8) + [0] + Array(inner.utf8), event.encoded()]
+    }
+
+    @Test func newsReachesOnlyTheSubscriberWithThatUsersToken() throws {
+        let stack = try TestStack(name: "updates")
+        try stack.startBroker()
+        try stack.startWorker("quad-accounts", instance: "accounts/1", extra: ["--password-hashing", "minimum"])
+        #expect(try stack.waitForWorkers("accounts", count: 1))
+        let client = try stack.client()
+        let alice = try Self.signUp(client, "alice-updates@uni.edu")
+        let bob = try Self.signUp(client, "bob-updates@uni.edu")
+        let endpoint = try #require(Endpoints.updates(forFrontend: stack.endpoints.frontend))
+        let key = try #require(stack.brokerKey)
+        let context = ZMQContext()
+        var forged = Array(alice.token)
+        forged[forged.count - 3] = forged[forged.count - 3] == "A" ? "B" : "A"
+        let subscribers = [
+            try Subscriber("alice", context: context, endpoint: endpoint, serverKey: key, topics: ["user/" + alice.token]),
+            try Subscriber("bob", context: context, endpoint: endpoint, serverKey: key, topics: ["user/" + bob.token]),
+            try Subscriber("everything", context: context, endpoint: endpoint, serverKey: key, topics: ["", "user", "u"]),
+            try Subscriber("no token", context: context, endpoint: endpoint, serverKey: key, topics: ["user/", "user/\(alice.user)/", "user/\(alice.user)"]),
+            try Subscriber("forged", context: context, endpoint: endpoint, serverKey: key,
+                           topics: ["user/" + String(forged), "user/not-a-token", "user/" + alice.token + "x"]),
+            try Subscriber("bad public", context: context, endpoint: endpoint, serverKey: key,
+                           topics: ["pub/", "pub//", "pub/reservations.level.changed", "pub/x", "pub/RESERVATIONS.LEVEL.CHANGED/"]),
+            try Subscriber("public", context: context, endpoint: endpoint, serverKey: key, topics: ["pub/reservations.level.changed/"]),
+        ]
+        let noCurve = try Subscriber("no curve", context: context, endpoint: endpoint, serverKey: nil, topics: ["", "user/" + alice.token])
+        let until = Clock.monotonicMillis() + 20_000
+        while !subscribers.allSatisfy(\.heardBeat) {
+            for s in subscribers { s.drain() }
+            try #require(Clock.monotonicMillis() < until, "no heartbeat reached \(subscribers.filter { !$0.heardBeat }.map(\.name))")
+            usleep(20_000)
+        }
+        // A service subscribed to notifications' events on the internal socket.
+        let service = try context.socket(.sub)
+        try service.connect(stack.endpoints.eventsOut)
+        try service.subscribe("notifications/")
+        var internalTopics: Set<String> = []
+        // A worker's relay: alternately Alice's news, Bob's, and a public event.
+        let publisher = try context.socket(.pub)
+        try publisher.connect(stack.endpoints.eventsIn)
+        var seq: Int64 = 0
+        let (a, b, pub) = (subscribers[0], subscribers[1], subscribers[6])
+        while a.news.count < 5 || b.news.count < 5 || pub.publicEvents.count < 5 {
+            try #require(Clock.monotonicMillis() < until, "news or public events did not arrive: alice \(a.news.count), bob \(b.news.count), public \(pub.publicEvents.count)")
+            for (user, type, topic) in [(alice.user, "notifications.news", "user/\(alice.user)/notifications.news"),
+                                        (bob.user, "notifications.news", "user/\(bob.user)/notifications.news"),
+                                        ("", "reservations.level.changed", "pub/reservations.level.changed/central")] {
+                seq += 1
+                let body: JSON = type == "notifications.news" ? ["user": .string(user), "text": "your order was confirmed"] : ["lot": "central", "level": "central-1"]
+                let event = Envelope(type: type, kind: .event, src: type.hasPrefix("notifications") ? "notifications" : "reservations", seq: seq, body: body)
+                try publisher.send(Self.frames(public: topic, internal: type.hasPrefix("notifications") ? "notifications/notifications.news" : "reservations/reservations.level.changed", event))
+            }
+            usleep(50_000)
+            for s in subscribers { s.drain() }
+            while let frames = try? service.receive(dontWait: true) { internalTopics.insert(String(decoding: frames[0], as: UTF8.self)) }
+        }
+        noCurve.drain()
+        #expect(a.news.allSatisfy { $0.body["user"]?.string == alice.user }, "Alice heard someone else's news")
+        #expect(b.news.allSatisfy { $0.body["user"]?.string == bob.user }, "Bob heard someone else's news")
+        for s in subscribers[2...5] {
+            #expect(s.news.isEmpty, "\(s.name) heard \(s.news.count) news")
+            #expect(s.publicEvents.isEmpty, "\(s.name) heard \(s.publicEvents.count) public events it never validly asked for")
+        }
+        #expect(pub.news.isEmpty && a.publicEvents.isEmpty && b.publicEvents.isEmpty)
+        #expect(noCurve.received.isEmpty, "a client without CURVE heard \(noCurve.received.count) messages")
+        // Services hear the event on its internal topic, without the public head.
+        #expect(internalTopics == ["notifications/notifications.news"], "internal topics: \(internalTopics)")
+        #expect(stack.log("broker").contains("a subscription on the updates socket was refused"))
+    }
+}
