@@ -67,4 +67,13 @@ public enum SecretBox {
         crypto_generichash(&out, 32, message, UInt64(message.count), key, key.count)
         return out
     }
+
+    /// SHA-256 of `message` (`crypto_hash_sha256`), as lowercase hex.
+    public static func sha256Hex(_ message: [UInt8]) -> String {
+        Sodium.ready
+        var digest = [UInt8](repeating: 0, count: Int(crypto_hash_sha256_bytes()))
+        crypto_hash_sha256(&digest, message, UInt64(message.count))
+        let hex = Array("0123456789abcdef")
+        return String(digest.flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 15)]] })
+    }
 }
