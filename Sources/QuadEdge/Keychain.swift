@@ -55,17 +55,19 @@ final class Keychain {
         if FileManager.default.fileExists(atPath: path + "-pin") {
             guard let pin else { throw KeychainError(kind: .locked, message: "the keychain \(path) is locked with a PIN: give the phone its PIN") }
             key = try Keychain.pinKey(pin, at: path + "-pin")
+            items = try Keychain.read(path, key: key)
         } else if let pin {
+            // A keychain that moves from its key file to a PIN: read under
+            // the key file, sealed again under the PIN, the key file gone.
+            let earlier = FileManager.default.fileExists(atPath: path + "-key")
+                ? try Keychain.read(path, key: try Keychain.fileKey(at: path + "-key")) : [:]
             key = try Keychain.newPinKey(pin, at: path + "-pin", strength: strength)
+            items = earlier
+            try write()
+            unlink(path + "-key")
         } else {
             key = try Keychain.fileKey(at: path + "-key")
-        }
-        items = try read()
-        // A keychain that moved from its key file to a PIN: sealed again
-        // under the PIN, and the key file goes.
-        if pin != nil, FileManager.default.fileExists(atPath: keyPath) {
-            try write()
-            unlink(keyPath)
+            items = try Keychain.read(path, key: key)
         }
     }
 
@@ -87,7 +89,7 @@ final class Keychain {
 
     // MARK: The file
 
-    func read() throws(KeychainError) -> [String: String] {
+    static func read(_ path: String, key: [UInt8]) throws(KeychainError) -> [String: String] {
         guard let data = FileManager.default.contents(atPath: path) else {
             if FileManager.default.fileExists(atPath: path) { throw KeychainError(kind: .io, message: "cannot read the keychain \(path)") }
             return [:]
