@@ -71,6 +71,8 @@ enum ActOutcome {
 /// nothing here blocks.
 final class Phone {
     let name: String
+    /// The phone's SQLite file.
+    let file: String
     let db: SQLiteDatabase
     let link: Link
     let agenda: Timers
@@ -165,6 +167,7 @@ final class Phone {
     /// remember the passwords (by default beside the folder of `path`).
     init(name: String, path: String, context: ZMQContext, reactor: Reactor, settings: EdgeSettings, seed: UInt64, students: Students? = nil) throws {
         self.name = name
+        self.file = path
         self.agenda = reactor.timers
         self.settings = settings
         self.rng = SeededRandom(seed: seed)
