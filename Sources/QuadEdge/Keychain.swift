@@ -83,9 +83,11 @@ final class Keychain {
         try write()
     }
 
-    /// Empties the keychain (a tampered one, before the phone signs in again).
+    /// Empties the keychain (a tampered one, before the phone signs in
+    /// again), its PIN salt too when that is what was changed.
     static func reset(path: String) {
         unlink(path)
+        if (try? pinKeyFormat(at: path + "-pin")) == nil { unlink(path + "-pin") }
     }
 
     // MARK: The file
@@ -152,13 +154,19 @@ final class Keychain {
 
     /// The key derived from `pin` and the salt in `path`; `wrong_pin` when
     /// the check sealed under the PIN's key does not open with it.
-    static func pinKey(_ pin: String, at path: String) throws(KeychainError) -> [UInt8] {
+    /// The strength, salt and check a PIN salt file holds.
+    static func pinKeyFormat(at path: String) throws(KeychainError) -> (PasswordHash.Strength, Data, Data) {
         let line = (try? KeyFile.readLine(path, what: "the keychain's PIN salt")) ?? ""
         let parts = line.split(separator: " ").map(String.init)
         guard parts.count == 3, let stored = PasswordHash.Strength(rawValue: parts[0]),
               let salt = Data(base64Encoded: parts[1]), let check = Data(base64Encoded: parts[2]) else {
             throw KeychainError(kind: .tampered, message: "the keychain's PIN salt \(path) is not one: the phone signs in again")
         }
+        return (stored, salt, check)
+    }
+
+    static func pinKey(_ pin: String, at path: String) throws(KeychainError) -> [UInt8] {
+        let (stored, salt, check) = try pinKeyFormat(at: path)
         let key: [UInt8]
         do { key = try SecretBox.key(pin: pin, salt: Array(salt), strength: stored) } catch {
             throw KeychainError(kind: .io, message: "cannot derive the keychain's key from its PIN: \(error.message)")

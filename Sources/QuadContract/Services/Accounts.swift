@@ -53,7 +53,7 @@ extension Contract.Accounts {
     public static let login = TypedOperation<LoginRequest, Session>(
         "accounts.login", .query, auth: .none,
         request: LoginRequest.shape
-            .described("Checks the password and returns a session token. unauthorized (401) 'wrong email or password', the same for an unknown email and a wrong password. A query: nothing is written. Send it without a token (a stale token would be refused by the broker first)."),
+            .described("Checks the password and returns a session token. unauthorized (401) 'wrong email or password', the same for an unknown email and a wrong password. A query: nothing is written but its refresh token's hash (a retry makes another, bounded by max_refresh_tokens_per_user). Send it without a token (a stale token would be refused by the broker first)."),
         reply: Session.shape
             .described("A session token to send in the envelope's token field. It is a JWT signed with EdDSA (Ed25519, RFC 8037): header {alg: EdDSA, typ: JWT, kid}, claims {iss: quad-accounts, aud: quad, sub, role, iat, exp, jti} with iat and exp in seconds; accounts.jwks gives the key to check it with. The broker checks it with accounts' public key and refuses it with 401 once expires_at passes (1 h by default, --token-ttl-seconds; accounts.refresh trades it for a new one; a revoked token is refused with 401 too)."))
 
