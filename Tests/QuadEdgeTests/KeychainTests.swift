@@ -166,6 +166,19 @@ struct KeychainTests {
         #expect(!Students.path(forPhonesDir: phones).hasPrefix(phones + "/"), "the students' memory is not a phone's file")
     }
 
+    /// The campus day's check can fail: a password written into a phone's
+    /// file is found, and the phone counted.
+    @Test func theCampusDaysCheckFindsASecretInAPhonesFile() throws {
+        let rig = try PhoneRig()
+        rig.phone.token = "eyJ.a-token-" + MessageID.make()
+        #expect(KeychainCheck.leaks(rig.phone) == [])
+        try rig.phone.db.setMeta("note", "my password is " + rig.phone.password)
+        let found = KeychainCheck.leaks(rig.phone)
+        #expect(found.contains { $0.hasSuffix(": password") }, "\(found)")
+        let report = KeychainCheck.report([rig.phone])
+        #expect(report["phones_clean"]?.int == 0 && report["phones_with_secret"]?.int == 1, "\(report)")
+    }
+
     @Test func aPhoneKeepsItsCURVEKeyInItsKeychainAcrossRestarts() throws {
         let dir = try temporaryFolder("keychain-curve")
         let context = ZMQContext()
