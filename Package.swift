@@ -71,7 +71,7 @@ let package = Package(
         .target(name: "QuadReservations", dependencies: ["QuadImages", "QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadTelemetry", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // The edge agent: emulated phones, one SQLite file each, on one poll loop.
-        .target(name: "QuadEdge", dependencies: ["QuadImages", "QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"]),
+        .target(name: "QuadEdge", dependencies: ["QuadAuth", "QuadImages", "QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"]),
         // The business questions are SQL files, copied as resources.
         .target(name: "QuadAnalytics", dependencies: ["CMicroHTTPD", "QuadAuth", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
                 resources: [.copy("questions")]),

@@ -26,6 +26,10 @@ public enum Accounts: ServiceDomain {
     /// default, `accounts.refresh` gives a new token before it ends.
     public static let defaultTokenTTLSeconds: Int64 = 3600
     public static let maxTokenTTLSeconds: Int64 = 30 * 86_400
+    /// Refresh token lifetime bounds, in seconds (`refresh_token_ttl_seconds`):
+    /// 30 days by default, each use gives a new one for as long again.
+    public static let defaultRefreshTTLSeconds: Int64 = 30 * 86_400
+    public static let maxRefreshTTLSeconds: Int64 = 365 * 86_400
 
     public static let migrations: [Migration] = [
         Migration(1, """
@@ -55,12 +59,17 @@ public enum Accounts: ServiceDomain {
             CREATE INDEX revocations_until ON revocations (until_ms);
             CREATE INDEX revocations_user ON revocations (user_id);
             """),
+        RefreshTokens.migration,
     ]
 
     public static var options: [(String, String, String?)] {
         let d = Settings.Limits()
         return [
             ("token-ttl-seconds", "lifetime of a session token (1 to \(maxTokenTTLSeconds)); accounts.refresh renews it", String(defaultTokenTTLSeconds)),
+            ("refresh-token-ttl-seconds", "lifetime of a refresh token (1 to \(maxRefreshTTLSeconds), refresh_token_ttl_seconds); each use gives a new one",
+             String(defaultRefreshTTLSeconds)),
+            ("max-refresh-tokens-per-user", "live refresh tokens (signed-in phones) a user keeps; past it the oldest end (max_refresh_tokens_per_user)",
+             String(d.maxRefreshTokensPerUser)),
             ("signing-key", "Ed25519 secret key file, created (0600) when missing; its public key is written beside it as .pub",
              KeyFiles.defaultSecretKeyPath()),
             ("admin-email", "email of the admin account, created at the first start with the password of --admin-password-file; never reset later", nil),
@@ -100,12 +109,18 @@ public enum Accounts: ServiceDomain {
             /// `max_revoked_tokens_per_user`: past it, a logout ends every
             /// session of the user in one entry instead.
             public var maxRevokedTokensPerUser = 100
+            /// `max_refresh_tokens_per_user`: live refresh token families
+            /// (signed-in devices) per user; the oldest end past it.
+            public var maxRefreshTokensPerUser = 20
 
             public init() {}
         }
 
         public var signingKey: SigningKey
         public var tokenTTLMillis: Int64
+        public var refreshTTLMillis: Int64
+        /// What refresh tokens are derived from (``RefreshTokens``): accounts' key's own.
+        let refreshSecret: [UInt8]
         public var hashing: PasswordHash.Strength
         public var limits: Limits
         /// An Argon2id hash of no password anyone has: a login with an
@@ -114,9 +129,12 @@ public enum Accounts: ServiceDomain {
         let decoyHash: String
 
         public init(signingKey: SigningKey, tokenTTLMillis: Int64 = Accounts.defaultTokenTTLSeconds * 1000,
+                    refreshTTLMillis: Int64 = Accounts.defaultRefreshTTLSeconds * 1000,
                     hashing: PasswordHash.Strength = .interactive, limits: Limits = Limits()) throws {
             self.signingKey = signingKey
             self.tokenTTLMillis = tokenTTLMillis
+            self.refreshTTLMillis = refreshTTLMillis
+            refreshSecret = SecretBox.derive(Array("quad-accounts refresh tokens".utf8), key: signingKey.secretKeyBytes)
             self.hashing = hashing
             self.limits = limits
             decoyHash = try PasswordHash.hash(MessageID.make(), strength: hashing)
@@ -132,6 +150,10 @@ public enum Accounts: ServiceDomain {
         guard let hashing = PasswordHash.Strength(rawValue: options["password-hashing"] ?? "") else {
             Flags.usageError("--password-hashing must be one of \(PasswordHash.Strength.allCases.map(\.rawValue).joined(separator: ", "))", usage: usage)
         }
+        let refreshTTL = Int64(options["refresh-token-ttl-seconds"] ?? "") ?? -1
+        guard (1...maxRefreshTTLSeconds).contains(refreshTTL) else {
+            Flags.usageError("--refresh-token-ttl-seconds must be an integer from 1 to \(maxRefreshTTLSeconds)", usage: usage)
+        }
         var limits = Settings.Limits()
         func number(_ flag: String, _ range: ClosedRange<Int64>) -> Int64 {
             guard let n = Int64(options[flag] ?? ""), range.contains(n) else {
@@ -144,17 +166,21 @@ public enum Accounts: ServiceDomain {
         limits.clientMaxDelayMs = number("login-client-max-delay-ms", 0...86_400_000)
         limits.maxEntries = Int(number("login-throttle-entries", 1...10_000_000))
         limits.hashMsPerSecond = number("hash-ms-per-second", 1...1000)
+        limits.maxRefreshTokensPerUser = Int(number("max-refresh-tokens-per-user", 1...1000))
         let admin = adminAccount(options, usage: usage)
         let keyPath = options["signing-key"] ?? KeyFiles.defaultSecretKeyPath()
         let (key, created) = try KeyFiles.loadOrCreateSigningKey(at: keyPath)
         Log.info(worker.handlers.instance, "\(created ? "created" : "loaded") signing key \(keyPath), public key \(KeyFiles.publicKeyPath(forSecretKey: keyPath))")
-        let settings = try Settings(signingKey: key, tokenTTLMillis: ttl * 1000, hashing: hashing, limits: limits)
+        let settings = try Settings(signingKey: key, tokenTTLMillis: ttl * 1000, refreshTTLMillis: refreshTTL * 1000, hashing: hashing, limits: limits)
         if let admin {
             let outcome = try ensureAdmin(db, email: admin.email, password: admin.password, hashing: hashing)
             Log.info(worker.handlers.instance, "admin account \(admin.email) \(outcome)")
         }
         register(worker.handlers, db: db, settings: settings, relay: { [unowned worker] in worker.relayOutbox() })
-        worker.every(60_000) { try Sessions.prune(db) }
+        worker.every(60_000) {
+            try Sessions.prune(db)
+            try RefreshTokens.prune(db)
+        }
     }
 
     /// The admin account to make at start: `--admin-email` with the password
@@ -203,7 +229,13 @@ public enum Accounts: ServiceDomain {
         // The contract checks every field's type, length and pattern before
         // a handler runs (the email's form, the password's length, the
         // semester, the categories); ``Validation`` keeps what it cannot say.
-        hashed.register(C.register, prepare: { req, body in
+        hashed.register(C.register, reveal: { req, registered in
+            // Never in the stored reply: derived again for a retry.
+            var r = registered
+            r.refreshToken = try RefreshTokens.reveal(db, C.Session(token: r.token, user: r.user, role: r.role, expiresAt: r.expiresAt),
+                                                      requestID: req.id, settings: settings).refreshToken
+            return r
+        }, prepare: { req, body in
             // Stored lowercased: one account per address, whatever its case.
             let email = body.email.lowercased()
             let name = try Validation.name(body.name)
@@ -225,7 +257,9 @@ public enum Accounts: ServiceDomain {
                 // account needs no second Argon2id hash (a login's verify)
                 // before its first request. A retry under the same id gets
                 // this same reply, token included, from the idempotency record.
-                return C.Registered(profile: made, session: session(user: id, role: "student", settings: settings))
+                let (session, jti) = issueSession(user: id, role: "student", settings: settings)
+                try RefreshTokens.issue(db, user: id, family: nil, requestID: req.id, sessionJTI: jti, settings: settings)
+                return C.Registered(profile: made, session: session)
             }
         })
 
@@ -259,7 +293,12 @@ public enum Accounts: ServiceDomain {
             // The client's count stays: one success must not buy a
             // credential-stuffing client a fresh budget for other accounts.
             accountsThrottle.succeed(account)
-            return session(user: row.string("id"), role: row.string("role"), settings: settings)
+            // The one write of a login: the refresh token of a new family
+            // (a login is a query: a retry makes another, bounded per user).
+            let user = row.string("id")
+            let (session, jti) = issueSession(user: user, role: row.string("role"), settings: settings)
+            try db.transaction { try RefreshTokens.issue(db, user: user, family: nil, requestID: req.id, sessionJTI: jti, settings: settings) }
+            return try RefreshTokens.reveal(db, session, requestID: req.id, settings: settings)
         }
 
         h.query(C.profileGet) { req, body in
@@ -320,6 +359,7 @@ public enum Accounts: ServiceDomain {
                 if newHash != nil {
                     // Every session signed before the change ends.
                     try Sessions.revoke(db, user: user, jti: nil, before: now, until: now + maxTokenTTLSeconds * 1000)
+                    try RefreshTokens.revoke(db, user: user)
                 }
                 let changed = profile(row)
                 if name != nil || semester != nil || categories != nil {
@@ -329,7 +369,7 @@ public enum Accounts: ServiceDomain {
             }
         })
 
-        Sessions.register(h, db: db, settings: settings)
+        Sessions.register(h, db: db, settings: settings, relay: relay)
 
         let jwk = settings.signingKey.verifyingKey
         h.query(Contract.Accounts.jwks) { _, _ in
@@ -342,14 +382,16 @@ public enum Accounts: ServiceDomain {
                          details: ["retry_after_ms": .int(wait), "limit": .string(limit)])
     }
 
-    /// A new session token for `user`, as accounts.login and accounts.refresh answer.
-    static func session(user: String, role: String, settings: Settings) -> Contract.Accounts.Session {
+    /// A new session token for `user`, as accounts.login and accounts.refresh
+    /// answer (without its refresh token), and its jti.
+    static func issueSession(user: String, role: String, settings: Settings) -> (Contract.Accounts.Session, String) {
         let now = Int64(Clock.nowMillis())
         // exp travels in whole seconds: expires_at says the same instant, and
         // the jti carries iat's millisecond (see TokenClaims).
         let expires = (now + settings.tokenTTLMillis + 999) / 1000 * 1000
         let claims = TokenClaims(user: user, role: role, expiresAt: expires, issuedAt: now, tokenID: MessageID.make(now: UInt64(now)))
-        return Contract.Accounts.Session(token: settings.signingKey.sign(claims), user: claims.user, role: claims.role, expiresAt: claims.expiresAt)
+        return (Contract.Accounts.Session(token: settings.signingKey.sign(claims), user: claims.user, role: claims.role, expiresAt: claims.expiresAt),
+                claims.tokenID)
     }
 
     /// The signed-in user; 403 when the body names another one: a profile is
@@ -397,6 +439,7 @@ public enum Accounts: ServiceDomain {
                     UPDATE users SET role = 'admin', updated_ms = $2 WHERE email = $1 AND role <> 'admin' RETURNING id
                     """, .text(email), .int(now)) else { return .unchanged }
                 try Sessions.revoke(db, user: promoted.string("id"), jti: nil, before: now, until: now + maxTokenTTLSeconds * 1000)
+                try RefreshTokens.revoke(db, user: promoted.string("id"))
                 return .promoted
             }
         }

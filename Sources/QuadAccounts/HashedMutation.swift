@@ -20,45 +20,50 @@ struct HashedMutation {
 
     /// `authorize` runs before any stored reply is returned; `prepare`
     /// gets the request decoded (the contract checked it) and returns the
-    /// write, whose reply is the operation's type.
+    /// write, whose reply is the operation's type. `reveal` adds to a reply,
+    /// fresh or stored, what the stored record must not keep (a refresh token).
     func register<Q, R>(_ op: TypedOperation<Q, R>, authorize: @escaping (Request, Q) throws -> Void = { _, _ in },
+                        reveal: @escaping (Request, R) throws -> R = { $1 },
                         prepare: @escaping (Request, Q) throws -> () throws -> R) {
         let db = db, relay = relay, src = handlers.instance
-        handlers.query(op) { req, body in
-            try authorize(req, body)
-            // A repeat is answered before any hash is spent on it.
-            if let earlier = try Self.stored(db, req) { return try Self.answer(earlier) }
-            let reply: Envelope
-            var fresh: R?
-            do {
-                let write = try prepare(req, body)
-                reply = try db.transaction {
-                    if let earlier = try Self.stored(db, req) { return earlier }
-                    let value = try write()
-                    let reply = req.envelope.reply(value.json, src: src)
-                    try Self.store(db, req, reply)
-                    fresh = value
-                    return reply
-                }
-            } catch {
-                // The same id may have run on another worker at the same time.
-                if let earlier = try? Self.stored(db, req) { return try Self.answer(earlier) }
-                let refusal = Self.quadError(error)
-                // A refusal is this id's answer, as for the runtime's
-                // mutations; a 429 (try later) or a failure is not kept, so
-                // a retry under the same id runs again.
-                guard refusal.status < 500, refusal.status != 429 else { throw refusal }
-                let kept = try db.transaction { () throws -> Envelope in
-                    if let earlier = try Self.stored(db, req) { return earlier }
-                    let reply = req.envelope.error(refusal, src: src)
-                    try Self.store(db, req, reply)
-                    return reply
-                }
-                return try Self.answer(kept)
+        handlers.query(op) { req, body in try reveal(req, try Self.run(db, relay: relay, src: src, req, body, authorize: authorize, prepare: prepare)) }
+    }
+
+    static func run<Q, R: Body>(_ db: Database, relay: () -> Void, src: String, _ req: Request, _ body: Q, authorize: (Request, Q) throws -> Void,
+                                prepare: (Request, Q) throws -> () throws -> R) throws -> R {
+        try authorize(req, body)
+        // A repeat is answered before any hash is spent on it.
+        if let earlier = try Self.stored(db, req) { return try Self.answer(earlier) }
+        let reply: Envelope
+        var fresh: R?
+        do {
+            let write = try prepare(req, body)
+            reply = try db.transaction {
+                if let earlier = try Self.stored(db, req) { return earlier }
+                let value = try write()
+                let reply = req.envelope.reply(value.json, src: src)
+                try Self.store(db, req, reply)
+                fresh = value
+                return reply
             }
-            relay()
-            return try fresh ?? Self.answer(reply)
+        } catch {
+            // The same id may have run on another worker at the same time.
+            if let earlier = try? Self.stored(db, req) { return try Self.answer(earlier) }
+            let refusal = Self.quadError(error)
+            // A refusal is this id's answer, as for the runtime's
+            // mutations; a 429 (try later) or a failure is not kept, so
+            // a retry under the same id runs again.
+            guard refusal.status < 500, refusal.status != 429 else { throw refusal }
+            let kept = try db.transaction { () throws -> Envelope in
+                if let earlier = try Self.stored(db, req) { return earlier }
+                let reply = req.envelope.error(refusal, src: src)
+                try Self.store(db, req, reply)
+                return reply
+            }
+            return try Self.answer(kept)
         }
+        relay()
+        return try fresh ?? Self.answer(reply)
     }
 
     static func stored(_ db: Database, _ req: Request) throws -> Envelope? {

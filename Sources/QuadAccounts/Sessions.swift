@@ -72,7 +72,7 @@ enum Sessions {
         return claims
     }
 
-    static func register(_ h: Handlers, db: Database, settings: Accounts.Settings) {
+    static func register(_ h: Handlers, db: Database, settings: Accounts.Settings, relay: @escaping () -> Void) {
         let key = settings.signingKey.verifyingKey
         let maxPerUser = settings.limits.maxRevokedTokensPerUser
 
@@ -85,28 +85,49 @@ enum Sessions {
                 // Every session: tokens signed before now, whatever their ttl.
                 let until = now + Accounts.maxTokenTTLSeconds * 1000
                 try revoke(db, user: claims.user, jti: nil, before: now + 1, until: until)
+                try RefreshTokens.revoke(db, user: claims.user)
                 return revocation(user: claims.user, jti: nil, before: now + 1, until: until)
             }
+            // The session's refresh tokens end with it, expired or not.
+            try RefreshTokens.revoke(db, user: claims.user, sessionJTI: claims.tokenID)
             guard claims.expiresAt > now else { return revocation(user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt) }
             try revoke(db, user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt, maxPerUser: maxPerUser)
             return revocation(user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt)
         }
 
-        h.mutation(C.refresh) { req, body in
-            let claims = try ownToken(req, body.token, key: key)
+        // A mutation that keeps its own record (as HashedMutation does): the
+        // refresh token it answers is never stored, only derived again.
+        h.query(C.refresh) { req, body in
+            if let presented = body.refreshToken {
+                return try RefreshTokens.trade(db, presented, requestID: req.id, settings: settings)
+            }
+            let owner = Idempotency.owner(of: req.envelope)
+            if let earlier = try Idempotency.claim(db, id: req.id, type: req.envelope.type, owner: owner) {
+                if let error = earlier.quadError { throw error }
+                return try RefreshTokens.reveal(db, try C.Session(json: earlier.body), requestID: req.id, settings: settings)
+            }
+            let claims = try ownToken(req, body.token ?? "", key: key)
             let now = Int64(Clock.nowMillis())
             guard claims.expiresAt > now else { throw TokenError.expired(at: claims.expiresAt).quadError }
-            guard try !isRevoked(db, claims, now: now) else {
-                throw QuadError.unauthorized("body.token was revoked (logged out, or the password or role changed): log in again")
+            let session = try db.transaction { () throws -> C.Session in
+                if let earlier = try Idempotency.claim(db, id: req.id, type: req.envelope.type, owner: owner) { return try C.Session(json: earlier.body) }
+                guard try !isRevoked(db, claims, now: now) else {
+                    throw QuadError.unauthorized("body.token was revoked (logged out, or the password or role changed): log in again")
+                }
+                guard let row = try db.queryOne("SELECT role FROM users WHERE id = $1", .text(claims.user)) else {
+                    throw QuadError.notFound("no account for user '\(claims.user)'")
+                }
+                // The old token ends: one session, one live token.
+                if !claims.tokenID.isEmpty {
+                    try revoke(db, user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt, maxPerUser: maxPerUser)
+                }
+                let (session, jti) = Accounts.issueSession(user: claims.user, role: row.string("role"), settings: settings)
+                try RefreshTokens.issue(db, user: claims.user, family: nil, requestID: req.id, sessionJTI: jti, settings: settings)
+                try Idempotency.store(db, id: req.id, type: req.envelope.type, owner: owner, reply: req.envelope.reply(session.json, src: h.instance))
+                return session
             }
-            guard let row = try db.queryOne("SELECT role FROM users WHERE id = $1", .text(claims.user)) else {
-                throw QuadError.notFound("no account for user '\(claims.user)'")
-            }
-            // The old token ends: one session, one live token.
-            if !claims.tokenID.isEmpty {
-                try revoke(db, user: claims.user, jti: claims.tokenID, before: nil, until: claims.expiresAt, maxPerUser: maxPerUser)
-            }
-            return Accounts.session(user: claims.user, role: row.string("role"), settings: settings)
+            relay()
+            return try RefreshTokens.reveal(db, session, requestID: req.id, settings: settings)
         }
 
         h.query(C.revocations) { req, _ in

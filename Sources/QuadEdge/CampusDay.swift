@@ -217,7 +217,8 @@ public final class CampusDay {
         // The day is over: a later run of the same seed begins a new one.
         let mark = DayMark(seed: options.seed, startedMs: dayStartedWall, runs: restarts + 1, finished: true)
         for phone in fleet.phones { mark.write(phone.db) }
-        exitCode = drained && json["accounted"]?.bool == true ? 0 : 1
+        let keychainsClean = json["keychain_check"]?["phones_with_secret"]?.int == 0
+        exitCode = drained && json["accounted"]?.bool == true && keychainsClean ? 0 : 1
         onReport(json, text)
         fleet.stop()
     }

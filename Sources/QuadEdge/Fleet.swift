@@ -44,11 +44,13 @@ public final class Fleet {
         self.controlEndpoint = control
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let width = max(3, String(count).count)
+        // The students' passwords, kept apart from every phone's files.
+        let students = try Students(path: Students.path(forPhonesDir: dir))
         for k in 1...max(1, count) {
             let number = String(k)
             let name = "\(prefix)-" + String(repeating: "0", count: max(0, width - number.count)) + number
             let phone = try Phone(name: name, path: "\(dir)/\(name).db", context: context, reactor: reactor, settings: settings,
-                                  seed: seed &* 1_000_003 &+ UInt64(k))
+                                  seed: seed &* 1_000_003 &+ UInt64(k), students: students)
             phones.append(phone)
             byName[name] = phone
         }

@@ -65,21 +65,31 @@ final class Link {
 
     /// The broker's CURVE public key.
     let serverKey: [UInt8]?
-    /// The phone's own CURVE key pair, the same for every radio-on: the
-    /// broker binds an anonymous request's idempotency record to it, so a
-    /// retry after airplane mode must come from the same key.
+    /// The phone's own CURVE key pair, the same for every radio-on and,
+    /// kept in the phone's keychain, across restarts: the broker binds an
+    /// anonymous request's idempotency record to it, so a retry after
+    /// airplane mode or a restart must come from the same key.
     let clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?
 
-    init(context: ZMQContext, endpoint: String, source: String, reactor: Reactor, serverKey: [UInt8]? = nil) {
+    init(context: ZMQContext, endpoint: String, source: String, reactor: Reactor, serverKey: [UInt8]? = nil,
+         clientSecretKey: String? = nil) {
         self.serverKey = serverKey
-        // zmq_curve_keypair's Z85 output always decodes.
-        clientKeys = serverKey == nil ? nil : (try? Curve.keyPair()).map { (Curve.decode($0.publicKey)!, Curve.decode($0.secretKey)!) }
+        clientKeys = serverKey == nil ? nil : Link.keyPair(clientSecretKey)
         self.context = context
         self.endpoint = endpoint
         let list = Endpoints.list(endpoint)
         self.endpoints = list.isEmpty ? [endpoint] : list
         self.source = source
         self.reactor = reactor
+    }
+
+    /// The key pair of `secretKey` (Z85), or a new one when it is nil or not a key.
+    static func keyPair(_ secretKey: String?) -> (publicKey: [UInt8], secretKey: [UInt8])? {
+        if let secretKey, let pub = Curve.publicKey(forSecretKey: secretKey), let p = Curve.decode(pub), let s = Curve.decode(secretKey) {
+            return (p, s)
+        }
+        // zmq_curve_keypair's Z85 output always decodes.
+        return (try? Curve.keyPair()).map { (Curve.decode($0.publicKey)!, Curve.decode($0.secretKey)!) }
     }
 
     var isUp: Bool { !sockets.isEmpty }

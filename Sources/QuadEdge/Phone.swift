@@ -41,8 +41,11 @@ public struct EdgeSettings: Sendable {
     /// A phone signs in when it starts, not at its first action (a campus
     /// day that signs its phones in before the day turns it off).
     public var signInAtStart = true
+    /// The PIN every phone's keychain is locked with (`--keychain-pin-file`);
+    /// nil keeps each keychain's key in its key file.
+    public var keychainPIN: String?
     /// The semester phones register their accounts with (each phone keeps
-    /// its own email and password in its file).
+    /// its own email in its file; its student, the password).
     public var semester: Int64 = 3
     /// The phone's image caches (ImageCache.swift): image_cache_files,
     /// image_cache_days, image_memory_entries, image_memory_bytes, max_image_bytes.
@@ -76,15 +79,19 @@ enum ActOutcome {
 /// nothing here blocks.
 final class Phone {
     let name: String
+    /// The phone's SQLite file.
+    let file: String
     let db: SQLiteDatabase
     let link: Link
     let agenda: Timers
     let settings: EdgeSettings
     var rng: SeededRandom
 
-    // Session.
+    // Session. The tokens live in the phone's keychain, never in its file;
+    // the password only in its student's memory (``Students``).
+    let keychain: Keychain
+    let students: Students
     var email = ""
-    var password = ""
     var displayName = ""
     var registerID = ""
     var registered = false
@@ -95,6 +102,9 @@ final class Phone {
             live?.setNewsToken(token)
         }
     }
+    /// What renews the session after its token expired (`accounts.refresh`
+    /// with `refresh_token`); nil before the first sign-in.
+    var refreshToken: String?
     var expiresAt: Int64 = 0
     var sessionID = MessageID.make()
     var signingIn = false
@@ -179,15 +189,27 @@ final class Phone {
     var onNews: (Phone, Envelope) -> Void = { _, _ in }
     var onDrained: (Phone) -> Void = { _ in }
 
-    init(name: String, path: String, context: ZMQContext, reactor: Reactor, settings: EdgeSettings, seed: UInt64) throws {
+    /// Opens the phone in `path`, its keychain beside it. `students`
+    /// remember the passwords (by default beside the folder of `path`).
+    init(name: String, path: String, context: ZMQContext, reactor: Reactor, settings: EdgeSettings, seed: UInt64, students: Students? = nil) throws {
         self.name = name
+        self.file = path
         self.agenda = reactor.timers
         self.settings = settings
         self.rng = SeededRandom(seed: seed)
-        db = try PhoneStore.open(path)
+        self.students = try students ?? Students(path: Students.path(forPhonesDir: (path as NSString).deletingLastPathComponent))
+        let (keychain, unreadable) = try Phone.openKeychain(Keychain.path(forPhoneFile: path), pin: settings.keychainPIN)
+        self.keychain = keychain
+        db = try PhoneStore.open(path, keychain: keychain, students: self.students)
         let folder = (path.hasSuffix(".db") ? String(path.dropLast(3)) : path) + ".images"
         images = try ImageCache(db: db, folder: folder, agenda: reactor.timers, limits: settings.images)
-        link = Link(context: context, endpoint: settings.frontend, source: "edge/\(name)", reactor: reactor, serverKey: settings.brokerKey)
+        var curveKey = keychain[.curveSecretKey]
+        if settings.brokerKey != nil && curveKey == nil {
+            curveKey = Link.keyPair(nil).flatMap { Curve.encode($0.secretKey) }
+            try keychain.set([.curveSecretKey: curveKey])
+        }
+        link = Link(context: context, endpoint: settings.frontend, source: "edge/\(name)", reactor: reactor, serverKey: settings.brokerKey,
+                    clientSecretKey: curveKey)
         let updates = Endpoints.list(settings.updates)
         if !updates.isEmpty {
             let feed = LiveFeed(context: context, endpoints: updates, reactor: reactor, serverKey: settings.brokerKey, clientKeys: link.clientKeys)
@@ -195,6 +217,10 @@ final class Phone {
             feed.onEvent = { [unowned self] in self.applyLive($0) }
         }
         try loadSession()
+        if let unreadable {
+            Log.error("edge/\(name)", unreadable.message)
+            leaveSignInMessage(unreadable.message)
+        }
         link.onAnswer = { [unowned self] in self.heard() }
         if live != nil { liveTimer = agenda.every(1000) { [weak self] in self?.liveTick() } }
     }
@@ -205,16 +231,28 @@ final class Phone {
 
     // MARK: Session
 
+    /// The phone's keychain; a tampered or cut one is emptied (its secrets
+    /// are lost: the phone signs in again), and its error returned to be
+    /// shown. A wrong PIN, or a PIN missing, stops the phone with its error.
+    static func openKeychain(_ path: String, pin: String?) throws(KeychainError) -> (Keychain, KeychainError?) {
+        do {
+            return (try Keychain(path: path, pin: pin), nil)
+        } catch where error.kind == .tampered {
+            Keychain.reset(path: path)
+            return (try Keychain(path: path, pin: pin), error)
+        }
+    }
+
     func loadSession() throws {
         if let s = try db.queryOne("SELECT * FROM session WHERE one = 1") {
             email = s.string("email")
-            password = s.string("password")
             displayName = s.string("name")
             registerID = s.string("register_id")
             registered = s.int("registered") != 0
             user = s.optionalString("user_id")
-            token = s.optionalString("token")
-            expiresAt = s.int("expires_at")
+            token = keychain[.sessionToken]
+            refreshToken = keychain[.refreshToken]
+            expiresAt = token == nil ? 0 : s.int("expires_at")
             lastSyncMs = (try db.meta("last_sync")).flatMap { Int64($0) }
             scheduleRefresh()
             return
@@ -222,11 +260,27 @@ final class Phone {
         // A new phone: an account of its own, remembered in its file.
         let tag = String(MessageID.make().suffix(12))
         email = "\(name.lowercased().filter { $0.isLetter || $0.isNumber || $0 == "-" })-\(tag)@edge.quad.campus"
-        password = "pw-" + MessageID.make()
         displayName = "Student \(name)"
         registerID = MessageID.make()
-        try db.execute("INSERT INTO session (one, phone, email, password, name, register_id) VALUES (1, $1, $2, $3, $4, $5)",
-                       .text(name), .text(email), .text(password), .text(displayName), .text(registerID))
+        _ = try students.password(for: email)
+        try db.execute("INSERT INTO session (one, phone, email, name, register_id) VALUES (1, $1, $2, $3, $4)",
+                       .text(name), .text(email), .text(displayName), .text(registerID))
+    }
+
+    /// The student's password, asked for only to register or sign in again.
+    var password: String {
+        do { return try students.password(for: email) } catch {
+            Log.error("edge/\(name)", "the student's password is not at hand: \(error)")
+            return ""
+        }
+    }
+
+    /// "Sign in again", in the messages view: the session could not be kept.
+    func leaveSignInMessage(_ why: String) {
+        let text = "Sign in again: \(why)"
+        _ = try? db.execute("INSERT INTO messages (ts, action, type, code, status, reason, text) VALUES ($1, NULL, 'accounts.refresh', 'unauthorized', 401, $2, $3)",
+                            .int(now), .text(why), .text(text))
+        stats.signInAgain += 1
     }
 
     var hasValidToken: Bool { token != nil && expiresAt > now + 30_000 }
@@ -279,8 +333,10 @@ final class Phone {
             }
         }
         if registered {
-            // A token not yet expired is renewed, not replaced by a login.
-            if token != nil && expiresAt > now + 1_000 {
+            // A session is renewed, not replaced by a login: with the
+            // refresh token (also after the token expired), or with a token
+            // not yet expired.
+            if refreshToken != nil || token != nil && expiresAt > now + 1_000 {
                 refresh { [unowned self] error in
                     if self.hasValidToken { finish(nil) } else if let error, error.status != 401 { finish(error) } else { login() }
                 }
@@ -346,11 +402,20 @@ final class Phone {
     /// a login or a refresh) in memory and in the file, and arms its renewal.
     func keepSession(_ body: JSON) {
         token = body["token"]?.string
+        refreshToken = body["refresh_token"]?.string ?? refreshToken
         user = body["user"]?.string ?? user
         expiresAt = Phone.localExpiry(token: token, expiresAt: body["expires_at"]?.int ?? 0, now: now)
-        _ = try? db.execute("UPDATE session SET token = $1, user_id = $2, expires_at = $3 WHERE one = 1",
-                            .of(token), .of(user), .int(expiresAt))
+        keepTokens()
+        forgetRefresh()
+        _ = try? db.execute("UPDATE session SET user_id = $1, expires_at = $2 WHERE one = 1", .of(user), .int(expiresAt))
         scheduleRefresh()
+    }
+
+    /// The tokens in hand, written to the keychain (nil ones removed).
+    func keepTokens() {
+        do { try keychain.set([.sessionToken: token, .refreshToken: refreshToken]) } catch {
+            Log.error("edge/\(name)", "cannot keep the session in the keychain: \(error)")
+        }
     }
 
     /// The renewal of the session, `refreshBeforeMs` before it ends.
@@ -368,30 +433,36 @@ final class Phone {
     /// Renews the session when it ends within `refreshBeforeMs` and the
     /// phone is online (offline, the network-back trigger calls this again).
     func refreshIfDue() {
-        guard token != nil, !refreshing, isOnline, expiresAt > now + 1_000 else { return }
+        guard token != nil, !refreshing, isOnline, expiresAt > now + 1_000 || refreshToken != nil else { return }
         // A timer a millisecond early (wall and monotonic clocks round
         // apart) arms itself again rather than never renewing.
         guard expiresAt - now <= settings.refreshBeforeMs else { scheduleRefresh(); return }
         refresh { _ in }
     }
 
-    /// `accounts.refresh` with the current token: a new token, the old one
-    /// revoked. The same id until it is answered, so a retry after a lost
-    /// answer gets the token accounts already issued (the old one is
-    /// revoked by then). A 401 (revoked, expired) drops the session: the
-    /// next sign-in logs in.
+    /// `accounts.refresh`: with the refresh token (anonymous: the session
+    /// token may have expired while the phone was offline), or, on a phone
+    /// that has none yet, with the current token; a new session and a new
+    /// refresh token, the old ones ended. The same id until it is answered
+    /// (kept in the file's meta across a restart, sent with the same CURVE
+    /// key from the keychain), so a retry after a lost answer gets what
+    /// accounts already issued. A 401 (revoked, expired, a refresh token
+    /// used twice) drops the session and tells the user to sign in again:
+    /// the next sign-in logs in with the student's password.
     func refresh(_ done: @escaping (QuadError?) -> Void) {
-        guard let current = token else { agenda.after(0) { done(.unauthorized("no session to refresh")) }; return }
+        guard token != nil || refreshToken != nil else { agenda.after(0) { done(.unauthorized("no session to refresh")) }; return }
         refreshWaiters.append(done)
         guard !refreshing else { return }
         refreshing = true
-        let id = refreshID ?? MessageID.make()
+        let id = refreshID ?? (try? db.meta("refresh_id")) ?? MessageID.make()
         refreshID = id
+        try? db.setMeta("refresh_id", id)
         stats.refreshes += 1
-        var envelope = Envelope.request("accounts.refresh", body: ["token": .string(current)], id: id)
+        let body: JSON = refreshToken.map { ["refresh_token": .string($0)] } ?? ["token": .string(token ?? "")]
+        var envelope = Envelope.request("accounts.refresh", body: body, id: id)
         envelope.ts = Int64(Clock.nowMillis())
         let saved = link.token
-        link.token = current
+        link.token = refreshToken == nil ? token : nil
         defer { link.token = saved }
         link.send(envelope, timeoutMs: settings.actionTimeoutMs) { [unowned self] result in
             self.observe(result)
@@ -402,13 +473,15 @@ final class Phone {
                 if let refusal = reply.quadError {
                     error = refusal
                     if refusal.status == 401 || refusal.status == 403 || refusal.status == 404 {
-                        self.refreshID = nil
+                        self.forgetRefresh()
                         self.token = nil
+                        self.refreshToken = nil
                         self.expiresAt = 0
-                        _ = try? self.db.execute("UPDATE session SET token = NULL, expires_at = 0 WHERE one = 1")
+                        self.keepTokens()
+                        _ = try? self.db.execute("UPDATE session SET expires_at = 0 WHERE one = 1")
+                        self.leaveSignInMessage("the session could not be renewed (\(refusal.message))")
                     }
                 } else {
-                    self.refreshID = nil
                     self.keepSession(reply.body)
                 }
             case .failure(let failure):
@@ -418,6 +491,11 @@ final class Phone {
             self.refreshWaiters = []
             for w in waiters { w(error) }
         }
+    }
+
+    func forgetRefresh() {
+        refreshID = nil
+        try? db.setMeta("refresh_id", nil)
     }
 
     static func error(_ failure: LinkFailure) -> QuadError {
@@ -641,4 +719,6 @@ struct PhoneStats {
     var registrations = 0
     var logins = 0
     var refreshes = 0
+    /// Sessions lost (a refresh refused, a keychain that did not open): "sign in again".
+    var signInAgain = 0
 }

@@ -166,7 +166,15 @@ enum PhoneStore {
             """),
         // Issue 17 point 4: SpendiQ's window (SpendingWindow.swift).
         SpendingWindow.migration,
+        // Issue 17 point 5: the session token lives in the keychain and the
+        // password with the student (``moveSecrets(_:path:keychain:students:)``
+        // ran first, and the file is vacuumed after).
+        Migration(50, """
+            ALTER TABLE session DROP COLUMN token;
+            ALTER TABLE session DROP COLUMN password;
+            """),
     ]
+    static let keychainVersion = 50
 
     /// Opens (creating) a phone's file, small: a phone keeps little in memory.
     /// An idle phone cost 271 KiB of private memory (deploy/bench, 1,000
@@ -185,16 +193,44 @@ enum PhoneStore {
     /// one after another. Measured (deploy/bench --only memory, 1,000 idle
     /// phones against 1, back to back on a busy machine): 123 KiB per phone
     /// before, 88 after.
-    static func open(_ path: String) throws -> SQLiteDatabase {
+    static func open(_ path: String, keychain: Keychain, students: Students) throws -> SQLiteDatabase {
         _ = pageCacheUpFront
         let db = try SQLiteDatabase(path: path)
         try db.executeScript("PRAGMA cache_size=-\(idleCacheKiB); PRAGMA temp_store=MEMORY;")
+        let moved = try moveSecrets(db, keychain: keychain, students: students)
         try Migrations.apply(db, migrations, scope: "phone")
+        if moved { try scrub(db, path: path) }
         // Setting the capacity finalizes what the migrations prepared: an
         // idle phone keeps only the few statements it uses.
         db.statementCacheCapacity = phoneStatementCacheCapacity
         try db.executeScript("PRAGMA synchronous=\(idleSynchronous); PRAGMA journal_mode=\(idleJournal)")
         return db
+    }
+
+    /// A phone's file from before the keychain: its session token goes into
+    /// the keychain and its password to its student, before migration 50
+    /// drops their columns. True when it had them.
+    static func moveSecrets(_ db: SQLiteDatabase, keychain: Keychain, students: Students) throws -> Bool {
+        let columns = try db.query("SELECT name FROM pragma_table_info('session')").map { $0.string("name") }
+        guard columns.contains("password") || columns.contains("token") else { return false }
+        if let s = try db.queryOne("SELECT * FROM session WHERE one = 1") {
+            if columns.contains("password"), let password = s.optionalString("password"), !password.isEmpty {
+                try students.remember(s.string("email"), password)
+            }
+            if columns.contains("token"), let token = s.optionalString("token"), !token.isEmpty {
+                try keychain.set([.sessionToken: token])
+            }
+        }
+        return true
+    }
+
+    /// Leaves none of the dropped columns' bytes anywhere: the WAL is
+    /// checkpointed into the file and removed, the file rebuilt (VACUUM:
+    /// no free page keeps an old row), and the rollback journal (which a
+    /// PERSIST journal keeps between commits, old pages in it) removed.
+    static func scrub(_ db: SQLiteDatabase, path: String) throws {
+        try db.executeScript("PRAGMA journal_mode=DELETE; PRAGMA secure_delete=ON; VACUUM;")
+        for suffix in ["-wal", "-shm", "-journal"] { unlink(path + suffix) }
     }
 
     /// Prepared statements a phone's connection keeps (LRU).

@@ -125,6 +125,8 @@ enum Report {
             "rejected": .int(edits.reduce(0) { $0 + ($1.1["rejected"] ?? 0) }),
             "by_type": .object(Dictionary(uniqueKeysWithValues: edits.map { ($0.0, JSON.object($0.1.mapValues { .int($0) })) })),
         ]
+        // Issue 17 point 5: no phone's file holds a secret (KeychainCheck).
+        if final { f["keychain_check"] = KeychainCheck.report(fleet.phones) }
         if let day {
             f["seed"] = .int(Int64(bitPattern: day.options.seed))
             f["speed"] = .double(day.options.speed)
@@ -271,6 +273,9 @@ enum Report {
         if let l = r["marketplace"]?["listings"], (l["attempted"]?.int ?? 0) > 0 {
             let reasons = (l["reasons"]?.object ?? [:]).map { "\($0.value.int ?? 0) × \($0.key)" }.sorted().joined(separator: "; ")
             lines.append("Listings: \(l["attempted"]?.int ?? 0) tried, \(l["created"]?.int ?? 0) listed, \(l["rejected"]?.int ?? 0) refused\(reasons.isEmpty ? "" : " (\(reasons))"), \(l["no_answer"]?.int ?? 0) unanswered.")
+        }
+        if let k = r["keychain_check"] {
+            lines.append("Keychain check: \(k["phones_clean"]?.int ?? 0) phones clean, \(k["phones_with_secret"]?.int ?? 0) with a secret in their files.")
         }
         let t = r["telemetry"] ?? [:]
         lines.append("Telemetry: \(t["sent"]?.int ?? 0) events sent in \(t["batches_answered"]?.int ?? 0) answered batches; \(t["accepted"]?.int ?? 0) accepted, \(t["duplicate"]?.int ?? 0) duplicates, \(t["rejected"]?.int ?? 0) rejected, \(t["queued"]?.int ?? 0) still queued.")

@@ -49,6 +49,7 @@ flags.option("backoff-base-ms", "first retry delay of an action that got no answ
 flags.option("backoff-cap-ms", "longest retry delay", default: "8000")
 flags.option("send-window", "most queued actions in flight at once, one per service (send_window; 1: one at a time, in order across services; more: each service's in order)", default: "1")
 flags.option("refresh-before-ms", "a session is renewed with accounts.refresh this long before its token expires (refresh_before_ms)", default: "300000")
+flags.option("keychain-pin-file", "a file (mode 0600) holding the PIN every phone's keychain is locked with (its key derived with Argon2id); default: each keychain's key in a 0600 key file beside it")
 flags.option("telemetry-batch", "most events in one telemetry.ingest", default: "100")
 flags.option("telemetry-every-ms", "how often queued telemetry is sent while online", default: "2000")
 flags.option("idle-after-ms", "a phone whose outbox stays empty this long goes back to its idle journal and sizes (idle_after_ms)", default: "5000")
@@ -102,6 +103,14 @@ settings.backoffBaseMs = Int64(positive("backoff-base-ms", 1...600_000))
 settings.backoffCapMs = Int64(positive("backoff-cap-ms", 1...3_600_000))
 settings.sendWindow = positive("send-window", 1...64)
 settings.refreshBeforeMs = Int64(positive("refresh-before-ms", 1_000...86_400_000))
+if let file = flags["keychain-pin-file"] {
+    do {
+        try KeyFile.requirePrivate(file, what: "the keychain PIN file")
+        settings.keychainPIN = try KeyFile.readLine(file, what: "the keychain PIN file")
+    } catch {
+        Flags.usageError("--keychain-pin-file: \(error.message)", usage: flags.usage)
+    }
+}
 settings.telemetryBatch = positive("telemetry-batch", 1...1000)
 settings.telemetryEveryMs = Int64(positive("telemetry-every-ms", 10...3_600_000))
 settings.idleAfterMs = Int64(positive("idle-after-ms", 1...3_600_000))

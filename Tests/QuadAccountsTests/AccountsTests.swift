@@ -59,6 +59,7 @@ struct AccountsHandlerTests {
         var profile = try #require(made.object)
         profile["token"] = nil
         profile["expires_at"] = nil
+        #expect(profile.removeValue(forKey: "refresh_token")?.string?.hasPrefix("rt1.") == true, "a registration answers a refresh token")
         #expect(try h.call("accounts.profile.get", user: user) == .object(profile))
         let changed = try h.call("accounts.profile.update", ["semester": 4, "categories": ["Lab"], "name": "  Ana R.  "], user: user)
         #expect(changed["semester"]?.int == 4 && changed["categories"] == ["Lab"] && changed["name"]?.string == "Ana R.")

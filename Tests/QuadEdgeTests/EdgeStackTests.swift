@@ -249,6 +249,10 @@ struct EdgeStackTests {
         for r in json["rejected"]?.array ?? [] { #expect(!(r["reason"]?.string ?? "").isEmpty && r["code"]?.string != nil) }
         #expect(output.contains("Every action is accounted for."))
         #expect(output.contains("campus day"), "a progress line while it runs")
+        // Issue 17 point 5: every phone's files read whole, no secret in them.
+        let keychains = try #require(json["keychain_check"], "the report checks the phones' files")
+        #expect(keychains["phones_clean"]?.int == 200 && keychains["phones_with_secret"]?.int == 0, "\(keychains)")
+        #expect(output.contains("Keychain check: 200 phones clean, 0 with a secret"))
 
         // Issue 16: pictures fetched once, then hits; rentals made and returned; listings tried.
         let images = try #require(json["images"])

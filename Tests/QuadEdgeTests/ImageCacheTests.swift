@@ -25,7 +25,8 @@ import Testing
         try Migrations.apply(images, [ImageStore.migration(1)], scope: "catalog")
         server = ImageServer(store: images)
         port = try server.start("127.0.0.1:0")
-        phone = try PhoneStore.open(dir + "/phone-001.db")
+        phone = try PhoneStore.open(dir + "/phone-001.db", keychain: try Keychain(path: dir + "/phone-001.keychain"),
+                                    students: try Students(path: dir + "/students"))
     }
 
     deinit {

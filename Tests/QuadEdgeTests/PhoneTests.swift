@@ -35,6 +35,8 @@ final class FakeBroker {
     var inFlightActions = 0
     var maxInFlightActions = 0
     var refreshed = 0
+    /// accounts.refresh's answer, when set (else a new token each time).
+    var refreshAnswer: ((Envelope) -> Result<JSON, QuadError>)?
     /// The envelope token of each request, by id.
     var tokens: [String: String] = [:]
 
@@ -68,6 +70,9 @@ final class FakeBroker {
                 // As accounts answers since a registration is a session: the profile, a token, its expiry.
                 result = .success(["user": "u-1", "email": request.body["email"] ?? "", "name": request.body["name"] ?? "", "role": "student",
                                    "token": "t-registered", "expires_at": .int(Int64(Clock.nowMillis()) + 3_600_000)])
+            case "accounts.refresh" where refreshAnswer != nil:
+                refreshed += 1
+                result = refreshAnswer?(request)
             case "accounts.refresh":
                 refreshed += 1
                 result = .success(["token": .string("t-refreshed-\(refreshed)"), "user": "u-1", "role": "student",
@@ -409,8 +414,9 @@ struct PhoneTests {
         #expect(rig.broker.seen.filter { $0.type == "accounts.register" }.count == 1)
         #expect(!rig.broker.seen.contains { $0.type == "accounts.login" }, "no login after a registration")
         #expect(rig.broker.tokens[id] == "t-registered", "the action went with the registration's token")
-        let stored = try #require(try rig.phone.db.queryOne("SELECT registered, token, user_id FROM session"))
-        #expect(stored.int("registered") == 1 && stored.string("token") == "t-registered" && stored.string("user_id") == "u-1")
+        let stored = try #require(try rig.phone.db.queryOne("SELECT registered, user_id FROM session"))
+        #expect(stored.int("registered") == 1 && stored.string("user_id") == "u-1")
+        #expect(try Keychain(path: rig.dir + "/phone-t.keychain")[.sessionToken] == "t-registered", "the token is in the keychain")
     }
 
     /// A phone with a session renews it before it ends with
@@ -431,7 +437,44 @@ struct PhoneTests {
         rig.run(forMs: 30_000) { rig.outbox == 0 }
         #expect(rig.broker.tokens[id] == "t-refreshed-1")
         #expect(!rig.broker.seen.contains { $0.type == "accounts.login" || $0.type == "accounts.register" })
-        #expect(try rig.phone.db.queryOne("SELECT token FROM session")?.string("token") == "t-refreshed-1")
+        #expect(try Keychain(path: rig.dir + "/phone-t.keychain")[.sessionToken] == "t-refreshed-1")
+    }
+
+    /// A phone whose token expired while it was offline renews its session
+    /// with its refresh token (no envelope token, no password); a refresh
+    /// refused with 401 says "sign in again" and the phone logs in with its
+    /// student's password, which its file never held.
+    @Test func anExpiredSessionIsRenewedWithTheRefreshTokenAndA401SignsInAgain() throws {
+        let rig = try PhoneRig()
+        rig.phone.token = "t-old"
+        rig.phone.refreshToken = "rt1.first"
+        rig.phone.expiresAt = Int64(Clock.nowMillis()) - 1_000
+        rig.broker.refreshAnswer = { request in
+            guard request.body["refresh_token"]?.string == "rt1.first" else { return .failure(.unauthorized("body.refresh_token was used already")) }
+            return .success(["token": "t-new", "user": "u-1", "role": "student", "refresh_token": "rt1.second",
+                             "expires_at": .int(Int64(Clock.nowMillis()) + 3_600_000)])
+        }
+        rig.phone.start()
+        guard case .queued(let first) = rig.phone.act("favorites.add", ["product": "p-0001"]) else { Issue.record("not queued"); return }
+        rig.run(forMs: 30_000) { rig.outbox == 0 }
+        let refresh = try #require(rig.broker.seen.first { $0.type == "accounts.refresh" })
+        #expect(refresh.body == ["refresh_token": "rt1.first"] && rig.broker.tokens[refresh.id] == nil, "the refresh token alone: \(refresh.body)")
+        #expect(rig.broker.tokens[first] == "t-new" && !rig.broker.seen.contains { $0.type == "accounts.login" })
+        let keychain = try Keychain(path: rig.dir + "/phone-t.keychain")
+        #expect(keychain[.sessionToken] == "t-new" && keychain[.refreshToken] == "rt1.second")
+
+        // The next refresh is refused: sign in again, with the password.
+        rig.broker.refreshAnswer = { _ in .failure(.unauthorized("body.refresh_token was revoked: sign in again")) }
+        rig.phone.expiresAt = Int64(Clock.nowMillis()) - 1_000
+        guard case .queued(let second) = rig.phone.act("favorites.add", ["product": "p-0002"]) else { Issue.record("not queued"); return }
+        rig.run(forMs: 30_000) { rig.outbox == 0 }
+        let login = try #require(rig.broker.seen.first { $0.type == "accounts.login" })
+        let password = try #require(login.body["password"]?.string)
+        #expect(password.hasPrefix("pw-") && rig.broker.tokens[second] == "t")
+        #expect(rig.phone.messages().contains { ($0["text"]?.string ?? "").hasPrefix("Sign in again: the session could not be renewed") })
+        #expect(rig.phone.stats.signInAgain == 1)
+        let bytes = try #require(FileManager.default.contents(atPath: rig.dir + "/phone-t.db"))
+        #expect(bytes.range(of: Data(password.utf8)) == nil, "the password is not in the phone's file")
     }
 
     /// A queue of actions for different services goes out at once, one per

@@ -122,11 +122,16 @@ struct SpendingWindowTests {
             old.close()
         }
         let s = try #require(session)
-        for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: file + suffix) }
-        let fresh = try PhoneStore.open(file)
+        // A new phone: no file, no keychain; the student remembers the password.
+        let keychainPath = Keychain.path(forPhoneFile: file)
+        for path in ["", "-wal", "-shm", "-journal"].map({ file + $0 }) + ["", "-key"].map({ keychainPath + $0 }) {
+            try? FileManager.default.removeItem(atPath: path)
+        }
+        let fresh = try PhoneStore.open(file, keychain: try Keychain(path: keychainPath),
+                                        students: try Students(path: Students.path(forPhonesDir: edge.phonesDir)))
         try fresh.execute("""
-            INSERT INTO session (one, phone, email, password, name, register_id, registered, user_id) VALUES (1, $1, $2, $3, $4, $5, 1, $6)
-            """, .text(s.string("phone")), .text(s.string("email")), .text(s.string("password")), .text(s.string("name")),
+            INSERT INTO session (one, phone, email, name, register_id, registered, user_id) VALUES (1, $1, $2, $3, $4, 1, $5)
+            """, .text(s.string("phone")), .text(s.string("email")), .text(s.string("name")),
             .text(s.string("register_id")), .text(s.string("user_id")))
         fresh.close()
         try edge.startEdge()

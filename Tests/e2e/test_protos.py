@@ -464,6 +464,12 @@ def _check_refused(request, answer, codes):
     assert answer["body"]["code"] in codes, f"{where}: expected {codes}, got {answer['body']}"
 
 
+# Requests for anyone whose example carries a credential only a live session
+# holds (accounts.refresh's session token or refresh token): a live stack
+# refuses them as unknown, 401, whatever else they say.
+LIVE_CREDENTIAL_EXAMPLES = {"accounts/refresh.request.json", "accounts/refresh.request+refresh-token.json"}
+
+
 @pytest.mark.parametrize("example", REQUEST_PATHS, ids=_ids(REQUEST_PATHS, EXAMPLES))
 def test_live_request(frontend, services, example):
     service, op = request_type(example)
@@ -473,8 +479,9 @@ def test_live_request(frontend, services, example):
     auth = SCHEMAS[request_schema].get("x-quad-auth")
     for name in [service] if service else services:
         request, answer = call(frontend, f"{name}.{op}", body)
-        if auth:
-            # Sent without a token: refused before anything happens.
+        if auth or example.relative_to(EXAMPLES).as_posix() in LIVE_CREDENTIAL_EXAMPLES:
+            # Sent without a token (or with a credential no live session
+            # issued): refused before anything happens.
             _check_refused(request, answer, ("unauthorized", "forbidden"))
         else:
             _check_reply(request, answer, reply_schema)

@@ -13,6 +13,8 @@ extension Contract.Accounts {
     public static let minPasswordLength = 8
     public static let maxPasswordLength = 128
     public static let maxNameLength = 100
+    /// A refresh token: opaque, `rt1.` and 43 base64url characters (32 bytes).
+    public static let refreshTokenPattern = "^rt1\\.[A-Za-z0-9_-]{43}$"
 
     /// accounts.login: who signs in, and the password.
     public struct LoginRequest: Body {
@@ -31,9 +33,10 @@ extension Contract.Accounts {
         public var user = ""
         public var role = ""
         public var expiresAt: Int64 = 0
+        public var refreshToken: String?
         public init() {}
-        public init(token: String, user: String, role: String, expiresAt: Int64) {
-            (self.token, self.user, self.role, self.expiresAt) = (token, user, role, expiresAt)
+        public init(token: String, user: String, role: String, expiresAt: Int64, refreshToken: String? = nil) {
+            (self.token, self.user, self.role, self.expiresAt, self.refreshToken) = (token, user, role, expiresAt, refreshToken)
         }
         public static let fields: [Field<Self>] = [
             .field(\.token, "token", .string(max: 4096, pattern: "^[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]{86}$")
@@ -42,13 +45,15 @@ extension Contract.Accounts {
             .field(\.role, "role", .ref("profile.schema.json#/$defs/role")),
             .field(\.expiresAt, "expires_at", .int(min: 0)
                 .described("ms since the Unix epoch.")),
+            .field(\.refreshToken, "refresh_token", .string(pattern: refreshTokenPattern)
+                .described("An opaque refresh token: accounts.refresh trades it for a new session and a new refresh token, also after the session token expired. Valid for 30 days after it is issued (--refresh-token-ttl-seconds, refresh_token_ttl_seconds) and once: a second use ends every refresh token of its family; a password change, a role change and a logout end them too. accounts keeps only its SHA-256.").optional),
         ]
     }
 
     public static let login = TypedOperation<LoginRequest, Session>(
         "accounts.login", .query, auth: .none,
         request: LoginRequest.shape
-            .described("Checks the password and returns a session token. unauthorized (401) 'wrong email or password', the same for an unknown email and a wrong password. A query: nothing is written. Send it without a token (a stale token would be refused by the broker first)."),
+            .described("Checks the password and returns a session token. unauthorized (401) 'wrong email or password', the same for an unknown email and a wrong password. A query: nothing is written but its refresh token's hash (a retry makes another, bounded by max_refresh_tokens_per_user). Send it without a token (a stale token would be refused by the broker first)."),
         reply: Session.shape
             .described("A session token to send in the envelope's token field. It is a JWT signed with EdDSA (Ed25519, RFC 8037): header {alg: EdDSA, typ: JWT, kid}, claims {iss: quad-accounts, aud: quad, sub, role, iat, exp, jti} with iat and exp in seconds; accounts.jwks gives the key to check it with. The broker checks it with accounts' public key and refuses it with 401 once expires_at passes (1 h by default, --token-ttl-seconds; accounts.refresh trades it for a new one; a revoked token is refused with 401 too)."))
 
@@ -178,22 +183,28 @@ extension Contract.Accounts {
         reply: .ref("profile.schema.json#/$defs/profile")
             .described("The profile after the change."))
 
-    /// accounts.refresh: the token to trade.
+    /// accounts.refresh: the refresh token to trade, or a session token.
     public struct RefreshRequest: Body {
-        public var token = ""
+        public var token: String?
+        public var refreshToken: String?
         public init() {}
         public static let fields: [Field<Self>] = [
             .field(\.token, "token", .string(1...4096)
-                .described("A session token, as accounts.login returns it.")),
+                .described("A session token of the signed-in user, as accounts.login returns it.").optional),
+            .field(\.refreshToken, "refresh_token", .ref("login.reply.json#/properties/refresh_token").optional),
         ]
     }
 
     public static let refresh = TypedOperation<RefreshRequest, Session>(
-        "accounts.refresh", .mutation, auth: .user,
+        "accounts.refresh", .mutation, auth: .none,
         request: RefreshRequest.shape
-            .described("Trades a valid session token of the signed-in user for a new one and ends the old (401 for an expired or revoked token). A retry under the same id gets the same new token."),
+            .described("A new session and a new refresh token. With refresh_token (no envelope token needed: the session token may have expired): the refresh token is used up (401 when it is unknown, expired, revoked or used already; a second use ends its whole family). With token: a valid session token of the signed-in user (401 for an expired or revoked one, 401 without a signed-in user), which ends. A retry under the same id gets the same new refresh token (and a session token for it).")
+            .keyword("oneOf", [
+                .any.keyword("required", json: ["token"]),
+                .any.keyword("required", json: ["refresh_token"]),
+            ]),
         reply: .ref("login.reply.json")
-            .described("A new session, as accounts.login answers."))
+            .described("A new session, as accounts.login answers, with its refresh_token."))
 
 
     /// accounts.register: the new account.
@@ -226,10 +237,11 @@ extension Contract.Accounts {
         public var updatedAt: Int64 = 0
         public var token = ""
         public var expiresAt: Int64 = 0
+        public var refreshToken: String?
         public init() {}
         public init(profile p: Profile, session: Session) {
             (user, email, name, semester, categories, role) = (p.user, p.email, p.name, p.semester, p.categories, p.role)
-            (createdAt, updatedAt, token, expiresAt) = (p.createdAt, p.updatedAt, session.token, session.expiresAt)
+            (createdAt, updatedAt, token, expiresAt, refreshToken) = (p.createdAt, p.updatedAt, session.token, session.expiresAt, session.refreshToken)
         }
         public static let fields: [Field<Self>] = [
             .field(\.user, "user", .ref("profile.schema.json#/$defs/user")),
@@ -245,6 +257,7 @@ extension Contract.Accounts {
             .field(\.token, "token", .ref("login.reply.json#/properties/token")),
             .field(\.expiresAt, "expires_at", .int(min: 0)
                 .described("ms since the Unix epoch.")),
+            .field(\.refreshToken, "refresh_token", .ref("login.reply.json#/properties/refresh_token").optional),
         ]
     }
 

@@ -220,6 +220,12 @@ extension Contract.Edge {
                         "by_type": .object(open: true),
                     ])
                         .described("The cart edits (orders.cart.set, orders.cart.remove, orders.cart.clear) made since the day began, from the phones' action logs: made, done, rejected, and by_type (each type by outcome); offline is how many were queued without network, counted by this process only (since_this_run).").optional,
+                    "keychain_check": .object([
+                        "phones_clean": .int(min: 0),
+                        "phones_with_secret": .int(min: 0),
+                        "found": .array(of: .string()),
+                    ])
+                        .described("A final report's check of every phone's files (its SQLite file with -wal, -shm and -journal, its keychain and PIN salt), read whole: phones clean, phones whose files hold one of their secrets (session or refresh token, password, CURVE secret key; must be 0, else the day exits 1), and the first files found with what they hold.").optional,
                     "marketplace": .object(open: true)
                         .described("quad-edge run: rentals_placed and returns_queued by the students, and listings {attempted, created, rejected, no_answer, reasons}.").optional,
                     "seed": .int(min: 0).optional,
