@@ -9,7 +9,9 @@ import QuadWire
 /// raw telemetry it pulls from the collector; the business questions, each
 /// one SQL query in `questions/<id>.sql`, answered over ZeroMQ
 /// (`analytics.summary`, `analytics.question`, admins only) and over HTTP
-/// with a dashboard. Answers are aggregates: no user id leaves.
+/// with a dashboard; the Type 2 answers go back to drivers
+/// (`analytics.driver`, any signed-in user). Answers are aggregates: no
+/// user id leaves.
 public enum Analytics: ServiceDomain {
     public static let name = "analytics"
     public static let summary = "the business questions over the services' events and the telemetry, with a dashboard"
@@ -147,6 +149,24 @@ public enum Analytics: ServiceDomain {
             }
             return JSONBody(answer)
         }
+        h.query(C.driver) { req, body in
+            _ = try req.requireUser()
+            let to = body.to ?? Int64.max
+            let from = body.from ?? max(0, min(to, Int64(Clock.nowMillis())) - driverWindowMs)
+            guard from < to else { throw QuadError.badRequest("body.from must be before body.to") }
+            return try driverAnswers(db, questions: questions, from: from, to: to)
+        }
+    }
+
+    /// The period `analytics.driver` answers for by default: the last 30 days.
+    static let driverWindowMs: Int64 = 30 * 86_400_000
+
+    /// The Type 2 answers, the ones that go back to the driver. Each is an
+    /// aggregate over the whole campus (levels, lots, hours), the same as
+    /// its dashboard card: the caller's id is not even read.
+    static func driverAnswers(_ db: Database, questions: [Question], from: Int64, to: Int64) throws -> Contract.Analytics.Driver.Reply {
+        let answers = try questions.filter { $0.type == 2 }.map { try $0.answer(db, from: from, to: to).json }
+        return .init(generatedAt: Int64(Clock.nowMillis()), from: from, to: to, answers: answers)
     }
 
     /// `from` (inclusive) and `to` (exclusive), ms since 1970; the whole

@@ -2,14 +2,53 @@ import Foundation
 import QuadWire
 
 /// The dashboard page: one card per question with an SVG chart drawn here,
-/// on the server, and the table of its rows under it. No script library,
-/// no request to anywhere else; the only script is a small inline one
-/// (allowed by a per-response nonce) that refreshes the cards every 30 s
-/// while the tab is visible.
+/// on the server, and the table of its rows under it; each card names its
+/// app, its number, its type and its owner. No script library, no request
+/// to anywhere else; the only script is ``script``, served by the
+/// dashboard itself (`script-src 'self'`), which refreshes the cards every
+/// 30 s while the tab is visible and when Refresh is pressed (without
+/// script, Refresh reloads the page).
 public enum Dashboard {
     /// Replaced by a fresh nonce in each response's HTML and CSP header.
     public static let nonceMark = "__QUAD_CSP_NONCE__"
     static let palette = ["#3867d6", "#e17f37", "#20a162", "#a55eea", "#eb3b5a"]
+    /// Where the page's script is served.
+    public static let scriptPath = "/dashboard/dashboard.js"
+    /// What each question type means (the ParkWise seed's types).
+    static let types = [1: "the app's speed and stability", 2: "answered back to the driver in the app",
+                        3: "how drivers use a feature", 4: "the campus's business"]
+
+    /// The page's script: it refreshes the cards in place every 30 s while
+    /// the tab is visible, at once when the tab comes back after 30 s, and
+    /// when Refresh is pressed.
+    public static let script = """
+        (function () {
+          var last = Date.now();
+          function refresh(force) {
+            if (!force && document.visibilityState !== 'visible') return;
+            last = Date.now();
+            var button = document.getElementById('refresh');
+            if (button) button.disabled = true;
+            fetch(location.pathname, { cache: 'no-store', credentials: 'same-origin' })
+              .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+              .then(function (text) {
+                var page = new DOMParser().parseFromString(text, 'text/html');
+                var fresh = page.getElementById('cards'), stamp = page.getElementById('generated');
+                if (fresh) document.getElementById('cards').replaceWith(fresh);
+                if (stamp) document.getElementById('generated').replaceWith(stamp);
+              })
+              .catch(function () {})
+              .then(function () { if (button) button.disabled = false; });
+          }
+          var form = document.getElementById('refresh-form');
+          if (form) form.addEventListener('submit', function (e) { e.preventDefault(); refresh(true); });
+          setInterval(refresh, 30000);
+          document.addEventListener('visibilitychange', function () {
+            if (document.visibilityState === 'visible' && Date.now() - last >= 30000) refresh();
+          });
+        })();
+
+        """
 
     /// The page for a summary (the body of `analytics.summary`).
     public static func html(_ summary: JSON) -> String {
@@ -29,7 +68,9 @@ public enum Dashboard {
             header { padding: 16px 24px; background: #1e2330; color: #fff; }
             header h1 { margin: 0; font-size: 20px; }
             header p { margin: 4px 0 0; color: #c7cbd6; }
-            header form { float: right; margin: 0; }
+            header form { float: right; margin: 0 0 0 8px; }
+            header button:disabled { opacity: .5; }
+            .number { display: inline-block; background: #1e2330; color: #fff; border-radius: 4px; padding: 0 6px; margin-right: 6px; font-size: 13px; }
             header button { font: inherit; background: transparent; color: #fff; border: 1px solid #8a91a3; border-radius: 4px; padding: 3px 10px; cursor: pointer; }
             main { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 16px; padding: 16px 24px; }
             .card { background: #fff; border-radius: 8px; padding: 16px; box-shadow: 0 1px 3px rgba(0,0,0,.12); overflow-x: auto; }
@@ -45,31 +86,10 @@ public enum Dashboard {
             </style>
             </head>
             <body>
-            <header><form method="post" action="/signout"><button type="submit">Sign out</button></form><h1>Quad analytics</h1><p>\(questions.count) business questions · generated <time id="generated" datetime="\(generated)">\(escape(iso(generated)))</time> · refreshed every 30 s while this tab is visible · aggregates only</p></header>
+            <header><form method="post" action="/signout"><button type="submit">Sign out</button></form><form id="refresh-form" method="get" action="/dashboard/"><button id="refresh" type="submit">Refresh</button></form><h1>Quad analytics</h1><p>\(questions.count) business questions · generated <time id="generated" datetime="\(generated)">\(escape(iso(generated)))</time> · refreshed every 30 s while this tab is visible · aggregates only</p><p>Types: \(types.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: " · "))</p></header>
             <main id="cards">
             \(cards)</main>
-            <script nonce="\(nonceMark)">
-            (function () {
-              var last = Date.now();
-              function refresh() {
-                if (document.visibilityState !== 'visible') return;
-                last = Date.now();
-                fetch(location.href, { cache: 'no-store', credentials: 'same-origin' })
-                  .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
-                  .then(function (text) {
-                    var page = new DOMParser().parseFromString(text, 'text/html');
-                    var fresh = page.getElementById('cards'), stamp = page.getElementById('generated');
-                    if (fresh) document.getElementById('cards').replaceWith(fresh);
-                    if (stamp) document.getElementById('generated').replaceWith(stamp);
-                  })
-                  .catch(function () {});
-              }
-              setInterval(refresh, 30000);
-              document.addEventListener('visibilitychange', function () {
-                if (document.visibilityState === 'visible' && Date.now() - last >= 30000) refresh();
-              });
-            })();
-            </script>
+            <script src="\(scriptPath)"></script>
             </body>
             </html>
 
@@ -93,10 +113,16 @@ public enum Dashboard {
         for r in rows { table += "<tr>" + r.map { "<td>\(escape(text($0)))</td>" }.joined() + "</tr>" }
         table += "</tbody></table>"
         if rows.isEmpty { table = "" }
+        let number = q["number"]?.string
+        // Number, type and owner, for the questions that have them.
+        var meta: [String] = []
+        if let number { meta.append(number) }
+        if let type = q["type"]?.int { meta.append("Type \(type)" + (types[Int(type)].map { ": \($0)" } ?? "")) }
+        if let owner = q["owner"]?.string { meta.append("owner " + owner) }
         return """
-            <section class="card" id="q-\(escape(id))" data-question="\(escape(id))">
-            <h2>\(escape(q["title"]?.string ?? id))</h2>
-            <p class="meta">\(escape(q["app"]?.string ?? "")) · \(escape(id)) · \(rows.count) row\(rows.count == 1 ? "" : "s")</p>
+            <section class="card" id="q-\(escape(id))" data-question="\(escape(id))"\(number.map { " data-number=\"\(escape($0))\"" } ?? "")>
+            <h2>\(number.map { "<span class=\"number\">\(escape($0))</span>" } ?? "")\(escape(q["title"]?.string ?? id))</h2>
+            <p class="meta">\(escape(([q["app"]?.string ?? ""] + meta + [id, "\(rows.count) row\(rows.count == 1 ? "" : "s")"]).joined(separator: " · ")))</p>
             <p class="about">\(escape(q["description"]?.string ?? ""))</p>
             \(svg)
             \(table)

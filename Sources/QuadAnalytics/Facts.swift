@@ -169,6 +169,9 @@ public enum Facts {
             );
             CREATE INDEX listings_created ON listings (created_ms);
             """),
+        // The driver's answer after Navigate to a nearby lot
+        // (nearby.confirmed, the ParkWise seed's BQ9): parked there or not.
+        Migration(3, "ALTER TABLE tel_events ADD COLUMN parked INTEGER"),
     ]
 
     /// The services whose events analytics projects.
@@ -353,13 +356,13 @@ public enum Facts {
             func flag(_ k: String) -> SQLValue { p[k]?.bool.map { .int($0 ? 1 : 0) } ?? .null }
             added += try db.execute("""
                 INSERT INTO tel_events (id, seq, driver, phone, user_id, session, name, ts, day, hour, offline, queued_ms,
-                    view, lot, flow, screen, mode, category, action, product, order_id, level, waited_ms, duration_ms, synced_offline, on_time, props)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)
+                    view, lot, flow, screen, mode, category, action, product, order_id, level, waited_ms, duration_ms, synced_offline, on_time, parked, props)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)
                 ON CONFLICT (id) DO NOTHING
                 """, .text(id), .int(e["seq"]?.int ?? 0), .text(user ?? "phone:" + phone), .text(phone), .of(user), .text(session), .text(name),
                 .int(ts), .text(clock.day(ts)), .int(clock.hour(ts)), .of(e["offline"]?.bool ?? false), .of(e["queued_ms"]?.int),
                 text("view"), text("lot"), text("flow"), text("screen"), text("mode"), text("category"), text("action"), text("product"),
-                text("order"), text("level"), int("waited_ms"), int("duration_ms"), flag("offline"), flag("on_time"), .text(p.text))
+                text("order"), text("level"), int("waited_ms"), int("duration_ms"), flag("offline"), flag("on_time"), flag("parked"), .text(p.text))
         }
         return added
     }

@@ -68,7 +68,8 @@ public struct HTTPAnswer: Sendable, Equatable {
 
 /// The dashboard's HTTP server, on libmicrohttpd with a thread per
 /// connection: `GET /dashboard/` (HTML) and `GET /api/v1/analytics/summary`
-/// (JSON) for a signed-in admin, `GET /healthz` for anyone.
+/// (JSON) for a signed-in admin, `GET /healthz` and the page's script
+/// (`GET /dashboard/dashboard.js`) for anyone.
 ///
 /// The credential travels only in a header: `Authorization: Bearer` with
 /// the admin token (for scripts), or the `quad_session` cookie (HttpOnly,
@@ -253,6 +254,10 @@ public final class DashboardServer: @unchecked Sendable {
             if let id = DashboardServer.sessionID(r.cookie) { sessions.end(id) }
             headers["Set-Cookie"] = cookie("", maxAge: 0)
             return see("/signin")
+        case Dashboard.scriptPath:
+            // Code, no data: served to anyone, so the page's CSP can say script-src 'self'.
+            if let refused = only(["GET", "HEAD"]) { return refused }
+            return HTTPAnswer(status: 200, contentType: "text/javascript; charset=utf-8", body: Array(Dashboard.script.utf8), headers: headers)
         case "/", "/dashboard", "/dashboard/", "/api/v1/analytics/summary":
             if let refused = only(["GET", "HEAD"]) { return refused }
         default:
@@ -276,11 +281,12 @@ public final class DashboardServer: @unchecked Sendable {
         return page(current.page, status: 200, headers: headers)
     }
 
-    /// An HTML page with a fresh nonce in it and in its CSP header.
+    /// An HTML page with a fresh nonce for its style in it and in its CSP
+    /// header; its only script comes from this server (``Dashboard/scriptPath``).
     func page(_ html: String, status: Int, headers: [String: String]) -> HTTPAnswer {
         var headers = headers
         let nonce = DashboardServer.nonce()
-        headers["Content-Security-Policy"] = "default-src 'none'; img-src 'self' data:; style-src 'nonce-\(nonce)'; script-src 'nonce-\(nonce)'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        headers["Content-Security-Policy"] = "default-src 'none'; img-src 'self' data:; style-src 'nonce-\(nonce)'; script-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
         let text = html.replacingOccurrences(of: Dashboard.nonceMark, with: nonce)
         return HTTPAnswer(status: status, contentType: "text/html; charset=utf-8", body: Array(text.utf8), headers: headers)
     }

@@ -13,6 +13,21 @@ import QuadWire
 /// -- order: 1
 /// ```
 ///
+/// A ParkWise question carries its number as the seed numbers them, its
+/// type and its owner too:
+///
+/// ```
+/// -- number: BQ9
+/// -- type: 4
+/// -- owner: Fabio Higuera (Android: No campus spots)
+/// ```
+///
+/// The types: 1, the app's own speed and stability; 2, answered back to the
+/// driver inside the app (``Analytics`` serves them through
+/// `analytics.driver`); 3, how drivers use a feature; 4, the campus's
+/// business (its supply of spots, the lots around it). Numbered questions
+/// come first, by number; the others by `order`.
+///
 /// `chart` is `bar LABEL VALUE...` (grouped bars) or `heat ROW COLUMN
 /// VALUE` (a grid shaded from 0 to 100), naming result columns. Other comment lines are
 /// the question's description. Every query keeps to the SQL that SQLite and
@@ -23,6 +38,12 @@ public struct Question: Sendable, Equatable {
     public let app: String
     public let chart: [String]
     public let order: Int
+    /// `BQ1` to `BQ12`, or nil for a question the seeds do not number.
+    public let number: String?
+    /// The seed's question type (1 to 4), or nil.
+    public let type: Int?
+    /// Who in the team answers for it, or nil.
+    public let owner: String?
     public let description: String
     public let sql: String
 
@@ -35,7 +56,7 @@ public struct Question: Sendable, Equatable {
             let t = line.trimmingCharacters(in: .whitespaces)
             if t.hasPrefix("--") {
                 let c = t.dropFirst(2).trimmingCharacters(in: .whitespaces)
-                if let colon = c.firstIndex(of: ":"), ["title", "app", "chart", "order"].contains(String(c[..<colon])) {
+                if let colon = c.firstIndex(of: ":"), Question.keys.contains(String(c[..<colon])) {
                     meta[String(c[..<colon])] = c[c.index(after: colon)...].trimmingCharacters(in: .whitespaces)
                 } else if !c.isEmpty {
                     about.append(c)
@@ -54,6 +75,15 @@ public struct Question: Sendable, Equatable {
         self.app = app
         self.chart = chart.split(separator: " ").map(String.init)
         self.order = Int(meta["order"] ?? "") ?? 999
+        self.number = meta["number"]
+        self.owner = meta["owner"]
+        self.type = meta["type"].flatMap { Int($0) }
+        if let n = number, Question.rank(n) == nil {
+            throw QuadError.internal("questions/\(id).sql: number must be BQ followed by 1 to 99, got '\(n)'")
+        }
+        if let t = meta["type"], type.map({ (1...4).contains($0) }) != true {
+            throw QuadError.internal("questions/\(id).sql: type must be 1, 2, 3 or 4, got '\(t)'")
+        }
         self.description = about.joined(separator: " ")
         self.sql = body.joined(separator: "\n")
         guard ["bar", "heat"].contains(self.chart.first ?? ""), self.chart.count >= 3 else {
@@ -63,6 +93,17 @@ public struct Question: Sendable, Equatable {
             throw QuadError.internal("questions/\(id).sql must use $1 (from) and $2 (to)")
         }
     }
+
+    static let keys: Set<String> = ["title", "app", "chart", "order", "number", "type", "owner"]
+
+    /// 9 for `BQ9`; nil when it is not `BQ` and a number from 1 to 99.
+    static func rank(_ number: String) -> Int? {
+        guard number.hasPrefix("BQ"), let n = Int(number.dropFirst(2)), (1...99).contains(n) else { return nil }
+        return n
+    }
+
+    /// Where it goes on the dashboard: numbered ones first, by number.
+    var position: (Int, Int, String) { (number.flatMap(Question.rank) ?? 100, order, id) }
 
     /// The questions shipped with the library, in dashboard order.
     public static func bundled() throws -> [Question] {
@@ -78,7 +119,7 @@ public struct Question: Sendable, Equatable {
         let list = try names.map { name in
             try Question(id: String(name.dropLast(4)), text: String(contentsOfFile: folder + "/" + name, encoding: .utf8))
         }
-        return list.sorted { ($0.order, $0.id) < ($1.order, $1.id) }
+        return list.sorted { $0.position < $1.position }
     }
 
     /// The answer for the period `[from, to)`.
@@ -157,11 +198,15 @@ public struct Answer: Sendable, Equatable {
     }
 
     public var json: JSON {
-        [
+        var f: [String: JSON] = [
             "id": .string(question.id), "title": .string(question.title), "app": .string(question.app),
             "description": .string(question.description), "chart": .array(question.chart.map { .string($0) }),
             "columns": .array(columns.map { .string($0) }), "rows": .array(rows.map { .array($0) }),
         ]
+        if let n = question.number { f["number"] = .string(n) }
+        if let t = question.type { f["type"] = .int(Int64(t)) }
+        if let o = question.owner { f["owner"] = .string(o) }
+        return .object(f)
     }
 
     /// The rows as objects by column name.

@@ -579,7 +579,13 @@ final class Student {
 
     func park(_ then: @escaping () -> Void) {
         if (try? Actions.activeParking(phone.db)) != nil { leaveCampus(then); return }
-        phone.enterFlow("reservation", view: "reserve")
+        // 30 % look at the drivers' answers first (which level, at which hour).
+        if Int.random(in: 0..<100, using: &rng) < 30 { phone.open("insights") { [self] _ in findSpot(then) } } else { findSpot(then) }
+    }
+
+    /// The lots, the forecast for 40 % (half of them change the arrival
+    /// time on it), Find a spot, then a hold and the Reserve screen.
+    func findSpot(_ then: @escaping () -> Void) {
         phone.open("parking") { [self] lots in
             let campus = (lots.body["lots"]?.array ?? []).filter { $0["kind"]?.string == "campus" }.compactMap { $0["id"]?.string }
             let lot = campus.randomElement(using: &rng) ?? "central"
@@ -593,16 +599,17 @@ final class Student {
                     guard count > 0 else { nearby(then); return }
                     let recommended = found.body["recommended"] ?? .null
                     think(2...6) { [self] in
-                        guard day.running else { phone.leaveFlow(); then(); return }
-                        guard case .queued(let id) = phone.act("reservations.hold", .object(params)) else { phone.leaveFlow(); then(); return }
-                        drive(reservation: id, recommended: recommended, then)
+                        guard day.running else { then(); return }
+                        guard case .queued(let id) = phone.act("reservations.hold", .object(params)) else { then(); return }
+                        phone.open("reservation") { [self] _ in drive(reservation: id, recommended: recommended, then) }
                     }
                 }
             }
-            // The lot's live map first (the feed keeps it current).
-            phone.open("levels", ["lot": .string(lot)]) { [self] _ in
-                if useForecast { phone.open("forecast", ["lot": .string(lot)]) { _ in afterForecast() } } else { afterForecast() }
-            }
+            var forecast: [String: JSON] = ["lot": .string(lot)]
+            if Bool.random(using: &rng) { forecast["arrival"] = .int(phone.now + Int64.random(in: 15...120, using: &rng) * 60_000) }
+            // Then the lot's live map (the feed keeps it current).
+            let liveMap = { [self] in phone.open("levels", ["lot": .string(lot)]) { _ in afterForecast() } }
+            if useForecast { phone.open("forecast", .object(forecast)) { _ in liveMap() } } else { liveMap() }
         }
     }
 
@@ -670,9 +677,13 @@ final class Student {
         phone.open("nearby") { [self] list in
             let lots = (list.body["lots"]?.array ?? []).filter { $0["has_free"]?.bool ?? true }.compactMap { $0["id"]?.string }
             think(2...8) { [self] in
-                if let lot = lots.first { phone.record("nearby.chosen", ["lot": .string(lot)]) }
-                phone.leaveFlow()
-                then()
+                guard let lot = lots.first else { then(); return }
+                phone.navigate(toNearby: lot)
+                // Once there, the app asks whether they parked: 70 % did.
+                think(10...40) { [self] in
+                    phone.answerNearby(parked: Int.random(in: 0..<100, using: &rng) < 70)
+                    then()
+                }
             }
         }
     }

@@ -667,7 +667,7 @@ final class Phone {
     /// if the loop lingers a moment).
     func end() {
         let flow = (try? db.meta("flow_mark")).map { JSON.stored($0)["flow"] ?? "browse" } ?? "browse"
-        try? db.setMeta("flow_mark", nil)
+        leaveFlow()  // the app goes to the background: the mark goes
         record("session.ended", ["flow": flow])
         try? db.setMeta("session_open", nil)
         flushTelemetry(force: true)
@@ -684,14 +684,26 @@ final class Phone {
         db.close()
     }
 
-    /// The user enters or leaves a flow (reserving, buying): the mark stays
-    /// in the file while inside, so an app that dies there is seen as a
-    /// crash at the next start (the ParkWise seed's BQ11).
+    /// A view enters or leaves a flow (the Reserve screen opens or closes):
+    /// the mark stays in the file while inside, so an app that dies there
+    /// is seen as a crash at the next start (the ParkWise seed's BQ11).
+    /// Both are told to telemetry (`mark.set`, `mark.cleared`).
     func enterFlow(_ flow: String, view: String) {
+        if let mark = flowMark, mark["flow"]?.string == flow, mark["view"]?.string == view { return }
+        leaveFlow()
         try? db.setMeta("flow_mark", JSON.object(["flow": .string(flow), "view": .string(view)]).text)
+        record("mark.set", ["view": .string(view), "flow": .string(flow)])
     }
 
-    func leaveFlow() { try? db.setMeta("flow_mark", nil) }
+    /// Clears the mark, if one is set.
+    func leaveFlow() {
+        guard let mark = flowMark else { return }
+        try? db.setMeta("flow_mark", nil)
+        record("mark.cleared", ["view": mark["view"] ?? "reservation", "flow": mark["flow"] ?? "reservation"])
+    }
+
+    /// The crash mark a view left in the file, if any.
+    var flowMark: JSON? { (try? db.meta("flow_mark")).map { JSON.stored($0) } }
 }
 
 /// What a phone counts for the campus day's report.
@@ -713,6 +725,8 @@ struct PhoneStats {
     var telemetryDuplicate = 0
     var telemetryRejected = 0
     var telemetryAnswers = 0
+    /// How many answers the last drivers' answers view showed (DriverInsights.swift).
+    var driverAnswersLast = 0
     /// Sign-in requests sent: what a session saves shows here.
     /// Store transactions that confirmed answers (several answers each when they arrive together).
     var confirmTransactions = 0

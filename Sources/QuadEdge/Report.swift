@@ -113,6 +113,14 @@ enum Report {
             ],
         ]
         f["live"] = Report.live(fleet.phones)
+        // The drivers' answers (DriverInsights.swift): how often the view
+        // showed them, from where, and how many the last one showed.
+        let insights = readsByView["insights"] ?? [:]
+        f["driver_answers"] = [
+            "shown": .int(Int64(insights.filter { $0.key != "none" }.values.reduce(0, +))),
+            "by_source": .object(insights.mapValues { .int(Int64($0)) }),
+            "answers": .int(Int64(fleet.phones.map(\.stats.driverAnswersLast).max() ?? 0)),
+        ]
         // The students' cart edits (set a quantity, remove a line, empty
         // the cart), from the phones' action logs; offline is how many were
         // made without network, known to this process only.

@@ -17,7 +17,7 @@ extension Phone {
     static let telemetryNames: Set<String> = [
         "view.opened", "search.performed", "forecast.opened", "spot.search", "nearby.opened", "nearby.chosen",
         "favorite.added", "purchase.made", "hold.created", "checkin.done", "offline.started", "offline.ended",
-        "action.synced", "session.started", "session.ended", "app.crash",
+        "action.synced", "session.started", "session.ended", "app.crash", "arrival.changed", "nearby.confirmed", "mark.set", "mark.cleared",
     ]
 
     /// Records one event: stored at once, sent later.

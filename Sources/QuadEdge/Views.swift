@@ -50,11 +50,13 @@ struct ViewResult {
 /// | search, cart, spending, reservation | computed on the phone over saved data and queued actions |
 extension Phone {
     static let views = ["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels",
-                               "forecast", "spots", "nearby", "reservation", "car", "messages", "rentals"]
+                               "forecast", "spots", "nearby", "reservation", "car", "messages", "rentals", "insights"]
 
     /// Opens a view; `done` runs once with what the user sees.
     func open(_ view: String, _ params: JSON = [:], refresh: Bool = false, _ done: @escaping (ViewResult) -> Void) {
         record("view.opened", ["view": .string(view)])
+        // Another view on screen: the Reserve screen closed, its mark goes.
+        if view != "reservation" { leaveFlow() }
         let finish: (ViewResult) -> Void = { [weak self] result in
             self?.stats.reads[result.view + "/" + result.source.rawValue, default: 0] += 1
             done(result)
@@ -114,7 +116,10 @@ extension Phone {
             let lot = params["lot"]?.string ?? "central"
             record("forecast.opened", ["lot": .string(lot)])
             var body: [String: JSON] = ["lot": .string(lot)]
-            if let a = params["arrival"] { body["arrival"] = a }
+            if let a = params["arrival"] {
+                body["arrival"] = a
+                record("arrival.changed", ["lot": .string(lot), "hour": .int(Phone.campusHour(a))])
+            }
             networkThenSaved(view, "reservations.forecast", .object(body), finish)
         case "spots":
             spots(params, refresh: refresh, finish)
@@ -122,6 +127,8 @@ extension Phone {
             record("nearby.opened", [:])
             savedFirst(view, "reservations.nearby", ["kind": .string(params["kind"]?.string ?? "regular")], maxAgeMs: settings.lotsMaxAgeMs, finish)
         case "reservation":
+            // The Reserve screen sets its own crash mark (BQ11).
+            enterFlow("reservation", view: "reservation")
             finish(reservation())
         case "car":
             car(finish)
@@ -129,10 +136,38 @@ extension Phone {
             finish(ViewResult(view: view, source: .local, body: ["messages": .array(messages())]))
         case "rentals":
             rentals(finish)
+        case "insights":
+            insights(finish)
         default:
             finish(ViewResult(view: view, source: .none, body: [:],
                               error: .badRequest("unknown view '\(view)'; views: \(Phone.views.joined(separator: ", "))")))
         }
+    }
+
+    /// The hour of an arrival time (`reservations.forecast`'s moment: epoch
+    /// ms, or a date-time string whose hour is read as written), on the
+    /// campus clock (UTC-5) for epoch ms.
+    static func campusHour(_ arrival: JSON) -> Int64 {
+        if let s = arrival.string, s.utf8.count >= 13, let h = Int64(s.dropFirst(11).prefix(2)), (0...23).contains(h) { return h }
+        let ms = arrival.int ?? 0
+        return ((ms / 3_600_000 - 5) % 24 + 24) % 24
+    }
+
+    /// The driver taps Navigate to a nearby lot: the app will ask them
+    /// once, later, whether they parked there (the ParkWise seed's BQ9).
+    func navigate(toNearby lot: String) {
+        record("nearby.chosen", ["lot": .string(lot)])
+        try? db.setMeta("nearby_question", lot)
+    }
+
+    /// The driver answers the one question asked after Navigate; false
+    /// when nothing was asked (or it was answered already).
+    @discardableResult
+    func answerNearby(parked: Bool) -> Bool {
+        guard let lot = try? db.meta("nearby_question") else { return false }
+        try? db.setMeta("nearby_question", nil)
+        record("nearby.confirmed", ["lot": .string(lot), "parked": .bool(parked)])
+        return true
     }
 
     // MARK: Strategies

@@ -72,6 +72,10 @@ public struct PhoneEvent: Sendable, Equatable {
         "session.started": [],
         "session.ended": [("flow", .string)],
         "app.crash": [("view", .string), ("flow", .string)],
+        "arrival.changed": [("lot", .string), ("hour", .integer(min: 0, max: 23))],
+        "nearby.confirmed": [("lot", .string), ("parked", .boolean)],
+        "mark.set": [("view", .string), ("flow", .string)],
+        "mark.cleared": [("view", .string), ("flow", .string)],
     ]
 
     static let fields: Set<String> = ["id", "phone", "user", "session", "name", "ts", "offline", "queued_ms", "props"]

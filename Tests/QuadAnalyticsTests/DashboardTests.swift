@@ -160,11 +160,25 @@ struct DashboardTests {
         #expect(html.components(separatedBy: "<svg ").count - 1 == p.questions.count)
         #expect(html.components(separatedBy: "<table>").count - 1 == p.questions.count)
         for q in p.questions { #expect(html.contains("id=\"q-\(q.id)\""), "\(q.id)") }
-        #expect(html.contains("document.visibilityState") && html.contains("30000"))
-        // The nonce is fresh per response and in the CSP header.
+        // The one script comes from the dashboard itself (script-src 'self'),
+        // to anyone: code, no data. It refreshes every 30 s while visible, and on Refresh.
+        #expect(html.contains("<script src=\"/dashboard/dashboard.js\"></script>") && !html.contains("<script nonce"))
+        #expect(html.contains("<button id=\"refresh\" type=\"submit\">Refresh</button>"))
+        let script = server.answer(HTTPRequest("GET", "/dashboard/dashboard.js"))
+        let code = String(decoding: script.body, as: UTF8.self)
+        #expect(script.status == 200 && script.contentType.hasPrefix("text/javascript"))
+        #expect(code.contains("document.visibilityState") && code.contains("30000") && code.contains("'refresh'"))
+        #expect(server.answer(HTTPRequest("POST", "/dashboard/dashboard.js")).status == 405)
+        // The style's nonce is fresh per response and in the CSP header.
         let csp = try #require(page.headers["Content-Security-Policy"])
         let nonce = try #require(csp.components(separatedBy: "'nonce-").dropFirst().first?.prefix(32))
-        #expect(html.contains("<script nonce=\"\(nonce)\">") && !html.contains(Dashboard.nonceMark))
+        #expect(html.contains("<style nonce=\"\(nonce)\">") && !html.contains(Dashboard.nonceMark))
+        #expect(csp.contains("script-src 'self';") && !csp.contains("script-src 'nonce"))
+        // ParkWise's twelve cards come first, by number, each naming its app, number, type and owner.
+        let numbers = html.components(separatedBy: "data-number=\"").dropFirst().compactMap { $0.split(separator: "\"").first.map(String.init) }
+        #expect(numbers == (1...12).map { "BQ\($0)" })
+        #expect(html.contains("ParkWise · BQ9 · Type 4: the campus&#39;s business · owner Fabio Higuera (Android: No campus spots) · nearby_parked"))
+        #expect(html.contains("<span class=\"number\">BQ12</span>Where accessible and EV spots are free"))
         #expect(csp.hasPrefix("default-src 'none'"))
         let again = server.answer(HTTPRequest("GET", "/dashboard/", authorization: "Bearer t0ken-for-tests-0123456789"))
         #expect(again.headers["Content-Security-Policy"] != csp)

@@ -176,23 +176,36 @@ final class Planted {
         try tel("spot.search", driver: alice, session: "s-a2", at: at(2, 10), ["lot": "ML"])
         try tel("forecast.opened", driver: dave, session: "s-d1", at: at(1, 23, 30), ["lot": "ML"])
         try tel("spot.search", driver: dave, session: "s-d2", at: at(2, 0, 10), ["lot": "ML"])
+        // erin changed the arrival time, then opened the live map: planned.
+        try tel("arrival.changed", driver: erin, session: "s-e2", at: at(2, 7), ["lot": "ML", "hour": 9])
+        try tel("view.opened", driver: erin, session: "s-e2", at: at(2, 7, 30), ["view": "levels"])
+        // Day 3: alice's live map came before her forecast.
+        try tel("view.opened", driver: alice, session: "s-a3", at: at(3, 8), ["view": "levels"])
+        try tel("forecast.opened", driver: alice, session: "s-a3", at: at(3, 8, 10), ["lot": "ML"])
 
-        // BQ9.
+        // BQ9: Navigate, then the driver's answer.
         try tel("nearby.chosen", driver: alice, session: "s-a3", at: at(3, 10), ["lot": "CityU"])
-        try tel("checkin.done", driver: alice, session: "s-a3", at: at(3, 10, 20), ["lot": "CityU", "on_time": true])
+        try tel("nearby.confirmed", driver: alice, session: "s-a3", at: at(3, 10, 20), ["lot": "CityU", "parked": true])
         try tel("nearby.chosen", driver: bob, session: "s-b3", at: at(3, 10), ["lot": "CityU"])
-        try tel("checkin.done", driver: bob, session: "s-b3", at: at(3, 10, 20), ["lot": "ML", "on_time": true])
-        try tel("checkin.done", driver: carol, session: "s-c3", at: at(3, 9), ["lot": "Plaza", "on_time": true])
+        try tel("nearby.confirmed", driver: bob, session: "s-b3", at: at(3, 10, 20), ["lot": "CityU", "parked": false])
+        try tel("nearby.confirmed", driver: carol, session: "s-c3", at: at(3, 9), ["lot": "Plaza", "parked": true])
         try tel("nearby.chosen", driver: carol, session: "s-c3", at: at(3, 10), ["lot": "Plaza"])
         try tel("nearby.chosen", driver: carol, session: "s-c3", at: at(3, 10, 5), ["lot": "Plaza"])
         try tel("nearby.chosen", driver: dave, session: "s-d3", at: at(3, 10), ["lot": "Plaza"])
-        try tel("checkin.done", driver: dave, session: "s-d4", at: at(4, 10), ["lot": "Plaza", "on_time": false])
+        try tel("nearby.confirmed", driver: dave, session: "s-d4", at: at(4, 10), ["lot": "Plaza", "parked": true])
         try tel("nearby.chosen", driver: erin, session: "s-e3", at: at(3, 11), ["lot": "Plaza"])
-        try tel("checkin.done", driver: erin, session: "s-e3", at: at(3, 11, 30), offline: true, ["lot": "Plaza", "on_time": true])
+        try tel("nearby.confirmed", driver: erin, session: "s-e3", at: at(3, 11, 30), offline: true, ["lot": "Plaza", "parked": true])
+
+        // BQ5 and BQ1: Find my car, with and without signal, signed in and as a guest.
+        try tel("view.opened", driver: alice, session: "s-a3", at: at(3, 12), offline: true, ["view": "car"])
+        try tel("view.opened", driver: bob, session: "s-b3", at: at(3, 12), ["view": "car"])
+        try tel("view.opened", driver: nil, phone: guestPhone, session: "s-g6", at: at(6, 10), offline: true, ["view": "car"])
 
         // BQ11 and carts, in sessions of their own.
         try tel("session.started", driver: alice, session: "s1", at: at(5, 9))
         try tel("view.opened", driver: alice, session: "s1", at: at(5, 9, 1), ["view": "cart"])
+        try tel("mark.set", driver: alice, session: "s1", at: at(5, 9, 1), ["view": "reservation", "flow": "reservation"])
+        try tel("mark.cleared", driver: alice, session: "s1", at: at(5, 9, 2), ["view": "reservation", "flow": "reservation"])
         try tel("purchase.made", driver: alice, session: "s1", at: at(5, 9, 2), ["order": "o1", "screen": "cart", "mode": "buy", "category": "Study"])
         try tel("session.ended", driver: alice, session: "s1", at: at(5, 9, 3), ["flow": "reservation"])
         try tel("session.started", driver: bob, session: "s2", at: at(5, 9))
@@ -202,11 +215,13 @@ final class Planted {
         try tel("purchase.made", driver: carol, session: "s3", at: at(5, 9, 1), ["order": "o9", "screen": "home", "mode": "buy", "category": "Lab"])
         try tel("view.opened", driver: carol, session: "s3", at: at(5, 9, 2), ["view": "cart"])
         try tel("view.opened", driver: carol, session: "s3", at: at(5, 9, 3), ["view": "cart"])
-        try tel("app.crash", driver: carol, session: "s3", at: at(5, 9, 9), ["view": "reserve", "flow": "reservation"])
+        try tel("mark.set", driver: carol, session: "s3", at: at(5, 9, 4), ["view": "reservation", "flow": "reservation"])
+        try tel("app.crash", driver: carol, session: "s3", at: at(5, 9, 9), ["view": "reservation", "flow": "reservation"])
         try tel("session.started", driver: dave, session: "s4", at: at(5, 9))
         try tel("app.crash", driver: dave, session: "s4", at: at(5, 9, 9), ["view": "home", "flow": "marketplace"])
         try tel("session.started", driver: erin, session: "s5", at: at(6, 9))
         try tel("view.opened", driver: erin, session: "s5", at: at(6, 9, 1), ["view": "cart"])
+        try tel("mark.set", driver: erin, session: "s5", at: at(6, 9, 1), ["view": "reservation", "flow": "reservation"])
         try tel("purchase.made", driver: erin, session: "s5", at: at(6, 9, 2), ["order": "o7", "screen": "cart", "mode": "rent", "category": "Study"])
         try tel("session.ended", driver: erin, session: "s5", at: at(6, 9, 3), ["flow": "reservation"])
         try tel("session.started", driver: nil, phone: guestPhone, session: "s6", at: at(6, 9))
@@ -306,14 +321,30 @@ struct QuestionTests {
     @Test func theQuestionsShipWithTheirMetadata() throws {
         let qs = try Question.bundled()
         #expect(qs.map(\.id) == [
+            "drivers_signed_in", "occupancy_by_level_hour", "special_spots_demand", "hold_to_checkin", "car_found_offline", "recommended_level",
+            "holds_outcome", "forecast_before_search", "nearby_parked", "lot_full_by_hour", "sessions_in_reservation_flow", "special_spots_free",
             "purchase_screen", "purchases_by_semester", "buy_vs_rent", "favorites_to_purchases", "carts_abandoned", "fee_per_week",
-            "listings_sold_within_week", "holds_outcome", "hold_to_checkin", "occupancy_by_level_hour", "special_spots_demand", "forecast_before_search",
-            "nearby_parked", "sessions_in_reservation_flow", "offline_actions",
+            "listings_sold_within_week", "offline_actions",
         ])
         for q in qs {
-            #expect(!q.title.isEmpty && !q.description.isEmpty && ["UniTrade", "ParkWise"].contains(q.app), "\(q.id)")
+            #expect(!q.title.isEmpty && !q.description.isEmpty && ["UniTrade", "ParkWise", "Campus"].contains(q.app), "\(q.id)")
             #expect(!q.sql.contains("--"), "\(q.id): comments are stripped")
         }
+        // ParkWise's twelve, numbered as the seed numbers them, each with its type and owner.
+        let parkwise = qs.filter { $0.app == "ParkWise" }
+        #expect(parkwise.map(\.number) == (1...12).map { "BQ\($0)" })
+        #expect(parkwise.allSatisfy { ($0.type.map { (1...4).contains($0) } ?? false) && !($0.owner ?? "").isEmpty })
+        // The Type 2 ones go back to the driver: BQ2, BQ6, BQ10, BQ12.
+        #expect(parkwise.filter { $0.type == 2 }.map(\.number) == ["BQ2", "BQ6", "BQ10", "BQ12"])
+        #expect(parkwise.first { $0.number == "BQ11" }?.type == 1)
+        #expect(qs.filter { $0.app != "ParkWise" }.allSatisfy { $0.number == nil })
+    }
+
+    @Test func aBadNumberOrTypeIsRefusedWithTheFileNamed() throws {
+        let head = "-- title: T\n-- app: ParkWise\n-- chart: bar a b\nSELECT 1 AS a, 2 AS b WHERE $1 < $2\n"
+        #expect { try Question(id: "x", text: "-- number: Q7\n" + head) } throws: { ($0 as? QuadError)?.message.contains("questions/x.sql: number") == true }
+        #expect { try Question(id: "x", text: "-- type: 7\n" + head) } throws: { ($0 as? QuadError)?.message.contains("questions/x.sql: type") == true }
+        #expect(try Question(id: "x", text: "-- number: BQ7\n-- type: 3\n-- owner: O\n" + head).number == "BQ7")
     }
 
     @Test(arguments: stores)
@@ -484,21 +515,100 @@ struct QuestionTests {
     func forecastBeforeTheFirstSpotSearch(postgres: Bool) throws {
         let p = try Planted(postgres: postgres)
         try p.plantTelemetry()
-        #expect(try p.answer("forecast_before_search") == [["2025-12-01", 3, 2, 66.7], ["2025-12-02", 3, 0, 0]])
+        // Day 2: erin planned by changing the arrival time before her live map.
+        #expect(try p.answer("forecast_before_search") == [["2025-12-01", 3, 2, 0, 66.7], ["2025-12-02", 4, 1, 1, 25], ["2025-12-03", 1, 0, 0, 0]])
     }
 
     @Test(arguments: stores)
     func driversSentToNearbyLotsWhoParkedThere(postgres: Bool) throws {
         let p = try Planted(postgres: postgres)
         try p.plantTelemetry()
-        #expect(try p.answer("nearby_parked") == [["CityU", 2, 1, 50], ["Plaza", 3, 1, 33.3]])
+        // CityU: alice said yes, bob no. Plaza: carol's answer came before
+        // her Navigate and she did not answer after it, dave answered the next day.
+        #expect(try p.answer("nearby_parked") == [["CityU", 2, 2, 1, 50], ["Plaza", 3, 1, 1, 33.3]])
     }
 
     @Test(arguments: stores)
     func sessionsEndedInsideTheReservationFlow(postgres: Bool) throws {
         let p = try Planted(postgres: postgres)
         try p.plantTelemetry()
-        #expect(try p.answer("sessions_in_reservation_flow") == [["2025-12-05", 4, 2, 50, 2], ["2025-12-06", 2, 1, 50, 0]])
+        // Day 5: alice (closed normally) and carol (crashed with the mark set)
+        // opened the Reserve screen; dave crashed elsewhere. Day 6: erin's
+        // session ended with the mark set but normally: not a crash.
+        #expect(try p.answer("sessions_in_reservation_flow") == [["2025-12-05", 4, 2, 1, 50, 2], ["2025-12-06", 2, 1, 0, 0, 0]])
+    }
+
+    @Test(arguments: stores)
+    func driversSignedInAndGuests(postgres: Bool) throws {
+        let p = try Planted(postgres: postgres)
+        try p.plantTelemetry()
+        // Parking views only (the carts do not count): erin's live map on
+        // day 2, alice's and bob's on day 3, the guest's Find my car on day 6.
+        #expect(try p.answer("drivers_signed_in") == [["2025-12-02", 1, 1, 0, 0], ["2025-12-03", 2, 2, 0, 0], ["2025-12-06", 1, 0, 1, 100]])
+    }
+
+    @Test(arguments: stores)
+    func findMyCarWithoutSignal(postgres: Bool) throws {
+        let p = try Planted(postgres: postgres)
+        try p.plantTelemetry()
+        #expect(try p.answer("car_found_offline") == [["2025-12-03", 2, 1, 50, 2], ["2025-12-06", 1, 1, 100, 1]])
+    }
+
+    @Test(arguments: stores)
+    func theLevelToRecommendByLotAndHour(postgres: Bool) throws {
+        let p = try Planted(postgres: postgres)
+        try p.plantParking()
+        // At 8: P1's mean is (11 + 24) / 2, P2 has 24 free; at 9: 1 against 5.
+        #expect(try p.answer("recommended_level") == [["ML 08:00", "ML", 8, "P2", 24], ["ML 09:00", "ML", 9, "P2", 5]])
+    }
+
+    @Test(arguments: stores)
+    func howLikelyEachLotIsFullByHour(postgres: Bool) throws {
+        let p = try Planted(postgres: postgres)
+        try p.plantParking()
+        // ML at 9 on day 1: 6 of 98 spots free, under 10 %: full.
+        #expect(try p.answer("lot_full_by_hour") == [["ML", 8, 2, 0, 45.1], ["ML", 9, 1, 100, 6.1]])
+    }
+
+    @Test(arguments: stores)
+    func whereAccessibleAndEVSpotsAreFree(postgres: Bool) throws {
+        let p = try Planted(postgres: postgres)
+        try p.plantParking()
+        // P2 has no EV spot: its EV share is not defined.
+        #expect(try p.answer("special_spots_free") == [["ML P1", 3, 1, 1, 66.7, 66.7], ["ML P2", 2, 1, 1, 50, nil]])
+    }
+
+    /// The Type 2 answers go back to any signed-in driver: aggregates only,
+    /// the same as their cards; nobody signed in is refused, and so is a bad period.
+    @Test(arguments: stores)
+    func driversGetTheTypeTwoAnswersAndNothingAboutAnyone(postgres: Bool) throws {
+        let p = try Planted(postgres: postgres)
+        try p.plantAll()
+        let reply = try p.handlers.call("analytics.driver", ["from": 0], user: alice, role: "student")
+        let answers = reply["answers"]?.array ?? []
+        #expect(answers.map { $0["number"]?.string } == ["BQ2", "BQ6", "BQ10", "BQ12"])
+        #expect(answers.map { $0["id"]?.string } == ["occupancy_by_level_hour", "recommended_level", "lot_full_by_hour", "special_spots_free"])
+        #expect(answers.allSatisfy { $0["type"] == 2 })
+        #expect(answers[1]["rows"] == [["ML 08:00", "ML", 8, "P2", 24], ["ML 09:00", "ML", 9, "P2", 5]])
+        #expect(reply["from"] == 0)
+        for secret in [alice, bob, carol, dave, erin, guestPhone, "h1", "h3"] + emails {
+            #expect(!reply.text.contains(secret), "the driver's answers carry \(secret)")
+        }
+        // By default the last 30 days: nothing planted there.
+        let recent = try p.handlers.call("analytics.driver", user: bob, role: "student")
+        let now = Int64(Clock.nowMillis())
+        #expect(abs((recent["from"]?.int ?? 0) - (now - 30 * 86_400_000)) < 60_000)
+        #expect((recent["answers"]?.array ?? []).allSatisfy { $0["rows"] == [] })
+        // Nobody signed in: 401. A bad period or field: 400 with the reason.
+        #expect { try p.handlers.call("analytics.driver") } throws: { ($0 as? QuadError)?.status == 401 }
+        #expect { try p.handlers.call("analytics.driver", ["from": 10, "to": 5], user: alice) } throws: {
+            ($0 as? QuadError)?.status == 400 && ($0 as? QuadError)?.message.contains("body.from must be before body.to") == true
+        }
+        #expect { try p.handlers.call("analytics.driver", ["from": "yesterday"], user: alice) } throws: { ($0 as? QuadError)?.status == 400 }
+        // Nor can a driver ask about another one.
+        #expect { try p.handlers.call("analytics.driver", ["user": .string(bob)], user: alice) } throws: {
+            ($0 as? QuadError)?.status == 403 && ($0 as? QuadError)?.message.contains("signed-in user only") == true
+        }
     }
 
     @Test(arguments: stores)
@@ -516,7 +626,7 @@ struct QuestionTests {
         #expect(answers.count == p.questions.count)
         #expect(answers.filter { $0["id"]?.string != "special_spots_demand" }.allSatisfy { $0["rows"] == [] })
         // Columns are named even without rows.
-        #expect(answers.first?["columns"] == ["screen", "purchases", "percent"])
+        #expect(answers.first?["columns"] == ["day", "drivers", "signed_in", "guests", "guest_percent"])
     }
 }
 

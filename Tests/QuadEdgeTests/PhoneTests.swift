@@ -39,6 +39,8 @@ final class FakeBroker {
     var refreshAnswer: ((Envelope) -> Result<JSON, QuadError>)?
     /// The envelope token of each request, by id.
     var tokens: [String: String] = [:]
+    /// Reply bodies for read requests, by type (analytics.driver...).
+    var queries: [String: JSON] = [:]
 
     init(context: ZMQContext) throws {
         endpoint = "inproc://fake-broker-\(UInt32.random(in: 0...UInt32.max))"
@@ -61,6 +63,7 @@ final class FakeBroker {
             let result: Result<JSON, QuadError>?
             switch request.type {
             case _ where isAction: result = answer(request, n)
+            case _ where queries[request.type] != nil: result = .success(queries[request.type]!)
             case "telemetry.ingest" where dropTelemetry > 0:
                 dropTelemetry -= 1
                 result = nil

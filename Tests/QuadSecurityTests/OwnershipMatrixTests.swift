@@ -257,6 +257,10 @@ struct OwnershipMatrixTests {
             "analytics": [
                 Row(type: "analytics.summary", access: .admin),
                 Row(type: "analytics.question", access: .admin, body: { _ in ["id": "purchase_screen"] }),
+                // The campus's aggregates, the same for every driver: nobody's data in them.
+                Row(type: "analytics.driver", access: .user, after: { reply, _ in
+                    #expect(reply["answers"]?.array?.compactMap { $0["number"]?.string } == ["BQ2", "BQ6", "BQ10", "BQ12"], "\(reply)")
+                }),
             ],
         ]
         for s in services { rows += byService[s] ?? [] }

@@ -426,3 +426,78 @@ def test_the_dashboard_takes_no_credential_in_a_url(stack):
                 assert "Sign in" in page or "sign in" in page, f"{url} served the dashboard with a token in the URL"
         except urllib.error.HTTPError as e:
             assert e.code in (401, 403), e
+
+
+# ------------------------------------------------------ 9. the dashboard seen
+
+BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/lib/chromium/chromium-headless-shell", "/usr/bin/chromium")
+
+
+def headless(args, url):
+    """Runs headless Chromium on `url` with a profile of its own; returns its stdout."""
+    import shutil
+    import tempfile
+    browser = next((b for b in BROWSERS if os.access(b, os.X_OK)), None)
+    if browser is None:
+        if os.environ.get("QUAD_REQUIRE_BROWSER") == "1":
+            pytest.fail("no headless Chromium: apt-get install chromium-headless-shell")
+        pytest.skip("no headless Chromium (apt-get install chromium-headless-shell)")
+    profile = tempfile.mkdtemp(prefix="quad-chromium-")
+    try:
+        run = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+                              f"--user-data-dir={profile}", "--virtual-time-budget=5000", *args, url],
+                             capture_output=True, timeout=120)
+        return run.stdout.decode(errors="replace")
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_the_dashboard_in_a_browser_signs_in_and_shows_parkwises_twelve_cards(stack):
+    """The admin signs in through the sign-in form in headless Chromium, as
+    a person would (a page on the same host posts it, so the SameSite=Strict
+    cookie follows the redirect); the page then holds ParkWise's BQ1 to BQ12,
+    in order, each naming its app, type and owner, and a Refresh button. The
+    screenshot goes to QUAD_TEST_ARTIFACTS."""
+    import html
+    import http.server
+    import re
+    import threading
+    dashboard = f"http://127.0.0.1:{PORT_BASE + 80}"
+    form = (f'<!doctype html><form method="post" action="{dashboard}/signin">'
+            f'<input name="email" value="{html.escape(ADMIN)}"><input name="password" value="{html.escape(stack.admin_password())}"></form>'
+            '<script>document.forms[0].submit()</script>').encode()
+
+    class Form(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(form)))
+            self.end_headers()
+            self.wfile.write(form)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", PORT_BASE + 84), Form)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{PORT_BASE + 84}/"
+        dom = headless(["--dump-dom"], url)
+        numbers = re.findall(r'data-number="(BQ\d+)"', dom)
+        assert numbers == [f"BQ{n}" for n in range(1, 13)], f"ParkWise's cards: {numbers}\n{dom[:800]}"
+        for n in range(1, 13):
+            card = dom.split(f'data-number="BQ{n}"', 1)[1].split("</section>", 1)[0]
+            meta = re.search(r'<p class="meta">([^<]*)</p>', card).group(1)
+            assert re.match(rf"ParkWise · BQ{n} · Type [1-4]: [^·]+ · owner [^·]+ · [a-z_]+ · \d+ rows?$", html.unescape(meta)), meta
+        assert '<button id="refresh" type="submit">Refresh</button>' in dom
+        artifacts = Path(os.environ.get("QUAD_TEST_ARTIFACTS") or Path(stack.home) / "artifacts")
+        artifacts.mkdir(parents=True, exist_ok=True)
+        png = artifacts / "dashboard-stack.png"
+        png.unlink(missing_ok=True)
+        headless([f"--screenshot={png}", "--window-size=1280,4800"], url)
+        data = png.read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 50_000, f"{png}: {len(data)} bytes"
+        print(f"dashboard screenshot: {png}")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,9 +1,13 @@
 -- title: Time from hold to check-in
 -- app: ParkWise
+-- number: BQ4
+-- type: 3
+-- owner: Julián Bohórquez (iOS: Reserve spot)
 -- chart: bar wait checkins
--- order: 9
--- Holds that ended in a check-in, by how long the driver took from the hold
--- to the check-in (whole seconds), with the mean of each band.
+-- Sprint 2, reservation with countdown and check-in: holds that ended in a
+-- check-in, by how long the driver took from the hold to the check-in
+-- (whole seconds), with the mean of each band: whether the countdown is
+-- long enough.
 WITH waits AS (
     SELECT (checked_in_ms - held_ms) / 1000 AS seconds
     FROM holds

@@ -1,10 +1,12 @@
 -- title: Holds expired against holds fulfilled
 -- app: ParkWise
+-- number: BQ7
+-- type: 3
+-- owner: Rodrigo García (Android: Reserve)
 -- chart: bar lot fulfilled expired cancelled
--- order: 8
--- Holds taken in the period by lot: fulfilled (the driver checked in before
--- the countdown ended), expired, cancelled, still held, and the share of
--- finished holds that expired.
+-- The reservation flow on Android: holds taken in the period by lot,
+-- fulfilled (the driver checked in before the countdown ended), expired,
+-- cancelled, still held, and the share of finished holds that expired.
 SELECT lot AS lot,
        COUNT(*) AS holds,
        SUM(CASE WHEN checked_in_ms IS NOT NULL THEN 1 ELSE 0 END) AS fulfilled,

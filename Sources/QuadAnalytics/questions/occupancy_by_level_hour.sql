@@ -1,9 +1,13 @@
--- title: Occupancy by level and hour
+-- title: How full each level is, by hour
 -- app: ParkWise
+-- number: BQ2
+-- type: 2
+-- owner: Andrés Cáceres (Android: Level map)
 -- chart: heat place hour occupied_percent
--- order: 10
--- Mean share of spots taken (all kinds) in the occupancy snapshots of each
--- level, by campus hour of the day.
+-- Sprint 2, the live map refreshed every 5 s: the mean share of spots
+-- taken (all kinds) in the occupancy snapshots of each level, by campus
+-- hour of the day. The driver sees it in the app to choose a level and a
+-- time.
 SELECT lot || ' ' || level AS place,
        hour AS hour,
        ROUND(AVG(100.0 * (total_regular + total_accessible + total_ev - free_regular - free_accessible - free_ev)

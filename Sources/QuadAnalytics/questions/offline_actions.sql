@@ -1,8 +1,8 @@
 -- title: Actions made offline and how long they waited to sync
--- app: ParkWise
+-- app: Campus
 -- chart: bar action actions offline
--- order: 15
--- Queued actions as they reached the backend (action.synced), by action:
+-- order: 8
+-- Both apps. Queued actions as they reached the backend (action.synced), by action:
 -- how many were made without signal, their share, and how long those
 -- waited on the phone before the backend had them, in seconds.
 SELECT action AS action,

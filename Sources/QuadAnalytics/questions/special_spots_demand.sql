@@ -1,10 +1,14 @@
 -- title: Demand for accessible and EV spots against supply
 -- app: ParkWise
+-- number: BQ3
+-- type: 4
+-- owner: Rodrigo García (Android: Find a spot)
 -- chart: bar kind spots holds
--- order: 11
--- By kind of spot: the supply (spots in the latest snapshot of each level),
--- the demand (holds taken), holds per spot, and the share of level
--- snapshots with none of that kind free.
+-- Sprint 2, Find a spot with its filters (regular, accessible, EV): by
+-- kind of spot, the supply (spots in the latest snapshot of each level),
+-- the demand (holds taken of that kind), holds per spot, and the share of
+-- level snapshots with none of that kind free: whether the campus has
+-- enough special spots.
 WITH snaps AS (
     SELECT * FROM occupancy WHERE at_ms >= $1 AND at_ms < $2
 ), latest AS (

@@ -118,7 +118,7 @@ extension Contract.Edge {
                 "view.request": .object([
                     "phone": .string(1...64)
                         .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
-                    "view": .choice(["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels", "forecast", "spots", "nearby", "reservation", "car", "messages", "rentals"]),
+                    "view": .choice(["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels", "forecast", "spots", "nearby", "reservation", "car", "messages", "rentals", "insights"]),
                     "params": .object(open: true)
                         .described("The view's parameters: lot, destination, kind, level for spots; q, category, min_price, max_price, in_stock, sort for search; id for product...").optional,
                     "refresh": .bool
@@ -212,6 +212,12 @@ extension Contract.Edge {
                         .described("The phones' image caches: hits {memory, disk}, misses, fetched, bytes_fetched, bytes_from_cache, evictions, refused, placeholders, revalidated, hit_ratio.").optional,
                     "rentals": .object(open: true)
                         .described("Rentals made since the day began (from the phones' files): made, by_status, returned, returns by outcome (returned, returning, refused), late_days, return_actions (orders.return by outcome).").optional,
+                    "driver_answers": .object([
+                        "shown": .int(min: 0),
+                        "by_source": .object(open: true),
+                        "answers": .int(min: 0),
+                    ])
+                        .described("The drivers' answers (the insights view: ParkWise's Type 2 questions from analytics.driver, network then saved copy) the phones showed since they started: shown (with something on screen), by_source (network, saved, none), and answers (the answers in the last one shown).").optional,
                     "cart_edits": .object([
                         "made": .int(min: 0),
                         "offline": .int(min: 0),

@@ -186,7 +186,7 @@ extension Contract.Telemetry {
             .field(\.duplicate, "duplicate", .int(min: 0)),
             .field(\.conflicting, "conflicting", .int(min: 0)),
             .field(\.rejected, "rejected", .int(min: 0)),
-            .field(\.byName, "by_name", .map(of: .int(min: 1)).keyword("propertyNames", .choice(["view.opened", "search.performed", "forecast.opened", "spot.search", "nearby.opened", "nearby.chosen", "favorite.added", "purchase.made", "hold.created", "checkin.done", "offline.started", "offline.ended", "action.synced", "session.started", "session.ended", "app.crash"]))),
+            .field(\.byName, "by_name", .map(of: .int(min: 1)).keyword("propertyNames", .choice(["view.opened", "search.performed", "forecast.opened", "spot.search", "nearby.opened", "nearby.chosen", "favorite.added", "purchase.made", "hold.created", "checkin.done", "offline.started", "offline.ended", "action.synced", "session.started", "session.ended", "app.crash", "arrival.changed", "nearby.confirmed", "mark.set", "mark.cleared"]))),
             .field(\.rawSeq, "raw_seq", SeqRange.shape),
         ]
     }
@@ -203,7 +203,7 @@ extension Contract.Telemetry {
                 .described("Ignored: the event is attributed to the user of the token that sent the batch (the broker's verified user), or to nobody for a guest. Accepted for older phones, which send their user here, and checked for shape only; never stored as the attribution.").optional,
             "session": .string(1...64)
                 .described("The app session: from opening the app to closing it."),
-            "name": .string().keyword("enum", json: ["view.opened", "search.performed", "forecast.opened", "spot.search", "nearby.opened", "nearby.chosen", "favorite.added", "purchase.made", "hold.created", "checkin.done", "offline.started", "offline.ended", "action.synced", "session.started", "session.ended", "app.crash"]),
+            "name": .string().keyword("enum", json: ["view.opened", "search.performed", "forecast.opened", "spot.search", "nearby.opened", "nearby.chosen", "favorite.added", "purchase.made", "hold.created", "checkin.done", "offline.started", "offline.ended", "action.synced", "session.started", "session.ended", "app.crash", "arrival.changed", "nearby.confirmed", "mark.set", "mark.cleared"]),
             "ts": .int(946684800000...4102444800000)
                 .described("When it happened, on the phone's clock, ms since 1970 (2000-01-01 to 2100-01-01)."),
             "offline": .bool
@@ -230,7 +230,11 @@ extension Contract.Telemetry {
                 .when(.any.keyword("properties", json: ["name": ["const": "action.synced"]]).keyword("required", json: ["name"]), then: .any.keyword("properties", json: ["props": ["$ref": "events/action.synced.schema.json"]])),
                 .when(.any.keyword("properties", json: ["name": ["const": "session.started"]]).keyword("required", json: ["name"]), then: .any.keyword("properties", json: ["props": ["$ref": "events/session.started.schema.json"]])),
                 .when(.any.keyword("properties", json: ["name": ["const": "session.ended"]]).keyword("required", json: ["name"]), then: .any.keyword("properties", json: ["props": ["$ref": "events/session.ended.schema.json"]])),
-                .when(.any.keyword("properties", json: ["name": ["const": "app.crash"]]).keyword("required", json: ["name"]), then: .any.keyword("properties", json: ["props": ["$ref": "events/app.crash.schema.json"]]))
+                .when(.any.keyword("properties", json: ["name": ["const": "app.crash"]]).keyword("required", json: ["name"]), then: .any.keyword("properties", json: ["props": ["$ref": "events/app.crash.schema.json"]])),
+                .when(.any.keyword("properties", json: ["name": ["const": "arrival.changed"]]).keyword("required", json: ["name"]), then: .any.keyword("properties", json: ["props": ["$ref": "events/arrival.changed.schema.json"]])),
+                .when(.any.keyword("properties", json: ["name": ["const": "nearby.confirmed"]]).keyword("required", json: ["name"]), then: .any.keyword("properties", json: ["props": ["$ref": "events/nearby.confirmed.schema.json"]])),
+                .when(.any.keyword("properties", json: ["name": ["const": "mark.set"]]).keyword("required", json: ["name"]), then: .any.keyword("properties", json: ["props": ["$ref": "events/mark.set.schema.json"]])),
+                .when(.any.keyword("properties", json: ["name": ["const": "mark.cleared"]]).keyword("required", json: ["name"]), then: .any.keyword("properties", json: ["props": ["$ref": "events/mark.cleared.schema.json"]]))
             ))
 
     public static let eventsActionSyncedSchema = Definition("telemetry/events/action.synced.schema.json", title: "props of telemetry event action.synced", .object([
@@ -250,6 +254,38 @@ extension Contract.Telemetry {
                 .described("The flow it was in: reservation when the Reserve screen mark was still set."),
         ])
             .described("On opening, the app found the previous session did not close normally (BQ11)."))
+
+    public static let eventsArrivalChangedSchema = Definition("telemetry/events/arrival.changed.schema.json", title: "props of telemetry event arrival.changed", .object([
+            "lot": .string(1...64)
+                .described("The lot id."),
+            "hour": .int(0...23)
+                .described("The arrival hour the driver chose, campus time."),
+        ])
+            .described("The driver changed the arrival time on the forecast (BQ8)."))
+
+    public static let eventsMarkSetSchema = Definition("telemetry/events/mark.set.schema.json", title: "props of telemetry event mark.set", .object([
+            "view": .string(1...64)
+                .described("The view that set it: reservation (the Reserve screen)."),
+            "flow": .string(1...64)
+                .described("The flow it marks: reservation."),
+        ])
+            .described("The Reserve screen opened and saved its crash mark on the phone (BQ11)."))
+
+    public static let eventsMarkClearedSchema = Definition("telemetry/events/mark.cleared.schema.json", title: "props of telemetry event mark.cleared", .object([
+            "view": .string(1...64)
+                .described("The view that had set it."),
+            "flow": .string(1...64)
+                .described("The flow it marked."),
+        ])
+            .described("The Reserve screen closed, or the app went to the background, and the crash mark was removed (BQ11)."))
+
+    public static let eventsNearbyConfirmedSchema = Definition("telemetry/events/nearby.confirmed.schema.json", title: "props of telemetry event nearby.confirmed", .object([
+            "lot": .string(1...64)
+                .described("The nearby lot id."),
+            "parked": .bool
+                .described("The driver's answer: whether they parked in that lot."),
+        ])
+            .described("After Navigate, the app asked the driver once whether they parked in the nearby lot, and they answered (BQ9)."))
 
     public static let eventsCheckinDoneSchema = Definition("telemetry/events/checkin.done.schema.json", title: "props of telemetry event checkin.done", .object([
             "lot": .string(1...64)
@@ -342,5 +378,5 @@ extension Contract.Telemetry {
 
     public static let operations: [Operation] = [ingest.operation, rawSince.operation, stats.operation]
     public static let events: [Event] = [batch.event]
-    public static let definitions: [Definition] = [eventSchema, eventsActionSyncedSchema, eventsAppCrashSchema, eventsCheckinDoneSchema, eventsFavoriteAddedSchema, eventsForecastOpenedSchema, eventsHoldCreatedSchema, eventsNearbyChosenSchema, eventsNearbyOpenedSchema, eventsOfflineEndedSchema, eventsOfflineStartedSchema, eventsPurchaseMadeSchema, eventsSearchPerformedSchema, eventsSessionEndedSchema, eventsSessionStartedSchema, eventsSpotSearchSchema, eventsViewOpenedSchema]
+    public static let definitions: [Definition] = [eventSchema, eventsActionSyncedSchema, eventsAppCrashSchema, eventsArrivalChangedSchema, eventsCheckinDoneSchema, eventsFavoriteAddedSchema, eventsForecastOpenedSchema, eventsHoldCreatedSchema, eventsMarkClearedSchema, eventsMarkSetSchema, eventsNearbyChosenSchema, eventsNearbyConfirmedSchema, eventsNearbyOpenedSchema, eventsOfflineEndedSchema, eventsOfflineStartedSchema, eventsPurchaseMadeSchema, eventsSearchPerformedSchema, eventsSessionEndedSchema, eventsSessionStartedSchema, eventsSpotSearchSchema, eventsViewOpenedSchema]
 }
