@@ -212,6 +212,19 @@ extension Contract.Edge {
                         .described("The phones' image caches: hits {memory, disk}, misses, fetched, bytes_fetched, bytes_from_cache, evictions, refused, placeholders, revalidated, hit_ratio.").optional,
                     "rentals": .object(open: true)
                         .described("Rentals made since the day began (from the phones' files): made, by_status, returned, returns by outcome (returned, returning, refused), late_days, return_actions (orders.return by outcome).").optional,
+                    "live": .object([
+                        "phones_with_feed": .int(min: 0),
+                        "live_now": .int(min: 0),
+                        "received": .int(min: 0),
+                        "applied": .int(min: 0),
+                        "duplicates": .int(min: 0),
+                        "stale_dropped": .int(min: 0),
+                        "latency_ms": .object(open: true),
+                        "polls": .int(min: 0),
+                        "catch_ups": .int(min: 0),
+                        "news": .object(open: true),
+                    ])
+                        .described("The phones' live feeds (the brokers' updates sockets) since this process started: events received and their latency from the service's outbox to the phone {p50, p95, max}, applied to saved copies, heard twice (through both brokers), older than the saved copy and dropped, polls while a feed was quiet, catch-ups (a snapshot after a silence), and news {received, for_another_user (must be 0)}.").optional,
                     "driver_answers": .object([
                         "shown": .int(min: 0),
                         "by_source": .object(open: true),
