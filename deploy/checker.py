@@ -11,9 +11,12 @@ them), and checks, in Jepsen's terms:
                service's store (an idempotency record with a success reply);
                every rejected action has a reason and no success in the store
   duplicated   no effect of an action appears twice (an order, a stock hold,
-               a reservation, or an event about one of them, twice; a unit in
-               a cart, or bought from one, that no orders.cart.add the phones
-               saw done put there)
+               a reservation, or an event about one of them, twice; the cart
+               ledger: each phone's cart actions (add, set, remove, clear)
+               and orders from the cart replayed in order, a unit in a cart,
+               in a cart action's stored or answered reply, or bought from a
+               cart, beyond what the replay puts there; units short of it
+               count as lost)
   order        each phone's actions were applied in the order it made them
                (the services' application times follow the outbox order; an
                action in flight while its service had a worker on a skewed
@@ -494,7 +497,12 @@ class Checker:
 
         placed = set()
         for user, steps in by_user.items():
-            steps.sort(key=lambda s: (int(s[1]["created_ms"]), s[1]["rowid"]))
+            # One phone's actions in its action log's order (its outbox's);
+            # a user's several phones by the time each action was made.
+            if len({name for name, _, _ in steps}) > 1:
+                steps.sort(key=lambda s: (int(s[1]["created_ms"]), s[0], s[1]["rowid"]))
+            else:
+                steps.sort(key=lambda s: s[1]["rowid"])
             cart = Counter()
             for name, a, body in steps:
                 ident, kind = a["id"], a["type"]
