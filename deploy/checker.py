@@ -11,9 +11,12 @@ them), and checks, in Jepsen's terms:
                service's store (an idempotency record with a success reply);
                every rejected action has a reason and no success in the store
   duplicated   no effect of an action appears twice (an order, a stock hold,
-               a reservation, or an event about one of them, twice; a unit in
-               a cart, or bought from one, that no orders.cart.add the phones
-               saw done put there)
+               a reservation, or an event about one of them, twice; the cart
+               ledger: each phone's cart actions (add, set, remove, clear)
+               and orders from the cart replayed in order, a unit in a cart,
+               in a cart action's stored or answered reply, or bought from a
+               cart, beyond what the replay puts there; units short of it
+               count as lost)
   order        each phone's actions were applied in the order it made them
                (the services' application times follow the outbox order; an
                action in flight while its service had a worker on a skewed
@@ -228,7 +231,7 @@ class Checker:
             db.row_factory = sqlite3.Row
             try:
                 actions = [dict(r) for r in db.execute(
-                    "SELECT a.*, o.seq AS queued_seq FROM action_log a LEFT JOIN outbox o ON o.id = a.id ORDER BY a.created_ms, a.rowid")]
+                    "SELECT a.*, a.rowid AS rowid, o.seq AS queued_seq FROM action_log a LEFT JOIN outbox o ON o.id = a.id ORDER BY a.created_ms, a.rowid")]
                 outbox = db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
                 telemetry_queued = db.execute("SELECT COUNT(*) FROM telemetry").fetchone()[0]
                 user = db.execute("SELECT user_id FROM session").fetchone()
@@ -284,6 +287,7 @@ class Checker:
                     pass
                 applied[r["id"]] = (s, ok, int(r["created_ms"]))
 
+        self.applied = applied
         self.events = fault_events(self.args.faults, self.args.t0)
         skewed = self.events["clock"]  # service -> [(start ms, end ms)]
 
@@ -420,53 +424,146 @@ class Checker:
         self.check("duplicated", dup == 0, "%d duplicated effects (%d events twice; %s)" % (dup, events_twice, ledger))
         return dup
 
+    # Cart actions the ledger replays, and the order statuses that took the
+    # cart's lines (bought, or rented, then maybe cancelled or returned).
+    CART_TYPES = ("orders.cart.add", "orders.cart.set", "orders.cart.remove", "orders.cart.clear")
+    TOOK_CART = ("confirmed", "cancelled", "returned")
+
     def cart_ledger(self, stores):
-        """Cart units, user by user: every unit in the orders store's carts,
-        or bought from a cart (an order from the cart, confirmed or cancelled
-        after it was confirmed), was put there by an orders.cart.add the
-        phone saw done, once. Units beyond those are effects applied twice
-        (a retried add applied again); units short of them are lost.
-        Returns (units applied twice, units lost, figures)."""
+        """Cart units, user by user, by replay: each phone's cart actions
+        (add, set, remove, clear) and its orders from the cart, in the order
+        the phone made them (the one order they are sent and applied in: one
+        orders action in flight per phone, the next only after the answer),
+        give the cart the orders store should hold after each of them and
+        the units each order from the cart should take. A rejected action
+        changes nothing; one still queued counts as the store's idempotency
+        record says (applied once when it has a success, else not); an
+        order takes the cart when the store has it confirmed (or cancelled
+        or returned after that).
+
+        Compared with the store, the replay stepping onto what it finds:
+        the cart in the reply the store keeps for each cart action's id
+        (the cart just after its one application), the cart in the reply
+        the phone was told for that id (the action log's `cart`: a reply
+        other than the stored one is a second application), the lines of
+        each order from the cart, and the cart lines left at the end. Units
+        beyond the replay are effects applied twice (a retried add applied
+        again); units short of it are lost. Returns (units applied twice,
+        units lost, figures)."""
         st = stores.get("orders")
         phones = self.phones_read
         if st is None or not st.has_table("cart_lines") or not st.has_table("orders"):
             return 0, 0, "cart ledger n/a: no orders store"
         if any(p["made"] is None for p in phones.values()):
             return 0, 0, "cart ledger n/a: the phones kept no history"
-        added = Counter()   # (user, product) -> units the phones saw added
+        applied = getattr(self, "applied", {})
+        stored = {}  # action id -> the cart in the reply the store keeps for it
+        for r in st.rows("SELECT id, reply FROM idempotency WHERE type LIKE 'orders.cart.%'"):
+            cart = reply_cart(r["reply"])
+            if cart is not None:
+                stored[r["id"]] = cart
+        orders = {r["id"]: r for r in st.rows("SELECT id, user_id, status, items FROM orders WHERE source = 'cart'")}
+        carts = defaultdict(Counter)
+        for r in st.rows("SELECT user_id, product, quantity FROM cart_lines"):
+            carts[r["user_id"]][r["product"]] += int(r["quantity"])
+
+        # Each user's actions, in the order the phone made them.
+        by_user = defaultdict(list)
         for name, p in phones.items():
             if not p["user"]:
                 continue
             for a in p["actions"]:
-                if a["type"] != "orders.cart.add" or a["outcome"] != "done":
+                if a["type"] in self.CART_TYPES or a["type"] == "orders.place":
+                    made = p["made"].get(a["id"])
+                    if made is None:
+                        raise RuntimeError("%s: action %s is in the action log but not in the history (chaos_actions)" % (name, a["id"]))
+                    by_user[p["user"]].append((name, a, json.loads(made["body"] or "{}")))
+        tally = Counter()
+        self.ledger_extra = self.ledger_missing = 0
+
+        def compare(user, expected, found, what):
+            """Counts the units `found` has beyond `expected` (applied
+            twice) and short of it (lost), product by product."""
+            for product in sorted(set(expected) | set(found)):
+                d = found.get(product, 0) - expected.get(product, 0)
+                if d > 0:
+                    self.ledger_extra += d
+                    self.example("duplicated", "user %s: %s has %d of %s, the replay %d (%d applied twice)" % (
+                        user, what, found.get(product, 0), product, expected.get(product, 0), d))
+                elif d < 0:
+                    self.ledger_missing -= d
+                    self.example("lost", "user %s: %s has %d of %s, the replay %d (%d missing)" % (
+                        user, what, found.get(product, 0), product, expected.get(product, 0), -d))
+
+        placed = set()
+        for user, steps in by_user.items():
+            # One phone's actions in its action log's order (its outbox's);
+            # a user's several phones by the time each action was made.
+            if len({name for name, _, _ in steps}) > 1:
+                steps.sort(key=lambda s: (int(s[1]["created_ms"]), s[0], s[1]["rowid"]))
+            else:
+                steps.sort(key=lambda s: s[1]["rowid"])
+            cart = Counter()
+            for name, a, body in steps:
+                ident, kind = a["id"], a["type"]
+                if kind == "orders.place":
+                    if body.get("source") != "cart":
+                        continue
+                    placed.add(ident)
+                    o = orders.get(ident)
+                    if o is None or o["status"] not in self.TOOK_CART:
+                        continue
+                    items = Counter()
+                    for item in json.loads(o["items"]):
+                        items[item["product"]] += int(item["quantity"])
+                    compare(user, cart, items, "order %s from the cart" % ident)
+                    tally["orders"] += 1
+                    tally["bought"] += sum(items.values())
+                    for product, q in items.items():  # what the order takes out (Cart.takeOut)
+                        cart[product] -= q
+                        if cart[product] <= 0:
+                            del cart[product]
                     continue
-                made = p["made"].get(a["id"])
-                if made is None:
-                    raise RuntimeError("%s: action %s is in the action log but not in the history (chaos_actions)" % (name, a["id"]))
-                body = json.loads(made["body"])
-                added[(p["user"], body["product"])] += int(body.get("quantity", 1))
-        users = {p["user"] for p in phones.values() if p["user"]}
-        held = Counter()    # (user, product) -> units in the store's carts or bought from them
-        for r in st.rows("SELECT user_id, product, quantity FROM cart_lines"):
-            if r["user_id"] in users:
-                held[(r["user_id"], r["product"])] += int(r["quantity"])
-        for r in st.rows("SELECT user_id, items FROM orders WHERE source = 'cart' AND status IN ('confirmed', 'cancelled')"):
-            if r["user_id"] not in users:
-                continue
-            for item in json.loads(r["items"]):
-                held[(r["user_id"], item["product"])] += int(item["quantity"])
-        extra = missing = 0
-        for key in sorted(set(added) | set(held)):
-            d = held[key] - added[key]
-            if d > 0:
-                extra += d
-                self.example("duplicated", "user %s: %d units of %s in the cart or bought from it, %d added (%d applied twice)" % (
-                    key[0], held[key], key[1], added[key], d))
-            elif d < 0:
-                missing += -d
-                self.example("lost", "user %s: %d units of %s added, %d in the cart or bought from it" % (key[0], added[key], key[1], held[key]))
-        return extra, missing, "cart ledger: %d units added, %d held or bought, %d applied twice, %d missing" % (
-            sum(added.values()), sum(held.values()), extra, missing)
+                if a["outcome"] == "rejected":
+                    tally["rejected"] += 1
+                    continue
+                if a["outcome"] != "done" and not applied.get(ident, (None, False))[1]:
+                    continue  # still queued, never applied: nothing happened
+                product, q = body.get("product"), int(body.get("quantity", 1) if kind != "orders.cart.set" else body.get("quantity", 0))
+                if kind == "orders.cart.add":
+                    cart[product] += q
+                    tally["added"] += q
+                elif kind == "orders.cart.set" and q > 0:
+                    cart[product] = q
+                    tally["set"] += 1
+                elif kind in ("orders.cart.set", "orders.cart.remove"):
+                    cart.pop(product, None)
+                    tally["removed"] += 1
+                else:
+                    cart.clear()
+                    tally["cleared"] += 1
+                # What the store and the phone say the cart was after it.
+                kept = stored.get(ident)
+                if kept is not None:
+                    compare(user, cart, kept, "the reply orders keeps for %s %s" % (kind, ident))
+                    cart = Counter(kept)
+                told = parse_cart(a.get("cart"))
+                if told is not None and told != cart:
+                    compare(user, cart, told, "the reply %s was told for %s %s" % (name, kind, ident))
+                    cart = Counter(told)
+            compare(user, cart, carts.get(user, Counter()), "the cart in the orders store")
+            tally["left"] += sum(carts.get(user, Counter()).values())
+        # Orders from a cart of these users that no phone placed.
+        for ident, o in sorted(orders.items()):
+            if o["user_id"] in by_user and ident not in placed and o["status"] in self.TOOK_CART:
+                units = sum(int(item["quantity"]) for item in json.loads(o["items"]))
+                self.ledger_extra += units
+                self.example("duplicated", "user %s: order %s took %d units from the cart, and no phone placed it" % (o["user_id"], ident, units))
+        extra, missing = self.ledger_extra, self.ledger_missing
+        return extra, missing, ("cart ledger: %d units added, %d set, %d removed, %d cleared, %d rejected; %d orders from the cart "
+                                "took %d units, %d units left in carts; %d applied twice, %d missing") % (
+            tally["added"], tally["set"], tally["removed"], tally["cleared"], tally["rejected"], tally["orders"],
+            tally["bought"], tally["left"], extra, missing)
 
     def catalog_events(self, st):
         """The catalog's catalog.stock.changed bodies, from its outbox (the
@@ -920,6 +1017,40 @@ class Checker:
             "stock_units": getattr(self, "stock_units", None),
             "checks": [{"name": n, "ok": g, "figures": f, "examples": self.examples.get(n, [])} for n, g, f, _ in self.results],
         }
+
+
+def parse_cart(text):
+    """A cart as JSON text (product -> quantity), or None."""
+    if not text:
+        return None
+    try:
+        cart = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(cart, dict):
+        return None
+    return Counter({str(k): int(v) for k, v in cart.items() if int(v) > 0})
+
+
+def reply_cart(text):
+    """The cart in a stored reply envelope of a cart action (its body's
+    lines, product -> quantity), or None for a refusal or no lines."""
+    try:
+        envelope = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(envelope, dict) or envelope.get("kind") == "error":
+        return None
+    lines = (envelope.get("body") or {}).get("lines") if isinstance(envelope.get("body"), dict) else None
+    if not isinstance(lines, list):
+        return None
+    cart = Counter()
+    for line in lines:
+        if isinstance(line, dict) and isinstance(line.get("product"), str):
+            q = int(line.get("quantity") or 0)
+            if q > 0:
+                cart[line["product"]] += q
+    return cart
 
 
 def fault_events(path, t0_ms):

@@ -390,6 +390,18 @@ enum Actions {
         }
     }
 
+    /// The cart a cart action's reply gives (product → quantity, as JSON
+    /// text), for the action log; nil for any other action.
+    static func answeredCart(_ a: QueuedAction, reply: JSON) -> String? {
+        guard a.type.hasPrefix("orders.cart."), let lines = reply["lines"]?.array else { return nil }
+        var cart: [String: JSON] = [:]
+        for line in lines {
+            guard let product = line["product"]?.string, let quantity = line["quantity"]?.int else { continue }
+            cart[product] = .int(quantity)
+        }
+        return JSON.object(cart).text
+    }
+
     static func activeParking(_ db: Database) throws -> Row? {
         try db.queryOne("SELECT * FROM parking WHERE status IN ('held', 'checked_in') ORDER BY held_ms DESC LIMIT 1")
     }

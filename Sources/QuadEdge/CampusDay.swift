@@ -39,10 +39,10 @@ public final class CampusDay {
         public var listings = true
         public var listersEvery = 10
         /// Students change their carts (a quantity, a line out, the cart
-        /// emptied), offline too (`--cart-edits on|off`). Off by default:
-        /// the chaos checker's cart ledger counts units added against
-        /// units held or bought, and cannot follow a set or a removal yet.
-        public var cartEdits = false
+        /// emptied), offline too (`--cart-edits on|off`, on by default;
+        /// deploy/checker.py's cart ledger replays them with the adds and
+        /// the orders from the cart).
+        public var cartEdits = true
         public init() {}
     }
 
@@ -74,10 +74,6 @@ public final class CampusDay {
     var listings = ListingTally()
     /// Rentals placed and returns queued by the students (since this run).
     var rentalsPlaced = 0
-    /// Cart edits (orders.cart.set, remove, clear) the students queued while
-    /// their phone was offline: only this process's memory knows (the
-    /// phones' action logs say what became of them, not where they were made).
-    var cartEditsOffline = 0
     var returnsQueued = 0
     public private(set) var exitCode: Int32 = 0
     public var onReport: (JSON, String) -> Void = { json, text in
@@ -472,8 +468,7 @@ final class Student {
         case 40..<46: edit = ("orders.cart.clear", [:])
         default: return
         }
-        let offline = !phone.isOnline
-        if case .queued = phone.act(edit.0, edit.1), offline { day.cartEditsOffline += 1 }
+        phone.act(edit.0, edit.1)
     }
 
     func rent(_ then: @escaping () -> Void) {

@@ -166,6 +166,16 @@ enum PhoneStore {
             """),
         // Issue 17 point 4: SpendiQ's window (SpendingWindow.swift).
         SpendingWindow.migration,
+        // Issue 17 point 3: what the action log keeps of a cart change.
+        // offline: the action was made without network (the report's
+        // offline cart edits and their outcomes, over a resumed day too).
+        // cart: the cart the service answered to a cart action (product →
+        // quantity): what the phone was told, which the chaos checker's cart
+        // ledger compares with the answer the orders store keeps for the id.
+        Migration(33, """
+            ALTER TABLE action_log ADD COLUMN offline INTEGER;
+            ALTER TABLE action_log ADD COLUMN cart TEXT;
+            """),
         // Issue 17 point 5: the session token lives in the keychain and the
         // password with the student (``moveSecrets(_:path:keychain:students:)``
         // ran first, and the file is vacuumed after).

@@ -21,7 +21,9 @@ enum Report {
         var rentals: [String: Int64] = [:]
         var returns: [String: Int64] = [:]
         var lateDays: Int64 = 0
+        var edits = CartEdits()
         for p in fleet.phones {
+            edits.add(p.db, since: since)
             images.add(p.images.stats)
             for r in (try? p.db.query("SELECT status, COUNT(*) AS n FROM orders WHERE mode = 'rent' AND created_ms >= $1 GROUP BY status", .int(since))) ?? [] {
                 rentals[r.string("status"), default: 0] += r.int("n")
@@ -121,18 +123,7 @@ enum Report {
             "by_source": .object(insights.mapValues { .int(Int64($0)) }),
             "answers": .int(Int64(fleet.phones.map(\.stats.driverAnswersLast).max() ?? 0)),
         ]
-        // The students' cart edits (set a quantity, remove a line, empty
-        // the cart), from the phones' action logs; offline is how many were
-        // made without network, known to this process only.
-        let editTypes = ["orders.cart.set", "orders.cart.remove", "orders.cart.clear"]
-        let edits = editTypes.compactMap { t in byType[t].map { (t, $0) } }
-        f["cart_edits"] = [
-            "made": .int(edits.reduce(0) { $0 + $1.1.values.reduce(0, +) }),
-            "offline": .int(Int64(day?.cartEditsOffline ?? 0)),
-            "done": .int(edits.reduce(0) { $0 + ($1.1["done"] ?? 0) }),
-            "rejected": .int(edits.reduce(0) { $0 + ($1.1["rejected"] ?? 0) }),
-            "by_type": .object(Dictionary(uniqueKeysWithValues: edits.map { ($0.0, JSON.object($0.1.mapValues { .int($0) })) })),
-        ]
+        f["cart_edits"] = edits.json
         // Issue 17 point 5: no phone's file holds a secret (KeychainCheck).
         if final { f["keychain_check"] = KeychainCheck.report(fleet.phones) }
         if let day {
@@ -168,7 +159,7 @@ enum Report {
     static let sinceThisRun = ["activities", "max_queue", "drain/after_reconnect_ms", "drain/without_session_ms", "drain/end_of_day_ms",
                                "reads", "reads_by_view", "refused_online_only", "telemetry/sent", "telemetry/accepted",
                                "telemetry/duplicate", "telemetry/rejected", "telemetry/batches_answered", "sign_in_before_day",
-                               "images", "marketplace", "cart_edits/offline", "live"]
+                               "images", "marketplace", "live"]
 
     /// The live feeds (LiveFeed.swift): events received and their latency
     /// from the service's outbox to the phone, what they changed, the
@@ -276,7 +267,11 @@ enum Report {
             lines.append("Live updates: \(l["received"]?.int ?? 0) received (latency p50 \(lat["p50"]?.int.map { "\($0) ms" } ?? "-"), p95 \(lat["p95"]?.int.map { "\($0) ms" } ?? "-")), \(l["applied"]?.int ?? 0) applied, \(l["duplicates"]?.int ?? 0) heard twice, \(l["stale_dropped"]?.int ?? 0) older than the saved copy dropped; \(l["polls"]?.int ?? 0) polls while a feed was quiet, \(l["catch_ups"]?.int ?? 0) catch-ups; news \(l["news"]?["received"]?.int ?? 0) received, \(l["news"]?["for_another_user"]?.int ?? 0) for another user.")
         }
         if let c = r["cart_edits"], (c["made"]?.int ?? 0) > 0 {
-            lines.append("Cart edits: \(c["made"]?.int ?? 0) made (\(c["offline"]?.int ?? 0) offline), \(c["done"]?.int ?? 0) done, \(c["rejected"]?.int ?? 0) rejected.")
+            let o = c["offline_outcomes"] ?? [:]
+            lines.append("Cart edits: \(c["made"]?.int ?? 0) made, \(c["done"]?.int ?? 0) confirmed, \(c["rejected"]?.int ?? 0) rolled back; \(c["offline"]?.int ?? 0) made offline: \(o["done"]?.int ?? 0) confirmed, \(o["rejected"]?.int ?? 0) rolled back, \(o["pending"]?.int ?? 0) still queued.")
+            for x in c["rejected_reasons"]?.array ?? [] {
+                lines.append("  rolled back: \(x["count"]?.int ?? 0) × \(x["type"]?.string ?? "") (\(x["code"]?.string ?? ""), \(x["offline"]?.int ?? 0) offline): \(x["reason"]?.string ?? "")")
+            }
         }
         if let l = r["marketplace"]?["listings"], (l["attempted"]?.int ?? 0) > 0 {
             let reasons = (l["reasons"]?.object ?? [:]).map { "\($0.value.int ?? 0) × \($0.key)" }.sorted().joined(separator: "; ")
@@ -289,5 +284,51 @@ enum Report {
         lines.append("Telemetry: \(t["sent"]?.int ?? 0) events sent in \(t["batches_answered"]?.int ?? 0) answered batches; \(t["accepted"]?.int ?? 0) accepted, \(t["duplicate"]?.int ?? 0) duplicates, \(t["rejected"]?.int ?? 0) rejected, \(t["queued"]?.int ?? 0) still queued.")
         lines.append(r["accounted"]?.bool == true ? "Every action is accounted for." : "NOT every action is accounted for.")
         return lines.joined(separator: "\n")
+    }
+}
+
+/// The students' cart edits (set a quantity, remove a line, empty the
+/// cart), from the phones' action logs since the day began: by type and
+/// outcome, the ones made offline by outcome (confirmed, rolled back, still
+/// queued), and the rollbacks by reason.
+struct CartEdits {
+    var byType: [String: [String: Int64]] = [:]
+    var offline: [String: Int64] = [:]
+    var reasons: [String: (type: String, code: String, example: String, count: Int64, offline: Int64)] = [:]
+
+    mutating func add(_ db: Database, since: Int64) {
+        let rows = (try? db.query("""
+            SELECT type, outcome, COALESCE(offline, 0) AS offline, COALESCE(code, '') AS code, COALESCE(reason, '') AS reason, COUNT(*) AS n
+            FROM action_log WHERE type IN ('orders.cart.set', 'orders.cart.remove', 'orders.cart.clear') AND created_ms >= $1
+            GROUP BY type, outcome, offline, code, reason
+            """, .int(since))) ?? []
+        for r in rows {
+            let (type, outcome, n) = (r.string("type"), r.string("outcome"), r.int("n"))
+            let wasOffline = r.int("offline") != 0
+            byType[type, default: [:]][outcome, default: 0] += n
+            if wasOffline { offline[outcome, default: 0] += n }
+            guard outcome == "rejected" else { continue }
+            let key = type + " " + r.string("code") + " " + Report.pattern(r.string("reason"))
+            var e = reasons[key] ?? (type, r.string("code"), r.string("reason"), 0, 0)
+            e.count += n
+            if wasOffline { e.offline += n }
+            reasons[key] = e
+        }
+    }
+
+    var json: JSON {
+        func total(_ outcome: String) -> Int64 { byType.values.reduce(0) { $0 + ($1[outcome] ?? 0) } }
+        let rollbacks: [JSON] = reasons.values.sorted { ($0.count, $0.type) > ($1.count, $1.type) }.map {
+            ["type": .string($0.type), "code": .string($0.code), "reason": .string($0.example), "count": .int($0.count), "offline": .int($0.offline)]
+        }
+        return [
+            "made": .int(byType.values.reduce(0) { $0 + $1.values.reduce(0, +) }),
+            "offline": .int(offline.values.reduce(0, +)),
+            "done": .int(total("done")),
+            "rejected": .int(total("rejected")),
+            "by_type": .object(byType.mapValues { m in .object(m.mapValues { .int($0) }) }),
+            "offline_outcomes": ["done": .int(offline["done"] ?? 0), "rejected": .int(offline["rejected"] ?? 0), "pending": .int(offline["pending"] ?? 0)],
+            "rejected_reasons": .array(rollbacks),
+        ]
     }
 }

@@ -53,8 +53,8 @@ extension Phone {
                 try db.execute("""
                     INSERT INTO outbox (id, type, body, created_ms, offline, undo, after_id) VALUES ($1, $2, $3, $4, $5, $6, $7)
                     """, .text(id), .text(type), .text(send.text), .int(now), .of(!isOnline), .text(undo.text), .of(after))
-                try db.execute("INSERT INTO action_log (id, type, created_ms, outcome) VALUES ($1, $2, $3, 'pending')",
-                               .text(id), .text(type), .int(now))
+                try db.execute("INSERT INTO action_log (id, type, created_ms, outcome, offline) VALUES ($1, $2, $3, 'pending', $4)",
+                               .text(id), .text(type), .int(now), .of(!isOnline))
             }
         } catch let error as QuadError {
             return .refused(error)
@@ -336,7 +336,8 @@ extension Phone {
             try db.transaction {
                 try Actions.confirm(db, action, reply: reply)
                 try db.execute("DELETE FROM outbox WHERE id = $1", .text(action.id))
-                try db.execute("UPDATE action_log SET outcome = 'done', finished_ms = $2 WHERE id = $1", .text(action.id), .int(now))
+                try db.execute("UPDATE action_log SET outcome = 'done', finished_ms = $2, cart = $3 WHERE id = $1",
+                               .text(action.id), .int(now), .of(Actions.answeredCart(action, reply: reply)))
                 try db.setMeta("last_sync", String(now))
             }
         } catch {

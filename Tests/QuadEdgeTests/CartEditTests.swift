@@ -105,4 +105,44 @@ import Testing
         #expect(try serviceCart(edge, user) == ["p-0007": 2, "p-0004": 3])
         #expect(try phoneCart(edge) == serviceCart(edge, user), "the service's cart is the truth once nothing is queued")
     }
+
+    /// The action log keeps what the chaos checker's cart ledger and the
+    /// campus day's report read: the cart each cart action was answered
+    /// (the same as the reply orders keeps for its id) and whether it was
+    /// made offline.
+    @Test func theActionLogKeepsTheCartEachEditWasAnsweredAndWhetherItWasMadeOffline() throws {
+        let edge = try EdgeStack("cart-log")
+        _ = try edge.signIn()
+        let add = try edge.act("orders.cart.add", ["product": "p-0004", "quantity": 1])
+        #expect(try edge.waitDrained()["drained"]?.bool == true)
+        try edge.airplane(true)
+        let set = try edge.act("orders.cart.set", ["product": "p-0004", "quantity": 3])
+        let other = try edge.act("orders.cart.add", ["product": "p-0006", "quantity": 2])
+        let remove = try edge.act("orders.cart.remove", ["product": "p-0006"])
+        try edge.airplane(false)
+        #expect(try edge.waitDrained()["drained"]?.bool == true)
+
+        let phone = try SQLiteDatabase(path: edge.phonesDir + "/phone-001.db")
+        defer { phone.close() }
+        let orders = try edge.store("orders")
+        defer { orders.close() }
+        func told(_ id: String) throws -> JSON? {
+            try phone.queryOne("SELECT cart FROM action_log WHERE id = $1", .text(id))?.optionalString("cart").map { try JSON.parse($0) }
+        }
+        func kept(_ id: String) throws -> JSON? {
+            let reply = try #require(try orders.queryOne("SELECT reply FROM idempotency WHERE id = $1", .text(id)), "no record of \(id)")
+            var cart: [String: JSON] = [:]
+            for line in try JSON.parse(reply.string("reply"))["body"]?["lines"]?.array ?? [] {
+                cart[line["product"]?.string ?? ""] = .int(line["quantity"]?.int ?? 0)
+            }
+            return .object(cart)
+        }
+        #expect(try told(add) == ["p-0004": 1])
+        #expect(try told(set) == ["p-0004": 3])
+        #expect(try told(other) == ["p-0004": 3, "p-0006": 2])
+        #expect(try told(remove) == ["p-0004": 3])
+        for id in [add, set, other, remove] { #expect(try told(id) == kept(id), "the phone was told what orders keeps for \(id)") }
+        let offline = try phone.query("SELECT id, offline FROM action_log").reduce(into: [String: Int64]()) { $0[$1.string("id")] = $1.int("offline") }
+        #expect(offline[add] == 0 && offline[set] == 1 && offline[other] == 1 && offline[remove] == 1, "\(offline)")
+    }
 }

@@ -225,7 +225,6 @@ struct EdgeStackTests {
         let day = try edge.stack.start("campus", executable: "quad-edge", arguments: [
             "run", "--frontend", edge.stack.endpoints.frontend, "--dir", edge.stack.dir + "/campus-phones", "--phones", "200",
             "--control", "none", "--seed", "11", "--speed", "20", "--duration", "30", "--hold-seconds", "8", "--report", report,
-            "--cart-edits", "on",
         ])
         let deadline = Date().addingTimeInterval(240)
         while day.isRunning && Date() < deadline { usleep(200_000) }
@@ -244,6 +243,14 @@ struct EdgeStackTests {
         let made = edits["made"]?.int ?? 0
         #expect(made > 0, "\(edits)")
         #expect((edits["done"]?.int ?? 0) + (edits["rejected"]?.int ?? 0) == made, "\(edits)")
+        // Those made offline (in dead zones), each confirmed or rolled back, the rollbacks with their reasons.
+        let offline = edits["offline_outcomes"] ?? [:]
+        #expect((edits["offline"]?.int ?? 0) > 0, "\(edits)")
+        #expect((offline["done"]?.int ?? 0) + (offline["rejected"]?.int ?? 0) == edits["offline"]?.int && offline["pending"]?.int == 0, "\(edits)")
+        let rollbacks = edits["rejected_reasons"]?.array ?? []
+        #expect(rollbacks.reduce(0) { $0 + ($1["count"]?.int ?? 0) } == edits["rejected"]?.int, "\(edits)")
+        #expect(rollbacks.allSatisfy { !($0["reason"]?.string ?? "").isEmpty }, "\(edits)")
+        #expect(output.contains("Cart edits: "))
         #expect(created == (actions["done"]?.int ?? 0) + (actions["rejected"]?.int ?? 0))
         #expect(json["accounted"]?.bool == true)
         for r in json["rejected"]?.array ?? [] { #expect(!(r["reason"]?.string ?? "").isEmpty && r["code"]?.string != nil) }

@@ -118,7 +118,7 @@ class World:
 
     def act(self, type, id, outcome="done", code=None, reason=None, applied=True, body=None):
         self.t += 1000
-        self.phone.execute("INSERT INTO action_log VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+        self.phone.execute("INSERT INTO action_log (id, type, created_ms, finished_ms, outcome, code, reason, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
                            (id, type, self.t, self.t + 20, outcome, code, reason))
         self.phone.execute("INSERT INTO chaos_actions VALUES (?, ?, ?, ?)", (id, type, json.dumps(body or {}), self.t))
         if applied:
@@ -160,7 +160,8 @@ def test_a_consistent_history_passes(world):
     assert verdict["valid"] and failed(verdict) == []
     assert verdict["counts"]["attempted"] == 6 and verdict["counts"]["ok"] == 5 and verdict["counts"]["failed"] == 1
     assert "verdict: PASS" in out
-    assert "cart ledger: 1 units added, 1 held or bought, 0 applied twice, 0 missing" in out
+    assert "cart ledger: 1 units added, 0 set, 0 removed, 0 cleared, 0 rejected; 1 orders from the cart took 1 units, " \
+        "0 units left in carts; 0 applied twice, 0 missing" in out
     assert verdict["telemetry"] == {"recorded": 1, "stored": 1, "missing": 0, "twice": 0, "unmade": 0, "other_phone": 0,
                                     "queued": 0, "conflicting": 0}
 
@@ -275,7 +276,7 @@ def test_a_cart_add_applied_twice_is_a_duplicate(world):
     rc, out, verdict = world.check()
     assert rc == 1 and failed(verdict) == ["duplicated"], out
     assert verdict["counts"]["duplicated"] == 1
-    assert "1 applied twice" in out and "user u1: 2 units of p-0004 in the cart or bought from it, 1 added" in out
+    assert "1 applied twice" in out and "user u1: the cart in the orders store has 2 of p-0004, the replay 1 (1 applied twice)" in out
 
 
 def test_a_cart_unit_bought_beyond_what_was_added_is_a_duplicate(world):
@@ -290,6 +291,103 @@ def test_a_cart_add_done_without_its_unit_is_lost(world):
     rc, out, verdict = world.check()
     assert rc == 1 and failed(verdict) == ["lost"], out
     assert verdict["counts"]["lost"] == 2 and "2 cart units missing" in out
+
+
+def cart_reply(cart):
+    """The reply envelope orders keeps for a cart action: the cart after it."""
+    return json.dumps({"kind": "reply", "body": {"lines": [{"product": p, "quantity": q} for p, q in cart.items()]}})
+
+
+def keep_reply(world, ident, cart):
+    world.db["orders"].execute("UPDATE idempotency SET reply = ? WHERE id = ?", (cart_reply(cart), ident))
+
+
+def test_set_remove_and_clear_are_replayed_with_the_orders_from_the_cart(world):
+    # After o1: add 2 of p-0004, set it to 3, add p-0005, remove it, a set
+    # refused (nothing changes), place the cart (3 of p-0004), add p-0001,
+    # clear, add 1 of p-0003: the store holds 1 of p-0003 and o3 bought 3 of p-0004.
+    world.act("orders.cart.add", "a2", body={"product": "p-0004", "quantity": 2})
+    world.act("orders.cart.set", "s1", body={"product": "p-0004", "quantity": 3})
+    world.act("orders.cart.add", "a3", body={"product": "p-0005", "quantity": 1})
+    world.act("orders.cart.remove", "r1", body={"product": "p-0005"})
+    world.act("orders.cart.set", "s2", outcome="rejected", code="not_found", reason="no product p-9999", body={"product": "p-9999", "quantity": 2})
+    world.act("orders.place", "o3", body={"source": "cart"})
+    world.db["orders"].execute("INSERT INTO orders VALUES ('o3', 'u1', 'confirmed', 'cart', ?, ?)",
+                               (json.dumps([{"product": "p-0004", "quantity": 3}]), world.t))
+    world.act("orders.cart.add", "a4", body={"product": "p-0001", "quantity": 1})
+    world.act("orders.cart.clear", "c2")
+    world.act("orders.cart.add", "a5", body={"product": "p-0003", "quantity": 1})
+    for ident, cart in (("a2", {"p-0004": 2}), ("s1", {"p-0004": 3}), ("a3", {"p-0004": 3, "p-0005": 1}), ("r1", {"p-0004": 3}),
+                        ("a4", {"p-0001": 1}), ("c2", {}), ("a5", {"p-0003": 1})):
+        keep_reply(world, ident, cart)
+    world.db["orders"].execute("INSERT INTO cart_lines VALUES ('u1', 'p-0003', 1)")
+    stock_hold(world, "o3", "p-0004", 3)
+    rc, out, verdict = world.check()
+    assert rc == 0, out
+    assert "cart ledger: 6 units added, 1 set, 1 removed, 1 cleared, 1 rejected; 2 orders from the cart took 4 units, " \
+        "1 units left in carts; 0 applied twice, 0 missing" in out
+
+
+def stock_hold(world, order, product, quantity):
+    """The catalog's side of a confirmed order: its hold, units out of stock."""
+    cat = world.db["catalog"]
+    cat.execute("INSERT INTO holds VALUES (?, 'confirmed', ?, ?)", (order, world.t, world.t + 60_000))
+    cat.execute("INSERT INTO hold_items VALUES (?, ?, ?)", (order, product, quantity))
+    cat.execute("UPDATE products SET stock = stock - ? WHERE id = ?", (quantity, product))
+
+
+def test_an_add_applied_again_then_overwritten_by_a_set_is_caught_by_what_the_phone_was_told(world):
+    # The add's first application is the stored reply (1 unit); the retry,
+    # applied again, answered the phone 2; the set on the same line hides it
+    # from the store's carts: only the phone's record of its answer shows it.
+    world.phone.execute("ALTER TABLE action_log ADD COLUMN cart TEXT")
+    world.act("orders.cart.add", "a2", body={"product": "p-0004", "quantity": 1})
+    world.act("orders.cart.set", "s1", body={"product": "p-0004", "quantity": 3})
+    keep_reply(world, "a2", {"p-0004": 1})
+    keep_reply(world, "s1", {"p-0004": 3})
+    world.phone.execute("""UPDATE action_log SET cart = '{"p-0004": 2}' WHERE id = 'a2'""")
+    world.phone.execute("""UPDATE action_log SET cart = '{"p-0004": 3}' WHERE id = 's1'""")
+    world.db["orders"].execute("INSERT INTO cart_lines VALUES ('u1', 'p-0004', 3)")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["duplicated"], out
+    assert verdict["counts"]["duplicated"] == 1
+    assert "the reply phone-001 was told for orders.cart.add a2 has 2 of p-0004, the replay 1 (1 applied twice)" in out
+
+
+def test_a_removal_the_store_did_not_apply_is_lost(world):
+    # The phone saw the removal done; the store still holds the line.
+    world.act("orders.cart.add", "a2", body={"product": "p-0004", "quantity": 2})
+    world.act("orders.cart.remove", "r1", body={"product": "p-0004"})
+    world.db["orders"].execute("INSERT INTO cart_lines VALUES ('u1', 'p-0004', 2)")
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["duplicated"], out
+    assert "the cart in the orders store has 2 of p-0004, the replay 0" in out
+
+
+def test_an_order_from_the_cart_that_took_other_lines_is_caught(world):
+    # The cart held 2 of p-0004 when o3 was placed; the order took 1 of p-0005.
+    world.act("orders.cart.add", "a2", body={"product": "p-0004", "quantity": 2})
+    world.act("orders.place", "o3", body={"source": "cart"})
+    world.db["orders"].execute("INSERT INTO orders VALUES ('o3', 'u1', 'confirmed', 'cart', ?, ?)",
+                               (json.dumps([{"product": "p-0005", "quantity": 1}]), world.t))
+    stock_hold(world, "o3", "p-0005", 1)
+    world.db["orders"].execute("INSERT INTO cart_lines VALUES ('u1', 'p-0004', 2)")
+    rc, out, verdict = world.check()
+    assert rc == 1 and sorted(failed(verdict)) == ["duplicated", "lost"], out
+    assert "order o3 from the cart has 1 of p-0005, the replay 0 (1 applied twice)" in out
+    assert "order o3 from the cart has 0 of p-0004, the replay 2 (2 missing)" in out
+
+
+def test_a_queued_action_counts_as_its_idempotency_record_says(world):
+    # Still queued at the end: the add the store applied (its record) is in
+    # the replay; the one it never saw is not. Neither is a duplicate or lost.
+    world.act("orders.cart.add", "a2", outcome="pending", body={"product": "p-0004", "quantity": 1})
+    world.act("orders.cart.add", "a3", outcome="pending", applied=False, body={"product": "p-0005", "quantity": 1})
+    world.db["orders"].execute("UPDATE idempotency SET reply = '{\"kind\": \"reply\"}' WHERE id = 'a2'")
+    world.db["orders"].execute("INSERT INTO cart_lines VALUES ('u1', 'p-0004', 1)")
+    rc, out, verdict = world.check()
+    assert failed(verdict) == ["drained"], out
+    assert "0 applied twice, 0 missing" in out
 
 
 def test_the_history_recorder_keeps_what_a_phone_deletes(tmp_path):

@@ -237,8 +237,20 @@ extension Contract.Edge {
                         "done": .int(min: 0),
                         "rejected": .int(min: 0),
                         "by_type": .object(open: true),
+                        "offline_outcomes": .object([
+                            "done": .int(min: 0),
+                            "rejected": .int(min: 0),
+                            "pending": .int(min: 0),
+                        ]),
+                        "rejected_reasons": .array(of: .object([
+                                "type": .string(),
+                                "code": .string(),
+                                "reason": .string(),
+                                "count": .int(min: 0),
+                                "offline": .int(min: 0),
+                            ])),
                     ])
-                        .described("The cart edits (orders.cart.set, orders.cart.remove, orders.cart.clear) made since the day began, from the phones' action logs: made, done, rejected, and by_type (each type by outcome); offline is how many were queued without network, counted by this process only (since_this_run).").optional,
+                        .described("The cart edits (orders.cart.set, orders.cart.remove, orders.cart.clear) made since the day began, from the phones' action logs: made, done (confirmed), rejected (rolled back), by_type (each type by outcome); offline is how many were queued without network, offline_outcomes what became of those (done, rejected, pending), rejected_reasons the rollbacks by type, code and reason (an example), with how many of them were made offline.").optional,
                     "keychain_check": .object([
                         "phones_clean": .int(min: 0),
                         "phones_with_secret": .int(min: 0),
