@@ -427,7 +427,7 @@ extension Catalog {
                 let recorded = try db.execute("""
                     INSERT INTO listing_sales (order_id, product, quantity, line_cents, mode) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING
                     """, .text(order), .text(product), .int(q), .int(Int64((price * 100).rounded()) * q), .text(mode)) == 1
-                if recorded { try announceSale(db, listing: product, quantity: q, mode: mode) }
+                if recorded { try announceSale(db, listing: product, order: order, quantity: q, mode: mode) }
             }
         case "orders.cancelled":
             guard let order = b["order"]?.string else { return }
@@ -439,12 +439,12 @@ extension Catalog {
 
     /// `catalog.listing.sold` for a sale just recorded, in its transaction:
     /// the seller is named so they can be told; the buyer never is.
-    static func announceSale(_ db: Database, listing: String, quantity: Int64, mode: String) throws {
+    static func announceSale(_ db: Database, listing: String, order: String, quantity: Int64, mode: String) throws {
         guard let l = try db.queryOne("SELECT l.seller_id AS seller_id, p.name AS name FROM listings l JOIN products p ON p.id = l.id WHERE l.id = $1",
                                       .text(listing)) else { return }
         var sold = Contract.Catalog.Listings.Sold()
-        (sold.listing, sold.seller, sold.name, sold.quantity, sold.mode, sold.soldAt) =
-            (listing, l.string("seller_id"), l.string("name"), quantity, mode == "rent" ? "rent" : "buy", Int64(Clock.nowMillis()))
+        (sold.listing, sold.order, sold.seller, sold.name, sold.quantity, sold.mode, sold.soldAt) =
+            (listing, order, l.string("seller_id"), l.string("name"), quantity, mode == "rent" ? "rent" : "buy", Int64(Clock.nowMillis()))
         try Outbox.append(db, type: Contract.Catalog.listingSold.type, body: sold.json)
     }
 

@@ -219,7 +219,7 @@ public enum Notifications: ServiceDomain {
                 try db.execute("DELETE FROM held_spots WHERE reservation = $1", .text(id))
             case Contract.Catalog.listingSold.type:
                 let s = try Contract.Catalog.Listings.Sold(json: e.body)
-                try notify(db, user: s.seller, kind: "listing_sold", text: Texts.sold(s), ref: s.listing, fact: "listing_sold:\(e.id)",
+                try notify(db, user: s.seller, kind: "listing_sold", text: Texts.sold(s), ref: s.listing, fact: "listing_sold:\(s.order):\(s.listing)",
                            now: now, settings: settings)
             default:
                 return

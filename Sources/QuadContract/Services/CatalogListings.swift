@@ -57,6 +57,7 @@ extension Contract.Catalog {
         /// It names the seller, who is told, and never the buyer.
         public struct Sold: Body, Equatable {
             public var listing = ""
+            public var order = ""
             public var seller = ""
             public var name = ""
             public var quantity: Int64 = 0
@@ -65,6 +66,7 @@ extension Contract.Catalog {
             public init() {}
             public static let fields: [Field<Self>] = [
                 .field(\.listing, "listing", .string(1...64)),
+                .field(\.order, "order", .string(1...64).described("The order that bought it: the sale's key, not its buyer.")),
                 .field(\.seller, "seller", .string(1...128).described("The seller's user id (stays inside the backend).")),
                 .field(\.name, "name", .string(max: ListingLimits.nameLength).described("The listing's name, as its seller wrote it.")),
                 .field(\.quantity, "quantity", .int(min: 1)),
@@ -81,7 +83,7 @@ extension Contract.Catalog {
             .described("A listing was withdrawn by its seller or taken down by an admin; what was already held or sold stands."))
 
     public static let listingSold = TypedEvent<Listings.Sold>("catalog.listing.sold", body: Listings.Sold.shape
-            .described("A confirmed order bought or rented units of a listing: once per order and listing, in the transaction that records the sale. It names the seller and never the buyer; notifications tells the seller."))
+            .described("A confirmed order bought or rented units of a listing: once per order and listing (the key of the sale), in the transaction that records the sale. It names the seller and never the buyer; notifications tells the seller."))
 
     static let listingEvents: [Event] = [listingCreated.event, listingClosed.event, listingSold.event]
 }
