@@ -318,6 +318,7 @@ final class Phone {
         _ = try? db.execute("UPDATE session SET token = $1, user_id = $2, expires_at = $3 WHERE one = 1",
                             .of(token), .of(user), .int(expiresAt))
         scheduleRefresh()
+        fetchNews()
     }
 
     /// The renewal of the session, `refreshBeforeMs` before it ends.
@@ -472,6 +473,8 @@ final class Phone {
     }
 
     var wasOnline = true
+    /// A `notifications.since` in flight (Messages.swift).
+    var fetchingNews = false
 
     /// Records offline periods and starts the sender when the network is back.
     func radioChanged(radioCameBack: Bool = true) {
@@ -499,6 +502,7 @@ final class Phone {
             // Whatever backoff a batch drew while the network was gone.
             flushTelemetry(force: true)
             prefetchOnNetworkBack()
+            fetchNews()
         } else {
             offlineSinceMs = now
             try? db.setMeta("offline_since", String(now))

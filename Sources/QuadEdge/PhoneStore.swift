@@ -166,6 +166,8 @@ enum PhoneStore {
             """),
         // Issue 17 point 4: SpendiQ's window (SpendingWindow.swift).
         SpendingWindow.migration,
+        // Issue 17 point 2: the phone's news (Messages.swift).
+        Phone.inboxMigration,
     ]
 
     /// Opens (creating) a phone's file, small: a phone keeps little in memory.
