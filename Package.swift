@@ -97,7 +97,7 @@ let package = Package(
         // Fuzz targets: libFuzzer-driven when deploy/fuzz builds them, a seeded generator otherwise.
         .executableTarget(name: "quad-fuzz", dependencies: [
             "QuadWire", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadTestSupport", "QuadAccounts", "QuadCatalog", "QuadFavorites",
-            "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics",
+            "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics", "QuadNotifications",
         ], path: "fuzz", exclude: ["quad.dict"]),
         // Starts the executables as real processes for tests.
         .target(name: "QuadTestSupport", dependencies: ["QuadRuntime", "QuadStore", "QuadWire"]),
