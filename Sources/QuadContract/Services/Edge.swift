@@ -220,6 +220,14 @@ extension Contract.Edge {
                         "by_type": .object(open: true),
                     ])
                         .described("The cart edits (orders.cart.set, orders.cart.remove, orders.cart.clear) made since the day began, from the phones' action logs: made, done, rejected, and by_type (each type by outcome); offline is how many were queued without network, counted by this process only (since_this_run).").optional,
+                    "notifications": .object([
+                        "received": .int(min: 0),
+                        "unread": .int(min: 0),
+                        "phones": .int(min: 0),
+                        "by_kind": .object(open: true),
+                        "not_theirs": .int(min: 0),
+                    ])
+                        .described("The users' news in the phones' files (notifications.since): received, unread, phones with any, by_kind; not_theirs counts those kept under another user or about an order or hold the phone never made (0 when every notification reached its own user only).").optional,
                     "marketplace": .object(open: true)
                         .described("quad-edge run: rentals_placed and returns_queued by the students, and listings {attempted, created, rejected, no_answer, reasons}.").optional,
                     "seed": .int(min: 0).optional,
