@@ -15,9 +15,9 @@ extension Phone {
     static let newsEveryMs: Int64 = 5000
 
     static let inboxMigration = Migration(40, """
-        -- One row per notification received. user_id: the phone's user when
-        -- it was fetched (a signed-in phone only asks for its own); ref: the
-        -- order, reservation or listing it is about.
+        -- One row per notification received. user_id: whose the service
+        -- says it is (the report compares it with the phone's user); ref:
+        -- the order, reservation or listing it is about.
         CREATE TABLE inbox (
             id TEXT PRIMARY KEY,
             seq BIGINT NOT NULL,
@@ -36,7 +36,7 @@ extension Phone {
     /// keeps it; nothing while offline, without a session, or while a fetch
     /// is in flight.
     func fetchNews() {
-        guard isOnline, hasValidToken, let user, !fetchingNews else { return }
+        guard isOnline, hasValidToken, user != nil, !fetchingNews else { return }
         fetchingNews = true
         let after = Int64((try? db.meta("news_cursor")).flatMap { $0 }.flatMap { Int64($0) } ?? 0)
         request("notifications.since", ["after": .int(after), "limit": .int(Phone.newsPage)], timeoutMs: settings.readTimeoutMs) { [weak self] result in
@@ -51,7 +51,7 @@ extension Phone {
                         try self.db.execute("""
                             INSERT INTO inbox (id, seq, user_id, kind, text, ref, ts, read, received_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                             ON CONFLICT (id) DO NOTHING
-                            """, .text(id), .int(seq), .text(user), .text(n["kind"]?.string ?? ""), .text(n["text"]?.string ?? ""),
+                            """, .text(id), .int(seq), .text(n["user"]?.string ?? ""), .text(n["kind"]?.string ?? ""), .text(n["text"]?.string ?? ""),
                                             .text(n["ref"]?.string ?? ""), .int(n["ts"]?.int ?? 0), .int(n["read"]?.bool == true ? 1 : 0), .int(self.now))
                     }
                     if let last = reply.body["last"]?.int, last > after { try self.db.setMeta("news_cursor", String(last)) }

@@ -141,8 +141,8 @@ public enum Notifications: ServiceDomain {
 
     static func notification(_ r: Row) -> C.Notification {
         var n = C.Notification()
-        (n.id, n.seq, n.kind, n.text, n.ref, n.ts, n.read) =
-            (r.string("id"), r.int("seq"), r.string("kind"), r.string("text"), r.string("ref"), r.int("created_ms"), r.int("read") == 1)
+        (n.id, n.user, n.seq, n.kind, n.text, n.ref, n.ts, n.read) =
+            (r.string("id"), r.string("user_id"), r.int("seq"), r.string("kind"), r.string("text"), r.string("ref"), r.int("created_ms"), r.int("read") == 1)
         return n
     }
 

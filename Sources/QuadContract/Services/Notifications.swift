@@ -16,6 +16,7 @@ extension Contract.Notifications {
     /// One notification, as its user reads it.
     public struct Notification: Body, Equatable {
         public var id = ""
+        public var user = ""
         public var seq: Int64 = 0
         public var kind = ""
         public var text = ""
@@ -25,6 +26,8 @@ extension Contract.Notifications {
         public init() {}
         public static let fields: [Field<Self>] = [
             .field(\.id, "id", .string(1...64)),
+            .field(\.user, "user", .string(1...128)
+                .described("Whose it is: always the caller (the phone checks it is its own user).")),
             .field(\.seq, "seq", .int(min: 1)
                 .described("Its place in the inbox: the cursor notifications.since pages by.")),
             .field(\.kind, "kind", .choice(kinds)),
