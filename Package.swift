@@ -8,6 +8,7 @@ let package = Package(
         .executable(name: "quad-broker", targets: ["quad-broker"]),
         .executable(name: "quad-catalog", targets: ["quad-catalog"]),
         .executable(name: "quad-favorites", targets: ["quad-favorites"]),
+        .executable(name: "quad-notifications", targets: ["quad-notifications"]),
         .executable(name: "quad-orders", targets: ["quad-orders"]),
         .executable(name: "quad-accounts", targets: ["quad-accounts"]),
         .executable(name: "quad-reservations", targets: ["quad-reservations"]),
@@ -66,6 +67,7 @@ let package = Package(
         // A service's own copy of the catalog, kept from catalog's events.
         .target(name: "QuadCatalogCopy", dependencies: ["QuadContract", "QuadWire", "QuadStore"]),
         .target(name: "QuadFavorites", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
+        .target(name: "QuadNotifications", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadOrders", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
         .target(name: "QuadAccounts", dependencies: ["QuadContract", "QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadReservations", dependencies: ["QuadImages", "QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
@@ -80,6 +82,7 @@ let package = Package(
         .executableTarget(name: "quad-broker", dependencies: ["QuadBroker", "QuadProcess", "QuadAuth", "QuadWire", "QuadMetrics"]),
         .executableTarget(name: "quad-catalog", dependencies: ["QuadCatalog", "QuadRuntime"]),
         .executableTarget(name: "quad-favorites", dependencies: ["QuadFavorites", "QuadRuntime"]),
+        .executableTarget(name: "quad-notifications", dependencies: ["QuadNotifications", "QuadRuntime"]),
         .executableTarget(name: "quad-orders", dependencies: ["QuadOrders", "QuadRuntime"]),
         .executableTarget(name: "quad-accounts", dependencies: ["QuadAccounts", "QuadRuntime"]),
         .executableTarget(name: "quad-reservations", dependencies: ["QuadReservations", "QuadRuntime"]),
@@ -94,7 +97,7 @@ let package = Package(
         // Fuzz targets: libFuzzer-driven when deploy/fuzz builds them, a seeded generator otherwise.
         .executableTarget(name: "quad-fuzz", dependencies: [
             "QuadWire", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadTestSupport", "QuadAccounts", "QuadCatalog", "QuadFavorites",
-            "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics",
+            "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics", "QuadNotifications",
         ], path: "fuzz", exclude: ["quad.dict"]),
         // Starts the executables as real processes for tests.
         .target(name: "QuadTestSupport", dependencies: ["QuadRuntime", "QuadStore", "QuadWire"]),
@@ -109,12 +112,13 @@ let package = Package(
         .testTarget(name: "QuadAccountsTests", dependencies: ["QuadAccounts", "QuadAuth", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadImages", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadFavoritesTests", dependencies: ["QuadFavorites", "QuadCatalogCopy", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadNotificationsTests", dependencies: ["QuadNotifications", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadOrdersTests", dependencies: ["QuadOrders", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadReservationsTests", dependencies: ["QuadReservations", "QuadImages", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadTelemetryTests", dependencies: ["QuadTelemetry", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadSecurityTests", dependencies: [
             "QuadBroker", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport", "QuadAccounts", "QuadCatalog",
-            "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics", "QuadContract",
+            "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics", "QuadNotifications", "QuadContract",
         ]),
         .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadImages", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadAnalyticsTests", dependencies: ["QuadAnalytics", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),

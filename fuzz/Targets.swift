@@ -4,6 +4,7 @@ import QuadAnalytics
 import QuadAuth
 import QuadCatalog
 import QuadFavorites
+import QuadNotifications
 import QuadMessaging
 import QuadOrders
 import QuadReservations
@@ -271,7 +272,7 @@ enum RefusingPeer {
 }
 
 enum Targets {
-    static let serviceNames = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics"]
+    static let serviceNames = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics", "notifications"]
     static var all: [String] { ["envelope", "token"] + serviceNames.map { "service-" + $0 } }
 
     static func make(_ name: String, examples: String?) throws -> FuzzTarget {
@@ -297,6 +298,7 @@ enum Targets {
             }
         case "service-telemetry": return try ServiceTarget(name: name, examples: examples) { try InProcessService(Telemetry.self) }
         case "service-analytics": return try ServiceTarget(name: name, examples: examples) { try InProcessService(Analytics.self, options: ["http": "off"]) }
+        case "service-notifications": return try ServiceTarget(name: name, examples: examples) { try InProcessService(Notifications.self) }
         default: throw QuadError.badRequest("unknown target '\(name)': targets are \(all.joined(separator: ", "))")
         }
     }

@@ -424,9 +424,10 @@ extension Catalog {
             for item in b["items"]?.array ?? [] {
                 guard let product = item["product"]?.string, product.hasPrefix("l-"),
                       let price = item["price"]?.double, let q = item["quantity"]?.int else { continue }
-                try db.execute("""
+                let recorded = try db.execute("""
                     INSERT INTO listing_sales (order_id, product, quantity, line_cents, mode) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING
-                    """, .text(order), .text(product), .int(q), .int(Int64((price * 100).rounded()) * q), .text(mode))
+                    """, .text(order), .text(product), .int(q), .int(Int64((price * 100).rounded()) * q), .text(mode)) == 1
+                if recorded { try announceSale(db, listing: product, order: order, quantity: q, mode: mode) }
             }
         case "orders.cancelled":
             guard let order = b["order"]?.string else { return }
@@ -434,6 +435,17 @@ extension Catalog {
         default:
             return
         }
+    }
+
+    /// `catalog.listing.sold` for a sale just recorded, in its transaction:
+    /// the seller is named so they can be told; the buyer never is.
+    static func announceSale(_ db: Database, listing: String, order: String, quantity: Int64, mode: String) throws {
+        guard let l = try db.queryOne("SELECT l.seller_id AS seller_id, p.name AS name FROM listings l JOIN products p ON p.id = l.id WHERE l.id = $1",
+                                      .text(listing)) else { return }
+        var sold = Contract.Catalog.Listings.Sold()
+        (sold.listing, sold.order, sold.seller, sold.name, sold.quantity, sold.mode, sold.soldAt) =
+            (listing, order, l.string("seller_id"), l.string("name"), quantity, mode == "rent" ? "rent" : "buy", Int64(Clock.nowMillis()))
+        try Outbox.append(db, type: Contract.Catalog.listingSold.type, body: sold.json)
     }
 
     // MARK: Holds of listings

@@ -122,14 +122,14 @@ public enum Contract {
     /// tests; a worker's lookups read its ``Part`` only (a service added
     /// here is added there too: `PartTests` checks the parts make the whole).
     public static let operations: [Operation] =
-        Accounts.operations + Analytics.operations + Catalog.operations + Favorites.operations + Orders.operations
+        Accounts.operations + Analytics.operations + Catalog.operations + Favorites.operations + Notifications.operations + Orders.operations
         + Reservations.operations + Telemetry.operations + BrokerSys.operations
 
     /// What every service answers as `<service>.<type>`.
     public static let common: [Operation] = Common.operations
 
     public static let events: [Event] =
-        Accounts.events + Catalog.events + Favorites.events + Orders.events + Occupancy.events + Reservations.events + Telemetry.events
+        Accounts.events + Catalog.events + Favorites.events + Notifications.events + Orders.events + Occupancy.events + Reservations.events + Telemetry.events
 
     public static let definitions: [Definition] =
         Wire.definitions + Accounts.definitions + Analytics.definitions + Catalog.definitions + Edge.definitions + Favorites.definitions
@@ -184,6 +184,7 @@ extension Contract {
         static let analytics = Part(Contract.Analytics.operations, definitions: Contract.Analytics.definitions)
         static let catalog = Part(Contract.Catalog.operations, events: Contract.Catalog.events, definitions: Contract.Catalog.definitions)
         static let favorites = Part(Contract.Favorites.operations, events: Contract.Favorites.events, definitions: Contract.Favorites.definitions)
+        static let notifications = Part(Contract.Notifications.operations, events: Contract.Notifications.events)
         static let orders = Part(Contract.Orders.operations, events: Contract.Orders.events, definitions: Contract.Orders.definitions)
         static let reservations = Part(Contract.Reservations.operations, events: Contract.Reservations.events,
                                        definitions: Contract.Reservations.definitions)
@@ -206,6 +207,7 @@ extension Contract {
             case "analytics": return analytics
             case "catalog": return catalog
             case "favorites": return favorites
+            case "notifications": return notifications
             case "orders": return orders
             case "reservations": return reservations
             case "telemetry": return telemetry
@@ -218,7 +220,7 @@ extension Contract {
         }
 
         /// Every part but ``common``, by name, as ``named(_:)`` finds them.
-        static let names: [Substring] = ["accounts", "analytics", "catalog", "favorites", "orders", "reservations", "telemetry", "occupancy",
+        static let names: [Substring] = ["accounts", "analytics", "catalog", "favorites", "notifications", "orders", "reservations", "telemetry", "occupancy",
                                           "edge", "sys", ""]
     }
 }

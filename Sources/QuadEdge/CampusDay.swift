@@ -139,6 +139,12 @@ public final class CampusDay {
             return self.finalDrainMs == nil
         }
         fleet.agenda.after(options.durationMs) { [weak self] in self?.endOfDay() }
+        // The phones' news, polled for now (Messages.swift).
+        fleet.agenda.repeating(every: Phone.newsEveryMs) { [weak self] in
+            guard let self else { return false }
+            for p in self.fleet.phones { p.fetchNews() }
+            return self.finalDrainMs == nil
+        }
     }
 
     var elapsedMs: Int64 { Clock.monotonicMillis() - startedMono }

@@ -409,6 +409,7 @@ final class Phone {
         forgetRefresh()
         _ = try? db.execute("UPDATE session SET user_id = $1, expires_at = $2 WHERE one = 1", .of(user), .int(expiresAt))
         scheduleRefresh()
+        fetchNews()
     }
 
     /// The tokens in hand, written to the keychain (nil ones removed).
@@ -585,6 +586,8 @@ final class Phone {
     }
 
     var wasOnline = true
+    /// A `notifications.since` in flight (Messages.swift).
+    var fetchingNews = false
 
     /// Records offline periods and starts the sender when the network is back.
     func radioChanged(radioCameBack: Bool = true) {
@@ -612,6 +615,7 @@ final class Phone {
             // Whatever backoff a batch drew while the network was gone.
             flushTelemetry(force: true)
             prefetchOnNetworkBack()
+            fetchNews()
         } else {
             offlineSinceMs = now
             try? db.setMeta("offline_since", String(now))

@@ -176,6 +176,8 @@ enum PhoneStore {
             ALTER TABLE action_log ADD COLUMN offline INTEGER;
             ALTER TABLE action_log ADD COLUMN cart TEXT;
             """),
+        // Issue 17 point 2: the phone's news (Messages.swift).
+        Phone.inboxMigration,
         // Issue 17 point 5: the session token lives in the keychain and the
         // password with the student (``moveSecrets(_:path:keychain:students:)``
         // ran first, and the file is vacuumed after).

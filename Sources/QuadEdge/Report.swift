@@ -102,6 +102,8 @@ enum Report {
             // The phones' pictures (ImageCache.swift): hits by tier, misses,
             // bytes fetched and served from the caches, evictions, refusals.
             "images": Report.images(images),
+            // The users' news the phones received (Messages.swift), and how many were not their user's.
+            "notifications": NewsReport.json(fleet.phones),
             // Rentals the phones made since the day began (from their files)
             // by status, the returns by outcome (returned, returning while
             // queued, refused with a reason), and the orders.return actions.

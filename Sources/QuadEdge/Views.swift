@@ -133,7 +133,8 @@ extension Phone {
         case "car":
             car(finish)
         case "messages":
-            finish(ViewResult(view: view, source: .local, body: ["messages": .array(messages())]))
+            finish(ViewResult(view: view, source: .local, body: ["messages": .array(messages()), "news": .array(news())]))
+            markNewsRead()
         case "rentals":
             rentals(finish)
         case "insights":

@@ -325,6 +325,19 @@ struct ListingTests {
             }
             try Catalog.applyForYou(db, Envelope(type: "orders.cancelled", kind: .event, body: ["order": "o-other", "user": .string(Self.buyer)]))
         }
+        // Each sale of the listing is announced once (a second delivery of an order adds none), naming its seller, never its buyer.
+        try db.transaction {
+            try Catalog.applyForYou(db, Envelope(type: "orders.confirmed", kind: .event, body: [
+                "order": "o-buy", "user": .string(Self.buyer), "mode": "buy", "items": [["product": .string(id), "quantity": 2, "price": 50, "category": "Study"]],
+            ]))
+        }
+        let sold = try db.query("SELECT body, envelope FROM outbox WHERE type = 'catalog.listing.sold' ORDER BY seq").map { r in
+            r.string("body").isEmpty ? (try JSON.parse(r.string("envelope")))["body"] ?? .null : try JSON.parse(r.string("body"))
+        }
+        #expect(sold.map { $0["order"]?.string ?? "" } == ["o-buy", "o-rent-1", "o-rent-2", "o-other"])
+        #expect(sold.map { $0["quantity"]?.int ?? 0 } == [2, 1, 1, 1] && sold.map { $0["mode"]?.string ?? "" } == ["buy", "rent", "rent", "rent"])
+        #expect(sold.allSatisfy { $0["seller"]?.string == Self.seller && $0["listing"]?.string == id && !$0.text.contains(Self.buyer) }, "\(sold)")
+        #expect(try sold.allSatisfy { try Contract.Catalog.Listings.Sold(json: $0).name.isEmpty == false })
         let seen = try #require(try mine(h).first)
         #expect(seen["status"] == "active" && seen["quantity"] == 4 && seen["in_stock"] == 1, "\(seen)")
         #expect(seen["sold"] == 2 && seen["rented"] == 1 && seen["returned"] == 1 && seen["held"] == 0, "\(seen)")

@@ -6,14 +6,14 @@ import QuadWire
 import Testing
 
 /// The whole stack as real processes (broker, accounts, catalog,
-/// favorites, orders, reservations, telemetry) with quad-edge beside it,
+/// favorites, orders, reservations, telemetry, notifications) with quad-edge beside it,
 /// driven through its control socket as a harness would.
 final class EdgeStack {
     let stack: TestStack
     let phonesDir: String
     let controlEndpoint: String
     var control: Client!
-    static let services = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry"]
+    static let services = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "notifications"]
 
     init(_ name: String, holdSeconds: Int = 600, edgeArguments: [String] = [], serviceArguments: [String: [String]] = [:]) throws {
         stack = try TestStack(name: "edge-\(name)")

@@ -276,6 +276,9 @@ struct EdgeStackTests {
         let listings = market["listings"] ?? [:]
         let tried = listings["attempted"]?.int ?? 0
         #expect(tried > 0 && tried == (listings["created"]?.int ?? 0) + (listings["rejected"]?.int ?? 0) + (listings["no_answer"]?.int ?? 0), "\(listings)")
+        // The students' news reached their phones, each only its own user's.
+        let news = try #require(json["notifications"], "the report counts the phones' news")
+        #expect((news["received"]?.int ?? 0) > 0 && news["not_theirs"]?.int == 0, "\(news)")
     }
 
     @Test func quadctlPhoneTalksToTheControlSocket() throws {

@@ -5,6 +5,7 @@ import QuadAuth
 import QuadCatalog
 import QuadContract
 import QuadFavorites
+import QuadNotifications
 import QuadOrders
 import QuadReservations
 import QuadRuntime
@@ -65,7 +66,7 @@ struct OwnershipMatrixTests {
         var spareToken = ""
         var products: [String] = []
         var n = 0
-        var order = "", stockOrder = "", reservation = "", listing = ""
+        var order = "", stockOrder = "", reservation = "", listing = "", notification = ""
         var lastRightID = ""
 
         init(_ stack: FullStack) { self.stack = stack }
@@ -254,6 +255,22 @@ struct OwnershipMatrixTests {
                 Row(type: "telemetry.raw.since", access: .admin, body: { _ in ["after": 0, "limit": 10] }),
                 Row(type: "telemetry.stats", access: .admin),
             ],
+            // The owner's rental (the last order placed) was confirmed: news the owner reads and marks, another student never.
+            "notifications": [
+                Row(type: "notifications.since", access: .user,
+                    other: .ownData(isolated: { reply, f in !reply.text.contains(f.order) && !reply.text.contains(f.notification) }),
+                    prepare: { f in
+                        let told = try f.stack.eventually {
+                            let items = try f.ok("notifications.since", ["limit": 200], token: f.ownerToken)["items"]?.array ?? []
+                            f.notification = items.first { $0["ref"]?.string == f.order }?["id"]?.string ?? ""
+                            return !f.notification.isEmpty
+                        }
+                        #expect(told, "no notification of order \(f.order)")
+                    },
+                    after: { reply, f in #expect(reply.text.contains(f.order) && reply.text.contains(f.notification)) }),
+                Row(type: "notifications.read", access: .user, other: .refused, body: { f in ["ids": [.string(f.notification)]] },
+                    after: { reply, _ in #expect(reply["marked"]?.int == 1, "\(reply)") }),
+            ],
             "analytics": [
                 Row(type: "analytics.summary", access: .admin),
                 Row(type: "analytics.question", access: .admin, body: { _ in ["id": "purchase_screen"] }),
@@ -365,6 +382,7 @@ struct OwnershipMatrixTests {
             ("reservations", try InProcessService(Reservations.self, options: ["sim": "off", "history-days": "0"])),
             ("telemetry", try InProcessService(Telemetry.self)),
             ("analytics", try InProcessService(Analytics.self, options: ["http": "off"])),
+            ("notifications", try InProcessService(Notifications.self)),
         ]
         let table = Set(Self.rows(services: installed.map(\.0)).map(\.type))
         for (name, service) in installed {
@@ -391,6 +409,7 @@ struct OwnershipMatrixTests {
             ("reservations", try InProcessService(Reservations.self, options: ["sim": "off", "history-days": "0"])),
             ("telemetry", try InProcessService(Telemetry.self)),
             ("analytics", try InProcessService(Analytics.self, options: ["http": "off"])),
+            ("notifications", try InProcessService(Notifications.self)),
         ]
         let names = installed.map(\.0)
         let rows = Self.rows(services: names)

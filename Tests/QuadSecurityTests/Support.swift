@@ -9,7 +9,7 @@ import Testing
 /// The broker and one worker of every service executable that is built, as
 /// real processes: the stack the matrix and the malformed-traffic tests run
 /// on. Services covered: accounts, catalog, favorites, orders, reservations,
-/// telemetry, analytics (whichever of them is built; ``running`` says).
+/// telemetry, analytics, notifications (whichever of them is built; ``running`` says).
 final class FullStack {
     static let adminEmail = "admin@quad.campus"
     static let adminPassword = "admin-pass-7f3a9c"
@@ -24,6 +24,7 @@ final class FullStack {
         ("reservations", ["--sim", "off", "--history-days", "0"]),
         ("telemetry", []),
         ("analytics", ["--http", "off"]),
+        ("notifications", []),
     ]
 
     let stack: TestStack

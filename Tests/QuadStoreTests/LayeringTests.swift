@@ -38,6 +38,8 @@ struct LayeringTests {
         // The broker: no runtime, so no store.
         ("QuadBroker", ["Foundation", "QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth", "QuadMetrics"]),
         ("quad-broker", ["Foundation", "QuadWire", "QuadProcess", "QuadAuth", "QuadBroker", "QuadMetrics"]),
+        // A service's domain: the contract, the runtime and its store; no other service.
+        ("QuadNotifications", ["Foundation", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire"]),
     ])
     func importsOnlyWhatIsBelow(module: String, allowed: [String]) throws {
         let extra = try imports(of: module).subtracting(allowed)

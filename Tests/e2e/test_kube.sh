@@ -77,7 +77,7 @@ eval "$("$ROOT/deploy/kube" env)" || fail "deploy/kube env failed"
 [[ $QUAD_FRONTEND == "tcp://127.0.0.1:$BASE,tcp://127.0.0.1:$((BASE + 10))" ]] || fail "deploy/kube env gave QUAD_FRONTEND=$QUAD_FRONTEND"
 command -v quadctl >/dev/null || fail "quadctl is not on PATH after eval \"\$(deploy/kube env)\""
 n=$(podman ps --pod --filter pod=quad-kube --filter status=running --format '{{.Names}}' | grep -c '^quad-kube-') || true
-[[ $n == 10 ]] || fail "expected 10 running containers quad-kube-* (2 brokers, PostgreSQL, 7 services), found $n"
+[[ $n == 11 ]] || fail "expected 11 running containers quad-kube-* (2 brokers, PostgreSQL, 8 services), found $n"
 ok "deploy/kube up: 10 containers, every service healthy through both brokers"
 
 step="catalog.products.list"

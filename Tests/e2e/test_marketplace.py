@@ -7,7 +7,8 @@ of quad-edge, driven through its control socket with `quadctl phone`: it
 finds the calculator by search, opens it (its photo comes from catalog's
 HTTP server once, then from the phone's own cache), buys it; Ana sees it
 sold; a second purchase by the buyer and Ana's own purchase are both 409
-with their reasons. Then the buyer rents a seeded book for 3 days, sees it
+with their reasons. Ana reads her news (her listing sold, an order of her
+own confirmed) and another student can neither read nor mark it. Then the buyer rents a seeded book for 3 days, sees it
 in its rentals, and returns it after orders' clock was moved 5 days on
 (libfaketime, through the launcher's clock file, as the chaos run skews a
 clock): it pays 2 late days at the book's rent rate, and the book's stock is
@@ -235,6 +236,61 @@ def test_the_seller_sees_it_sold_and_nobody_can_buy_it_again(market, ana, listin
     own = c.call("orders.place", {"source": "buy_now", "product": lid, "quantity": 1}, token=token, timeout=30)
     assert error_code(own) == "conflict", own
     assert own["body"]["status"] == 409 and "own" in own["body"]["message"], own
+
+
+def notifications(c, token, after=0):
+    """Every notification of the token's user after the cursor, page after page, and the last unread count."""
+    items, unread = [], 0
+    while True:
+        page = body_of(c.call("notifications.since", {"after": after, "limit": 200}, token=token, timeout=30))
+        items += page["items"]
+        after, unread = page["last"], page["unread"]
+        if not page["more"]:
+            return items, unread
+
+
+def wait_for_notification(c, token, kind, ref, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        items, _ = notifications(c, token)
+        found = [n for n in items if n["kind"] == kind and n["ref"] == ref]
+        if found:
+            assert len(found) == 1, f"{kind} for {ref} told {len(found)} times: {found}"
+            return found[0]
+        assert time.monotonic() < deadline, f"no {kind} notification for {ref} within {timeout} s: {items}"
+        time.sleep(0.2)
+
+
+def test_the_buyer_and_the_seller_read_their_news_and_nobody_else_can(market, ana, listing):
+    c, token, _, _ = ana
+    # The phone bought Ana's calculator: Ana, its seller, is told (never who bought it).
+    sold = wait_for_notification(c, token, "listing_sold", listing[0]["id"])
+    assert "sold" in sold["text"] and BUYER not in sold["text"], sold
+    # Ana buys a seeded product herself: she is told it is confirmed.
+    order = body_of(c.call("orders.place", {"source": "buy_now", "product": "p-0001", "quantity": 1, "screen": "home"}, token=token, timeout=30))
+    assert order["status"] == "confirmed", order
+    confirmed = wait_for_notification(c, token, "order_confirmed", order["order"])
+    assert confirmed["read"] is False and "confirmed" in confirmed["text"], confirmed
+
+    # Bo, another student, sees none of it and cannot mark it.
+    email, password = f"bo-{secrets.token_hex(4)}@uni.edu", "pw-" + secrets.token_urlsafe(12)
+    body_of(c.call("accounts.register", {"email": email, "password": password, "name": "Bo", "semester": 2}, timeout=30))
+    bo = body_of(c.call("accounts.login", {"email": email, "password": password}, timeout=30))["token"]
+    theirs, _ = notifications(c, bo)
+    assert not any(n["id"] in (sold["id"], confirmed["id"]) or n["ref"] in (order["order"], listing[0]["id"]) for n in theirs), theirs
+    refused = c.call("notifications.read", {"ids": [confirmed["id"]]}, token=bo, timeout=30)
+    missing = c.call("notifications.read", {"ids": ["no-such-id"]}, token=bo, timeout=30)
+    assert error_code(refused) == "not_found" and refused["body"]["message"] == f"you have no notification '{confirmed['id']}'", refused
+    assert error_code(missing) == "not_found", missing
+    # A body naming Ana is refused, not answered with her news.
+    named = c.call("notifications.since", {"user": "anyone"}, token=bo, timeout=30)
+    assert error_code(named) == "forbidden", named
+    assert not [n for n in notifications(c, token)[0] if n["id"] == confirmed["id"] and n["read"]]
+
+    # Ana marks hers read.
+    marked = body_of(c.call("notifications.read", {"ids": [confirmed["id"], sold["id"]]}, token=token, timeout=30))
+    assert marked["marked"] == 2, marked
+    assert all(n["read"] for n in notifications(c, token)[0] if n["id"] in (confirmed["id"], sold["id"]))
 
 
 def test_a_rental_returned_late_pays_the_late_days_and_the_stock_comes_back(market):

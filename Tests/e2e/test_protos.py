@@ -562,7 +562,7 @@ def test_live_still_serving_after_abuse(frontend):
 # each must be one the contract declares (protos/ is generated from it).
 
 CHECKER_FILES = [ROOT / "deploy" / "checker.py", ROOT / "Tests" / "e2e" / "test_chaos.py", ROOT / "Tests" / "e2e" / "test_chaos_faults.py"]
-_TYPE_IN_CODE = re.compile(r"""["']((?:accounts|catalog|favorites|orders|reservations|telemetry|analytics|occupancy)\.[a-z_.]+)["']""")
+_TYPE_IN_CODE = re.compile(r"""["']((?:accounts|catalog|favorites|notifications|orders|reservations|telemetry|analytics|occupancy)\.[a-z_.]+)["']""")
 
 
 @pytest.mark.parametrize("path", CHECKER_FILES, ids=[p.name for p in CHECKER_FILES])

@@ -20,7 +20,7 @@ sys.path.insert(0, DEPLOY)
 
 from quaddeploy import nemesis, services  # noqa: E402
 
-EXPECTED = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics"]
+EXPECTED = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics", "notifications"]
 
 # A list unlike the real one: favorites gone, reservations first, a service
 # of host 8 added, orders on PostgreSQL, catalog with 3 workers.

@@ -52,6 +52,28 @@ extension Contract.Catalog {
                 .field(\.closedAt, "closed_at", .int(min: 0).described("ms since epoch.")),
             ]
         }
+
+        /// catalog.listing.sold: units of a listing were bought or rented.
+        /// It names the seller, who is told, and never the buyer.
+        public struct Sold: Body, Equatable {
+            public var listing = ""
+            public var order = ""
+            public var seller = ""
+            public var name = ""
+            public var quantity: Int64 = 0
+            public var mode = "buy"
+            public var soldAt: Int64 = 0
+            public init() {}
+            public static let fields: [Field<Self>] = [
+                .field(\.listing, "listing", .string(1...64)),
+                .field(\.order, "order", .string(1...64).described("The order that bought it: the sale's key, not its buyer.")),
+                .field(\.seller, "seller", .string(1...128).described("The seller's user id (stays inside the backend).")),
+                .field(\.name, "name", .string(max: ListingLimits.nameLength).described("The listing's name, as its seller wrote it.")),
+                .field(\.quantity, "quantity", .int(min: 1)),
+                .field(\.mode, "mode", .choice(["buy", "rent"])),
+                .field(\.soldAt, "sold_at", .int(min: 0).described("ms since epoch.")),
+            ]
+        }
     }
 
     public static let listingCreated = TypedEvent<Listings.Created>("catalog.listing.created", body: Listings.Created.shape
@@ -60,7 +82,10 @@ extension Contract.Catalog {
     public static let listingClosed = TypedEvent<Listings.Closed>("catalog.listing.closed", body: Listings.Closed.shape
             .described("A listing was withdrawn by its seller or taken down by an admin; what was already held or sold stands."))
 
-    static let listingEvents: [Event] = [listingCreated.event, listingClosed.event]
+    public static let listingSold = TypedEvent<Listings.Sold>("catalog.listing.sold", body: Listings.Sold.shape
+            .described("A confirmed order bought or rented units of a listing: once per order and listing (the key of the sale), in the transaction that records the sale. It names the seller and never the buyer; notifications tells the seller."))
+
+    static let listingEvents: [Event] = [listingCreated.event, listingClosed.event, listingSold.event]
 }
 
 // MARK: - The operations of listings

@@ -257,6 +257,14 @@ extension Contract.Edge {
                         "found": .array(of: .string()),
                     ])
                         .described("A final report's check of every phone's files (its SQLite file with -wal, -shm and -journal, its keychain and PIN salt), read whole: phones clean, phones whose files hold one of their secrets (session or refresh token, password, CURVE secret key; must be 0, else the day exits 1), and the first files found with what they hold.").optional,
+                    "notifications": .object([
+                        "received": .int(min: 0),
+                        "unread": .int(min: 0),
+                        "phones": .int(min: 0),
+                        "by_kind": .object(open: true),
+                        "not_theirs": .int(min: 0),
+                    ])
+                        .described("The users' news in the phones' files (notifications.since): received, unread, phones with any, by_kind; not_theirs counts those kept under another user or about an order or hold the phone never made (0 when every notification reached its own user only).").optional,
                     "marketplace": .object(open: true)
                         .described("quad-edge run: rentals_placed and returns_queued by the students, and listings {attempted, created, rejected, no_answer, reasons}.").optional,
                     "seed": .int(min: 0).optional,

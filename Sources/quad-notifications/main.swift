@@ -1,0 +1,4 @@
+import QuadNotifications
+import QuadRuntime
+
+ServiceMain.run(Notifications.self)
