@@ -241,7 +241,7 @@ extension Contract {
             out.append(("common/\(op.type).request.json", requestDocument(op, at: "common/\(op.type).request.json", title: "<service>.\(op.type) request")))
             out.append(("common/\(op.type).reply.json", document("common/\(op.type).reply.json", title: "<service>.\(op.type) reply", op.reply)))
         }
-        for event in events { out.append((event.path, document(event.path, title: "\(event.type) event", event.body))) }
+        for event in events { out.append((event.path, eventDocument(event))) }
         for d in definitions { out.append((d.path, document(d.path, title: d.title, d.shape))) }
         return out.sorted { $0.0 < $1.0 }.map { ($0.0, SchemaText.render($0.1) + "\n") }
     }
@@ -275,6 +275,12 @@ extension Contract {
         return .object(k)
     }
 
+    /// An event's schema file: its body and, beyond Quad's services, who may hear it.
+    static func eventDocument(_ event: Event) -> JSON {
+        let audience: [String: JSON] = event.audience == .services ? [:] : ["x-quad-audience": .string(event.audience.name)]
+        return document(event.path, title: "\(event.type) event", event.body, audience)
+    }
+
     /// A request's schema file: its body, its kind and who may send it.
     static func requestDocument(_ op: Operation, at path: String, title: String) -> JSON {
         var a: [String: JSON] = ["x-quad-kind": .string(op.kind.rawValue)]
@@ -292,10 +298,7 @@ extension Contract.Part {
             if paths.request == path { return Contract.requestDocument(op, at: path, title: "\(op.type) request") }
             if paths.reply == path { return Contract.document(path, title: "\(op.type) reply", op.reply) }
         }
-        if let event = events.first(where: { $0.path == path }) {
-            let audience: [String: JSON] = event.audience == .services ? [:] : ["x-quad-audience": .string(event.audience.name)]
-            return Contract.document(path, title: "\(event.type) event", event.body, audience)
-        }
+        if let event = events.first(where: { $0.path == path }) { return Contract.eventDocument(event) }
         if let d = definitions.first(where: { $0.path == path }) { return Contract.document(path, title: d.title, d.shape) }
         return nil
     }

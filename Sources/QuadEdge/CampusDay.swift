@@ -139,10 +139,11 @@ public final class CampusDay {
             return self.finalDrainMs == nil
         }
         fleet.agenda.after(options.durationMs) { [weak self] in self?.endOfDay() }
-        // The phones' news, polled for now (Messages.swift).
+        // The phones' news: the live feed brings it; a phone whose feed is
+        // quiet asks notifications.since (Messages.swift).
         fleet.agenda.repeating(every: Phone.newsEveryMs) { [weak self] in
             guard let self else { return false }
-            for p in self.fleet.phones { p.fetchNews() }
+            for p in self.fleet.phones where p.live?.isLive != true { p.fetchNews() }
             return self.finalDrainMs == nil
         }
     }

@@ -134,6 +134,8 @@ extension Phone {
         var catchUps = 0
         var news = 0
         var newsForOthers = 0
+        /// From a notification's creation to its arrival here, for those the feed brought first.
+        var newsLatencies: [Int64] = []
     }
 
     func applyLive(_ event: Envelope) {
@@ -165,7 +167,8 @@ extension Phone {
         default:
             guard event.type.hasSuffix(".news") else { return }
             liveStats.news += 1
-            if event.body["user"]?.string != user { liveStats.newsForOthers += 1 }
+            if event.body["user"]?.string != user { liveStats.newsForOthers += 1; return }
+            keepNews(event)
             onNews(self, event)
         }
     }
@@ -212,6 +215,7 @@ extension Phone {
                 liveWasQuiet = false
                 liveStats.catchUps += 1
                 prefetchOnNetworkBack()
+                fetchNews()
             }
             return
         }

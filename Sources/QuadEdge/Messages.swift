@@ -64,6 +64,23 @@ extension Phone {
         }
     }
 
+    /// A notification the live feed brought (`notifications.news` on the
+    /// broker's updates socket, for this user only): kept at once, the way
+    /// `notifications.since` would have; the cursor stays where
+    /// `notifications.since` left it, so nothing between is skipped.
+    func keepNews(_ event: Envelope) {
+        let n = event.body
+        guard let id = n["id"]?.string, let seq = n["seq"]?.int else { return }
+        let kept = (try? db.execute("""
+            INSERT INTO inbox (id, seq, user_id, kind, text, ref, ts, read, received_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8)
+            ON CONFLICT (id) DO NOTHING
+            """, .text(id), .int(seq), .text(n["user"]?.string ?? ""), .text(n["kind"]?.string ?? ""), .text(n["text"]?.string ?? ""),
+                                          .text(n["ref"]?.string ?? ""), .int(n["ts"]?.int ?? 0), .int(now))) ?? 0
+        if kept == 1, let ts = n["ts"]?.int, liveStats.newsLatencies.count < LiveFeed.maxLatencies {
+            liveStats.newsLatencies.append(max(0, Int64(Clock.nowMillis()) - ts))
+        }
+    }
+
     /// The inbox, newest first.
     func news(limit: Int = 100) -> [JSON] {
         let rows = (try? db.query("SELECT * FROM inbox ORDER BY seq DESC LIMIT $1", .int(Int64(limit)))) ?? []

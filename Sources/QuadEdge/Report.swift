@@ -169,7 +169,7 @@ enum Report {
     /// whose feed was quiet, the catch-ups after a silence, and the news
     /// heard (none may be another user's).
     static func live(_ phones: [Phone]) -> JSON {
-        var latencies: [Int64] = []
+        var latencies: [Int64] = [], newsLatencies: [Int64] = []
         var s = Phone.LiveStats()
         var received = 0, feeds = 0, liveNow = 0
         for p in phones {
@@ -182,15 +182,19 @@ enum Report {
                                                          s.polls + p.liveStats.polls, s.catchUps + p.liveStats.catchUps)
             (s.news, s.newsForOthers) = (s.news + p.liveStats.news, s.newsForOthers + p.liveStats.newsForOthers)
             s.duplicates += p.liveStats.duplicates
+            newsLatencies += p.liveStats.newsLatencies
         }
         latencies.sort()
-        func pct(_ q: Double) -> JSON { latencies.isEmpty ? .null : .int(latencies[min(latencies.count - 1, Int(Double(latencies.count) * q))]) }
+        newsLatencies.sort()
+        func pct(_ q: Double, of list: [Int64]) -> JSON { list.isEmpty ? .null : .int(list[min(list.count - 1, Int(Double(list.count) * q))]) }
+        func pct(_ q: Double) -> JSON { pct(q, of: latencies) }
         return [
             "phones_with_feed": .int(Int64(feeds)), "live_now": .int(Int64(liveNow)),
             "received": .int(Int64(received)), "applied": .int(Int64(s.applied)), "duplicates": .int(Int64(s.duplicates)), "stale_dropped": .int(Int64(s.stale)),
             "latency_ms": ["p50": pct(0.5), "p95": pct(0.95), "max": latencies.last.map { .int($0) } ?? .null],
             "polls": .int(Int64(s.polls)), "catch_ups": .int(Int64(s.catchUps)),
-            "news": ["received": .int(Int64(s.news)), "for_another_user": .int(Int64(s.newsForOthers))],
+            "news": ["received": .int(Int64(s.news)), "for_another_user": .int(Int64(s.newsForOthers)),
+                     "latency_ms": ["p50": pct(0.5, of: newsLatencies), "p95": pct(0.95, of: newsLatencies)]],
         ]
     }
 
@@ -266,7 +270,7 @@ enum Report {
         }
         if let l = r["live"], (l["phones_with_feed"]?.int ?? 0) > 0 {
             let lat = l["latency_ms"] ?? [:]
-            lines.append("Live updates: \(l["received"]?.int ?? 0) received (latency p50 \(lat["p50"]?.int.map { "\($0) ms" } ?? "-"), p95 \(lat["p95"]?.int.map { "\($0) ms" } ?? "-")), \(l["applied"]?.int ?? 0) applied, \(l["duplicates"]?.int ?? 0) heard twice, \(l["stale_dropped"]?.int ?? 0) older than the saved copy dropped; \(l["polls"]?.int ?? 0) polls while a feed was quiet, \(l["catch_ups"]?.int ?? 0) catch-ups; news \(l["news"]?["received"]?.int ?? 0) received, \(l["news"]?["for_another_user"]?.int ?? 0) for another user.")
+            lines.append("Live updates: \(l["received"]?.int ?? 0) received (latency p50 \(lat["p50"]?.int.map { "\($0) ms" } ?? "-"), p95 \(lat["p95"]?.int.map { "\($0) ms" } ?? "-")), \(l["applied"]?.int ?? 0) applied, \(l["duplicates"]?.int ?? 0) heard twice, \(l["stale_dropped"]?.int ?? 0) older than the saved copy dropped; \(l["polls"]?.int ?? 0) polls while a feed was quiet, \(l["catch_ups"]?.int ?? 0) catch-ups; news \(l["news"]?["received"]?.int ?? 0) received by the feed (latency p50 \(l["news"]?["latency_ms"]?["p50"]?.int.map { "\($0) ms" } ?? "-"), p95 \(l["news"]?["latency_ms"]?["p95"]?.int.map { "\($0) ms" } ?? "-")), \(l["news"]?["for_another_user"]?.int ?? 0) for another user.")
         }
         if let c = r["cart_edits"], (c["made"]?.int ?? 0) > 0 {
             let o = c["offline_outcomes"] ?? [:]

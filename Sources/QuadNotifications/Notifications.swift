@@ -162,7 +162,7 @@ public enum Notifications: ServiceDomain {
             INSERT INTO notifications (seq, id, user_id, kind, text, ref, fact, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
             ON CONFLICT (fact) DO NOTHING
             """, .int(seq), .text(id), .text(user), .text(kind), .text(text), .text(ref), .text(fact), .int(now)) == 1 else { return false }
-        try Outbox.append(db, type: C.news.type, body: C.News(user: user, id: id, kind: kind, text: text, ref: ref, ts: now).json)
+        try Outbox.append(db, type: C.news.type, body: C.News(user: user, id: id, seq: seq, kind: kind, text: text, ref: ref, ts: now).json)
         try trim(db, user: user, max: settings.maxInbox)
         return true
     }

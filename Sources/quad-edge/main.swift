@@ -61,7 +61,8 @@ flags.option("max-image-bytes", "the largest picture a phone accepts from the ne
 flags.option("image-fetch-window", "pictures fetched at once by all the phones of this process (image_fetch_window)", default: "8")
 flags.option("image-timeout-ms", "how long a picture's fetch waits for the image server (image_timeout_ms)", default: "3000")
 flags.option("listings", "run: on: one student in ten lists an item (a picture with catalog.images.put, then catalog.listings.create); off: none", default: "on")
-flags.option("cart-edits", "run: on (default): students change their carts (a quantity, a line out, the cart emptied), offline too; off: they only add to them", default: "on")
+flags.option("cart-edits", "run: on (default): students change their carts (a quantity, a line out, the cart emptied), offline too; off: they only add to them (env QUAD_CART_EDITS)",
+             default: env["QUAD_CART_EDITS"].flatMap { $0.isEmpty ? nil : $0 } ?? "on")
 flags.option("seed", "run: the campus day's seed", default: "1")
 flags.option("speed", "run: think times are divided by this", default: "1")
 flags.option("duration", "run: seconds the campus day lasts (0: none left, a resumed day goes straight to its drain and report)", default: "60")

@@ -113,18 +113,21 @@ extension Contract.Notifications {
     public struct News: Body, Equatable {
         public var user = ""
         public var id = ""
+        public var seq: Int64 = 0
         public var kind = ""
         public var text = ""
         public var ref = ""
         public var ts: Int64 = 0
         public init() {}
-        public init(user: String, id: String, kind: String, text: String, ref: String, ts: Int64) {
-            (self.user, self.id, self.kind, self.text, self.ref, self.ts) = (user, id, kind, text, ref, ts)
+        public init(user: String, id: String, seq: Int64, kind: String, text: String, ref: String, ts: Int64) {
+            (self.user, self.id, self.seq, self.kind, self.text, self.ref, self.ts) = (user, id, seq, kind, text, ref, ts)
         }
         public static let fields: [Field<Self>] = [
             .field(\.user, "user", .string(1...128)
                 .described("Whose news it is: the broker routes it to that user's phones only.")),
             .field(\.id, "id", .string(1...64)),
+            .field(\.seq, "seq", .int(min: 1)
+                .described("The notification's place in its user's inbox, as notifications.since numbers it.")),
             .field(\.kind, "kind", .choice(kinds)),
             .field(\.text, "text", .string(min: 1)),
             .field(\.ref, "ref", .string(1...64)),
@@ -133,7 +136,8 @@ extension Contract.Notifications {
     }
 
     public static let news = TypedEvent<News>("notifications.news", body: News.shape
-            .described("A user's notification, written with it in one transaction: private news for that user's phones only, never for anyone else."))
+            .described("A user's notification, written with it in one transaction: private news for that user's phones only, never for anyone else. The broker's updates socket carries it under user/<id>/notifications.news to the connections that subscribed with that user's session token (user/<token>), and to no one else."),
+        audience: .user(field: "user"))
 
     public static let operations: [Operation] = [read.operation, since.operation]
     public static let events: [Event] = [news.event]
