@@ -90,6 +90,34 @@ struct LiveFeedTests {
         #expect(report["live"]?["news"]?["for_another_user"]?.int == 0)
     }
 
+    @Test func anOrdersNewsReachesItsPhoneOverTheFeedWithoutAsking() throws {
+        let s = try EdgeStack("live-news")
+        let user = try s.signIn()
+        // The feed is live before the order (the phone asks notifications.since
+        // only at sign-in, when the network comes back and when its feed is quiet).
+        let until = Clock.monotonicMillis() + 30_000
+        while (try s.edge("edge.report")["live"]?["live_now"]?.int ?? 0) < 1 {
+            try #require(Clock.monotonicMillis() < until, "the phone's feed never went live:\n\(s.stack.log("edge"))")
+            usleep(100_000)
+        }
+        let order = try s.act("orders.place", ["source": "buy_now", "product": "p-0021", "quantity": 1, "mode": "buy", "screen": "home"])
+        #expect(try s.waitDrained()["drained"]?.bool == true)
+        var news: JSON = [:]
+        while true {
+            news = try s.edge("edge.report")["live"]?["news"] ?? [:]
+            if (news["received"]?.int ?? 0) >= 1 { break }
+            try #require(Clock.monotonicMillis() < until, "no news came over the feed: \(news)\n\(s.stack.log("notifications.1"))")
+            usleep(100_000)
+        }
+        #expect(news["for_another_user"]?.int == 0)
+        #expect(news["latency_ms"]?["p50"]?.int != nil)
+        let shown = try s.view("messages")["body"]?["news"]?.array ?? []
+        #expect(shown.contains { $0["kind"]?.string == "order_confirmed" && $0["ref"]?.string == order }, "\(shown)")
+        let store = try s.store("notifications")
+        defer { store.close() }
+        #expect(try store.queryOne("SELECT user_id FROM notifications WHERE ref = $1", .text(order))?.string("user_id") == user)
+    }
+
     @Test func anOlderLevelNeverReplacesANewerOne() {
         let saved: JSON = ["lot": "central", "levels": [["id": "central-P1", "free": ["regular": 10, "accessible": 1, "ev": 1], "seq": 40]]]
         // An update older than the copy, or the same one again: nothing changes.

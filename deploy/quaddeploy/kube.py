@@ -40,9 +40,10 @@ KEY_FILES = ["broker.key", "broker.pub", "services.key", "services.pub", "accoun
 
 
 def broker_ports(k):
-    """Broker k's ports (from 1): frontend, backend, events in, events out, internal, metrics."""
+    """Broker k's ports (from 1): frontend, backend, events in, events out, internal, metrics, updates."""
     p = BASE + 10 * (k - 1)
-    return {"frontend": p, "backend": p + 1, "events-in": p + 2, "events-out": p + 3, "internal": p + 4, "metrics": p + 5}
+    return {"frontend": p, "backend": p + 1, "events-in": p + 2, "events-out": p + 3, "internal": p + 4, "metrics": p + 5,
+            "updates": p + 9}
 
 
 def metrics_port(service):
@@ -82,7 +83,7 @@ def broker_container(k, local):
     bind = "127.0.0.1" if local else "0.0.0.0"
     zbind = "127.0.0.1" if local else "*"
     command = ["quad-entry", "quad-broker"]
-    for name in ["frontend", "backend", "events-in", "events-out", "internal"]:
+    for name in ["frontend", "backend", "events-in", "events-out", "internal", "updates"]:
         command += [f"--{name}", f"tcp://{zbind}:{ports[name]}"]
     command += ["--metrics", f"{bind}:{ports['metrics']}",
                 "--curve-key", f"{HOME}/keys/broker.key",
