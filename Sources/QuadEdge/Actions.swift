@@ -393,7 +393,8 @@ enum Actions {
     /// The cart a cart action's reply gives (product → quantity, as JSON
     /// text), for the action log; nil for any other action.
     static func answeredCart(_ a: QueuedAction, reply: JSON) -> String? {
-        guard a.type.hasPrefix("orders.cart."), let lines = reply["lines"]?.array else { return nil }
+        guard ["orders.cart.add", "orders.cart.set", "orders.cart.remove", "orders.cart.clear"].contains(a.type),
+              let lines = reply["lines"]?.array else { return nil }
         var cart: [String: JSON] = [:]
         for line in lines {
             guard let product = line["product"]?.string, let quantity = line["quantity"]?.int else { continue }

@@ -115,7 +115,7 @@ struct NotificationsTests {
         #expect(events.count == made.count)
         for (event, (n, user)) in zip(events, made) {
             var want: [String: JSON] = ["user": .string(user)]
-            for key in ["id", "kind", "text", "ref", "ts"] { want[key] = n[key] }
+            for key in ["id", "seq", "kind", "text", "ref", "ts"] { want[key] = n[key] }
             #expect(event == .object(want))
             #expect(try Contract.Notifications.News(json: event).user == user)
         }

@@ -114,8 +114,15 @@ struct HandlerTests {
         #expect(mine["history"]?.array?.count == 1)
         #expect(mine["stays"]?["count"]?.int == 1)
         #expect(try desk.ok("reservations.levels", ["lot": "central"])["levels"]?.array?.first?["free"]?["regular"]?.int == 36)
-        let events = try Outbox.since(desk.db, after: 0, limit: 10).map(\.type)
-        #expect(events == ["reservations.held", "reservations.checkedin", "reservations.checkedout"])
+        let events = try Outbox.since(desk.db, after: 0, limit: 10)
+        // The hold and the check-out change the level's free spots: the
+        // phones' live map hears each, with the counts and in order.
+        #expect(events.map(\.type) == ["reservations.held", "reservations.level.changed", "reservations.checkedin", "reservations.level.changed", "reservations.checkedout"])
+        let levels = events.filter { $0.type == "reservations.level.changed" }
+        #expect(levels.map { $0.body["free"]?["regular"]?.int } == [35, 36])
+        #expect(levels.allSatisfy { $0.body["level"]?.string == "central-P1" && $0.body["user"] == nil })
+        let seqs = try desk.ok("reservations.levels", ["lot": "central"])["levels"]?.array?.first?["seq"]?.int
+        #expect(seqs == levels.last.map { $0.seq }, "reservations.levels gives the seq of the level's last update")
     }
 
     /// Each reply and event is the contract's Swift type of it: decoded
@@ -160,8 +167,14 @@ struct HandlerTests {
         try same(C.occupancy, ["lot": "central", "from": .int(monday - 86_400_000), "to": .int(monday)])
         try same(C.occupancy, ["lot": "central", "level": "P1", "from": "2025-03-03 07:00", "to": "2025-03-03T08:30:00-05:00"])
         let events = try Outbox.since(desk.db, after: 0, limit: 100)
-        #expect(events.map(\.type) == ["reservations.held", "reservations.checkedin", "reservations.checkedout", "reservations.held", "reservations.cancelled"])
+        #expect(events.map(\.type) == ["reservations.held", "reservations.level.changed", "reservations.checkedin", "reservations.level.changed",
+                                        "reservations.checkedout", "reservations.held", "reservations.level.changed", "reservations.level.changed",
+                                        "reservations.cancelled"])
         for event in events {
+            if event.type == C.levelChanged.type {
+                #expect(try C.LevelChanged(json: event.body).json.encoded() == event.body.encoded(), "\(event.type)")
+                continue
+            }
             #expect(try C.ReservationEvent(json: event.body).json.encoded() == event.body.encoded(), "\(event.type)")
             #expect(Contract.event(event.type) != nil)
         }
@@ -196,7 +209,7 @@ struct HandlerTests {
         let second = desk.call("reservations.hold", ["lot": "north", "kind": "accessible"], id: id)
         #expect(first.kind == .reply && first.body == second.body)
         #expect(try desk.db.queryOne("SELECT COUNT(*) AS n FROM reservations")?.int("n") == 1)
-        #expect(try Outbox.since(desk.db, after: 0, limit: 10).count == 1)
+        #expect(try Outbox.since(desk.db, after: 0, limit: 10).map(\.type) == ["reservations.held", "reservations.level.changed"])
     }
 
     @Test(arguments: Desk.stores) func aSpotWithACarOnItCannotBeHeldAndAFullCampusPointsToNearbyLots(store: String) throws {
