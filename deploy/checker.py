@@ -243,6 +243,8 @@ class Checker:
                     made = {r["id"]: dict(r) for r in db.execute("SELECT id, type, body FROM chaos_actions")}
                 # The rental each orders.return is about: from the phone's
                 # returns (the last return of each rental), then the history.
+                # The user's news as the phone keeps it (Messages.swift).
+                inbox = [dict(r) for r in db.execute("SELECT id, user_id FROM inbox")] if "inbox" in tables else None
                 returns = {}
                 if "returns" in tables:
                     cols = {r[1] for r in db.execute("PRAGMA table_info(returns)")}
@@ -257,7 +259,8 @@ class Checker:
             except sqlite3.DatabaseError as e:
                 raise RuntimeError("%s: %s" % (f, e))
             phones[name] = {"actions": actions, "outbox": outbox, "telemetry_queued": telemetry_queued,
-                            "user": user[0] if user else None, "recorded": recorded, "made": made, "returns": returns}
+                            "user": user[0] if user else None, "recorded": recorded, "made": made, "returns": returns,
+                            "inbox": inbox}
         return phones
 
     # ------------------------------------------------------------ run
@@ -373,6 +376,7 @@ class Checker:
         self.check_saga(stores)
         self.check_spots(stores)
         self.check_telemetry(stores, phones)
+        self.check_news(stores, phones)
         self.check_analytics(stores)
         self.check_brokers(phones, applied)
         self.check_holds(stores, phones)
@@ -884,6 +888,32 @@ class Checker:
         gap = ("expiry stamps %+d to %+d ms of their deadlines" % (min(gaps), max(gaps))) if gaps else "no expiry"
         self.check("holds", early == 0 and late == 0, "%d early, %d late beyond %g s of tolerance (%d holds, %d expired, %d checked in; %s; %d check-ins timed on the phones)" % (
             early, late, tol / 1000.0, len(rows), expired, checked, gap, real))
+
+    def check_news(self, stores, phones):
+        """Each user's news (the notifications store) against what the
+        user's phones keep: none may hold another user's, and every one sent
+        to a user with a phone is counted delivered or not. A notification
+        made after the phone's last sync (a hold expired after the day) is
+        not delivered yet, not lost: counted, not failed."""
+        st = stores.get("notifications")
+        if st is None or not st.has_table("notifications") or any(p["inbox"] is None for p in phones.values()):
+            self.check("news", True, "n/a (no notifications store, or phones without an inbox)")
+            return
+        owner = {r["id"]: r["user_id"] for r in st.rows("SELECT id, user_id FROM notifications")}
+        users = {p["user"] for p in phones.values() if p["user"]}
+        sent = {i for i, u in owner.items() if u in users}
+        delivered, foreign = set(), 0
+        for name, p in phones.items():
+            for n in p["inbox"]:
+                if n["user_id"] != p["user"] or owner.get(n["id"], p["user"]) != p["user"]:
+                    foreign += 1
+                    self.example("news", "%s (user %s) keeps notification %s of user %s" % (name, p["user"], n["id"], owner.get(n["id"], n["user_id"])))
+                else:
+                    delivered.add(n["id"])
+        waiting = len(sent - delivered)
+        self.news = {"sent": len(sent), "delivered": len(sent & delivered), "not_yet": waiting, "to_another_user": foreign}
+        self.check("news", foreign == 0, "%d sent to the phones' users, %d delivered, %d not yet, %d to another user's phone" % (
+            len(sent), len(sent & delivered), waiting, foreign))
 
     def check_telemetry(self, stores, phones):
         queued = sum(p["telemetry_queued"] for p in phones.values())

@@ -166,9 +166,8 @@ extension Phone {
             liveStats.applied += 1
         default:
             guard event.type.hasSuffix(".news") else { return }
-            liveStats.news += 1
             if event.body["user"]?.string != user { liveStats.newsForOthers += 1; return }
-            keepNews(event)
+            if keepNews(event) { liveStats.news += 1 } else { liveStats.duplicates += 1 }
             onNews(self, event)
         }
     }

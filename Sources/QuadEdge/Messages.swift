@@ -68,9 +68,12 @@ extension Phone {
     /// broker's updates socket, for this user only): kept at once, the way
     /// `notifications.since` would have; the cursor stays where
     /// `notifications.since` left it, so nothing between is skipped.
-    func keepNews(_ event: Envelope) {
+    /// Whether it was new to the inbox (not heard through the other broker,
+    /// nor fetched already).
+    @discardableResult
+    func keepNews(_ event: Envelope) -> Bool {
         let n = event.body
-        guard let id = n["id"]?.string, let seq = n["seq"]?.int else { return }
+        guard let id = n["id"]?.string, let seq = n["seq"]?.int else { return false }
         let kept = (try? db.execute("""
             INSERT INTO inbox (id, seq, user_id, kind, text, ref, ts, read, received_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8)
             ON CONFLICT (id) DO NOTHING
@@ -79,6 +82,7 @@ extension Phone {
         if kept == 1, let ts = n["ts"]?.int, liveStats.newsLatencies.count < LiveFeed.maxLatencies {
             liveStats.newsLatencies.append(max(0, Int64(Clock.nowMillis()) - ts))
         }
+        return kept == 1
     }
 
     /// The inbox, newest first.
