@@ -122,15 +122,20 @@ final class Link {
         // A handshake the broker holds back (too many new connections from
         // this address) is given up and tried again after 5 s, not 30.
         try s.setHandshakeInterval(5000)
-        if let serverKey {
-            if let keys = clientKeys {
-                try s.setCurveClient(serverKey: serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)
-            } else {
-                try s.setCurveClient(serverKey: serverKey)
-            }
-        }
+        try Link.secure(s, serverKey: serverKey, clientKeys: clientKeys)
         try s.connect(endpoint)
         return s
+    }
+
+    /// CURVE toward the broker with the phone's key pair (an ephemeral one
+    /// without it); nothing without the broker's key.
+    static func secure(_ s: Socket, serverKey: [UInt8]?, clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?) throws {
+        guard let serverKey else { return }
+        if let keys = clientKeys {
+            try s.setCurveClient(serverKey: serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)
+        } else {
+            try s.setCurveClient(serverKey: serverKey)
+        }
     }
 
     /// Takes the monitors' news; a frontend that closed hands its waiting

@@ -57,13 +57,7 @@ final class LiveFeed {
             // A peer gone without a word (a cut cable, a firewall) is found
             // by ZMTP's heartbeats and dialed again.
             try s.setHeartbeat(intervalMs: 2_000, timeoutMs: 6_000)
-            if let serverKey {
-                if let keys = clientKeys {
-                    try s.setCurveClient(serverKey: serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)
-                } else {
-                    try s.setCurveClient(serverKey: serverKey)
-                }
-            }
+            try Link.secure(s, serverKey: serverKey, clientKeys: clientKeys)
             try s.connect(endpoint)
             sockets.append(s)
             reactor.register(s) { [unowned self] s in self.receive(s) }

@@ -82,6 +82,11 @@ extension Phone {
         if kept == 1, let ts = n["ts"]?.int, liveStats.newsLatencies.count < LiveFeed.maxLatencies {
             liveStats.newsLatencies.append(max(0, Int64(Clock.nowMillis()) - ts))
         }
+        // A sale of the student's listing: what it earned is read again.
+        if kept == 1, n["kind"]?.string == "listing_sold" {
+            try? db.setMeta("earnings_read_ms", nil)
+            fetchEarnings {}
+        }
         return kept == 1
     }
 

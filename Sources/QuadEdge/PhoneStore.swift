@@ -176,6 +176,8 @@ enum PhoneStore {
             ALTER TABLE action_log ADD COLUMN offline INTEGER;
             ALTER TABLE action_log ADD COLUMN cart TEXT;
             """),
+        // Issue 17 point 4: what the student's listings earned (SpendingWindow.swift).
+        SpendingWindow.receivedMigration,
         // Issue 17 point 2: the phone's news (Messages.swift).
         Phone.inboxMigration,
         // Issue 17 point 5: the session token lives in the keychain and the

@@ -186,6 +186,44 @@ enum SpendingWindow {
     }
 
     static func cents(_ x: Double) -> Double { (x * 100).rounded() / 100 }
+
+    /// What the student's listings earned, as the phone last read it
+    /// (`catalog.listings.mine`: revenue less the marketplace's fee, per
+    /// listing), so that only what is new is received again.
+    static let receivedMigration = Migration(34, """
+        CREATE TABLE listing_earnings (
+            listing TEXT PRIMARY KEY,
+            net REAL NOT NULL
+        );
+        """)
+
+    /// The sales and rentals the student's listings received since the
+    /// phone last read them: each listing's growth in revenue less fee is a
+    /// confirmed `received` record of its category, at the time the phone
+    /// learns it (the details fold into the day's totals like any other, so
+    /// a sale is never counted twice). Returns the amount received now.
+    @discardableResult
+    static func recordReceived(_ db: Database, listings: [JSON], now: Int64) throws -> Double {
+        var got = 0.0
+        try db.transaction {
+            for l in listings {
+                guard let id = l["id"]?.string else { continue }
+                let net = cents((l["revenue"]?.double ?? 0) - (l["fee"]?.double ?? 0))
+                let before = try db.queryOne("SELECT net FROM listing_earnings WHERE listing = $1", .text(id))?.double("net") ?? 0
+                guard net > before + 0.001 else { continue }
+                let kind = (l["rented"]?.int ?? 0) + (l["returned"]?.int ?? 0) > 0 && (l["sold"]?.int ?? 0) == 0 ? "rental" : "purchase"
+                try db.execute("""
+                    INSERT INTO spend_detail (ref, kind, category, direction, app, amount, at_ms, status) VALUES ($1, $2, $3, 'received', 'unitrade', $4, $5, 'confirmed')
+                    ON CONFLICT (ref, kind, category) DO UPDATE SET amount = spend_detail.amount + excluded.amount
+                    """, .text("\(id)@\(now)"), .text(kind), .text(l["product"]?["category"]?.string ?? "other"), .double(net - before), .int(now))
+                try db.execute("""
+                    INSERT INTO listing_earnings (listing, net) VALUES ($1, $2) ON CONFLICT (listing) DO UPDATE SET net = excluded.net
+                    """, .text(id), .double(net))
+                got += net - before
+            }
+        }
+        return got
+    }
 }
 
 extension Phone {
@@ -194,7 +232,7 @@ extension Phone {
     /// first, every page of the last 30 days; otherwise at once from the phone.
     func spendingView(_ done: @escaping (ViewResult) -> Void) {
         let rebuilt = (try? db.meta("spend_rebuilt_ms")) ?? nil
-        guard rebuilt == nil, radioOn, hasValidToken else { done(spending()); return }
+        guard rebuilt == nil, radioOn, hasValidToken else { fetchEarnings { [weak self] in self.map { done($0.spending()) } }; return }
         var orders: [JSON] = []
         let since = now - SpendingWindow.totalDays * SpendingWindow.dayMs
         func page(_ offset: Int64, _ n: Int) {
@@ -219,7 +257,7 @@ extension Phone {
                 } else {
                     try? SpendingWindow.rebuild(self.db, orders: orders, now: self.now)
                     self.lastSyncMs = self.now
-                    done(self.spending())
+                    self.fetchEarnings { done(self.spending()) }
                 }
             }
         }
@@ -228,6 +266,31 @@ extension Phone {
 }
 
 extension Phone {
+    /// Reads what the student's listings earned (`catalog.listings.mine`,
+    /// every page) into the window's received records, then `then`; offline,
+    /// without a session, or within a minute of the last read, at once.
+    func fetchEarnings(_ then: @escaping () -> Void) {
+        let last = ((try? db.meta("earnings_read_ms")) ?? nil).flatMap { Int64($0) } ?? 0
+        guard isOnline, hasValidToken, now - last >= 60_000 else { then(); return }
+        var listings: [JSON] = []
+        func page(_ offset: Int64, _ n: Int) {
+            request("catalog.listings.mine", ["offset": .int(offset), "limit": 100], timeoutMs: settings.readTimeoutMs) { [weak self] result in
+                guard let self else { return }
+                guard case .success(let reply) = result, reply.quadError == nil else { then(); return }
+                let got = reply.body["listings"]?.array ?? []
+                listings += got
+                if !got.isEmpty, offset + Int64(got.count) < (reply.body["total"]?.int ?? 0), n + 1 < SpendingWindow.rebuildMaxPages {
+                    page(offset + Int64(got.count), n + 1)
+                    return
+                }
+                try? SpendingWindow.recordReceived(self.db, listings: listings, now: self.now)
+                try? self.db.setMeta("earnings_read_ms", String(self.now))
+                then()
+            }
+        }
+        page(0, 0)
+    }
+
     /// The window's keys added to the spending view's body (the old keys
     /// stay as they were): `spent` (the 30-day total from the window's
     /// tables), `received`, `estimated` (the part of `spent` still queued),

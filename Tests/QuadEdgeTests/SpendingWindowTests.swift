@@ -49,6 +49,33 @@ struct SpendingWindowTests {
         #expect(gone["spent"]?.double == 0 && daysLeft == 0, "\(gone)")
     }
 
+    @Test func whatTheStudentsListingsEarnedIsReceivedOnceAndKeptPastTheDetails() throws {
+        let rig = try PhoneRig()
+        let db = rig.phone.db
+        let start = Int64(Clock.nowMillis())
+        try db.setMeta("orders_synced_ms", String(start))
+        func listing(_ revenue: Double, _ fee: Double, sold: Int64) -> JSON {
+            ["id": "l-0123456789abcdef0123456789abcdef", "product": ["category": "Tech"], "revenue": .double(revenue), "fee": .double(fee),
+             "sold": .int(sold), "rented": 0, "returned": 0]
+        }
+        // A first sale: 40 less a fee of 3.20.
+        #expect(try SpendingWindow.recordReceived(db, listings: [listing(40, 3.2, sold: 1)], now: start) == 36.8)
+        // Read again with nothing new: nothing more received.
+        #expect(try SpendingWindow.recordReceived(db, listings: [listing(40, 3.2, sold: 1)], now: start + 1000) == 0)
+        let first = rig.phone.spending(nowMs: start + 1000).body
+        #expect(first["received"]?.double == 36.8 && first["spent"]?.double == 0, "\(first)")
+        // Eight days later the detail is folded into its day; a second sale
+        // then adds only its own share.
+        let later = start + 8 * Self.day
+        try db.setMeta("orders_synced_ms", String(later))
+        _ = rig.phone.spending(nowMs: later)
+        #expect(try db.count("SELECT COUNT(*) AS n FROM spend_detail") == 0)
+        #expect(try SpendingWindow.recordReceived(db, listings: [listing(80, 6.4, sold: 2)], now: later) == 36.8)
+        let after = rig.phone.spending(nowMs: later).body
+        #expect(after["received"]?.double == 73.6, "\(after)")
+        #expect(after["details"]?.array?.count == 1)
+    }
+
     @Test func aWindowLastSyncedTenDaysAgoSaysItsTotalsMayBeOutOfDate() throws {
         let rig = try PhoneRig()
         let now = Int64(Clock.nowMillis())
