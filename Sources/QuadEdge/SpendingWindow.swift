@@ -257,7 +257,7 @@ extension Phone {
                 } else {
                     try? SpendingWindow.rebuild(self.db, orders: orders, now: self.now)
                     self.lastSyncMs = self.now
-                    self.fetchEarnings { done(self.spending()) }
+                    self.fetchStays { self.fetchEarnings { done(self.spending()) } }
                 }
             }
         }
@@ -266,6 +266,28 @@ extension Phone {
 }
 
 extension Phone {
+    /// A new phone's parking history: the stays `reservations.mine` lists
+    /// (its last 100) that this phone's file does not hold, kept as they
+    /// ended, so ParkWise's estimate covers what the driver parked elsewhere.
+    func fetchStays(_ then: @escaping () -> Void) {
+        guard isOnline, hasValidToken else { then(); return }
+        request("reservations.mine", ["limit": 100], timeoutMs: settings.readTimeoutMs) { [weak self] result in
+            guard let self else { return }
+            if case .success(let reply) = result, reply.quadError == nil {
+                for r in reply.body["history"]?.array ?? [] {
+                    guard let id = r["id"]?.string, r["status"]?.string == "checked_out", let held = r["held_at"]?.int,
+                          let inAt = r["checked_in_at"]?.int, let ended = r["ended_at"]?.int else { continue }
+                    _ = try? self.db.execute("""
+                        INSERT INTO parking (id, status, lot, spot, level, signal, held_ms, deadline_ms, checked_in_ms, ended_ms)
+                        VALUES ($1, 'checked_out', $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING
+                        """, .text(id), .text(r["lot"]?.string ?? ""), .text(r["spot"]?.string ?? ""), .text(r["level"]?.string ?? ""),
+                                             .text(r["signal"]?.string ?? ""), .int(held), .int(r["deadline"]?.int ?? held), .int(inAt), .int(ended))
+                }
+            }
+            then()
+        }
+    }
+
     /// Reads what the student's listings earned (`catalog.listings.mine`,
     /// every page) into the window's received records, then `then`; offline,
     /// without a session, or within a minute of the last read, at once.

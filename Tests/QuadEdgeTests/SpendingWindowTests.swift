@@ -132,6 +132,10 @@ struct SpendingWindowTests {
         for product in ["p-0021", "p-0014", "p-0306"] {
             _ = try edge.act("orders.place", ["source": "buy_now", "product": .string(product), "mode": "buy", "screen": "home"])
         }
+        // And one stay in a campus lot, for ParkWise's estimate.
+        _ = try edge.act("reservations.hold", ["lot": "central"])
+        _ = try edge.act("reservations.checkin", [:])
+        _ = try edge.act("reservations.checkout", [:])
         #expect(try edge.waitDrained()["drained"]?.bool == true)
         let orders = try edge.store("orders")
         let confirmed = try orders.query("SELECT total_cents FROM orders WHERE status NOT IN ('rejected', 'cancelled')").map { Double($0.int("total_cents")) / 100 }
@@ -169,6 +173,8 @@ struct SpendingWindowTests {
         #expect(body["spent"]?.double == expected, "rebuilt from orders.mine: \(shown)")
         #expect(body["details"]?.array?.count == 3 && body["details"]?.array?.allSatisfy { $0["status"]?.string == "confirmed" } == true, "\(body)")
         #expect(body["stale"]?.bool == false && body["synced_at"]?.int != nil, "\(body)")
+        // The stay made on the old phone, from reservations.mine.
+        #expect(body["stays"]?.int == 1 && body["by_app"]?["parkwise"]?.double == 1.5, "rebuilt from reservations.mine: \(body)")
         // Kept on the phone: offline it shows the same totals.
         try edge.airplane(true)
         #expect(try edge.view("spending")["body"]?["spent"]?.double == expected)
