@@ -37,7 +37,7 @@ export QUAD_HOME QUAD_PORT_BASE
 # Many requests from one address and key: no rate limit here.
 export QUAD_RATE_PER_SECOND=0 QUAD_ADDRESS_RATE_PER_SECOND=0
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_BROKER_KEY QUAD_TOKEN QUAD_BROKERS
-for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
+for v in $(compgen -v | grep -E "^QUAD_[A-Z_]+_DB$"); do unset "$v"; done  # every service's store
 
 cleanup() {
     "$STACK" down >/dev/null 2>&1 || true

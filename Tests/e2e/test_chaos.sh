@@ -59,7 +59,7 @@ export QUAD_HOME
 export QUAD_PORT_BASE=${QUAD_TEST_PORT_BASE:-7700} QUAD_RESTART_DELAY=1
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_HOSTS_NET
 [[ -n ${QUAD_TEST_HOSTS_NET:-} ]] && export QUAD_HOSTS_NET=$QUAD_TEST_HOSTS_NET
-for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
+for v in $(compgen -v | grep -E "^QUAD_[A-Z_]+_DB$"); do unset "$v"; done  # every service's store
 PREFIX=""
 
 cleanup() {
@@ -363,7 +363,7 @@ edge_bin=${QUAD_BIN_DIR:-${QUAD_BUILD_DIR:-$ROOT/.build}/release}/quad-edge
 if [[ -x $edge_bin ]] && [[ $("$edge_bin" --help 2>&1 || true) == *--duration* ]]; then
     rundir=$QUAD_HOME/run-chaos
     # Its own stack, its own stores: not the databases of the stack above.
-    for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
+    for v in $(compgen -v | grep -E "^QUAD_[A-Z_]+_DB$"); do unset "$v"; done  # every service's store
     # Two minutes of campus day, faults every few seconds. The fault switch
     # is set, and must do nothing: a build without -DQUAD_FAULTS ignores it
     # (Tests/e2e/test_chaos_faults.py runs the build that honours it).

@@ -37,7 +37,7 @@ chmod 755 "$QUAD_HOME"  # PostgreSQL (user postgres) keeps its data in it
 QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-47100}" 20 15) || fail "no fifteen free ports"
 export QUAD_HOME QUAD_PORT_BASE
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_BROKER_KEY QUAD_TOKEN
-for s in ACCOUNTS CATALOG FAVORITES ORDERS RESERVATIONS TELEMETRY ANALYTICS; do unset "QUAD_${s}_DB"; done
+for v in $(compgen -v | grep -E "^QUAD_[A-Z_]+_DB$"); do unset "$v"; done  # every service's store
 
 # Processes of another session that have this QUAD_HOME in their
 # environment (see Tests/e2e/test_stack.sh), and PostgreSQL on its data.
