@@ -462,6 +462,9 @@ public final class Broker {
     /// The user of a news subscription's session token, checked as the
     /// frontend checks a request's.
     func newsUser(_ token: String) throws(QuadError) -> String {
+        // A subscription is sent once: no key yet is worth a read now, not
+        // at the verifier's next retry.
+        if !tokens.hasKey { tokens.loadKey() }
         let claims = try tokens.check(token)
         if revocations.isRevoked(claims) { throw .unauthorized("token revoked: this session was ended") }
         return claims.user

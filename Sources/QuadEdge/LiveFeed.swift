@@ -32,6 +32,8 @@ final class LiveFeed {
     var onEvent: (Envelope) -> Void = { _ in }
 
     static let quietMs: Int64 = 3_000
+    /// How often a live feed sends its news subscription again.
+    static let renewNewsMs: Int64 = 30_000
     static let maxProducts = 16
     static let maxLatencies = 20_000
     static let productTypes = ["catalog.product.stock", "catalog.product.changed"]
@@ -84,6 +86,13 @@ final class LiveFeed {
         if products.count > LiveFeed.maxProducts {
             for t in LiveFeed.productTopics(products.removeFirst()) { send(0, t) }
         }
+    }
+
+    /// Sends the news subscription again: one the broker refused (it had
+    /// not loaded accounts' key yet, it restarted) counts from now on; one
+    /// it holds already changes nothing.
+    func renewNews() {
+        if let newsToken { send(1, "user/" + newsToken) }
     }
 
     /// The news subscription follows the session: the new token first,
@@ -203,10 +212,15 @@ extension Phone {
     /// after a silence is caught up with a snapshot of what it missed.
     func liveTick() {
         guard let live, isOnline else { liveWasQuiet = true; return }
+        if live.isLive, now - lastNewsRenewMs >= LiveFeed.renewNewsMs {
+            lastNewsRenewMs = now
+            live.renewNews()
+        }
         if live.isLive {
             if liveWasQuiet {
                 liveWasQuiet = false
                 liveStats.catchUps += 1
+                live.renewNews()
                 prefetchOnNetworkBack()
                 fetchNews()
             }

@@ -185,6 +185,7 @@ final class Phone {
     /// one polled while the feed is quiet.
     var watchedLot: (id: String, atMs: Int64)?
     var lastPollMs: Int64 = 0
+    var lastNewsRenewMs: Int64 = 0
     /// A `*.news` event for this phone's user, as the feed heard it.
     var onNews: (Phone, Envelope) -> Void = { _, _ in }
     var onDrained: (Phone) -> Void = { _ in }
