@@ -18,11 +18,7 @@ quad_abspath() {
 
 # Succeeds when nothing accepts TCP connections on 127.0.0.1:$1.
 quad_port_free() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 1
-    # Nor the local end of a connection: an ephemeral port a client holds
-    # makes a later bind of it fail as surely as a listener does.
-    command -v ss >/dev/null || return 0
-    [[ -z $(ss -Htan "sport = :$1" 2>/dev/null) ]]
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
 # Succeeds when something accepts TCP connections on 127.0.0.1:$1.
