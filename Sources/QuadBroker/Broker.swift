@@ -459,15 +459,26 @@ public final class Broker {
         return updates
     }
 
-    /// The user of a news subscription's session token, checked as the
-    /// frontend checks a request's.
+    /// What a session token says, once it is signed by accounts, in time,
+    /// not revoked, and the revocations are known: the one check of a
+    /// request's token and of a news subscription's.
+    func session(_ token: String) throws(QuadError) -> TokenClaims {
+        let claims = try tokens.check(token)
+        if revocations.isRevoked(claims) {
+            throw .unauthorized("token revoked: this session was ended (logout, or a password or role change); log in again")
+        }
+        if !revocationsLoaded, revocationQuery != nil {
+            throw .unavailable("the broker is loading token revocations from accounts: retry in a moment")
+        }
+        return claims
+    }
+
+    /// The user of a news subscription's session token.
     func newsUser(_ token: String) throws(QuadError) -> String {
         // A subscription is sent once: no key yet is worth a read now, not
         // at the verifier's next retry.
         if !tokens.hasKey { tokens.loadKey() }
-        let claims = try tokens.check(token)
-        if revocations.isRevoked(claims) { throw .unauthorized("token revoked: this session was ended") }
-        return claims.user
+        return try session(token).user
     }
 
     /// An `accounts.session.revoked` event: applied at once.
@@ -645,13 +656,7 @@ public final class Broker {
             envelope.role = nil
             if let token = envelope.token, !token.isEmpty {
                 do throws(QuadError) {
-                    let claims = try tokens.check(token)
-                    if revocations.isRevoked(claims) {
-                        throw .unauthorized("token revoked: this session was ended (logout, or a password or role change); log in again")
-                    }
-                    if !revocationsLoaded, revocationQuery != nil {
-                        throw .unavailable("the broker is loading token revocations from accounts: retry in a moment")
-                    }
+                    let claims = try session(token)
                     envelope.user = claims.user
                     envelope.role = claims.role
                 } catch {

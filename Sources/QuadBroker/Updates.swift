@@ -83,7 +83,7 @@ final class Updates {
     static func isPublic(_ topic: String) -> Bool {
         guard topic.hasPrefix("pub/") else { return false }
         let parts = topic.utf8.dropFirst(4).split(separator: UInt8(ascii: "/"), maxSplits: 1, omittingEmptySubsequences: false)
-        guard parts.count == 2, topic.utf8.dropFirst(4).contains(UInt8(ascii: "/")) else { return false }
+        guard parts.count == 2 else { return false }
         let (type, key) = (parts[0], parts[1])
         guard (1...maxPartBytes).contains(type.count), key.count <= maxPartBytes else { return false }
         let typeOK = type.allSatisfy { (97...122).contains($0) || (48...57).contains($0) || $0 == 46 || $0 == 95 }

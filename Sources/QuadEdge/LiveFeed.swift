@@ -139,6 +139,13 @@ extension Phone {
         var newsForOthers = 0
         /// From a notification's creation to its arrival here, for those the feed brought first.
         var newsLatencies: [Int64] = []
+
+        /// Another phone's counters added to these.
+        mutating func add(_ o: LiveStats) {
+            (applied, duplicates, stale, polls) = (applied + o.applied, duplicates + o.duplicates, stale + o.stale, polls + o.polls)
+            (catchUps, news, newsForOthers) = (catchUps + o.catchUps, news + o.news, newsForOthers + o.newsForOthers)
+            newsLatencies += o.newsLatencies
+        }
     }
 
     func applyLive(_ event: Envelope) {
@@ -152,7 +159,7 @@ extension Phone {
             let update: JSON = ["id": event.body["level"] ?? .null, "free": event.body["free"] ?? .null,
                                 "total": event.body["total"] ?? .null, "seq": .int(seq)]
             guard let merged = Phone.mergeLevels(copy.body, with: ["levels": [update]]) else { liveStats.stale += 1; return }
-            save(key, merged)
+            write(key, merged)
             liveStats.applied += 1
         case "catalog.product.stock", "catalog.product.changed":
             let id = event.body["product"]?.string ?? event.body["id"]?.string

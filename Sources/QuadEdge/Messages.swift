@@ -46,14 +46,7 @@ extension Phone {
             let more = reply.body["more"]?.bool == true
             do {
                 try self.db.transaction {
-                    for n in reply.body["items"]?.array ?? [] {
-                        guard let id = n["id"]?.string, let seq = n["seq"]?.int else { continue }
-                        try self.db.execute("""
-                            INSERT INTO inbox (id, seq, user_id, kind, text, ref, ts, read, received_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                            ON CONFLICT (id) DO NOTHING
-                            """, .text(id), .int(seq), .text(n["user"]?.string ?? ""), .text(n["kind"]?.string ?? ""), .text(n["text"]?.string ?? ""),
-                                            .text(n["ref"]?.string ?? ""), .int(n["ts"]?.int ?? 0), .int(n["read"]?.bool == true ? 1 : 0), .int(self.now))
-                    }
+                    for n in reply.body["items"]?.array ?? [] { try self.keep(n) }
                     if let last = reply.body["last"]?.int, last > after { try self.db.setMeta("news_cursor", String(last)) }
                 }
             } catch {
@@ -73,21 +66,28 @@ extension Phone {
     @discardableResult
     func keepNews(_ event: Envelope) -> Bool {
         let n = event.body
-        guard let id = n["id"]?.string, let seq = n["seq"]?.int else { return false }
-        let kept = (try? db.execute("""
-            INSERT INTO inbox (id, seq, user_id, kind, text, ref, ts, read, received_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8)
-            ON CONFLICT (id) DO NOTHING
-            """, .text(id), .int(seq), .text(n["user"]?.string ?? ""), .text(n["kind"]?.string ?? ""), .text(n["text"]?.string ?? ""),
-                                          .text(n["ref"]?.string ?? ""), .int(n["ts"]?.int ?? 0), .int(now))) ?? 0
-        if kept == 1, let ts = n["ts"]?.int, liveStats.newsLatencies.count < LiveFeed.maxLatencies {
+        let kept = (try? keep(n)) ?? false
+        if kept, let ts = n["ts"]?.int, liveStats.newsLatencies.count < LiveFeed.maxLatencies {
             liveStats.newsLatencies.append(max(0, Int64(Clock.nowMillis()) - ts))
         }
         // A sale of the student's listing: what it earned is read again.
-        if kept == 1, n["kind"]?.string == "listing_sold" {
+        if kept, n["kind"]?.string == "listing_sold" {
             try? db.setMeta("earnings_read_ms", nil)
             fetchEarnings {}
         }
-        return kept == 1
+        return kept
+    }
+
+    /// Keeps one notification (an item of `notifications.since` or the body
+    /// of a `notifications.news` event) in the inbox; whether it was new.
+    @discardableResult
+    func keep(_ n: JSON) throws -> Bool {
+        guard let id = n["id"]?.string, let seq = n["seq"]?.int else { return false }
+        return try db.execute("""
+            INSERT INTO inbox (id, seq, user_id, kind, text, ref, ts, read, received_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+            ON CONFLICT (id) DO NOTHING
+            """, .text(id), .int(seq), .text(n["user"]?.string ?? ""), .text(n["kind"]?.string ?? ""), .text(n["text"]?.string ?? ""),
+                                .text(n["ref"]?.string ?? ""), .int(n["ts"]?.int ?? 0), .int(n["read"]?.bool == true ? 1 : 0), .int(now)) == 1
     }
 
     /// The inbox, newest first.

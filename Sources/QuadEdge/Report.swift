@@ -169,7 +169,7 @@ enum Report {
     /// whose feed was quiet, the catch-ups after a silence, and the news
     /// heard (none may be another user's).
     static func live(_ phones: [Phone]) -> JSON {
-        var latencies: [Int64] = [], newsLatencies: [Int64] = []
+        var latencies: [Int64] = []
         var s = Phone.LiveStats()
         var received = 0, feeds = 0, liveNow = 0
         for p in phones {
@@ -178,14 +178,10 @@ enum Report {
             if feed.isLive { liveNow += 1 }
             received += feed.received
             latencies += feed.latencies
-            (s.applied, s.stale, s.polls, s.catchUps) = (s.applied + p.liveStats.applied, s.stale + p.liveStats.stale,
-                                                         s.polls + p.liveStats.polls, s.catchUps + p.liveStats.catchUps)
-            (s.news, s.newsForOthers) = (s.news + p.liveStats.news, s.newsForOthers + p.liveStats.newsForOthers)
-            s.duplicates += p.liveStats.duplicates
-            newsLatencies += p.liveStats.newsLatencies
+            s.add(p.liveStats)
         }
         latencies.sort()
-        newsLatencies.sort()
+        let newsLatencies = s.newsLatencies.sorted()
         func pct(_ q: Double, of list: [Int64]) -> JSON { list.isEmpty ? .null : .int(list[min(list.count - 1, Int(Double(list.count) * q))]) }
         func pct(_ q: Double) -> JSON { pct(q, of: latencies) }
         return [

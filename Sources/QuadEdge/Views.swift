@@ -177,7 +177,11 @@ extension Phone {
 
     func save(_ key: String, _ body: JSON) {
         // A lot's levels are also kept by the live feed: never an older level over a newer one.
-        let body = key.hasPrefix("reservations.levels ") ? keepingNewerLevels(key, body) : body
+        write(key, key.hasPrefix("reservations.levels ") ? keepingNewerLevels(key, body) : body)
+    }
+
+    /// Writes a saved copy as it is (the caller merged it with the one held).
+    func write(_ key: String, _ body: JSON) {
         _ = try? db.execute("""
             INSERT INTO saved (key, body, saved_ms) VALUES ($1, $2, $3)
             ON CONFLICT (key) DO UPDATE SET body = excluded.body, saved_ms = excluded.saved_ms

@@ -18,6 +18,7 @@ struct UpdatesSocketTests {
         let name: String
         let socket: Socket
         var received: [(topic: String, event: Envelope)] = []
+        let topics: [String]
 
         init(_ name: String, context: ZMQContext, endpoint: String, serverKey: [UInt8]?, topics: [String]) throws {
             self.name = name
@@ -27,9 +28,16 @@ struct UpdatesSocketTests {
                 try socket.setCurveClient(serverKey: serverKey, publicKey: Curve.decode(pair.publicKey)!, secretKey: Curve.decode(pair.secretKey)!)
             }
             try socket.connect(endpoint)
+            self.topics = topics
             // The heartbeat last: once one arrives, the broker has decided
             // every subscription sent before it.
             for t in topics + ["pub/hb"] { try socket.send([[1] + Array(t.utf8)]) }
+        }
+
+        /// Sends the subscriptions again, as a phone does now and then: one
+        /// refused while the broker was still loading revocations counts now.
+        func renew() {
+            for t in topics { try? socket.send([[1] + Array(t.utf8)]) }
         }
 
         func drain() {
@@ -97,6 +105,7 @@ struct UpdatesSocketTests {
         let publisher = try context.socket(.pub)
         try publisher.connect(stack.endpoints.eventsIn)
         var seq: Int64 = 0
+        var renewedAt = Clock.monotonicMillis()
         let (a, b, pub) = (subscribers[0], subscribers[1], subscribers[6])
         while a.news.count < 5 || b.news.count < 5 || pub.publicEvents.count < 5 {
             try #require(Clock.monotonicMillis() < until, "news or public events did not arrive: alice \(a.news.count), bob \(b.news.count), public \(pub.publicEvents.count)")
@@ -110,6 +119,10 @@ struct UpdatesSocketTests {
             }
             usleep(50_000)
             for s in subscribers { s.drain() }
+            if Clock.monotonicMillis() - renewedAt >= 1000 {
+                renewedAt = Clock.monotonicMillis()
+                for s in subscribers { s.renew() }
+            }
             while let frames = try? service.receive(dontWait: true) { internalTopics.insert(String(decoding: frames[0], as: UTF8.self)) }
         }
         noCurve.drain()
