@@ -199,3 +199,13 @@ def test_quad_edge_default_control_is_the_tables():
     assert m, f"{edge} --help names no default --control:\n{text[-2000:]}"
     assert m.group(1) == f"tcp://127.0.0.1:{control}", \
         f"quad-edge's default --control is {m.group(1)}, the table's is {control} (broker 1's updates socket is 7709)"
+
+
+def test_the_readme_shows_the_table():
+    """README.md's table of ports is what `python3 -m quaddeploy.ports` prints for the default stack."""
+    r = subprocess.run([sys.executable, "-m", "quaddeploy.ports", "--base", "7700", "--brokers", "2", "--table"],
+                       cwd=os.path.join(ROOT, "deploy"), capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert "```text\n" + r.stdout + "```" in readme, \
+        "README.md's table of ports differs from (cd deploy && python3 -m quaddeploy.ports --base 7700 --brokers 2): paste its output"

@@ -95,10 +95,13 @@ def stack(base=DEFAULT_BASE, brokers=2, services=None, metrics_base=None):
     out = []
     for k in range(1, brokers + 1):
         front = base + BROKER_STRIDE * (k - 1)
-        out.append(Port(f"broker{k}.frontend", front, f"broker {k}'s frontend"))
+        hosts = "" if k == 1 else " (on --hosts: base of its own host)"
+        out.append(Port(f"broker{k}.frontend", front, f"broker {k}'s frontend{hosts}"))
         for j, sock in enumerate(INTERNAL, 1):
-            out.append(Port(f"broker{k}.{sock}", front + j, f"broker {k}'s {sock} (on --hosts)"))
-        out.append(Port(f"broker{k}.updates", front + UPDATES, f"broker {k}'s updates socket"))
+            out.append(Port(f"broker{k}.{sock}", front + j,
+                            f"broker 1's {sock} on --hosts (ipc:// on loopback)" if k == 1 else
+                            f"reserved (on --hosts broker {k}'s {sock} is base+{j} of its own host)"))
+        out.append(Port(f"broker{k}.updates", front + UPDATES, f"broker {k}'s updates socket (its frontend + 9)"))
     out.append(Port("dashboard", base + DASHBOARD, "the analytics dashboard"))
     out.append(Port("catalog.images", base + CATALOG_IMAGES, "catalog's images"))
     out.append(Port("reservations.images", base + RESERVATIONS_IMAGES, "reservations' images"))
