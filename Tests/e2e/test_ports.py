@@ -11,8 +11,9 @@ tools agree with the table.
   QUAD_HOME with no stack) prints the table's frontends, updates sockets,
   dashboard and QUAD_EDGE_CONTROL.
 - deploy/metrics.sh gives every process the table's /metrics port.
-- quad-edge's default --control is base 7700's control port, 7788 (the
-  binary from QUAD_BIN_DIR, /work/bin or .build/release).
+- quad-edge's default --control, and quadctl phone's, is base 7700's
+  control port, 7788 (the binaries from QUAD_BIN_DIR, /work/bin or
+  .build/release).
 - deploy/bench's plan: its peers' ports and its stacks' spans come from the
   table, below the kernel's ephemeral ports where the raw baselines bind.
 
@@ -180,25 +181,27 @@ def test_lib_sh_finds_a_free_port_base():
         assert port not in [p.port for p in ports.stack(got, 8)]
 
 
-def edge_binary():
+def binary(name):
     for d in (os.environ.get("QUAD_BIN_DIR"), "/work/bin", os.path.join(ROOT, ".build", "release")):
-        if d and os.access(os.path.join(d, "quad-edge"), os.X_OK):
-            return os.path.join(d, "quad-edge")
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
     return None
 
 
-def test_quad_edge_default_control_is_the_tables():
-    edge = edge_binary()
-    if edge is None:
-        pytest.skip("no quad-edge built (QUAD_BIN_DIR, /work/bin or .build/release)")
+@pytest.mark.parametrize("command", [["quad-edge", "--help"], ["quadctl", "phone", "--help"]])
+def test_the_phones_default_control_is_the_tables(command):
+    """quad-edge's default --control, and quadctl phone's, is base 7700's edge.control (7788)."""
+    exe = binary(command[0])
+    if exe is None:
+        pytest.skip(f"no {command[0]} built (QUAD_BIN_DIR, /work/bin or .build/release)")
     env = {k: v for k, v in os.environ.items() if k != "QUAD_EDGE_CONTROL"}
-    r = subprocess.run([edge, "--help"], env=env, capture_output=True, text=True, timeout=30)
+    r = subprocess.run([exe, *command[1:]], env=env, capture_output=True, text=True, timeout=30)
     text = r.stdout + r.stderr
     control = by_name(ports.stack(ports.DEFAULT_BASE, 2))["edge.control"]
     m = re.search(r"--control.*?(tcp://127\.0\.0\.1:\d+)", text, re.S)
-    assert m, f"{edge} --help names no default --control:\n{text[-2000:]}"
+    assert m, f"{' '.join(command)} names no default --control:\n{text[-2000:]}"
     assert m.group(1) == f"tcp://127.0.0.1:{control}", \
-        f"quad-edge's default --control is {m.group(1)}, the table's is {control} (broker 1's updates socket is 7709)"
+        f"{' '.join(command)}: the default --control is {m.group(1)}, the table's is {control} (broker 1's updates socket is 7709)"
 
 
 def test_the_readme_shows_the_table():
