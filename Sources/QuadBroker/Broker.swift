@@ -76,8 +76,11 @@ public struct BrokerSettings: Sendable {
     public var handshakeRatePerKey: Double = 2
     /// New connections per second one address may open (burst 10 times
     /// that; loopback included, ipc has no address)
-    /// (`handshake_rate_per_address`); 0: no limit.
-    public var handshakeRatePerAddress: Double = 20
+    /// (`handshake_rate_per_address`); 0: no limit. 200: a thousand
+    /// phones behind one address (one quad-edge process, a campus NAT)
+    /// connect at once and reconnect as they leave dead zones, each with
+    /// its two connections; a flood from one address is still cut.
+    public var handshakeRatePerAddress: Double = 200
     /// Requests per second without a signed-in user that one source address
     /// (TCP; loopback included) may send on the public frontend
     /// (`address_rate_per_second`), across all its keys and connections: a
