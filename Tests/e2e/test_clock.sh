@@ -63,7 +63,7 @@ pick_base() {
         fi
         ((base + 299 <= 65535)) || return 1
         if declare -F quad_free_port_base >/dev/null; then
-            base=$(quad_free_port_base "$base") || return 1
+            base=$(quad_free_port_base "$base" 2) || return 1
         else
             base=$(quad_free_port "$base" 300 300) || return 1
         fi
@@ -197,7 +197,7 @@ stack_up() {
         rc=0
         "$STACK" up "$@" 2>&1 | tee "$QUAD_HOME/up-try.log" || rc=$?
         ((rc == 0)) && return 0
-        grep -q -e 'Address already in use' -e 'is in use' "$QUAD_HOME/up-try.log" || return "$rc"
+        grep -q -e 'Address already in use' -e ' in use' "$QUAD_HOME/up-try.log" || return "$rc"
         "$STACK" down >/dev/null 2>&1 || true
         QUAD_PORT_BASE=$(pick_base $((QUAD_PORT_BASE + 300))) || return "$rc"
         printf 'test_clock:      a port was taken meanwhile; up again on port base %s\n' "$QUAD_PORT_BASE" >&2
