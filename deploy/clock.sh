@@ -32,9 +32,10 @@
 # arguments (CommandLine.arguments is empty: seen with Swift 6.3). With it,
 # a Swift program sees its arguments; libfaketime makes the process's own
 # pair (/dev/shm/faketime_shm_PID, sem.faketime_sem_PID) later, and removes
-# it when the process exits, not when it is SIGKILLed: deploy/stack kill
-# removes the pair of the process it killed. A C program that execs another
-# (env, ip netns exec) leaves its pair behind.
+# it when the process exits, not when it is SIGKILLed. A C program that
+# execs the program (ip netns exec on --hosts, env) leaves its pair behind,
+# under the pid the program keeps. deploy/stack kill and the stop of a
+# worker remove the pair of the pid they ended.
 
 # A name that exists neither as a semaphore nor as shared memory.
 CLOCK_NO_SHM="/quad-faketime-none /quad-faketime-none"
@@ -48,8 +49,9 @@ clock_lib() {
     return 1
 }
 
-# Removes the semaphore and shared memory libfaketime made for process $1
-# (dead: SIGKILLed, so it could not remove them itself).
+# Removes the semaphore and shared memory libfaketime made for process $1,
+# which has ended: SIGKILLed, or not their owner (a C program made them
+# before it exec'd the program).
 clock_forget_pid() {
     [[ $1 =~ ^[0-9]+$ ]] || return 0
     rm -f "/dev/shm/faketime_shm_$1" "/dev/shm/sem.faketime_sem_$1"
@@ -91,10 +93,10 @@ clock_parse_move() {
 clock_fmt() {
     local s=$1 sign=+ out=""
     ((s < 0)) && { sign=-; s=$((-s)); }
-    (($(( s / 86400 )))) && out+=$((s / 86400))d
-    (($(( s % 86400 / 3600 )))) && out+=$((s % 86400 / 3600))h
-    (($(( s % 3600 / 60 )))) && out+=$((s % 3600 / 60))m
-    (($(( s % 60 )))) && out+=$((s % 60))s
+    ((s / 86400)) && out+=$((s / 86400))d
+    ((s % 86400 / 3600)) && out+=$((s % 86400 / 3600))h
+    ((s % 3600 / 60)) && out+=$((s % 3600 / 60))m
+    ((s % 60)) && out+=$((s % 60))s
     printf '%s%s\n' "$sign" "${out:-0s}"
 }
 
