@@ -125,17 +125,29 @@ clock_campus_write() {
 # The time on the campus clock (offset $1 seconds), ISO 8601 UTC.
 clock_campus_time() { date -u -d "@$(($(date +%s) + $1))" +%Y-%m-%dT%H:%M:%SZ; }
 
-# Shell lines that put a shell on the campus clock (offset $1 seconds):
-# quad-edge, quadctl and every other program it starts then run under
-# libfaketime with that offset. At 0, lines that take a shell off it again.
+# libfaketime's variables for a program on the campus clock (offset $1
+# seconds), as one line of NAME=VALUE words (quoted for a shell).
+clock_vars() {
+    local lib
+    lib=$(clock_lib) || return 1
+    printf 'LD_PRELOAD=%q FAKETIME=%q FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1 FAKETIME_SHARED=%q\n' "$lib" "+${1}s" "$CLOCK_NO_SHM"
+}
+
+# Shell lines that put quad-edge and quadctl of a shell on the campus clock
+# (offset $1 seconds): functions of those names that run them under
+# libfaketime, and quad_clock COMMAND for any other command. Only they run
+# on it: the shell's other commands (git, date, deploy/stack) keep the real
+# clock, and no shell runs under libfaketime (a shell leaves libfaketime's
+# semaphore and shared memory in /dev/shm behind at each start). At 0,
+# lines that take them away again.
 clock_env_lines() {
-    local off=$1 lib
-    if ((off != 0)) && lib=$(clock_lib); then
-        printf '# The campus clock is %s (deploy/stack clock): quad-edge, quadctl and every program this shell starts run on it.\n' "$(clock_fmt "$off")"
-        printf 'export LD_PRELOAD=%q FAKETIME=%q FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1 FAKETIME_SHARED=%q\n' "$lib" "+${off}s" "$CLOCK_NO_SHM"
+    local off=$1 vars
+    if ((off != 0)) && vars=$(clock_vars "$off"); then
+        printf '# The campus clock is %s (deploy/stack clock): quad-edge and quadctl from this shell run on it; quad_clock COMMAND runs any other.\n' "$(clock_fmt "$off")"
+        printf 'quad_clock() { %s "$@"; }\n' "$vars"
+        printf '%s\n' 'quad-edge() { quad_clock command quad-edge "$@"; }' 'quadctl() { quad_clock command quadctl "$@"; }'
     else
-        # shellcheck disable=SC2016
-        printf '%s\n' '[[ ${LD_PRELOAD:-} != *libfaketime* ]] || unset LD_PRELOAD FAKETIME FAKETIME_DONT_FAKE_MONOTONIC FAKETIME_NO_CACHE FAKETIME_SHARED'
+        printf '%s\n' 'unset -f quad_clock quad-edge quadctl 2>/dev/null || true'
     fi
 }
 

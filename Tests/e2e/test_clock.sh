@@ -6,9 +6,10 @@
 #   2. up --demo: a student (quadctl register, login) holds a parking spot
 #      (10 minutes by default) and rents a book for 3 days;
 #   3. clock +1h: every broker and worker runs again, under libfaketime at
-#      +3600 s (their environment says so; status shows the offset); the
-#      session signed before the move has expired (401), a new login works,
-#      and the check-in is refused with 409 because the hold ran out;
+#      +3600 s (their environment says so; status shows the offset);
+#      deploy/stack env's quad-edge and quadctl run on it (quad-edge sees its
+#      arguments); the session signed before the move has expired (401), a
+#      new login works, and the check-in is refused with 409: the hold ran out;
 #   4. clock +5d (cumulative: +5d1h): the rental comes back late
 #      (late_days > 0, a late charge);
 #   5. deploy/stack kill SERVICE on the moved clock leaves no process behind
@@ -229,7 +230,7 @@ step="up --demo"
 stack_up --demo >"$QUAD_HOME/up-demo.log" 2>&1 || { rc=$?; cat "$QUAD_HOME/up-demo.log" >&2; fail "deploy/stack up --demo exited $rc"; }
 grep -qx 'DEMO=1' "$QUAD_HOME/run/endpoints" || fail "up --demo did not mark the stack in $QUAD_HOME/run/endpoints"
 eval "$("$STACK" env)"
-[[ -z ${LD_PRELOAD:-} ]] || fail "deploy/stack env on real time exported LD_PRELOAD=$LD_PRELOAD"
+declare -F quad_clock >/dev/null && fail "deploy/stack env on real time defined quad_clock"
 export QUAD_PASSWORD='correct horse battery'
 EMAIL=clock-$$@uni.edu
 out=$(quadctl register "$EMAIL" "Clock Tester" 4 Study 2>&1) || fail "quadctl register exited $?: $out"
@@ -249,14 +250,17 @@ move_clock +1h
 expect_clock +3600s
 "$STACK" clock | has '+1h (3600 s ahead)' || fail "deploy/stack clock does not show +1h: $("$STACK" clock)"
 "$STACK" status | has '^Campus clock: +1h' || fail "status does not show the offset +1h: $("$STACK" status | head -n 3)"
-# The shell on the campus clock: quadctl runs under libfaketime and sees its arguments.
+# A shell's quad-edge and quadctl on the campus clock (deploy/stack env's
+# functions); the shell's other commands keep the real clock.
 eval "$("$STACK" env)"
-[[ $FAKETIME == +3600s && $LD_PRELOAD == *libfaketime* ]] || fail "deploy/stack env did not export the campus clock: FAKETIME=${FAKETIME:-} LD_PRELOAD=${LD_PRELOAD:-}"
-real_now=$(unset LD_PRELOAD; date -u +%s)
-[[ $(date -u +%s) -ge $((real_now + 3590)) ]] || fail "a program of a shell on the campus clock does not run an hour ahead"
-# A Swift program started from that shell sees its arguments (under
+declare -F quad_clock quad-edge quadctl >/dev/null || fail "deploy/stack env defined no quad_clock, quad-edge and quadctl functions: $("$STACK" env | tail -n 4)"
+declare -f quad_clock | has 'FAKETIME=+3600s' || fail "quad_clock does not run on +3600s: $(declare -f quad_clock)"
+real_now=$(date -u +%s)
+(($(quad_clock date -u +%s) >= real_now + 3590)) || fail "quad_clock date does not run an hour ahead"
+(($(date -u +%s) < real_now + 60)) || fail "the shell's own date moved with the campus clock"
+# A Swift program started by that function sees its arguments (under
 # libfaketime alone, quad-edge --help sees none and starts a campus instead:
-# deploy/clock.sh). Started by this shell itself, nothing between.
+# deploy/clock.sh).
 quad-edge --help >"$QUAD_HOME/edge-help.out" 2>&1 &
 edge=$!
 deadline=$((SECONDS + 30))
@@ -324,7 +328,7 @@ expect_clock ""
 "$STACK" clock | has 'real time (a demo stack' || fail "deploy/stack clock after reset: $("$STACK" clock)"
 "$STACK" status | has '^Campus clock: real time' || fail "status after reset: $("$STACK" status | head -n 3)"
 eval "$("$STACK" env)"
-[[ -z ${LD_PRELOAD:-} && -z ${FAKETIME:-} ]] || fail "deploy/stack env after reset left LD_PRELOAD=${LD_PRELOAD:-} FAKETIME=${FAKETIME:-}"
+declare -F quad_clock quad-edge quadctl >/dev/null && fail "deploy/stack env after reset left the campus clock's functions: $(declare -F)"
 login
 quadctl call reservations.levels '{"lot":"central"}' >/dev/null || fail "the stack does not answer after clock reset"
 ok "clock reset: offset 0, no process on libfaketime, answering"
