@@ -26,16 +26,21 @@
 # shared memory in /dev/shm at each start (see below).
 #
 # FAKETIME_SHARED names a semaphore and shared memory that do not exist.
-# Without it, libfaketime 0.9.10 makes a pair in /dev/shm for the process at
-# load and adds FAKETIME_SHARED to the environment with setenv(3) before the
-# program's own code runs, which leaves a Swift program without its
-# arguments (CommandLine.arguments is empty: seen with Swift 6.3). With it,
-# a Swift program sees its arguments; libfaketime makes the process's own
-# pair (/dev/shm/faketime_shm_PID, sem.faketime_sem_PID) later, and removes
-# it when the process exits, not when it is SIGKILLed. A C program that
-# execs the program (ip netns exec on --hosts, env) leaves its pair behind,
-# under the pid the program keeps. deploy/stack kill and the stop of a
-# worker remove the pair of the pid they ended.
+# libfaketime 0.9.10 gives every process a pair in /dev/shm of its own
+# (faketime_shm_PID, sem.faketime_sem_PID, unless FAKETIME_SHARED names a
+# live pair) and writes their names into FAKETIME_SHARED with setenv(3).
+# When the variable is not in the environment yet, setenv moves the
+# environment to a new array, and a Swift program then sees none of its
+# arguments (CommandLine.arguments is empty: seen with Swift 6.3, which
+# appears to find them next to the environment); when it is there already,
+# setenv replaces its value in place and the program sees its arguments. libfaketime removes
+# the pair when the process exits; not when it is SIGKILLed, not when it
+# execs another program (env, ip netns exec on --hosts: the program keeps
+# the pid, not the pair), and never for a shell (which rebuilds its
+# environment). deploy/stack kill and the stop of a worker remove the pair
+# of the pid they ended; a shell's quad-edge and quadctl on the campus
+# clock are shell functions (deploy/stack env), so that no shell runs under
+# libfaketime.
 
 # A name that exists neither as a semaphore nor as shared memory.
 CLOCK_NO_SHM="/quad-faketime-none /quad-faketime-none"
