@@ -59,9 +59,16 @@ final class LiveFeed {
     var isUp: Bool { socket != nil }
     /// Heard from within ``quietMs``: updates arrive; no need to poll.
     var isLive: Bool { isUp && lastHeardMs.map { Clock.monotonicMillis() - $0 < LiveFeed.quietMs } ?? false }
-    /// Nothing heard for ``moveAfterQuietMs`` since the socket opened or
-    /// last heard something.
-    var isSilent: Bool { isUp && Clock.monotonicMillis() - max(openedMs, lastHeardMs ?? 0) >= LiveFeed.moveAfterQuietMs }
+    /// Heard from this broker since the socket opened, then nothing for
+    /// ``moveAfterQuietMs``: the broker went away. A feed that never heard
+    /// its first heartbeat (a handshake the broker holds back while a
+    /// thousand phones connect) is not moved: that would only add
+    /// handshakes; a broker that never answers moves the phone through its
+    /// requests' timeouts instead.
+    var isSilent: Bool {
+        guard isUp, let heard = lastHeardMs else { return false }
+        return Clock.monotonicMillis() - max(openedMs, heard) >= LiveFeed.moveAfterQuietMs
+    }
 
     /// Opens the socket (the radio is on) to broker `index`'s updates
     /// socket (the phone's link's broker), and subscribes.
