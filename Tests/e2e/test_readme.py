@@ -14,12 +14,16 @@ Which blocks run
         commands starting with PREFIX run until stopped (quadctl watch, a
         following `logs`): after SECONDS they get SIGINT, as from Ctrl-C;
         still running then, or exit 0, is a pass
+    <!-- readme-test: fails PREFIX (reason) -->
+        commands starting with PREFIX must exit non-zero (a refusal shown as
+        text, not as a JSON error body)
     <!-- readme-test: timeout PREFIX SECONDS (reason) -->
         commands starting with PREFIX get SECONDS (default
         QUAD_README_COMMAND_TIMEOUT, 300) before they count as hung
-    <!-- readme-test: files NAME... (reason) -->
+    <!-- readme-test: files NAME[=BYTES]... (reason) -->
         before the block, the test writes a small PNG picture under each NAME
-        in the working folder (a picture the reader has of their own)
+        in the working folder (a picture the reader has of their own), of
+        BYTES bytes when given (the size the README shows)
   Several markers may stand one per line before a fence. Blocks without a
   language (diagrams) never run.
 
@@ -58,8 +62,8 @@ What is compared (output lines of console blocks; `  # ...` ends a comment)
     action pending, no outbox left).
 
 Where it runs
-  A free port base (the whole range base..base+310 free on 127.0.0.1;
-  QUAD_README_PORT_BASE to choose one), QUAD_HOME in a temporary folder,
+  A free port base (the whole range base..base+310 free on 127.0.0.1, below
+  the ephemeral ports; QUAD_README_PORT_BASE to choose one), QUAD_HOME in a temporary folder,
   binaries from QUAD_BIN_DIR when set (else deploy/stack builds
   .build/release if needed). QUAD_README=PATH runs another README (a broken
   copy, to see the test fail). The stack is stopped at the end whatever
@@ -102,6 +106,7 @@ class Command:
         self.follow = None          # seconds, for a following command
         self.timeout = COMMAND_TIMEOUT
         self.skip = None            # reason
+        self.fails = False          # must exit non-zero (marker `fails`)
 
     def __repr__(self):
         return f"README.md:{self.line}: {self.text}"
@@ -116,7 +121,7 @@ def incomplete(text):
     if text.rstrip("\n").endswith("\\"):
         return True
     r = subprocess.run(["bash", "-n", "-c", text], capture_output=True, text=True)
-    return r.returncode != 0 and "unexpected end of file" in r.stderr
+    return r.returncode != 0 and ("unexpected end of file" in r.stderr or "unexpected EOF" in r.stderr)
 
 
 def parse_markers(lines):
@@ -182,6 +187,9 @@ def parse_readme(path):
                     c.skip = reason or "skipped"
                 elif kind == "skip-command" and c.text.startswith(args):
                     c.skip = reason or "skipped"
+                elif kind == "fails":
+                    if c.text.startswith(args):
+                        c.fails = True
                 elif kind in ("follow", "timeout"):
                     prefix, _, secs = args.rpartition(" ")
                     if c.text.startswith(prefix):
@@ -429,7 +437,10 @@ def is_error_body(value):
 
 
 def port_free(port):
+    """Free to listen on, as the stack's servers do (SO_REUSEADDR: a
+    connection of the last run in TIME-WAIT does not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -437,19 +448,34 @@ def port_free(port):
     return True
 
 
+def ephemeral_ports():
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return low, high
+
+
 def free_port_base():
     """A base whose frontends (base..+79), dashboard (+80), image servers
     (+85, +86), phones' control socket (+88), PostgreSQL (+90) and /metrics
-    ports (+100..+310) are all free."""
+    ports (+100..+310) are all free: QUAD_README_PORT_BASE, else the first
+    such base from 20000 by 400, below the kernel's ephemeral ports (the
+    local ends of other programs' connections) and away from the default
+    stack's 7700-8200."""
     wanted = os.environ.get("QUAD_README_PORT_BASE")
-    candidates = [int(wanted)] if wanted else range(33000, 60000, 500)
+    low, high = ephemeral_ports()
+    candidates = [int(wanted)] if wanted else [b for b in range(20000, 65000 - 320, 400)
+                                               if b + 320 < low or b > high]
+    busy = {}
     for base in candidates:
-        if 7700 - 320 <= base <= 8200:
-            continue
         ports = list(range(base, base + 91)) + list(range(base + 100, base + 311))
-        if all(port_free(p) for p in ports):
+        taken = [p for p in ports if not port_free(p)]
+        if not taken:
             return base
-    raise AssertionError(f"no free port base among {list(candidates)[:3]}...: every one has a port in use")
+        busy[base] = taken[:5]
+    raise AssertionError("no free port base: " + "; ".join(f"base {b}: port {', '.join(map(str, t))} in use"
+                                                           for b, t in list(busy.items())[:5]))
 
 
 def png(path, size=None):
@@ -461,6 +487,10 @@ def png(path, size=None):
     raw = b"".join(b"\0" + bytes((x * 16 + y) & 0xFF for x in range(w)) for y in range(h))
     head = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
     tail = chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    if size is not None:
+        pad = size - len(head) - len(tail) - 12 - len(b"Comment\0")
+        assert pad >= 0, f"a PNG of {size} bytes is too small for the test's picture"
+        head += chunk(b"tEXt", b"Comment\0" + b"x" * pad)
     Path(path).write_bytes(head + tail)
 
 
@@ -605,7 +635,8 @@ def test_readme_runs_as_written():
     try:
         for c in commands:
             for name in getattr(c, "files", []):
-                png(work / name)
+                name, _, size = name.partition("=")
+                png(work / name, int(size) if size else None)
                 log(f"(wrote a picture {name} for the block at README.md:{c.block_line})")
             if c.skip:
                 log(f"skip README.md:{c.line}: {c.text.splitlines()[0]}  ({c.skip})")
@@ -616,6 +647,11 @@ def test_readme_runs_as_written():
                     text = text.replace(key, copied[key])
             if text != c.text:
                 log(f"  (values copied from earlier output: {text.splitlines()[0][:200]})")
+            syntax = subprocess.run(["bash", "-n", "-c", text], capture_output=True, text=True)
+            if syntax.returncode != 0:
+                failures.append(f"README.md:{c.line}: {c.text}\n  not a complete bash command: {syntax.stderr.strip()}\n")
+                print(failures[-1], flush=True)
+                continue
             run = text
             if c.follow is not None:
                 run = f"timeout -s INT -k 5 {c.follow:g} bash -c {shlex.quote(text)}"
@@ -636,7 +672,7 @@ def test_readme_runs_as_written():
                         errors.append(f"README.md:{n}: the README's JSON cannot be read: {x}")
                 else:
                     want_lines.append((n, l))
-            fails_on_purpose = any(is_error_body(v) for _, v in want_json)
+            fails_on_purpose = c.fails or any(is_error_body(v) for _, v in want_json)
             if status is None:
                 errors.append(f"still running after {c.timeout:g} s: stopped")
             elif c.follow is not None:
@@ -648,16 +684,17 @@ def test_readme_runs_as_written():
                 errors.append(f"exit status {status}")
             values = json_values(printed) + json_values(printed_err)
             for n, w in want_json:
-                best = None
+                best, best_copied = None, {}
                 for v in values:
                     scratch = {}
                     e_ = match_json(w, v, "$", scratch)
-                    if not e_:
-                        copied.update(scratch)
-                        best = []
-                        break
                     if best is None or len(e_) < len(best):
-                        best = e_
+                        best, best_copied = e_, scratch
+                    if not e_:
+                        break
+                # What the reader copies comes from what was printed, even
+                # where it differs from the README.
+                copied.update(best_copied)
                 if best is None:
                     errors.append(f"README.md:{n}: the README shows JSON, nothing printed is JSON")
                 else:
