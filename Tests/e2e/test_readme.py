@@ -79,7 +79,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import zlib
@@ -531,8 +530,18 @@ def state(pid):
         return "Z"
 
 
+# pytest's capsys, to show progress as it goes even when pytest captures
+# output (deploy/test runs `pytest -q`).
+CAPSYS = None
+
+
 def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+    if CAPSYS is not None:
+        with CAPSYS.disabled():
+            print(line, flush=True)
+    else:
+        print(line, flush=True)
 
 
 def tail(path, n=25):
@@ -612,7 +621,9 @@ def check_report(path, line):
     return errors
 
 
-def test_readme_runs_as_written():
+def test_readme_runs_as_written(capsys):
+    global CAPSYS
+    CAPSYS = capsys
     commands = parse_readme(README)
     assert commands, f"{README} has no sh or console block"
     base = free_port_base()
@@ -631,7 +642,7 @@ def test_readme_runs_as_written():
     log(f"README {README}: {len(commands)} commands; port base {base}; QUAD_HOME {home}; "
         f"binaries {env.get('QUAD_BIN_DIR') or env['QUAD_BUILD_DIR'] + '/release (built if needed)'}")
     shell = Shell(work, env, tmp / "out")
-    failures, copied, ran, reports = [], {}, 0, []
+    failures, copied, ran = [], {}, 0
     try:
         for c in commands:
             for name in getattr(c, "files", []):
@@ -650,7 +661,7 @@ def test_readme_runs_as_written():
             syntax = subprocess.run(["bash", "-n", "-c", text], capture_output=True, text=True)
             if syntax.returncode != 0:
                 failures.append(f"README.md:{c.line}: {c.text}\n  not a complete bash command: {syntax.stderr.strip()}\n")
-                print(failures[-1], flush=True)
+                log("FAILED " + failures[-1])
                 continue
             run = text
             if c.follow is not None:
@@ -679,9 +690,9 @@ def test_readme_runs_as_written():
                 if status not in (0, 124):
                     errors.append(f"exit status {status} (a following command: still running or 0 expected)")
             elif fails_on_purpose and status == 0:
-                errors.append("exit status 0, but the README shows it failing")
+                errors.append("exit status 0: the README shows it failing (non-zero expected)")
             elif not fails_on_purpose and status != 0:
-                errors.append(f"exit status {status}")
+                errors.append(f"exit status {status} (0 expected)")
             values = json_values(printed) + json_values(printed_err)
             for n, w in want_json:
                 best, best_copied = None, {}
@@ -702,7 +713,6 @@ def test_readme_runs_as_written():
             errors += match_lines(want_lines, printed.splitlines() + printed_err.splitlines(), copied)
             m = re.search(r"quad-edge\s+run\b.*--report[ =](\S+)", text)
             if m and status is not None:
-                reports.append((work / m.group(1), c.line))
                 errors += check_report(work / m.group(1), c.line)
             log(f"  exit {status if status is not None else 'none (stopped)'} in {secs:.1f} s"
                 + ("" if not errors else f": FAILED"))
@@ -710,7 +720,7 @@ def test_readme_runs_as_written():
                 report = (f"README.md:{c.line}: {c.text}\n  exit status: {status if status is not None else 'none: stopped after ' + format(c.timeout, 'g') + ' s'}\n"
                           + "".join(f"  {x}\n" for x in errors)
                           + f"  stdout (last lines):\n{tail(o)}\n  stderr (last lines):\n{tail(e)}\n")
-                print(report, flush=True)
+                log("FAILED " + report)
                 failures.append(report)
     finally:
         shell.close()
@@ -724,4 +734,6 @@ def test_readme_runs_as_written():
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     log(f"{ran} commands run, {len(failures)} failed")
-    assert not failures, f"{len(failures)} of the README's commands failed:\n\n" + "\n".join(failures)
+    if failures:
+        pytest.fail(f"{len(failures)} of the README's {ran} commands run failed ({README}):\n\n" + "\n".join(failures),
+                    pytrace=False)
