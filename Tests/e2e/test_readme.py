@@ -737,3 +737,14 @@ def test_readme_runs_as_written(capsys):
     if failures:
         pytest.fail(f"{len(failures)} of the README's {ran} commands run failed ({README}):\n\n" + "\n".join(failures),
                     pytrace=False)
+
+
+def test_readme_commands_name_no_port():
+    """The README's commands take their ports from the stack they run on
+    (`eval "$(deploy/stack env)"`: QUAD_PORT_BASE, QUAD_EDGE_CONTROL, ...),
+    never a literal port of the default stack (7700-8200), which would reach
+    another stack, or nothing, on any other port base."""
+    literal = re.compile(r"(?<![\d.])(7[7-9]\d\d|8[01]\d\d|8200)(?!\d)")
+    named = [f"README.md:{c.line}: {c.text.splitlines()[0]}" for c in parse_readme(README)
+             if not c.skip and literal.search(c.text)]
+    assert not named, "README commands naming a literal port:\n" + "\n".join(named)
