@@ -109,7 +109,7 @@ class Command:
         self.fails = False          # must exit non-zero (marker `fails`)
 
     def __repr__(self):
-        return f"README.md:{self.line}: {self.text}"
+        return f"{README.name}:{self.line}: {self.text}"
 
 
 MARKER = re.compile(r"^\s*<!--\s*readme-test:\s*(.*?)\s*-->\s*$")
@@ -169,7 +169,7 @@ def parse_readme(path):
                 if block:
                     block[-1].expected.append((number, line))
                 elif line.strip():
-                    raise AssertionError(f"README.md:{number}: output before any command in a console block: {line}")
+                    raise AssertionError(f"{README.name}:{number}: output before any command in a console block: {line}")
                 n += 1
                 continue
             if lang == "sh" and (not line.strip() or line.lstrip().startswith("#")):
@@ -200,7 +200,7 @@ def parse_readme(path):
                 elif kind == "files":
                     pass
                 elif kind not in ("skip-command",):
-                    raise AssertionError(f"README.md:{start}: unknown readme-test marker '{kind}'")
+                    raise AssertionError(f"{README.name}:{start}: unknown readme-test marker '{kind}'")
         files = [name for kind, args, _ in markers if kind == "files" for name in args.split()]
         if block:
             block[0].files = files
@@ -420,7 +420,7 @@ def match_lines(want_lines, printed_lines, copied):
                 copied.update(scratch)
                 break
         if found is None:
-            errors.append(f"README.md:{number}: no printed line matches {want!r}")
+            errors.append(f"{README.name}:{number}: no printed line matches {want!r}")
         else:
             at = found + 1
     return errors
@@ -607,18 +607,18 @@ def check_report(path, line):
     """A campus day's report accounts for every action."""
     p = Path(path)
     if not p.exists():
-        return [f"README.md:{line}: the campus day wrote no report {path}"]
+        return [f"{README.name}:{line}: the campus day wrote no report {path}"]
     r = json.loads(p.read_text())
     errors = []
     actions = r.get("actions", {})
     if r.get("accounted") is not True:
-        errors.append(f"README.md:{line}: {path}: accounted is {r.get('accounted')!r}, not true (actions {json.dumps({k: v for k, v in actions.items() if k != 'by_type'})})")
+        errors.append(f"{README.name}:{line}: {path}: accounted is {r.get('accounted')!r}, not true (actions {json.dumps({k: v for k, v in actions.items() if k != 'by_type'})})")
     if actions.get("pending", 0) != 0:
-        errors.append(f"README.md:{line}: {path}: {actions.get('pending')} actions still pending")
+        errors.append(f"{README.name}:{line}: {path}: {actions.get('pending')} actions still pending")
     if r.get("drain", {}).get("outbox_left", 0) != 0:
-        errors.append(f"README.md:{line}: {path}: {r['drain']['outbox_left']} actions left in outboxes")
+        errors.append(f"{README.name}:{line}: {path}: {r['drain']['outbox_left']} actions left in outboxes")
     if not actions.get("created"):
-        errors.append(f"README.md:{line}: {path}: no action was created")
+        errors.append(f"{README.name}:{line}: {path}: no action was created")
     log(f"  report {path}: {actions.get('created')} actions, {actions.get('done')} done, {actions.get('rejected')} rejected, "
         f"{actions.get('pending')} pending, accounted {r.get('accounted')}")
     return errors
@@ -651,9 +651,9 @@ def test_readme_runs_as_written(capsys):
             for name in getattr(c, "files", []):
                 name, _, size = name.partition("=")
                 png(work / name, int(size) if size else None)
-                log(f"(wrote a picture {name} for the block at README.md:{c.block_line})")
+                log(f"(wrote a picture {name} for the block at {README.name}:{c.block_line})")
             if c.skip:
-                log(f"skip README.md:{c.line}: {c.text.splitlines()[0]}  ({c.skip})")
+                log(f"skip {README.name}:{c.line}: {c.text.splitlines()[0]}  ({c.skip})")
                 continue
             text = c.text
             for key in sorted(copied, key=len, reverse=True):
@@ -663,14 +663,14 @@ def test_readme_runs_as_written(capsys):
                 log(f"  (values copied from earlier output: {text.splitlines()[0][:200]})")
             syntax = subprocess.run(["bash", "-n", "-c", text], capture_output=True, text=True)
             if syntax.returncode != 0:
-                failures.append(f"README.md:{c.line}: {c.text}\n  not a complete bash command: {syntax.stderr.strip()}\n")
+                failures.append(f"{README.name}:{c.line}: {c.text}\n  not a complete bash command: {syntax.stderr.strip()}\n")
                 log("FAILED " + failures[-1])
                 continue
             run = text
             if c.follow is not None:
                 run = f"timeout -s INT -k 5 {c.follow:g} bash -c {shlex.quote(text)}"
             more = " ..." if "\n" in c.text else ""
-            log(f"$ {c.text.splitlines()[0]}{more}   [README.md:{c.line}]")
+            log(f"$ {c.text.splitlines()[0]}{more}   [{README.name}:{c.line}]")
             status, o, e, secs = shell.run(run, c.timeout + (c.follow or 0))
             ran += 1
             printed = o.read_text(errors="replace") if o.exists() else ""
@@ -683,7 +683,7 @@ def test_readme_runs_as_written(capsys):
                     try:
                         want_json.append((n, ElidedParser(l.strip()).parse()))
                     except (ValueError, IndexError) as x:
-                        errors.append(f"README.md:{n}: the README's JSON cannot be read: {x}")
+                        errors.append(f"{README.name}:{n}: the README's JSON cannot be read: {x}")
                 else:
                     want_lines.append((n, l))
             fails_on_purpose = c.fails or any(is_error_body(v) for _, v in want_json)
@@ -710,9 +710,9 @@ def test_readme_runs_as_written(capsys):
                 # where it differs from the README.
                 copied.update(best_copied)
                 if best is None:
-                    errors.append(f"README.md:{n}: the README shows JSON, nothing printed is JSON")
+                    errors.append(f"{README.name}:{n}: the README shows JSON, nothing printed is JSON")
                 else:
-                    errors += [f"README.md:{n}: {x}" for x in best]
+                    errors += [f"{README.name}:{n}: {x}" for x in best]
             errors += match_lines(want_lines, printed.splitlines() + printed_err.splitlines(), copied)
             m = re.search(r"quad-edge\s+run\b.*--report[ =](\S+)", text)
             if m and status is not None:
@@ -720,7 +720,7 @@ def test_readme_runs_as_written(capsys):
             log(f"  exit {status if status is not None else 'none (stopped)'} in {secs:.1f} s"
                 + ("" if not errors else f": FAILED"))
             if errors:
-                report = (f"README.md:{c.line}: {c.text}\n  exit status: {status if status is not None else 'none: stopped after ' + format(c.timeout, 'g') + ' s'}\n"
+                report = (f"{README.name}:{c.line}: {c.text}\n  exit status: {status if status is not None else 'none: stopped after ' + format(c.timeout, 'g') + ' s'}\n"
                           + "".join(f"  {x}\n" for x in errors)
                           + f"  stdout (last lines):\n{tail(o)}\n  stderr (last lines):\n{tail(e)}\n")
                 log("FAILED " + report)
@@ -748,6 +748,6 @@ def test_readme_commands_name_no_port():
     never a literal port of the default stack (7700-8200), which would reach
     another stack, or nothing, on any other port base."""
     literal = re.compile(r"(?<![\d.])(7[7-9]\d\d|8[01]\d\d|8200)(?!\d)")
-    named = [f"README.md:{c.line}: {c.text.splitlines()[0]}" for c in parse_readme(README)
+    named = [f"{README.name}:{c.line}: {c.text.splitlines()[0]}" for c in parse_readme(README)
              if not c.skip and literal.search(c.text)]
     assert not named, "README commands naming a literal port:\n" + "\n".join(named)
