@@ -706,14 +706,20 @@ final class Student {
         }
     }
 
+    /// The nearby lot a student heads for: one with free spots, the nearer
+    /// ones more often (a lot's weight is 2 km less its distance).
+    static func nearbyLot(_ lots: [JSON], _ rng: inout SeededRandom) -> String? {
+        let open = lots.filter { $0["has_free"]?.bool ?? true }
+        guard !open.isEmpty else { return nil }
+        return open[StudentProfile.pick(open.map { max(1, 2_000 - Int($0["distance_m"]?.int ?? 1_000)) }, &rng)]["id"]?.string
+    }
+
     /// Campus is full: the nearby lots, saved copy first. The student
     /// picks one with free spots, the nearer ones more often (each lot's
     /// weight falls with its distance), not always the first listed.
     func nearby(_ then: @escaping () -> Void) {
         phone.open("nearby") { [self] list in
-            let lots = (list.body["lots"]?.array ?? []).filter { $0["has_free"]?.bool ?? true }
-            let weights = lots.map { max(1, 2_000 - Int($0["distance_m"]?.int ?? 1_000)) }
-            let choice = lots.isEmpty ? nil : lots[StudentProfile.pick(weights, &rng)]["id"]?.string
+            let choice = Student.nearbyLot(list.body["lots"]?.array ?? [], &rng)
             think(2...8) { [self] in
                 guard let lot = choice else { then(); return }
                 phone.navigate(toNearby: lot)

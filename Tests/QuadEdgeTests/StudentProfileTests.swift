@@ -1,4 +1,5 @@
 import Foundation
+import QuadWire
 import Testing
 @testable import QuadEdge
 
@@ -50,5 +51,19 @@ import Testing
         let park = StudentProfile.habitWeights.reduce(0.0) { $0 + share($1.0, .park) * Double($1.1) / Double(total) }
         #expect(abs(park - share(.both, .park)) < 0.02, "the campus parks \(park) of the time")
         #expect(share(.driver, .deadZone) == share(.shopper, .deadZone), "everyone walks through dead zones")
+    }
+
+    /// BQ9's bars: drivers sent off campus spread over the nearby lots with
+    /// free spots, the nearer more often, instead of all to the first listed.
+    @Test func driversSentOffCampusSpreadOverTheNearbyLotsWithFreeSpots() {
+        let lots: [JSON] = [
+            ["id": "calle19", "distance_m": 450, "has_free": true], ["id": "aguas", "distance_m": 650, "has_free": true],
+            ["id": "germania", "distance_m": 900, "has_free": true], ["id": "full", "distance_m": 100, "has_free": false],
+        ]
+        var rng = SeededRandom(seed: 7)
+        let chosen = Dictionary(grouping: (0..<1_000).compactMap { _ in Student.nearbyLot(lots, &rng) }, by: { $0 }).mapValues(\.count)
+        #expect(chosen["full"] == nil && chosen.values.reduce(0, +) == 1_000)
+        #expect(chosen["calle19"]! > chosen["aguas"]! && chosen["aguas"]! > chosen["germania"]! && chosen["germania"]! > 150, "\(chosen)")
+        #expect(Student.nearbyLot([lots[3]], &rng) == nil, "none with free spots: none")
     }
 }
