@@ -44,9 +44,6 @@ public struct EdgeSettings: Sendable {
     /// The PIN every phone's keychain is locked with (`--keychain-pin-file`);
     /// nil keeps each keychain's key in its key file.
     public var keychainPIN: String?
-    /// The semester phones register their accounts with (each phone keeps
-    /// its own email in its file; its student, the password).
-    public var semester: Int64 = 3
     /// The phone's image caches (ImageCache.swift): image_cache_files,
     /// image_cache_days, image_memory_entries, image_memory_bytes, max_image_bytes.
     public var images = ImageCacheLimits()
@@ -86,6 +83,9 @@ final class Phone {
     let agenda: Timers
     let settings: EdgeSettings
     var rng: SeededRandom
+    /// Who its student is: the semester and categories it registers with,
+    /// the habit the campus day follows.
+    let profile: StudentProfile
 
     // Session. The tokens live in the phone's keychain, never in its file;
     // the password only in its student's memory (``Students``).
@@ -206,6 +206,7 @@ final class Phone {
         self.agenda = reactor.timers
         self.settings = settings
         self.rng = SeededRandom(seed: seed)
+        self.profile = StudentProfile(seed: seed)
         self.students = try students ?? Students(path: Students.path(forPhonesDir: (path as NSString).deletingLastPathComponent))
         let (keychain, unreadable) = try Phone.openKeychain(Keychain.path(forPhoneFile: path), pin: settings.keychainPIN)
         self.keychain = keychain
@@ -361,7 +362,7 @@ final class Phone {
         }
         let body: JSON = [
             "email": .string(email), "password": .string(password), "name": .string(displayName),
-            "semester": .int(settings.semester), "categories": .array(["Tech", "Study"]),
+            "semester": .int(profile.semester), "categories": .array(profile.categories.map { .string($0) }),
         ]
         stats.registrations += 1
         request("accounts.register", body, id: registerID, timeoutMs: settings.actionTimeoutMs * 2, anonymous: true) { [unowned self] result in
