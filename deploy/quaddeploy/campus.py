@@ -362,6 +362,13 @@ def words(r):
     lines.append(f"Campus: {r.get('phones', 0):,} phones over {r.get('processes', 0)} quad-edge processes ({each}), seed {c.get('seed')}, "
                  f"speed {r.get('speed')}x, {(r.get('duration_ms') or 0) / 1000:.0f} s day; wall time {c.get('wall_s', 0):.0f} s; "
                  f"{r.get('activities', 0):,} activities.")
+    sp = c.get("sign_in_phase")
+    if sp:
+        si = sp.get("sign_in") if isinstance(sp.get("sign_in"), dict) else {}
+        lines.append(f"Sign-in apart, before every day: {sp.get('phones_with_session', 0):,} of {sp.get('phones', 0):,} new phones "
+                     f"signed in, in {sp.get('wall_s', 0):.0f} s (wall, {sp.get('processes')} processes at once)"
+                     + (f"; sign-in p50 {fmt_ms(si.get('p50_ms'))}, p95 {fmt_ms(si.get('p95_ms'))}, {si.get('rate_limited', 0):,} answers 429"
+                        if si else "") + ".")
     sb = r.get("sign_in_before_day") or {}
     if sb:
         lines.append(f"Sign-in before the day: {sb.get('phones_with_session', 0):,} of {r.get('phones', 0):,} phones had a session; "
@@ -512,8 +519,8 @@ class Watch:
 
 def stack_pids(home):
     """The running stack's processes from its pid files ($QUAD_HOME/run/*.pid):
-    brokers in group "brokers" (label broker, broker-2, ...), each service's
-    workers in a group of their service (label SERVICE-N)."""
+    the brokers in group "brokers" (broker, broker-2, ...), each service's
+    workers in a group of their program (quad-accounts: accounts.1, ...)."""
     groups = {}
     run = os.path.join(home, "run")
     try:
@@ -528,10 +535,15 @@ def stack_pids(home):
                 pid = int(f.read().split()[0])
         except (OSError, ValueError, IndexError):
             continue
-        if not os.path.exists(f"/proc/{pid}"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                program = os.path.basename(f.read().split(b"\0")[0].decode(errors="replace"))
+        except OSError:
             continue
-        label = name[:-4]
-        group = "brokers" if label.startswith("broker") else re.sub(r"-\d+$", "", label)
+        if not program.startswith("quad-"):
+            continue  # a stale pid file, its pid taken by another program
+        label = name[:-4]  # broker, broker-2, catalog.1, ...
+        group = "brokers" if program == "quad-broker" else program
         groups.setdefault(group, {})[label] = pid
     return groups
 
