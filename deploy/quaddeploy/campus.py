@@ -26,8 +26,9 @@ MAX_PER_PROCESS = 1000
 PHONE_MEMORY_KIB = 512
 PROCESS_MEMORY_KIB = 64 * 1024
 # Open files of one phone: its SQLite file with -wal and -shm, its sockets
-# (each a mailbox and a connection) with room to spare; and of the process.
-FDS_PER_PHONE = 12
+# (each a mailbox and a connection; 311 descriptors for 20 phones with 8
+# sockets a phone, 2026-12-05), with room to spare; and of the process.
+FDS_PER_PHONE = 16
 FDS_PER_PROCESS = 64
 # A phone's files on disk (SQLite, keychain, pictures cached).
 PHONE_DISK_KIB = 1024
@@ -349,6 +350,35 @@ def merge(reports, seed=None):
     return merged
 
 
+def resource_lines(when, res):
+    """The peaks sampled, a line a group of processes: each one's peak, and
+    the group's together (the sum at one sample) where it has several."""
+    lines = []
+    others = []
+    for name in sorted(res, key=lambda n: (n != "quad-edge", n != "brokers", n)):
+        x = res[name]
+        if name.endswith("-total"):
+            continue
+        if name not in ("quad-edge", "brokers", "quad-accounts"):
+            others.append(x)
+            continue
+        n = len(x.get("by_process") or {})
+        t = res.get(name + "-total")
+
+        def together(k, unit):
+            return f" ({t[k]:,.0f}{unit} together)" if t else ""
+
+        lines.append(f"{when}, {name} ({n} process{'es' if n != 1 else ''}): peak CPU {x['cpu_percent_peak']:.0f}% of a core a process"
+                     f"{together('cpu_percent_peak', '%')}, peak RSS {x['rss_mib_peak']:,.0f} MiB a process{together('rss_mib_peak', ' MiB')}, "
+                     f"{x['fds_peak']:,} descriptors, {x['threads_peak']} threads; {x.get('cpu_seconds', 0):,.0f} CPU seconds in all.")
+    if others:
+        n = sum(len(x.get("by_process") or {}) for x in others)
+        lines.append(f"{when}, the other services ({n} processes): peak CPU at most {max(x['cpu_percent_peak'] for x in others):.0f}% of a core, "
+                     f"peak RSS at most {max(x['rss_mib_peak'] for x in others):,.0f} MiB; "
+                     f"{sum(x.get('cpu_seconds', 0) for x in others):,.0f} CPU seconds in all.")
+    return lines
+
+
 def fmt_ms(v):
     return "-" if v is None else f"{v:,} ms"
 
@@ -410,16 +440,9 @@ def words(r):
     t = r.get("telemetry") or {}
     lines.append(f"Telemetry: {t.get('sent', 0):,} events sent; {t.get('accepted', 0):,} accepted, {t.get('duplicate', 0):,} duplicates, "
                  f"{t.get('rejected', 0):,} rejected, {t.get('queued', 0):,} still queued.")
-    res = c.get("resources") or {}
-    edge = res.get("quad-edge")
-    if edge:
-        lines.append(f"quad-edge processes: peak CPU {edge['cpu_percent_peak']:.0f}% (all together {res.get('quad-edge-total', {}).get('cpu_percent_peak', 0):.0f}%), "
-                     f"peak RSS {edge['rss_mib_peak']:,.0f} MiB a process ({res.get('quad-edge-total', {}).get('rss_mib_peak', 0):,.0f} MiB together), "
-                     f"peak descriptors {edge['fds_peak']:,} a process, threads {edge['threads_peak']}.")
-    for name, x in sorted(res.items()):
-        if name.startswith("quad-edge"):
-            continue
-        lines.append(f"{name}: peak CPU {x['cpu_percent_peak']:.0f}%, peak RSS {x['rss_mib_peak']:,.0f} MiB, descriptors {x['fds_peak']:,}.")
+    lines += resource_lines("The day", c.get("resources") or {})
+    if sp and sp.get("resources"):
+        lines += resource_lines("The sign-in", sp["resources"])
     for p in c.get("process_list") or []:
         if p.get("exit") != 0:
             lines.append(f"Process {p['name']} ({p['phones']} phones, seed {p['seed']}) exited {p.get('exit')}.")
@@ -467,6 +490,8 @@ class Watch:
 
     def __init__(self):
         self.last = {}
+        self.first = {}
+        self.used = {}
         self.peaks = {}  # label -> dict
         self.group_peaks = {}
 
@@ -481,12 +506,15 @@ class Watch:
                 cpu, rss, fds, threads = s
                 prev = self.last.get((label, pid))
                 self.last[(label, pid)] = (now, cpu)
+                first = self.first.setdefault((label, pid), cpu)
                 pct = None
                 if prev and now > prev[0]:
                     pct = 100.0 * (cpu - prev[1]) / (now - prev[0])
                 p = self.peaks.setdefault(group, {}).setdefault(label, {"cpu": 0.0, "rss": 0, "fds": 0, "threads": 0, "cpu_s": 0.0})
                 p["rss"], p["fds"], p["threads"] = max(p["rss"], rss), max(p["fds"], fds), max(p["threads"], threads)
-                p["cpu_s"] = cpu
+                # CPU used since the first sample, over every pid the label had.
+                self.used[(label, pid)] = cpu - first
+                p["cpu_s"] = sum(v for (lab, _), v in self.used.items() if lab == label)
                 if pct is not None:
                     p["cpu"] = max(p["cpu"], pct)
                     tot["cpu"] += pct
