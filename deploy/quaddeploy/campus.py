@@ -396,7 +396,8 @@ def words(r):
     if sp:
         si = sp.get("sign_in") if isinstance(sp.get("sign_in"), dict) else {}
         lines.append(f"Sign-in apart, before every day: {sp.get('phones_with_session', 0):,} of {sp.get('phones', 0):,} new phones "
-                     f"signed in, in {sp.get('wall_s', 0):.0f} s (wall, {sp.get('processes')} processes at once)"
+                     f"signed in, in {sp.get('wall_s', 0):.0f} s (wall, {sp.get('processes')} processes at once; "
+                     f"{sp.get('phones_per_second') or 0:.1f} phones a second)"
                      + (f"; sign-in p50 {fmt_ms(si.get('p50_ms'))}, p95 {fmt_ms(si.get('p95_ms'))}, {si.get('rate_limited', 0):,} answers 429"
                         if si else "") + ".")
     sb = r.get("sign_in_before_day") or {}
