@@ -111,12 +111,7 @@ hosts_prepare() {
     HOSTS_SUBNET=10.77.$k
 }
 
-hosts_net_taken() {
-    ip netns list 2>/dev/null | grep -q "^quad$1-" && return 0
-    ip link show "quad$1" >/dev/null 2>&1 && return 0
-    ip -4 addr show 2>/dev/null | grep -q "inet 10\.77\.$1\." && return 0
-    return 1
-}
+hosts_net_taken() { quad_hosts_net_taken "$1"; }
 
 # Endpoints of a stack on hosts: each broker's own address, same ports;
 # comma-separated lists, broker 1 first (BROKERS of them).

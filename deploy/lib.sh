@@ -27,10 +27,10 @@ quad_port_open() {
 }
 
 # Prints the first port >= $1, in steps of ${2:-1}, such that the ${3:-1}
-# ports from it are all free. Fails after 200 tries.
+# ports from it are all free. Fails after ${4:-200} tries.
 quad_free_port() {
-    local port=$1 step=${2:-1} width=${3:-1} tries k ok
-    for ((tries = 0; tries < 200; tries++)); do
+    local port=$1 step=${2:-1} width=${3:-1} most=${4:-200} tries k ok
+    for ((tries = 0; tries < most; tries++)); do
         ok=1
         for ((k = 0; k < width; k++)); do
             quad_port_free $((port + k)) || { ok=0; break; }
@@ -38,6 +38,40 @@ quad_free_port() {
         if ((ok)); then printf '%s\n' "$port"; return 0; fi
         port=$((port + step))
     done
+    return 1
+}
+
+# python3 -m quaddeploy.ports "$@": the one table of a stack's default
+# ports (deploy/quaddeploy/ports.py; --help says more).
+quad_ports() {
+    PYTHONPATH="$QUAD_ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.ports "$@"
+}
+
+# Prints the first port base from ${1:-17700}, in steps of 100, at which
+# every port of the table (${2:-8} brokers, the metrics range included) is
+# free on 127.0.0.1 now: what a test that starts a stack passes as
+# QUAD_PORT_BASE. Fails, saying so, when there is none.
+quad_free_port_base() {
+    quad_ports --free-from "${1:-17700}" --brokers "${2:-8}"
+}
+
+# Succeeds when the --hosts net 10.77.$1.0/24 is taken: namespaces quad$1-*,
+# a link quad$1, or an address 10.77.$1.x on this machine.
+quad_hosts_net_taken() {
+    ip netns list 2>/dev/null | grep -q "^quad$1-" && return 0
+    ip link show "quad$1" >/dev/null 2>&1 && return 0
+    ip -o -4 addr show 2>/dev/null | grep -q "inet 10\.77\.$1\." && return 0
+    return 1
+}
+
+# Prints the first free --hosts net K (10.77.K.0/24) from ${1:-0}: what a
+# test that starts a stack with --hosts passes as QUAD_HOSTS_NET.
+quad_free_hosts_net() {
+    local k
+    for ((k = ${1:-0}; k <= 255; k++)); do
+        quad_hosts_net_taken "$k" || { printf '%s\n' "$k"; return 0; }
+    done
+    printf '%s: error: no free net 10.77.K.0/24 from K=%s\n' "${QUAD_PROG:-quad}" "${1:-0}" >&2
     return 1
 }
 

@@ -69,7 +69,9 @@ pg_up() {
     fi
     port=${QUAD_PG_PORT:-}
     if [[ -z $port ]]; then
-        port=$(quad_free_port $((PORT_BASE + 90))) || quad_die "no free port for PostgreSQL from $((PORT_BASE + 90)); set QUAD_PG_PORT"
+        # base+90..base+99, the table's (deploy/quaddeploy/ports.py): past it are the /metrics ports.
+        port=$(quad_free_port $((PORT_BASE + 90)) 1 1 10) ||
+            quad_die "no free port for PostgreSQL in $((PORT_BASE + 90))-$((PORT_BASE + 99)); set QUAD_PG_PORT"
     elif ! quad_port_free "$port"; then
         quad_die "QUAD_PG_PORT $port on 127.0.0.1 is in use"
     fi

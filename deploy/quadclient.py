@@ -223,7 +223,57 @@ def error_code(answer):
 # The endpoints a launched stack must not inherit from the caller's shell:
 # a test's stack is its own, on its own port base and QUAD_HOME.
 STACK_ENDPOINT_VARIABLES = ("QUAD_FRONTEND", "QUAD_BACKEND", "QUAD_EVENTS_IN", "QUAD_EVENTS_OUT", "QUAD_INTERNAL",
-                            "QUAD_CURVE", "QUAD_BROKER_KEY", "QUAD_BROKER_KEY_FILE", "QUAD_TOKEN", "QUAD_BROKERS")
+                            "QUAD_CURVE", "QUAD_BROKER_KEY", "QUAD_BROKER_KEY_FILE", "QUAD_TOKEN", "QUAD_BROKERS",
+                            # Ports another stack of this machine may have set: the table's
+                            # defaults for the launched stack's base instead.
+                            "QUAD_METRICS_BASE", "QUAD_PG_PORT", "QUAD_ANALYTICS_HTTP", "QUAD_CATALOG_IMAGES",
+                            "QUAD_RESERVATIONS_IMAGES_HTTP", "QUAD_EDGE_CONTROL", "QUAD_UPDATES", "QUAD_HOSTS_NET")
+
+
+def _ports():
+    import sys
+    deploy = os.path.dirname(os.path.abspath(__file__))
+    if deploy not in sys.path:
+        sys.path.insert(0, deploy)
+    from quaddeploy import ports
+    return ports
+
+
+def free_port_base(start=17700, brokers=8):
+    """The first port base from `start` (in steps of 100) at which every port
+    of a stack is free on 127.0.0.1 now (the table of
+    deploy/quaddeploy/ports.py: frontends, updates sockets, dashboard, image
+    servers, the phones' control socket, PostgreSQL's and the /metrics
+    range), for a test that starts a stack; never a default another stack
+    of the machine may hold. Raises RuntimeError when none is free."""
+    ports = _ports()
+    base = ports.free_base(int(start), brokers)
+    if base is None:
+        raise RuntimeError(f"no port base from {start} (in steps of 100) has all its {ports.span()} ports free")
+    return base
+
+
+def free_hosts_net(start=0):
+    """The first K from `start` whose net 10.77.K.0/24 no namespace (quadK-*),
+    link (quadK) or address of this machine uses: QUAD_HOSTS_NET for a test
+    that starts a stack with --hosts (as deploy/lib.sh's quad_free_hosts_net)."""
+    import subprocess
+
+    def out(*cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    namespaces = out("ip", "netns", "list")
+    links = out("ip", "-o", "link", "show")
+    addrs = out("ip", "-o", "-4", "addr", "show")
+    for k in range(int(start), 256):
+        if any(line.startswith(f"quad{k}-") for line in namespaces.splitlines()):
+            continue
+        if f": quad{k}:" in links or f": quad{k}@" in links or f"inet 10.77.{k}." in addrs:
+            continue
+        return k
+    raise RuntimeError(f"no free net 10.77.K.0/24 from K={start}")
 
 
 class StackFailed(Exception):
@@ -234,7 +284,7 @@ class LaunchedStack:
     """A stack started with `deploy/stack up` as a user starts it, on a port
     base and a QUAD_HOME of its own, for the end-to-end tests.
 
-    `with LaunchedStack("quad-hostile-", 18800) as s:` brings it up (or raises
+    `with LaunchedStack("quad-hostile-", free_port_base(18800)) as s:` brings it up (or raises
     StackFailed, the stack brought down again), and brings it down at the end.
     `env` adds settings (QUAD_ADMIN_PASSWORD, limits); `keep` names variables
     of STACK_ENDPOINT_VARIABLES the caller's environment may pass on;
@@ -259,6 +309,8 @@ class LaunchedStack:
         self.env.update(env or {})
         if brokers is not None:
             self.env["QUAD_BROKERS"] = str(int(brokers))
+        # The phones' control socket of this stack's table (quad-edge reads it).
+        self.env.setdefault("QUAD_EDGE_CONTROL", f"tcp://127.0.0.1:{self.port_base + _ports().EDGE_CONTROL}")
         self.frontend = f"tcp://127.0.0.1:{self.port_base}"
         self.frontends = self.frontend
         self.up_output = ""

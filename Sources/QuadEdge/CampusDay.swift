@@ -60,6 +60,13 @@ public final class CampusDay {
     var signInMs: Int64?
     var signedInBeforeDay = 0
     var signInNotBefore: [String: Int64] = [:]
+    /// Each phone's first try, the time from it to a session (per phone
+    /// signed in), the 429s seen and the other failures.
+    var signInFirstTry: [String: Int64] = [:]
+    var signInTimes: [Int64] = []
+    var signInRateLimited = 0
+    var signInFailures = 0
+    static let maxSamples = 100_000
     /// The day this process goes on with, read from the phones' files
     /// (``DayMark``): when it began (the report counts the actions made
     /// since then, by every process of the day), how many processes ran it
@@ -104,13 +111,29 @@ public final class CampusDay {
             var inFlight = waiting.filter(\.signingIn).count
             for p in waiting where inFlight < self.options.signInWindow && !p.signingIn && p.isOnline && (self.signInNotBefore[p.name] ?? 0) <= now {
                 inFlight += 1
+                let first = self.signInFirstTry[p.name] ?? now
+                self.signInFirstTry[p.name] = first
                 p.signIn { [weak self] error in
-                    guard let self, let error else { return }
-                    self.signInNotBefore[p.name] = Clock.monotonicMillis() + 250 + (error.details["retry_after_ms"]?.int ?? 0)
+                    guard let self else { return }
+                    let at = Clock.monotonicMillis()
+                    guard let error else {
+                        if self.signInTimes.count < CampusDay.maxSamples { self.signInTimes.append(at - first) }
+                        return
+                    }
+                    // Told to wait (accounts' hash budget, the broker's rate):
+                    // as long as asked, and a little more drawn at random so
+                    // that the phones refused together do not come back together.
+                    let asked = error.details["retry_after_ms"]?.int ?? 0
+                    if error.status == 429 { self.signInRateLimited += 1 } else { self.signInFailures += 1 }
+                    self.signInNotBefore[p.name] = at + 250 + asked + Int64.random(in: 0...max(250, asked / 2))
                 }
             }
             if (now - started) % 1_000 < 250 {
-                FileHandle.standardError.write(Data("campus signing in \((now - started) / 1000) s · \(fleet.phones.count - waiting.count)/\(fleet.phones.count) phones have a session\n".utf8))
+                let done = fleet.phones.count - waiting.count
+                var line = "campus signing in \((now - started) / 1000) s · \(done)/\(fleet.phones.count) phones have a session"
+                if self.signInRateLimited > 0 { line += " · \(self.signInRateLimited) told to wait (429)" }
+                if self.signInFailures > 0 { line += " · \(self.signInFailures) failed, tried again" }
+                FileHandle.standardError.write(Data((line + "\n").utf8))
             }
             return true
         }

@@ -5,14 +5,23 @@ import QuadRuntime
 import QuadStore
 import QuadWire
 
-/// One quad-edge process: one phone or many, each with its own file and its
-/// own DEALER, all on ONE ``Reactor`` with one agenda of timers (a ZeroMQ
-/// socket belongs to one thread; phones are not threads). A control ROUTER
-/// lets a harness read each phone's state, switch airplane mode, make a
-/// phone act or open a view, and wait until the outboxes are drained.
+/// One quad-edge process: one phone or many, each with its own file, one
+/// DEALER for its requests and one XSUB for its live updates (both to one
+/// broker at a time: Link.swift), all on ONE ``Reactor`` with one agenda of
+/// timers (a ZeroMQ socket belongs to one thread; phones are not threads).
+/// A control ROUTER lets a harness read each phone's state, switch
+/// airplane mode, make a phone act or open a view, and wait until the
+/// outboxes are drained.
+///
+/// What the phones need of the machine is known before the first one
+/// opens (``Needs``): the context is sized for it, and a process the
+/// machine cannot give it to refuses to start, naming the limit.
 public final class Fleet {
     public let settings: EdgeSettings
     let context = ZMQContext()
+    /// Why the phones cannot go on (a socket that could not be opened):
+    /// the process ends at once with it, exit 1.
+    public private(set) var fatal: String?
     /// The edge's one loop: the control socket and each phone's link
     /// (registered while its radio is on), the phones' timers beside them.
     let reactor = Reactor(now: Clock.monotonicMillis)
@@ -42,6 +51,8 @@ public final class Fleet {
                 controlBindWaitMs: Int64 = Fleet.controlBindWaitMs) throws {
         self.settings = settings
         self.controlEndpoint = control
+        let needs = Fleet.Needs(phones: count, settings: settings, control: control != nil)
+        try context.setMaxSockets(Int32(clamping: needs.sockets))
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let width = max(3, String(count).count)
         // The students' passwords, kept apart from every phone's files.
@@ -51,6 +62,7 @@ public final class Fleet {
             let name = "\(prefix)-" + String(repeating: "0", count: max(0, width - number.count)) + number
             let phone = try Phone(name: name, path: "\(dir)/\(name).db", context: context, reactor: reactor, settings: settings,
                                   seed: seed &* 1_000_003 &+ UInt64(k), students: students)
+            phone.onFatal = { [unowned self] reason in self.fail(reason) }
             phones.append(phone)
             byName[name] = phone
         }
@@ -87,6 +99,11 @@ public final class Fleet {
         while !Shutdown.isRequested && !stopRequested {
             if let code = turn() { return code }
         }
+        if let fatal {
+            FileHandle.standardError.write(Data("quad-edge: stopped: \(fatal)\n".utf8))
+            for phone in phones { phone.close() }
+            return 1
+        }
         // Closing the app: each session ends, and its last events get a
         // moment to leave while the network is there.
         for phone in phones { phone.end() }
@@ -117,6 +134,82 @@ public final class Fleet {
     }
 
     public func stop() { stopRequested = true }
+
+    /// A phone cannot go on: the loop stops and the process exits 1 with
+    /// the reason (the first one; the others are logged).
+    func fail(_ reason: String) {
+        Log.error("edge", reason)
+        guard fatal == nil else { return }
+        fatal = "\(reason) (this process: \(phones.count) phones, ZMQ_MAX_SOCKETS \(context.maxSockets), open files limit \(Fleet.openFilesLimit().soft))"
+        stopRequested = true
+    }
+
+    /// What `phones` phones cost this process, by the design of Link and
+    /// LiveFeed: per phone one request socket and one updates socket (each
+    /// a ZeroMQ mailbox and one TCP connection: four descriptors), and its
+    /// SQLite file with its WAL and shared memory while it sends (three);
+    /// beside them the control socket and what libzmq and the process keep.
+    public struct Needs: Sendable, CustomStringConvertible {
+        public var phones: Int
+        public var socketsPerPhone: Int
+        public var sockets: Int
+        public var descriptors: Int
+        public static let descriptorsPerSocket = 2
+        public static let descriptorsPerFile = 3
+        public static let processDescriptors = 64
+
+        public init(phones: Int, settings: EdgeSettings, control: Bool) {
+            self.phones = phones
+            socketsPerPhone = 1 + (Endpoints.list(settings.updates).isEmpty ? 0 : 1)
+            // Twice what is open at once: a socket closed (a phone in a dead
+            // zone, one moving to another broker) keeps its slot until
+            // libzmq's reaper has ended it, and a slot costs a pointer.
+            sockets = 2 * (phones * socketsPerPhone + (control ? 1 : 0)) + 64
+            descriptors = phones * (socketsPerPhone * Needs.descriptorsPerSocket + Needs.descriptorsPerFile) + Needs.processDescriptors
+        }
+
+        public var description: String {
+            "\(phones) phones need \(sockets) ZeroMQ sockets (\(socketsPerPhone) a phone) and about \(descriptors) open files (\(socketsPerPhone * Needs.descriptorsPerSocket + Needs.descriptorsPerFile) a phone)"
+        }
+    }
+
+    /// RLIMIT_NOFILE's soft and hard limits.
+    public static func openFilesLimit() -> (soft: Int, hard: Int) {
+        var files = rlimit()
+        guard getrlimit(Fleet.nofile, &files) == 0 else { return (0, 0) }
+        func n(_ v: rlim_t) -> Int { v > rlim_t(Int.max) ? Int.max : Int(v) }
+        return (n(files.rlim_cur), n(files.rlim_max))
+    }
+
+    #if os(Linux)
+    static let nofile = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+    #else
+    static let nofile = RLIMIT_NOFILE
+    #endif
+
+    /// Makes sure the machine gives what `needs` asks before any phone
+    /// opens: the soft limit on open files raised to what is needed (never
+    /// past the hard one), ZeroMQ's socket limit checked. Throws a message
+    /// naming the limit, the figure needed and how to raise it.
+    public static func reserve(_ needs: Needs) throws(QuadError) {
+        let limit = ZMQContext().socketLimit
+        if needs.sockets > Int(limit) {
+            throw .badRequest("\(needs); libzmq holds at most \(limit) sockets in one context (ZMQ_SOCKET_LIMIT): run fewer phones a process (deploy/campus spreads a campus over several)")
+        }
+        let (soft, hard) = openFilesLimit()
+        guard needs.descriptors <= hard else {
+            throw .badRequest("\(needs), and this process may open at most \(hard) (RLIMIT_NOFILE's hard limit): raise it (as root: ulimit -Hn \(needs.descriptors), or LimitNOFILE= in a unit, nofile in /etc/security/limits.conf) or run fewer phones a process (deploy/campus spreads a campus over several)")
+        }
+        // Up to the hard limit: sockets being closed hold their descriptors
+        // a moment longer than the phones need them.
+        guard soft < hard else { return }
+        var files = rlimit()
+        _ = getrlimit(nofile, &files)
+        files.rlim_cur = files.rlim_max
+        guard setrlimit(nofile, &files) == 0 else {
+            throw .badRequest("\(needs); raising the soft limit on open files from \(soft) to \(hard) failed: \(String(cString: strerror(errno)))")
+        }
+    }
 
     func phone(_ name: String?) throws(QuadError) -> Phone {
         guard let name else {

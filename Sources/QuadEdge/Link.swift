@@ -13,21 +13,23 @@ enum LinkFailure: Error, Equatable {
     case sendFailed(String)
 }
 
-/// A phone's connection to the broker's frontend: one DEALER, requests sent
-/// without waiting and answered through a completion matched by `corr`.
-/// Nothing here blocks; the socket is registered on the edge's one
-/// ``Reactor`` while the radio is on, which calls ``receive()``. A late answer to a request that timed out is dropped,
-/// unless a retry under the same id is waiting for it, which it then answers
-/// (the same id means the same request).
+/// A phone's connection to the brokers: ONE DEALER, to one broker's
+/// frontend at a time, requests sent without waiting and answered through
+/// a completion matched by `corr`. Nothing here blocks; the socket is
+/// registered on the edge's one ``Reactor`` while the radio is on, which
+/// calls ``receive()``. A late answer to a request that timed out is
+/// dropped, unless a retry under the same id is waiting for it, which it
+/// then answers (the same id means the same request).
 ///
-/// `endpoint` may be a comma-separated list, one frontend per broker
-/// (issue 14): one DEALER per frontend, all on the phone's one key pair, a
-/// request sent on the one that answered last (at radio-on, one at random:
-/// phones share the brokers' load). When a frontend's
-/// connection closes (its broker died: a socket monitor on the loop says
-/// so) every request waiting on it is sent again at once on another,
-/// same bytes, same id, under its first deadline; a request that times out
-/// moves the phone to the next frontend for its retry.
+/// `endpoint` may be a comma-separated list, one frontend per broker: the
+/// Freelance pattern. The list is known; the phone talks to one broker
+/// (at radio-on one at random: phones share the brokers' load) and moves
+/// to the next when that one stops answering: a request that times out, or
+/// the phone's live feed going quiet (``move(to:)``, called by the phone).
+/// A move closes the socket, opens one to the next frontend, and sends
+/// every waiting request again on it at once: same bytes, same id, under
+/// its first deadline. A phone's cost stays one socket and one connection
+/// whatever the number of brokers.
 final class Link {
     typealias Completion = (Result<Envelope, LinkFailure>) -> Void
 
@@ -45,20 +47,21 @@ final class Link {
     let source: String
     let reactor: Reactor
     var agenda: Timers { reactor.timers }
-    /// One socket per frontend while the radio is on; empty while it is off.
-    private(set) var sockets: [Socket] = []
-    private var monitors: [SocketMonitor] = []
-    /// The frontend a new request goes to, and those whose connection closed.
+    /// The one socket while the radio is on; nil while it is off.
+    private(set) var socket: Socket?
+    /// The frontend the socket is connected to (an index of ``endpoints``).
     private(set) var current = 0
-    private var closed: Set<Int> = []
-    /// Requests sent again on another frontend.
+    /// Moves to another broker, and the requests sent again because of one.
+    private(set) var moves = 0
     private(set) var failovers = 0
-    var socket: Socket? { sockets.isEmpty ? nil : sockets[current] }
     private var calls: [String: Call] = [:]
     /// The phone's session token, put on every request.
     var token: String?
     /// Called for every answer that arrives, matched or not.
     var onAnswer: () -> Void = {}
+    /// Called after the link moved to another broker (its index), so that
+    /// the phone's live feed follows.
+    var onMove: (Int) -> Void = { _ in }
     private(set) var sent = 0
     static let graceMs: Int64 = 250
     private(set) var answered = 0
@@ -68,7 +71,8 @@ final class Link {
     /// The phone's own CURVE key pair, the same for every radio-on and,
     /// kept in the phone's keychain, across restarts: the broker binds an
     /// anonymous request's idempotency record to it, so a retry after
-    /// airplane mode or a restart must come from the same key.
+    /// airplane mode, a restart or a move to another broker must come from
+    /// the same key.
     let clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?
 
     init(context: ZMQContext, endpoint: String, source: String, reactor: Reactor, serverKey: [UInt8]? = nil,
@@ -92,44 +96,41 @@ final class Link {
         return (try? Curve.keyPair()).map { (Curve.decode($0.publicKey)!, Curve.decode($0.secretKey)!) }
     }
 
-    var isUp: Bool { !sockets.isEmpty }
+    var isUp: Bool { socket != nil }
     var inFlight: Int { calls.count }
 
-    /// Opens the socket (the radio is on).
-    func up() throws {
-        guard sockets.isEmpty else { return }
-        var made: [Socket] = []
-        var watching: [SocketMonitor] = []
-        let tag = "link-\(UInt64.random(in: 0...UInt64.max))"
-        for (i, endpoint) in endpoints.enumerated() {
-            let s = try socket(to: endpoint)
-            made.append(s)
-            if endpoints.count > 1 { watching.append(try SocketMonitor(s, name: "\(tag)-\(i)", connections: true)) }
-        }
-        sockets = made
-        monitors = watching
-        closed = []
+    /// Opens the socket (the radio is on), to a broker chosen at random.
+    func up() throws(ZMQError) {
+        guard socket == nil else { return }
         // Phones share the brokers' load: each starts on one at random.
-        current = made.count > 1 ? Int.random(in: 0..<made.count) : 0
-        for s in made { reactor.register(s) { [unowned self] s in self.receive(s) } }
-        for m in watching { reactor.register(m.socket) { [unowned self] _ in self.readMonitors() } }
+        try open(endpoints.count > 1 ? Int.random(in: 0..<endpoints.count) : 0)
     }
 
-    func socket(to endpoint: String) throws -> Socket {
+    private func open(_ index: Int) throws(ZMQError) {
         let s = try context.socket(.dealer)
+        // An error leaves `s` to close as it is released.
         try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
         try s.setSendHWM(200)
         // A handshake the broker holds back (too many new connections from
         // this address) is given up and tried again after 5 s, not 30.
         try s.setHandshakeInterval(5000)
         try Link.secure(s, serverKey: serverKey, clientKeys: clientKeys)
-        try s.connect(endpoint)
-        return s
+        try s.connect(endpoints[index])
+        socket = s
+        current = index
+        reactor.register(s) { [unowned self] s in self.receive(s) }
+    }
+
+    private func close() {
+        guard let s = socket else { return }
+        reactor.unregister(s)
+        // The last reference: the socket closes (linger 0) as it goes.
+        socket = nil
     }
 
     /// CURVE toward the broker with the phone's key pair (an ephemeral one
     /// without it); nothing without the broker's key.
-    static func secure(_ s: Socket, serverKey: [UInt8]?, clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?) throws {
+    static func secure(_ s: Socket, serverKey: [UInt8]?, clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?) throws(ZMQError) {
         guard let serverKey else { return }
         if let keys = clientKeys {
             try s.setCurveClient(serverKey: serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)
@@ -138,46 +139,31 @@ final class Link {
         }
     }
 
-    /// Takes the monitors' news; a frontend that closed hands its waiting
-    /// requests to another.
-    func readMonitors() {
-        for (i, m) in monitors.enumerated() {
-            while let event = m.next() {
-                switch event.kind {
-                case .succeeded: closed.remove(i)
-                case .disconnected:
-                    closed.insert(i)
-                    if current == i { current = nextOpen(after: i) }
-                    for (id, call) in calls where call.via == i { resend(id, call) }
-                default: break
-                }
-            }
+    /// Moves to frontend `index` (the next one when nil): the socket is
+    /// closed (an answer on its way from the broker left is lost, and the
+    /// request it answers is sent again), one is opened to the other
+    /// frontend, and every waiting request goes again on it. A link with
+    /// one frontend, or whose radio is off, stays where it is.
+    func move(to index: Int? = nil) throws(ZMQError) {
+        guard socket != nil, endpoints.count > 1 else { return }
+        let target = index ?? (current + 1) % endpoints.count
+        guard target != current else { return }
+        close()
+        try open(target)
+        moves += 1
+        for (id, var call) in calls {
+            call.via = target
+            try? socket?.send(call.frames, dontWait: true)
+            calls[id] = call
+            failovers += 1
         }
-    }
-
-    /// The first frontend after `i` whose connection is not known closed
-    /// (`i` itself when all are).
-    func nextOpen(after i: Int) -> Int {
-        (1...sockets.count).map { (i + $0) % sockets.count }.first { !closed.contains($0) } ?? i
-    }
-
-    func resend(_ id: String, _ call: Call) {
-        let target = nextOpen(after: call.via)
-        guard target != call.via else { return }
-        var call = call
-        call.via = target
-        try? sockets[target].send(call.frames, dontWait: true)
-        calls[id] = call
-        failovers += 1
+        onMove(target)
     }
 
     /// Closes the socket (the radio is off): what was queued in it is
     /// dropped, and every waiting request fails as offline.
     func down() {
-        for s in sockets { reactor.unregister(s) }
-        for m in monitors { reactor.unregister(m.socket) }
-        sockets = []
-        monitors = []
+        close()
         let waiting = calls
         calls = [:]
         for (_, call) in waiting {
@@ -186,6 +172,10 @@ final class Link {
         }
     }
 
+    /// Called when the link cannot open a socket after a move: the phone
+    /// ends its day with the reason.
+    var onSocketError: (any Error) -> Void = { _ in }
+
     /// Sends `request` and calls `completion` once: with the answer, or with
     /// the failure. The completion never runs inside this call.
     func send(_ request: Envelope, timeoutMs: Int64, completion: @escaping Completion) {
@@ -193,11 +183,10 @@ final class Link {
         request.src = source
         request.token = token
         request.deadline = timeoutMs
-        guard !sockets.isEmpty else {
+        guard let socket else {
             agenda.after(0) { completion(.failure(.offline)) }
             return
         }
-        let via = closed.contains(current) ? nextOpen(after: current) : current
         if let earlier = calls.removeValue(forKey: request.id) {
             // A retry replaces a call still waiting under the same id.
             agenda.cancel(earlier.timer)
@@ -205,7 +194,7 @@ final class Link {
         }
         let frames = Majordomo.request(request)
         do {
-            try sockets[via].send(frames, dontWait: true)
+            try socket.send(frames, dontWait: true)
         } catch {
             agenda.after(0) { completion(.failure(.sendFailed("\(error)"))) }
             return
@@ -217,22 +206,23 @@ final class Link {
         // is busy) rather than as a timeout (the network does not answer).
         let timer = agenda.after(timeoutMs + Link.graceMs) { [weak self] in
             guard let self, let call = self.calls.removeValue(forKey: id) else { return }
-            // That frontend did not answer: the retry goes to the next.
-            if self.sockets.count > 1 && call.via == self.current { self.current = (self.current + 1) % self.sockets.count }
+            // That broker did not answer: the retry goes to the next.
+            if call.via == self.current {
+                do { try self.move() } catch { self.onSocketError(error) }
+            }
             call.completion(.failure(.timeout))
         }
-        calls[id] = Call(timer: timer, completion: completion, frames: frames, via: via)
+        calls[id] = Call(timer: timer, completion: completion, frames: frames, via: current)
     }
 
-    /// Reads every answer waiting on `socket`, one of the frontends'.
+    /// Reads every answer waiting on `socket`.
     func receive(_ socket: Socket) {
-        while sockets.contains(where: { $0 === socket }), let frames = try? socket.receive(dontWait: true) {
+        while self.socket === socket, let frames = try? socket.receive(dontWait: true) {
             guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max) else { continue }
             answered += 1
             onAnswer()
             guard let corr = reply.corr, let call = calls.removeValue(forKey: corr) else { continue }
             agenda.cancel(call.timer)
-            if let i = sockets.firstIndex(where: { $0 === socket }) { current = i }
             call.completion(.success(reply))
         }
     }

@@ -2,21 +2,28 @@ import QuadMessaging
 import QuadRuntime
 import QuadWire
 
-/// What a phone hears without asking: one XSUB per broker's updates socket
-/// (CURVE with the phone's own key pair, as its requests), subscribed to
-/// the broker's heartbeat, to every lot's levels, to the products the
-/// student is looking at, and to the student's own news (`user/<token>`,
-/// which only the broker can turn into that user's topic). Each socket
-/// sends the subscriptions again after a reconnect. The feed is live while
-/// something (a heartbeat at least, every second) arrived within
-/// ``quietMs``; a phone whose feed is not live polls instead.
+/// What a phone hears without asking: ONE XSUB, to the updates socket of
+/// the broker its requests go to (CURVE with the phone's own key pair, as
+/// its requests), subscribed to the broker's heartbeat, to every lot's
+/// levels, to the products the student is looking at, and to the student's
+/// own news (`user/<token>`, which only the broker can turn into that
+/// user's topic). The socket sends the subscriptions again after a
+/// reconnect, and the feed follows the phone's link when it moves to
+/// another broker (``move(to:)``). The feed is live while something (a
+/// heartbeat at least, every second) arrived within ``quietMs``; a phone
+/// whose feed is not live polls instead, and one whose feed stays quiet
+/// for ``moveAfterQuietMs`` moves to the next broker (Phone.liveTick).
 final class LiveFeed {
     let context: ZMQContext
     let endpoints: [String]
     let reactor: Reactor
     let serverKey: [UInt8]?
     let clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?
-    private(set) var sockets: [Socket] = []
+    private(set) var socket: Socket?
+    /// The updates socket listened to (an index of ``endpoints``).
+    private(set) var current = 0
+    /// When the socket was opened (monotonic ms).
+    private(set) var openedMs: Int64 = 0
     /// The public topics subscribed to, in the order they were added.
     private(set) var topics: [String] = ["pub/hb", "pub/reservations.level.changed/"]
     /// The products watched, most recent last (at most ``maxProducts``).
@@ -32,6 +39,9 @@ final class LiveFeed {
     var onEvent: (Envelope) -> Void = { _ in }
 
     static let quietMs: Int64 = 3_000
+    /// A feed silent this long (no heartbeat: the broker is gone or cut
+    /// off) moves the phone to the next broker.
+    static let moveAfterQuietMs: Int64 = 6_000
     /// How often a live feed sends its news subscription again.
     static let renewNewsMs: Int64 = 30_000
     static let maxProducts = 16
@@ -46,33 +56,49 @@ final class LiveFeed {
         self.clientKeys = clientKeys
     }
 
-    var isUp: Bool { !sockets.isEmpty }
+    var isUp: Bool { socket != nil }
     /// Heard from within ``quietMs``: updates arrive; no need to poll.
     var isLive: Bool { isUp && lastHeardMs.map { Clock.monotonicMillis() - $0 < LiveFeed.quietMs } ?? false }
+    /// Nothing heard for ``moveAfterQuietMs`` since the socket opened or
+    /// last heard something.
+    var isSilent: Bool { isUp && Clock.monotonicMillis() - max(openedMs, lastHeardMs ?? 0) >= LiveFeed.moveAfterQuietMs }
 
-    /// Opens a socket per broker (the radio is on) and subscribes.
-    func up() throws {
-        guard sockets.isEmpty, !endpoints.isEmpty else { return }
-        for endpoint in endpoints {
-            let s = try context.socket(.xsub)
-            try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
-            // A peer gone without a word (a cut cable, a firewall) is found
-            // by ZMTP's heartbeats and dialed again.
-            try s.setHeartbeat(intervalMs: 2_000, timeoutMs: 6_000)
-            try Link.secure(s, serverKey: serverKey, clientKeys: clientKeys)
-            try s.connect(endpoint)
-            sockets.append(s)
-            reactor.register(s) { [unowned self] s in self.receive(s) }
-        }
+    /// Opens the socket (the radio is on) to broker `index`'s updates
+    /// socket (the phone's link's broker), and subscribes.
+    func up(at index: Int) throws(ZMQError) {
+        guard socket == nil, !endpoints.isEmpty else { return }
+        let target = index % endpoints.count
+        let s = try context.socket(.xsub)
+        try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
+        // A peer gone without a word (a cut cable, a firewall) is found
+        // by ZMTP's heartbeats and dialed again.
+        try s.setHeartbeat(intervalMs: 2_000, timeoutMs: 6_000)
+        try Link.secure(s, serverKey: serverKey, clientKeys: clientKeys)
+        try s.connect(endpoints[target])
+        socket = s
+        current = target
+        openedMs = Clock.monotonicMillis()
+        reactor.register(s) { [unowned self] s in self.receive(s) }
         for t in topics + products.flatMap(LiveFeed.productTopics) { send(1, t) }
         if let newsToken { send(1, "user/" + newsToken) }
     }
 
-    /// Closes the sockets (the radio is off).
+    /// Counts the silence again from now (nothing to move to).
+    func heardNothing() { openedMs = Clock.monotonicMillis() }
+
+    /// Closes the socket (the radio is off).
     func down() {
-        for s in sockets { reactor.unregister(s) }
-        sockets = []
+        if let socket { reactor.unregister(socket) }
+        socket = nil
         lastHeardMs = nil
+    }
+
+    /// Listens to broker `index`'s updates socket instead (the phone's
+    /// link moved there); the subscriptions go with it.
+    func move(to index: Int) throws(ZMQError) {
+        guard socket != nil, endpoints.count > 1, index % endpoints.count != current else { return }
+        down()
+        try up(at: index)
     }
 
     static func productTopics(_ id: String) -> [String] { productTypes.map { "pub/\($0)/\(id)" } }
@@ -106,12 +132,12 @@ final class LiveFeed {
     }
 
     func send(_ verb: UInt8, _ topic: String) {
-        for s in sockets { try? s.send([[verb] + Array(topic.utf8)], dontWait: true) }
+        try? socket?.send([[verb] + Array(topic.utf8)], dontWait: true)
     }
 
     /// Reads what arrived on `socket`: an event envelope after its topic.
     func receive(_ socket: Socket) {
-        while sockets.contains(where: { $0 === socket }), let frames = try? socket.receive(dontWait: true) {
+        while self.socket === socket, let frames = try? socket.receive(dontWait: true) {
             guard frames.count == 2, let event = try? Envelope.decode(frames[1], maxBytes: .max), event.kind == .event else { continue }
             lastHeardMs = Clock.monotonicMillis()
             guard event.type != "broker.heartbeat" else { continue }
@@ -218,6 +244,14 @@ extension Phone {
     /// looks at every 5 s (the seed's live map); a feed that comes back
     /// after a silence is caught up with a snapshot of what it missed.
     func liveTick() {
+        // Nothing heard, not even the broker's heartbeat: that broker is
+        // gone or cut off; the link and the feed move to the next one.
+        if let live, radioOn, live.isSilent {
+            do { try link.move() } catch { socketFailed(error, what: "its request socket") }
+            // With nowhere else to go, the feed waits on (it dials again by
+            // itself); the silence is counted again from now either way.
+            live.heardNothing()
+        }
         guard let live, isOnline else { liveWasQuiet = true; return }
         if live.isLive, now - lastNewsRenewMs >= LiveFeed.renewNewsMs {
             lastNewsRenewMs = now

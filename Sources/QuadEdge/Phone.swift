@@ -189,6 +189,14 @@ final class Phone {
     /// A `*.news` event for this phone's user, as the feed heard it.
     var onNews: (Phone, Envelope) -> Void = { _, _ in }
     var onDrained: (Phone) -> Void = { _ in }
+    /// A socket the phone needs could not be opened (descriptors, the
+    /// context's socket limit): the process cannot run its day as asked,
+    /// and ends it with the reason (Fleet).
+    var onFatal: (String) -> Void = { reason in Log.error("edge", reason) }
+
+    func socketFailed(_ error: any Error, what: String) {
+        onFatal("phone \(name) cannot open \(what): \(error)")
+    }
 
     /// Opens the phone in `path`, its keychain beside it. `students`
     /// remember the passwords (by default beside the folder of `path`).
@@ -223,6 +231,11 @@ final class Phone {
             leaveSignInMessage(unreadable.message)
         }
         link.onAnswer = { [unowned self] in self.heard() }
+        // The feed follows the link to the broker it moved to.
+        link.onMove = { [unowned self] index in
+            do { try self.live?.move(to: index) } catch { self.socketFailed(error, what: "its updates socket") }
+        }
+        link.onSocketError = { [unowned self] in self.socketFailed($0, what: "its request socket") }
         if live != nil { liveTimer = agenda.every(1000) { [weak self] in self?.liveTick() } }
     }
 
@@ -575,8 +588,8 @@ final class Phone {
 
     func applyRadio() {
         if radioOn {
-            do { try link.up() } catch { Log.error("edge/\(name)", "cannot open socket: \(error)") }
-            do { try live?.up() } catch { Log.error("edge/\(name)", "cannot open the updates sockets: \(error)") }
+            do { try link.up() } catch { socketFailed(error, what: "its request socket") }
+            do { try live?.up(at: link.current) } catch { socketFailed(error, what: "its updates socket") }
             // Assume the network is there until a request says otherwise.
             reachable = true
         } else {

@@ -117,7 +117,7 @@ enum Report {
             ],
         ]
         f["live"] = Report.live(fleet.phones)
-        f["histograms"] = Report.histograms(fleet.phones, drains: drains, drainsWithoutSession: drainsWithoutSession)
+        f["histograms"] = Report.histograms(fleet.phones, drains: drains, drainsWithoutSession: drainsWithoutSession, signIn: day?.signInTimes ?? [])
         // The drivers' answers (DriverInsights.swift): how often the view
         // showed them, from where, and how many the last one showed.
         let insights = readsByView["insights"] ?? [:]
@@ -149,7 +149,9 @@ enum Report {
                 "listings": day.listings.json,
             ]
             f["sign_in_before_day"] = day.options.signInFirst
-                ? ["ms": day.signInMs.map { .int($0) } ?? .null, "phones_with_session": .int(Int64(day.signedInBeforeDay))] : .null
+                ? ["ms": day.signInMs.map { .int($0) } ?? .null, "phones_with_session": .int(Int64(day.signedInBeforeDay)),
+                   "p50_ms": pct(0.5, day.signInTimes.sorted()), "p95_ms": pct(0.95, day.signInTimes.sorted()),
+                   "rate_limited": .int(Int64(day.signInRateLimited)), "failed_tries": .int(Int64(day.signInFailures))] : .null
         }
         return .object(f)
     }
@@ -172,8 +174,10 @@ enum Report {
     static func live(_ phones: [Phone]) -> JSON {
         var latencies: [Int64] = []
         var s = Phone.LiveStats()
-        var received = 0, feeds = 0, liveNow = 0
+        var received = 0, feeds = 0, liveNow = 0, moves = 0, resent = 0
         for p in phones {
+            moves += p.link.moves
+            resent += p.link.failovers
             guard let feed = p.live else { continue }
             feeds += 1
             if feed.isLive { liveNow += 1 }
@@ -192,6 +196,7 @@ enum Report {
             "polls": .int(Int64(s.polls)), "catch_ups": .int(Int64(s.catchUps)),
             "news": ["received": .int(Int64(s.news)), "for_another_user": .int(Int64(s.newsForOthers)),
                      "latency_ms": ["p50": pct(0.5, of: newsLatencies), "p95": pct(0.95, of: newsLatencies)]],
+            "broker_moves": .int(Int64(moves)), "resent_after_move": .int(Int64(resent)),
         ]
     }
 
@@ -238,7 +243,10 @@ enum Report {
             lines.append("Refused at once (online only, kept as drafts): " + refused.map { "\($0.key) \($0.value.int ?? 0)" }.sorted().joined(separator: ", "))
         }
         if let signIn = r["sign_in_before_day"], let ms = signIn["ms"]?.int {
-            lines.append("Before the day: \(signIn["phones_with_session"]?.int ?? 0) of \(phones) phones signed in, in \(ms) ms.")
+            var line = "Before the day: \(signIn["phones_with_session"]?.int ?? 0) of \(phones) phones signed in, in \(ms) ms"
+            if let p50 = signIn["p50_ms"]?.int, let p95 = signIn["p95_ms"]?.int { line += " (a phone's sign-in: median \(p50) ms, p95 \(p95) ms)" }
+            line += "; \(signIn["rate_limited"]?.int ?? 0) told to wait (429)."
+            lines.append(line)
         }
         let q = r["max_queue"] ?? [:]
         lines.append("Longest outbox: \(q["phone"]?.int ?? 0) actions on one phone, \(q["all_phones"]?.int ?? 0) on all phones at once.")

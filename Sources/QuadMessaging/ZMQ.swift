@@ -33,6 +33,20 @@ public final class ZMQContext: @unchecked Sendable {
 
     deinit { zmq_ctx_term(handle) }
 
+    /// The most sockets this context may hold (`ZMQ_MAX_SOCKETS`, 1,023 by
+    /// default). Set before the first socket is made; libzmq refuses more
+    /// than ``socketLimit``.
+    public var maxSockets: Int32 {
+        get { zmq_ctx_get(handle, ZMQ_MAX_SOCKETS) }
+    }
+
+    public func setMaxSockets(_ n: Int32) throws(ZMQError) {
+        guard zmq_ctx_set(handle, ZMQ_MAX_SOCKETS, n) == 0 else { throw ZMQError("zmq_ctx_set(ZMQ_MAX_SOCKETS, \(n))") }
+    }
+
+    /// The largest ``maxSockets`` libzmq accepts (`ZMQ_SOCKET_LIMIT`).
+    public var socketLimit: Int32 { zmq_ctx_get(handle, ZMQ_SOCKET_LIMIT) }
+
     public func socket(_ type: SocketType) throws(ZMQError) -> Socket {
         try Socket(context: self, type: type)
     }

@@ -37,11 +37,11 @@ flags.option("frontend", "broker endpoint for requests", default: defaults.front
 flags.option("updates", "the brokers' updates sockets (comma-separated) the phones subscribe to for live updates and their news; auto: beside each frontend (its port + 9); off: none, the phones poll (env QUAD_UPDATES)",
              default: env["QUAD_UPDATES"].flatMap { $0.isEmpty ? nil : $0 } ?? "auto")
 flags.option("broker-key", "the broker's CURVE public key (Z85, @FILE or off); default QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE, or $QUAD_HOME/keys/broker.pub")
-flags.option("phones", "how many phones this process runs", default: "1")
+flags.option("phones", "how many phones this process runs (1,000 a process is what the project measures; more where the machine's limits allow, checked at start; deploy/campus runs more over several processes)", default: "1")
 flags.option("prefix", "phone names are PREFIX-001, PREFIX-002, ...", default: "phone")
 flags.option("dir", "folder of the phones' files", default: (env["QUAD_HOME"].map { $0 + "/phones" } ?? "./phones"))
-flags.option("control", "control socket (ROUTER) for the harness and quadctl phone, or 'none'",
-             default: env["QUAD_EDGE_CONTROL"] ?? "tcp://127.0.0.1:7709")
+flags.option("control", "control socket (ROUTER) for the harness and quadctl phone, or 'none'; default QUAD_EDGE_CONTROL (deploy/stack env sets it: port base + 88)",
+             default: env["QUAD_EDGE_CONTROL"].flatMap { $0.isEmpty ? nil : $0 } ?? "tcp://127.0.0.1:7788")
 flags.option("control-bind-wait-ms", "how long to keep trying to bind --control when it is taken (a killed process's endpoint, control_bind_wait_ms)", default: "5000")
 flags.option("action-timeout-ms", "how long each attempt of an action waits for an answer", default: "2500")
 flags.option("read-timeout-ms", "how long a view waits for the network before its saved copy", default: "1500")
@@ -122,8 +122,10 @@ settings.images.memoryBytes = positive("image-memory-bytes", 0...(1 << 30))
 settings.images.maxImageBytes = positive("max-image-bytes", 1...(64 << 20))
 settings.images.timeoutMs = Int64(positive("image-timeout-ms", 50...600_000))
 EdgeSettings.imageFetchWindow = positive("image-fetch-window", 1...64)
-// One ZeroMQ context holds at most 1023 sockets (ZMQ_MAX_SOCKETS): one per phone, plus control.
-let count = positive("phones", 1...1000)
+// A phone takes two ZeroMQ sockets (requests, live updates: to one broker at
+// a time) and about seven open files; the context is sized from --phones and
+// the limits are checked before any phone opens (Fleet.Needs).
+let count = positive("phones", 1...100_000)
 let seed = positive("seed", 0...Int(Int32.max))
 let control = flags["control"] == "none" ? nil : flags["control"]
 
@@ -161,17 +163,13 @@ if command == "run" {
     day = CampusDay(options: options)
 }
 
-// Each phone holds a socket and a SQLite file (three descriptors with WAL):
-// raise the soft limit on open files to the hard one.
-#if os(Linux)
-let openFiles = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
-#else
-let openFiles = RLIMIT_NOFILE
-#endif
-var files = rlimit()
-if getrlimit(openFiles, &files) == 0 && files.rlim_cur < files.rlim_max {
-    files.rlim_cur = files.rlim_max
-    setrlimit(openFiles, &files)
+// What the phones need of the machine (ZeroMQ sockets, open files), known
+// before the first opens: the soft limit on open files is raised to it, and
+// a process the machine cannot give it to does not start.
+let needs = Fleet.Needs(phones: count, settings: settings, control: control != nil)
+do throws(QuadError) { try Fleet.reserve(needs) } catch {
+    FileHandle.standardError.write(Data("quad-edge: cannot start: \(error.message)\n".utf8))
+    exit(1)
 }
 
 do {

@@ -30,7 +30,7 @@ enum PhoneCommand {
     static func run(_ arguments: [String]) -> Never {
         var flags = Flags(program: "quadctl phone", summary: summary)
         flags.option("control", "quad-edge's control socket (env QUAD_EDGE_CONTROL)",
-                     default: ProcessInfo.processInfo.environment["QUAD_EDGE_CONTROL"] ?? "tcp://127.0.0.1:7709")
+                     default: ProcessInfo.processInfo.environment["QUAD_EDGE_CONTROL"].flatMap { $0.isEmpty ? nil : $0 } ?? "tcp://127.0.0.1:7788")
         flags.option("timeout", "milliseconds to wait for the answer (wait: for the drain)", default: "5000")
         flags.flag("telemetry", "with wait: also wait for the telemetry queues")
         flags.flag("json", "print the control socket's answer as JSON")

@@ -6,8 +6,11 @@ import QuadWire
 import Testing
 @testable import QuadEdge
 
-/// A phone's link to two brokers, both serving (issue 14): real brokers and
-/// a real worker as processes, the link on a loop the test turns.
+/// A phone's link to two brokers, both serving: real brokers and a real
+/// worker as processes, the link on a loop the test turns. The link holds
+/// one socket, to one broker at a time (Freelance): the broker it talks to
+/// dies, the request waiting on it times out, and the link moves to the
+/// other and sends it again there under the same id.
 @Suite("Phone link to two brokers", .serialized)
 struct LinkTierTests {
     @Test func aPhoneWhoseBrokerIsKilledIsAnsweredByTheOtherUnderTheSameIDs() throws {
@@ -20,8 +23,8 @@ struct LinkTierTests {
                         serverKey: stack.brokerKey)
         try link.up()
         // One action at a time, as a phone's outbox drains: a timeout is
-        // sent again under the same id; ten seconds an attempt, so a
-        // failover found by waiting it out would show.
+        // sent again under the same id, on the other broker; an attempt
+        // waits one second.
         let total = 200
         var acknowledged: [String] = []
         var slowest: Int64 = 0
@@ -32,7 +35,7 @@ struct LinkTierTests {
             let request = pending?.0 ?? Envelope.request("tally.add", body: ["key": "link", "n": 1])
             let started = pending?.1 ?? Clock.monotonicMillis()
             pending = (request, started)
-            link.send(request, timeoutMs: 10_000) { result in
+            link.send(request, timeoutMs: 1_000) { result in
                 switch result {
                 case .success(let reply) where reply.quadError == nil:
                     acknowledged.append(request.id)
@@ -55,11 +58,13 @@ struct LinkTierTests {
         stack.kill(TestStack.brokerName(used))
         let atKill = acknowledged.count
         turn(until: { acknowledged.count >= total })
-        print("phone link: broker killed after \(atKill) of \(total); slowest \(slowest) ms; \(link.failovers) failovers; \(timeouts) timeouts")
+        print("phone link: broker killed after \(atKill) of \(total); slowest \(slowest) ms; \(link.moves) moves; \(timeouts) timeouts")
         #expect(atKill < total)
         #expect(acknowledged.count == total)
-        #expect(slowest < 2000, "slowest action took \(slowest) ms")
+        #expect(link.moves >= 1)
         #expect(link.current == 1 - used)
+        // One socket whatever the number of brokers.
+        #expect(link.isUp && link.endpoints.count == 2)
 
         let state = try stack.client(broker: 1 - used).request("tally.get", ["key": "link"], timeoutMs: 5000)
         let applied = state["applied"]?.array?.compactMap(\.string) ?? []

@@ -12,8 +12,9 @@
 #   4. (root, with ip and PostgreSQL) up --hosts: two brokers by default, on
 #      hosts broker and broker-2, every worker registered with both,
 #      PostgreSQL under supervisord on host pg, the kill of broker 2 under load.
-# Runs on its own QUAD_HOME and ports (from QUAD_TEST_PORT_BASE, default
-# 47300). QUAD_BUILD_DIR and QUAD_BIN_DIR are passed on to deploy/stack.
+# Runs on its own QUAD_HOME and ports (the first port base with every port
+# free from QUAD_TEST_PORT_BASE, default 20400). QUAD_BUILD_DIR and QUAD_BIN_DIR
+# are passed on to deploy/stack.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -32,7 +33,7 @@ ok() { printf 'test_brokers: ok   %s (%ss)\n' "$*" "$SECONDS"; }
 command -v supervisord >/dev/null || fail "supervisord is not installed (deploy/lib.sh quad_install_deps installs the supervisor package)"
 
 QUAD_HOME=$(mktemp -d /tmp/quad-brokers-e2e.XXXXXX)
-QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-47300}" 20 11) || fail "no eleven free ports"
+QUAD_PORT_BASE=$(quad_free_port_base "${QUAD_TEST_PORT_BASE:-20400}") || fail "no port base with every port free from ${QUAD_TEST_PORT_BASE:-20400}"
 export QUAD_HOME QUAD_PORT_BASE
 # Many requests from one address and key: no rate limit here.
 export QUAD_RATE_PER_SECOND=0 QUAD_ADDRESS_RATE_PER_SECOND=0

@@ -54,11 +54,14 @@ python3 -c 'import zmq' 2>/dev/null || fail "python3 zmq (pyzmq) is missing: dep
 QUAD_HOME=$(mktemp -d /tmp/quad-chaos-e2e.XXXXXX)
 chmod 755 "$QUAD_HOME"  # PostgreSQL (user postgres) keeps its data in it
 export QUAD_HOME
-# QUAD_TEST_PORT_BASE and QUAD_TEST_HOSTS_NET: a port base and a hosts net of
-# its own, for a machine where others run the test at the same time.
-export QUAD_PORT_BASE=${QUAD_TEST_PORT_BASE:-7700} QUAD_RESTART_DELAY=1
-unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_HOSTS_NET
-[[ -n ${QUAD_TEST_HOSTS_NET:-} ]] && export QUAD_HOSTS_NET=$QUAD_TEST_HOSTS_NET
+# A port base and a hosts net of its own, never the defaults a stack of the
+# machine may hold: the first port base from QUAD_TEST_PORT_BASE (default
+# 21700) whose every port is free, and QUAD_TEST_HOSTS_NET or the first free
+# net 10.77.K.0/24.
+QUAD_PORT_BASE=$(quad_free_port_base "${QUAD_TEST_PORT_BASE:-21700}") || fail "no port base with every port free from ${QUAD_TEST_PORT_BASE:-21700}"
+QUAD_HOSTS_NET=${QUAD_TEST_HOSTS_NET:-$(quad_free_hosts_net)} || fail "no free net 10.77.K.0/24 for --hosts"
+export QUAD_PORT_BASE QUAD_HOSTS_NET QUAD_RESTART_DELAY=1
+unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_METRICS_BASE QUAD_EDGE_CONTROL
 for v in $(compgen -v | grep -E "^QUAD_[A-Z_]+_DB$"); do unset "$v"; done  # every service's store
 PREFIX=""
 

@@ -25,11 +25,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "deploy"))
+import quadclient  # noqa: E402
 CHAOS = os.path.join(ROOT, "deploy", "chaos")
 SWITCH = b"QUAD_FAULT_SKIP_IDEMPOTENCY"
 
@@ -94,6 +97,12 @@ def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(bro
     # orders workers log. test_chaos.sh and test_chaos.py check the ledger
     # with the edits on.
     env = dict(broken_bin["env"], QUAD_BIN_DIR=broken_bin["bin"], QUAD_FAULT_SKIP_IDEMPOTENCY="1", QUAD_CART_EDITS="off")
+    # A port base and a hosts net of its own, never the defaults a stack of
+    # the machine may hold.
+    for k in ("QUAD_METRICS_BASE", "QUAD_EDGE_CONTROL"):
+        env.pop(k, None)
+    env["QUAD_PORT_BASE"] = str(quadclient.free_port_base(int(os.environ.get("QUAD_TEST_PORT_BASE", "22700"))))
+    env["QUAD_HOSTS_NET"] = str(quadclient.free_hosts_net())
     # Dense faults: phones cut off from the broker every 12 s (a request in
     # flight, or sent into the cut, reaches orders and is retried), a
     # service cut off or killed in between.

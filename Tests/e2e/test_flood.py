@@ -5,7 +5,7 @@ and the student keeps getting answers. The latency figures are printed, not
 judged: speed belongs to the benchmark (deploy/flood --seconds 60 prints the
 p99 against its 1 s goal).
 
-Environment: QUAD_FLOOD_PORT_BASE (default 18900), QUAD_FLOOD_SECONDS
+Environment: QUAD_FLOOD_PORT_BASE (where the search for a free port base starts, default 18900), QUAD_FLOOD_SECONDS
 (default 30), QUAD_STACK_TIMEOUT (seconds for deploy/stack up, default 300).
 """
 
@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "deploy"))
 import quadclient  # noqa: E402
 
-PORT_BASE = int(os.environ.get("QUAD_FLOOD_PORT_BASE", "18900"))
+# The first free port base from QUAD_FLOOD_PORT_BASE (where the search for a free port base starts, default 18900): every port
+# of the stack free, so a stack of the machine on its own ports is left alone.
+PORT_BASE = quadclient.free_port_base(int(os.environ.get("QUAD_FLOOD_PORT_BASE", "18900")))
 SECONDS = float(os.environ.get("QUAD_FLOOD_SECONDS", "30"))
 STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
 

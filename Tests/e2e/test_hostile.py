@@ -9,7 +9,7 @@ workers down, fresh connections and made-up `src` as new rate budgets, logins
 guessed without limit, tokens that could not end, a published admin password,
 telemetry attributed from the body, pids shown to strangers.
 
-Environment: QUAD_HOSTILE_PORT_BASE (default 18800), QUAD_STACK_TIMEOUT
+Environment: QUAD_HOSTILE_PORT_BASE (where the search for a free port base starts, default 18800), QUAD_STACK_TIMEOUT
 (seconds for deploy/stack up, default 300). deploy/stack sees the rest of the
 environment (QUAD_BUILD_DIR, QUAD_BIN_DIR).
 """
@@ -33,7 +33,9 @@ sys.path.insert(0, str(ROOT / "deploy"))
 import quadclient  # noqa: E402
 from quadclient import body_of, error_code  # noqa: E402
 
-PORT_BASE = int(os.environ.get("QUAD_HOSTILE_PORT_BASE", "18800"))
+# The first free port base from QUAD_HOSTILE_PORT_BASE (default 18800): every port
+# of the stack free, so a stack of the machine on its own ports is left alone.
+PORT_BASE = quadclient.free_port_base(int(os.environ.get("QUAD_HOSTILE_PORT_BASE", "18800")))
 STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
 ADMIN = "admin@quad.campus"
 

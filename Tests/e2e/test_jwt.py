@@ -12,7 +12,7 @@ Every test here fails on the code before JWTs: tokens were
 base64url(payload).base64url(signature) with times in ms, and there was no
 accounts.jwks.
 
-Environment: QUAD_JWT_PORT_BASE (default 26500), QUAD_STACK_TIMEOUT
+Environment: QUAD_JWT_PORT_BASE (where the search for a free port base starts, default 26500), QUAD_STACK_TIMEOUT
 (seconds for deploy/stack up, default 300). Needs `pip install pyjwt
 cryptography` (deploy/test installs them).
 """
@@ -37,7 +37,9 @@ sys.path.insert(0, str(ROOT / "deploy"))
 import quadclient  # noqa: E402
 from quadclient import body_of, error_code  # noqa: E402
 
-PORT_BASE = int(os.environ.get("QUAD_JWT_PORT_BASE", "26500"))
+# The first free port base from QUAD_JWT_PORT_BASE (default 26500): every port
+# of the stack free, so a stack of the machine on its own ports is left alone.
+PORT_BASE = quadclient.free_port_base(int(os.environ.get("QUAD_JWT_PORT_BASE", "26500")))
 STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
 
 

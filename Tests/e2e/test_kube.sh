@@ -72,6 +72,11 @@ problems=$(PYTHONPATH="$ROOT/deploy" python3 -m quaddeploy.services check-manife
 ok "deploy/k8s runs every service of deploy/services"
 
 step="deploy/kube up"
+# On a port base whose every port is free (from QUAD_KUBE_PORT_BASE, default
+# 26000): a stack of the machine on its own ports is left alone. The
+# manifests above are the checked-in ones, of the default base.
+BASE=$(quad_free_port_base "$BASE") || fail "no free port base from $BASE"
+export QUAD_KUBE_PORT_BASE=$BASE
 QUAD_HEALTH_TIMEOUT=${QUAD_HEALTH_TIMEOUT:-240} "$ROOT/deploy/kube" up || fail "deploy/kube up exited $?"
 eval "$("$ROOT/deploy/kube" env)" || fail "deploy/kube env failed"
 [[ $QUAD_FRONTEND == "tcp://127.0.0.1:$BASE,tcp://127.0.0.1:$((BASE + 10))" ]] || fail "deploy/kube env gave QUAD_FRONTEND=$QUAD_FRONTEND"

@@ -11,7 +11,7 @@ no CURVE setting of its own: its sockets are made from a pyzmq Context whose
 default socket options carry the broker's public key and a client key pair,
 so the client speaks CURVE like any phone and no QUAD_CURVE=off is needed.
 
-Environment: QUAD_MAJORDOMO_PORT_BASE (default 19000), QUAD_STACK_TIMEOUT
+Environment: QUAD_MAJORDOMO_PORT_BASE (where the search for a free port base starts, default 19000), QUAD_STACK_TIMEOUT
 (seconds for deploy/stack up, default 300). deploy/stack sees the rest of the
 environment (QUAD_BUILD_DIR, QUAD_BIN_DIR).
 """
@@ -36,7 +36,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "deploy"))
 import quadclient  # noqa: E402
 
-PORT_BASE = int(os.environ.get("QUAD_MAJORDOMO_PORT_BASE", "19000"))
+# The first free port base from QUAD_MAJORDOMO_PORT_BASE (default 19000): every port
+# of the stack free, so a stack of the machine on its own ports is left alone.
+PORT_BASE = quadclient.free_port_base(int(os.environ.get("QUAD_MAJORDOMO_PORT_BASE", "19000")))
 STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
 PROTOS = ROOT / "protos"
 SCHEMAS = {p.relative_to(PROTOS).as_posix(): json.loads(p.read_text())

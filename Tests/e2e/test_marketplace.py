@@ -17,8 +17,8 @@ back as it was.
 Fails on the code before issue 16: there were no catalog.listings.*, no
 image cache on the phone, no orders.return and no phone action for it.
 
-Environment: QUAD_MARKET_PORT_BASE (default 19400: the stack's ports from
-there, the phone's control socket at +70), QUAD_STACK_TIMEOUT (deploy/stack
+Environment: QUAD_MARKET_PORT_BASE (where the search for a free port base starts, default 19400: the stack's ports from
+there, the phone's control socket at +88), QUAD_STACK_TIMEOUT (deploy/stack
 up, default 300), QUAD_BUILD_DIR / QUAD_BIN_DIR as for the other tests.
 """
 
@@ -41,9 +41,11 @@ sys.path.insert(0, str(ROOT / "deploy"))
 import quadclient  # noqa: E402
 from quadclient import error_code  # noqa: E402
 
-PORT_BASE = int(os.environ.get("QUAD_MARKET_PORT_BASE", "19400"))
+# The first free port base from QUAD_MARKET_PORT_BASE (default 19400): every port
+# of the stack free, so a stack of the machine on its own ports is left alone.
+PORT_BASE = quadclient.free_port_base(int(os.environ.get("QUAD_MARKET_PORT_BASE", "19400")))
 STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
-CONTROL = f"tcp://127.0.0.1:{PORT_BASE + 70}"
+CONTROL = f"tcp://127.0.0.1:{PORT_BASE + 88}"  # the table's phones control socket (deploy/quaddeploy/ports.py)
 BINDIR = Path(os.environ.get("QUAD_BIN_DIR") or Path(os.environ.get("QUAD_BUILD_DIR") or ROOT / ".build") / "release")
 BUYER = "buyer-001"
 # A seeded textbook (Sources/QuadCatalog/Seed.swift: p-0014 is the Calculus

@@ -8,7 +8,7 @@ workers and quad-edge itself.
 Fails on the code before it: deploy/stack had no `metrics` command, the stack
 started no process with --metrics, and quad-edge had no /metrics.
 
-Environment: QUAD_METRICS_TEST_PORT_BASE (default 18600: the stack's ports
+Environment: QUAD_METRICS_TEST_PORT_BASE (where the search for a free port base starts, default 18600: the stack's ports
 from there, its /metrics ports from base+100), QUAD_STACK_TIMEOUT (seconds for
 deploy/stack up, default 300). deploy/stack sees the rest of the environment
 (QUAD_BUILD_DIR, QUAD_BIN_DIR).
@@ -30,7 +30,9 @@ sys.path.insert(0, str(ROOT / "deploy"))
 import quadclient  # noqa: E402
 from quadclient import error_code  # noqa: E402
 
-PORT_BASE = int(os.environ.get("QUAD_METRICS_TEST_PORT_BASE", "18600"))
+# The first free port base from QUAD_METRICS_TEST_PORT_BASE (default 18600): every port
+# of the stack free, so a stack of the machine on its own ports is left alone.
+PORT_BASE = quadclient.free_port_base(int(os.environ.get("QUAD_METRICS_TEST_PORT_BASE", "18600")))
 STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
 METRICS_BASE = PORT_BASE + 100
 EDGE_METRICS = f"127.0.0.1:{METRICS_BASE + 9}"

@@ -12,7 +12,7 @@ that does not start fails the live tests; it never skips them. To run only
 the offline part: pytest -k "not live".
 
 Environment: QUAD_FRONTEND (use a running broker), QUAD_PROTOS_PORT_BASE
-(default 18700), QUAD_STACK_TIMEOUT (seconds for deploy/stack up, default 300),
+(where the search for a free port base starts, default 18700), QUAD_STACK_TIMEOUT (seconds for deploy/stack up, default 300),
 QUAD_REPLY_TIMEOUT (seconds to wait for one reply, default 3). deploy/stack
 sees the rest of the environment, so QUAD_BUILD_DIR or QUAD_BIN_DIR choose
 which build it runs (and where it builds when sources changed).
@@ -42,7 +42,9 @@ MALFORMED = EXAMPLES / "malformed"
 INVALID = EXAMPLES / "invalid"
 ID_BASE = "https://quad.local/protos/"
 
-PORT_BASE = int(os.environ.get("QUAD_PROTOS_PORT_BASE", "18700"))
+# The first free port base from QUAD_PROTOS_PORT_BASE (default 18700): every port
+# of the stack free, so a stack of the machine on its own ports is left alone.
+PORT_BASE = quadclient.free_port_base(int(os.environ.get("QUAD_PROTOS_PORT_BASE", "18700")))
 STACK_TIMEOUT = float(os.environ.get("QUAD_STACK_TIMEOUT", "300"))
 REPLY_TIMEOUT = float(os.environ.get("QUAD_REPLY_TIMEOUT", "3"))
 OVERSIZE_BYTES = 3 * (1 << 19)  # 1.5 MiB, over max_message_bytes (1 MiB)

@@ -21,7 +21,7 @@ ok() { printf 'test_stack: ok   %s\n' "$*"; }
 
 QUAD_HOME=$(mktemp -d /tmp/quad-e2e.XXXXXX)
 # Two brokers (deploy/stack's default): broker 2's frontend is base+10.
-QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-17700}" 20 15) || fail "no fifteen free ports from ${QUAD_TEST_PORT_BASE:-17700}"
+QUAD_PORT_BASE=$(quad_free_port_base "${QUAD_TEST_PORT_BASE:-17700}") || fail "no port base with every port free from ${QUAD_TEST_PORT_BASE:-17700}"
 export QUAD_HOME QUAD_PORT_BASE
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_BROKERS
 

@@ -26,8 +26,8 @@ PG_BIN=$(quad_pg_bindir) || fail "no PostgreSQL server under /usr/lib/postgresql
 QUAD_HOME=$(mktemp -d /tmp/quad-e2e-pg.XXXXXX)
 chmod 755 "$QUAD_HOME"
 # Two brokers (deploy/stack's default): base..base+4 and base+10..base+14.
-QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-19700}" 20 15) || fail "no fifteen free ports from ${QUAD_TEST_PORT_BASE:-19700}"
-QUAD_PG_PORT=$(quad_free_port $((QUAD_PORT_BASE + 90))) || fail "no free port for PostgreSQL"
+QUAD_PORT_BASE=$(quad_free_port_base "${QUAD_TEST_PORT_BASE:-19700}") || fail "no port base with every port free from ${QUAD_TEST_PORT_BASE:-19700}"
+QUAD_PG_PORT=$(quad_free_port $((QUAD_PORT_BASE + 90)) 1 1 10) || fail "no free port for PostgreSQL in $((QUAD_PORT_BASE + 90))-$((QUAD_PORT_BASE + 99))"
 export QUAD_HOME QUAD_PORT_BASE QUAD_PG_PORT
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_TELEMETRY_DB QUAD_ANALYTICS_DB
 

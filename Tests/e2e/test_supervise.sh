@@ -12,8 +12,9 @@
 #      PostgreSQL, workers), no socket;
 #   5. as root, up --hosts: the broker runs under the same supervisord in its
 #      host's namespace, and comes back there after kill broker.
-# Runs on its own QUAD_HOME and ports (from QUAD_TEST_PORT_BASE, default
-# 47100). QUAD_BUILD_DIR and QUAD_BIN_DIR are passed on to deploy/stack.
+# Runs on its own QUAD_HOME and ports (the first port base with every port
+# free from QUAD_TEST_PORT_BASE, default 20100). QUAD_BUILD_DIR and QUAD_BIN_DIR
+# are passed on to deploy/stack.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -34,7 +35,7 @@ command -v supervisord >/dev/null || fail "supervisord is not installed (deploy/
 QUAD_HOME=$(mktemp -d /tmp/quad-sup-e2e.XXXXXX)
 chmod 755 "$QUAD_HOME"  # PostgreSQL (user postgres) keeps its data in it
 # Two brokers (deploy/stack's default): base..base+4 and base+10..base+14.
-QUAD_PORT_BASE=$(quad_free_port "${QUAD_TEST_PORT_BASE:-47100}" 20 15) || fail "no fifteen free ports"
+QUAD_PORT_BASE=$(quad_free_port_base "${QUAD_TEST_PORT_BASE:-20100}") || fail "no port base with every port free from ${QUAD_TEST_PORT_BASE:-20100}"
 export QUAD_HOME QUAD_PORT_BASE
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_BROKER_KEY QUAD_TOKEN
 for v in $(compgen -v | grep -E "^QUAD_[A-Z_]+_DB$"); do unset "$v"; done  # every service's store

@@ -187,13 +187,14 @@ def progress_line(elapsed, states):
 # ---------------------------------------------------------------- merge
 
 PERCENTILE = re.compile(r"^(p\d+|max)(_ms)?$")
-# The report's percentiles that its histograms stand behind:
-# (path to the percentiles' object, histogram name).
+# The report's percentiles that its histograms stand behind: (path to the
+# percentiles' object, histogram name, the keys of its median, p95 and max).
 HISTOGRAMMED = [
-    (("drain", "after_reconnect_ms"), "drain_after_reconnect_ms"),
-    (("drain", "without_session_ms"), "drain_without_session_ms"),
-    (("live", "latency_ms"), "live_latency_ms"),
-    (("live", "news", "latency_ms"), "news_latency_ms"),
+    (("drain", "after_reconnect_ms"), "drain_after_reconnect_ms", ("p50", "p95", "max")),
+    (("drain", "without_session_ms"), "drain_without_session_ms", ("p50", "p95", "max")),
+    (("live", "latency_ms"), "live_latency_ms", ("p50", "p95", "max")),
+    (("live", "news", "latency_ms"), "news_latency_ms", ("p50", "p95", "max")),
+    (("sign_in_before_day",), "sign_in_ms", ("p50_ms", "p95_ms", "max_ms")),
 ]
 
 
@@ -321,7 +322,7 @@ def merge(reports, seed=None):
         images["hit_ratio"] = None if hits + misses == 0 else round(hits / (hits + misses), 3)
     # Percentiles from the histograms, when every process has them.
     exact = []
-    for path, name in HISTOGRAMMED:
+    for path, name, (k50, k95, kmax) in HISTOGRAMMED:
         target = get(merged, path)
         if not isinstance(target, dict):
             continue
@@ -329,12 +330,12 @@ def merge(reports, seed=None):
         if any(h is None for h in hists):
             continue
         counts = histogram_merge(hists)
-        for q, key in ((0.5, "p50"), (0.95, "p95")):
+        for q, key in ((0.5, k50), (0.95, k95)):
             if key in target:
                 target[key] = percentile(counts, q)
                 notes.discard("/".join(path + (key,)))
-        if "max" in target:
-            target["max"] = max(counts) if counts else None
+        if kmax in target:
+            target[kmax] = max(counts) if counts else None
         exact.append("/".join(path))
     a = merged.get("actions") or {}
     parts_accounted = all(r.get("accounted") is True for r in reports)
@@ -379,6 +380,15 @@ def resource_lines(when, res):
     return lines
 
 
+def sign_in_figures(sb, pc):
+    """'; a phone's sign-in p50 .., p95 .., N answers 429' when the report has them."""
+    if sb.get("p50_ms") is None and sb.get("rate_limited") is None:
+        return ""
+    bound = " (upper bounds)" if any(u.startswith("sign_in_before_day") for u in pc.get("upper_bound", [])) else ""
+    return (f"; a phone's sign-in p50 {fmt_ms(sb.get('p50_ms'))}, p95 {fmt_ms(sb.get('p95_ms'))}{bound}, "
+            f"{sb.get('rate_limited', 0):,} answers 429, {sb.get('failed_tries', 0):,} tries failed otherwise")
+
+
 def fmt_ms(v):
     return "-" if v is None else f"{v:,} ms"
 
@@ -392,28 +402,22 @@ def words(r):
     lines.append(f"Campus: {r.get('phones', 0):,} phones over {r.get('processes', 0)} quad-edge processes ({each}), seed {c.get('seed')}, "
                  f"speed {r.get('speed')}x, {(r.get('duration_ms') or 0) / 1000:.0f} s day; wall time {c.get('wall_s', 0):.0f} s; "
                  f"{r.get('activities', 0):,} activities.")
+    pc = r.get("percentiles") or {}
     sp = c.get("sign_in_phase")
     if sp:
-        si = sp.get("sign_in") if isinstance(sp.get("sign_in"), dict) else {}
         lines.append(f"Sign-in apart, before every day: {sp.get('phones_with_session', 0):,} of {sp.get('phones', 0):,} new phones "
                      f"signed in, in {sp.get('wall_s', 0):.0f} s (wall, {sp.get('processes')} processes at once; "
                      f"{sp.get('phones_per_second') or 0:.1f} phones a second)"
-                     + (f"; sign-in p50 {fmt_ms(si.get('p50_ms'))}, p95 {fmt_ms(si.get('p95_ms'))}, {si.get('rate_limited', 0):,} answers 429"
-                        if si else "") + ".")
+                     + sign_in_figures(sp.get("sign_in_before_day") or {}, sp.get("percentiles") or {}) + ".")
     sb = r.get("sign_in_before_day") or {}
     if sb:
-        lines.append(f"Sign-in before the day: {sb.get('phones_with_session', 0):,} of {r.get('phones', 0):,} phones had a session; "
-                     f"the slowest process took {fmt_ms(sb.get('ms'))}.")
-    si = r.get("sign_in")
-    if isinstance(si, dict):
-        lines.append(f"Sign-in: p50 {fmt_ms(si.get('p50_ms'))}, p95 {fmt_ms(si.get('p95_ms'))} (the largest of the processes'), "
-                     f"{si.get('rate_limited', 0):,} answers 429 (rate limited).")
+        lines.append(f"Sign-in at the day's start: {sb.get('phones_with_session', 0):,} of {r.get('phones', 0):,} phones had a session; "
+                     f"the slowest process took {fmt_ms(sb.get('ms'))}" + sign_in_figures(sb, pc) + ".")
     a = r.get("actions") or {}
     lines.append(f"Actions: {a.get('created', 0):,} made; {a.get('done', 0):,} done, {a.get('rejected', 0):,} rejected with a reason, "
                  f"{a.get('pending', 0):,} still pending.")
     d = r.get("drain") or {}
     after = d.get("after_reconnect_ms") or {}
-    pc = r.get("percentiles") or {}
 
     def how(path):
         bound = any(u.startswith(path) for u in pc.get("upper_bound", []))

@@ -223,8 +223,10 @@ extension Contract.Edge {
                         "polls": .int(min: 0),
                         "catch_ups": .int(min: 0),
                         "news": .object(open: true),
+                        "broker_moves": .int(min: 0).described("times a phone moved its request and updates links to another broker (a request that timed out, a feed silent for 6 s)").optional,
+                        "resent_after_move": .int(min: 0).described("requests waiting when their phone moved, sent again on the new broker under the same id").optional,
                     ])
-                        .described("The phones' live feeds (the brokers' updates sockets) since this process started: events received and their latency from the service's outbox to the phone {p50, p95, max}, applied to saved copies, heard twice (through both brokers), older than the saved copy and dropped, polls while a feed was quiet, catch-ups (a snapshot after a silence), and news {received, for_another_user (must be 0)}.").optional,
+                        .described("The phones' live feeds (the brokers' updates sockets) since this process started: events received and their latency from the service's outbox to the phone {p50, p95, max}, applied to saved copies, heard twice (a repeat after a move), older than the saved copy and dropped, polls while a feed was quiet, catch-ups (a snapshot after a silence), news {received, for_another_user (must be 0)}, and the phones' moves between brokers.").optional,
                     "driver_answers": .object([
                         "shown": .int(min: 0),
                         "by_source": .object(open: true),
@@ -286,12 +288,16 @@ extension Contract.Edge {
                                 .null,
                             ]),
                             "phones_with_session": .int(min: 0),
+                            "p50_ms": .oneOf([.int(min: 0), .null]).described("a phone's time from its first try to a session, median").optional,
+                            "p95_ms": .oneOf([.int(min: 0), .null]).described("the same, 95th percentile").optional,
+                            "rate_limited": .int(min: 0).described("sign-in tries answered 429 (accounts' hash budget, the broker's rate), each waited out for its retry_after_ms and a random part more").optional,
+                            "failed_tries": .int(min: 0).described("sign-in tries that failed otherwise (no answer, 503), tried again").optional,
                         ]),
                         .null,
                     ])
-                        .described("quad-edge run --sign-in-first on (the default): how long every phone took to sign in (register) before the day's clock started, and how many had a session then; null with --sign-in-first off.").optional,
+                        .described("quad-edge run --sign-in-first on (the default): how long every phone took to sign in (register) before the day's clock started, how many had a session then, each phone's time and the 429s seen; null with --sign-in-first off.").optional,
                     "histograms": .object(open: true)
-                        .described("The samples behind the percentiles, as counts by value in ms ({\"ms\": count}; exact below 1,000 ms, above rounded up to three significant digits), so that several processes' reports merge into exact percentiles (deploy/campus): drain_after_reconnect_ms, drain_without_session_ms, live_latency_ms, news_latency_ms.").optional,
+                        .described("The samples behind the percentiles, as counts by value in ms ({\"ms\": count}; exact below 1,000 ms, above rounded up to three significant digits), so that several processes' reports merge into exact percentiles (deploy/campus): drain_after_reconnect_ms, drain_without_session_ms, live_latency_ms, news_latency_ms, sign_in_ms.").optional,
                 ])
                     .described("What quad-edge run prints as JSON at the end of a campus day (and writes to --report)."),
                 "stop.request": .object(),
