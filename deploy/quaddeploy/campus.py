@@ -371,7 +371,8 @@ def resource_lines(when, res):
 
         lines.append(f"{when}, {name} ({n} process{'es' if n != 1 else ''}): peak CPU {x['cpu_percent_peak']:.0f}% of a core a process"
                      f"{together('cpu_percent_peak', '%')}, peak RSS {x['rss_mib_peak']:,.0f} MiB a process{together('rss_mib_peak', ' MiB')}, "
-                     f"{x['fds_peak']:,} descriptors, {x['threads_peak']} threads; {x.get('cpu_seconds', 0):,.0f} CPU seconds in all.")
+                     f"{x['fds_peak']:,} descriptors ({x.get('sockets_peak', 0):,} sockets), {x['threads_peak']} threads; "
+                     f"{x.get('cpu_seconds', 0):,.0f} CPU seconds in all.")
     if others:
         n = sum(len(x.get("by_process") or {}) for x in others)
         lines.append(f"{when}, the other services ({n} processes): peak CPU at most {max(x['cpu_percent_peak'] for x in others):.0f}% of a core, "
@@ -464,7 +465,8 @@ TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def proc_sample(pid):
-    """(cpu seconds, rss KiB, open descriptors, threads) of a live process, or None."""
+    """(cpu seconds, rss KiB, open descriptors, threads, sockets among the
+    descriptors) of a live process, or None."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
@@ -479,11 +481,17 @@ def proc_sample(pid):
                 if line.startswith("VmRSS:"):
                     rss = int(line.split()[1])
                     break
+        fds = sockets = 0
         try:
-            fds = len(os.listdir(f"/proc/{pid}/fd"))
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                fds += 1
+                try:
+                    sockets += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+                except OSError:
+                    pass
         except OSError:
-            fds = 0
-        return cpu, rss, fds, threads
+            pass
+        return cpu, rss, fds, threads, sockets
     except (OSError, ValueError, IndexError):
         return None
 
@@ -503,20 +511,22 @@ class Watch:
     def sample(self, groups, now):
         """groups: group name -> {label: pid}."""
         for group, members in groups.items():
-            tot = {"cpu": 0.0, "rss": 0, "fds": 0, "threads": 0}
+            tot = {"cpu": 0.0, "rss": 0, "fds": 0, "threads": 0, "sockets": 0}
             for label, pid in members.items():
                 s = proc_sample(pid)
                 if s is None:
                     continue
-                cpu, rss, fds, threads = s
+                cpu, rss, fds, threads, sockets = s
                 prev = self.last.get((label, pid))
                 self.last[(label, pid)] = (now, cpu)
                 first = self.first.setdefault((label, pid), cpu)
                 pct = None
                 if prev and now > prev[0]:
                     pct = 100.0 * (cpu - prev[1]) / (now - prev[0])
-                p = self.peaks.setdefault(group, {}).setdefault(label, {"cpu": 0.0, "rss": 0, "fds": 0, "threads": 0, "cpu_s": 0.0})
+                p = self.peaks.setdefault(group, {}).setdefault(label, {"cpu": 0.0, "rss": 0, "fds": 0, "threads": 0, "cpu_s": 0.0,
+                                                                        "sockets": 0})
                 p["rss"], p["fds"], p["threads"] = max(p["rss"], rss), max(p["fds"], fds), max(p["threads"], threads)
+                p["sockets"] = max(p["sockets"], sockets)
                 # CPU used since the first sample, over every pid the label had.
                 self.used[(label, pid)] = cpu - first
                 p["cpu_s"] = sum(v for (lab, _), v in self.used.items() if lab == label)
@@ -526,7 +536,8 @@ class Watch:
                 tot["rss"] += rss
                 tot["fds"] += fds
                 tot["threads"] += threads
-            g = self.group_peaks.setdefault(group, {"cpu": 0.0, "rss": 0, "fds": 0, "threads": 0})
+                tot["sockets"] += sockets
+            g = self.group_peaks.setdefault(group, {"cpu": 0.0, "rss": 0, "fds": 0, "threads": 0, "sockets": 0})
             for k in g:
                 g[k] = max(g[k], tot[k])
 
@@ -539,14 +550,16 @@ class Watch:
             out[group] = {"cpu_percent_peak": round(max(p["cpu"] for p in per), 1),
                           "rss_mib_peak": round(max(p["rss"] for p in per) / 1024, 1),
                           "fds_peak": max(p["fds"] for p in per), "threads_peak": max(p["threads"] for p in per),
+                          "sockets_peak": max(p["sockets"] for p in per),
                           "cpu_seconds": round(sum(p["cpu_s"] for p in per), 1),
                           "by_process": {k: {"cpu_percent_peak": round(p["cpu"], 1), "rss_mib_peak": round(p["rss"] / 1024, 1),
-                                             "fds_peak": p["fds"], "threads_peak": p["threads"], "cpu_seconds": round(p["cpu_s"], 1)}
+                                             "fds_peak": p["fds"], "sockets_peak": p["sockets"], "threads_peak": p["threads"],
+                                             "cpu_seconds": round(p["cpu_s"], 1)}
                                          for k, p in sorted(labels.items())}}
             if len(per) > 1:
                 g = self.group_peaks[group]
                 out[group + "-total"] = {"cpu_percent_peak": round(g["cpu"], 1), "rss_mib_peak": round(g["rss"] / 1024, 1),
-                                         "fds_peak": g["fds"], "threads_peak": g["threads"]}
+                                         "fds_peak": g["fds"], "sockets_peak": g["sockets"], "threads_peak": g["threads"]}
         return out
 
 
