@@ -154,12 +154,14 @@ def parse_progress(line):
 def progress_line(elapsed, states):
     """One line for the whole campus, from each process's last progress
     (states: name -> {"progress": dict or None, "exit": code or None})."""
-    phases = {"starting": 0, "signing": 0, "day": 0, "draining": 0, "exited": 0}
+    phases = {"waiting": 0, "starting": 0, "signing": 0, "day": 0, "draining": 0, "exited": 0}
     sessions = phones_signing = 0
     a = {"created": 0, "done": 0, "rejected": 0, "pending": 0, "telemetry": 0, "online": 0, "phones": 0}
     for s in states.values():
         p = s.get("progress")
-        if s.get("exit") is not None:
+        if s.get("waiting"):
+            phases["waiting"] += 1
+        elif s.get("exit") is not None:
             phases["exited"] += 1
         elif p is None:
             phases["starting"] += 1
@@ -173,8 +175,9 @@ def progress_line(elapsed, states):
         else:
             for k in a:
                 a[k] += p.get(k, 0)
-    parts = [f"campus {elapsed:.0f} s", f"processes: {len(states) - phases['exited']} running"
-             + "".join(f", {n} {k}" for k, n in phases.items() if n and k != "exited")
+    parts = [f"campus {elapsed:.0f} s", f"processes: {len(states) - phases['exited'] - phases['waiting']} running"
+             + "".join(f", {n} {k}" for k, n in phases.items() if n and k not in ("exited", "waiting"))
+             + (f", {phases['waiting']} not started yet" if phases["waiting"] else "")
              + (f", {phases['exited']} exited" if phases["exited"] else "")]
     if phones_signing:
         parts.append(f"signing in: {sessions:,}/{phones_signing:,} phones have a session")
