@@ -117,6 +117,7 @@ enum Report {
             ],
         ]
         f["live"] = Report.live(fleet.phones)
+        f["histograms"] = Report.histograms(fleet.phones, drains: drains, drainsWithoutSession: drainsWithoutSession, signIn: day?.signInTimes ?? [])
         // The drivers' answers (DriverInsights.swift): how often the view
         // showed them, from where, and how many the last one showed.
         let insights = readsByView["insights"] ?? [:]
@@ -163,7 +164,7 @@ enum Report {
     static let sinceThisRun = ["activities", "max_queue", "drain/after_reconnect_ms", "drain/without_session_ms", "drain/end_of_day_ms",
                                "reads", "reads_by_view", "refused_online_only", "telemetry/sent", "telemetry/accepted",
                                "telemetry/duplicate", "telemetry/rejected", "telemetry/batches_answered", "sign_in_before_day",
-                               "images", "marketplace", "live"]
+                               "images", "marketplace", "live", "histograms"]
 
     /// The live feeds (LiveFeed.swift): events received and their latency
     /// from the service's outbox to the phone, what they changed, the

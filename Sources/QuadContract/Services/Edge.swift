@@ -296,6 +296,8 @@ extension Contract.Edge {
                         .null,
                     ])
                         .described("quad-edge run --sign-in-first on (the default): how long every phone took to sign in (register) before the day's clock started, how many had a session then, each phone's time and the 429s seen; null with --sign-in-first off.").optional,
+                    "histograms": .object(open: true)
+                        .described("The samples behind the percentiles, as counts by value in ms ({\"ms\": count}; exact below 1,000 ms, above rounded up to three significant digits), so that several processes' reports merge into exact percentiles (deploy/campus): drain_after_reconnect_ms, drain_without_session_ms, live_latency_ms, news_latency_ms, sign_in_ms.").optional,
                 ])
                     .described("What quad-edge run prints as JSON at the end of a campus day (and writes to --report)."),
                 "stop.request": .object(),
