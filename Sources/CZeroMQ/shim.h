@@ -5,6 +5,7 @@
 static inline int quad_zmq_errno(void) { return zmq_errno(); }
 
 #ifdef __linux__
+#include <errno.h>
 #include <stdint.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -31,4 +32,5 @@ static inline int quad_epoll_wait(int ep, uint64_t *tags, int max, int timeout_m
     return n;
 }
 static inline void quad_close_fd(int fd) { close(fd); }
+static inline int quad_epoll_interrupted(void) { return errno == EINTR; }
 #endif

@@ -99,7 +99,6 @@ final class Phone {
     var token: String? {
         didSet {
             link.token = token
-            live?.setNewsToken(token)
         }
     }
     /// What renews the session after its token expired (`accounts.refresh`
@@ -194,6 +193,20 @@ final class Phone {
     /// and ends it with the reason (Fleet).
     var onFatal: (String) -> Void = { reason in Log.error("edge", reason) }
 
+    /// Asks the broker the link talks to for this user's news on the
+    /// link's connection (`sys.news` with the session token): the broker
+    /// sends each news event there until the token's session ends. Asked
+    /// at radio-on, after a move, with every new token, after the feed's
+    /// silence (a broker restart forgets its channels) and every
+    /// ``LiveFeed/renewNewsMs``; asking again changes nothing but the
+    /// token the channel lives by. Phones without live updates poll
+    /// `notifications.since` instead.
+    func openNews() {
+        guard live != nil, link.isUp, hasValidToken else { return }
+        lastNewsRenewMs = now
+        request("sys.news", [:], timeoutMs: settings.readTimeoutMs) { _ in }
+    }
+
     func socketFailed(_ error: any Error, what: String) {
         onFatal("phone \(name) cannot open \(what): \(error)")
     }
@@ -232,9 +245,12 @@ final class Phone {
             leaveSignInMessage(unreadable.message)
         }
         link.onAnswer = { [unowned self] in self.heard() }
+        // News the broker carries on the request link (sys.news).
+        link.onEvent = { [unowned self] in self.applyLive($0) }
         // The feed follows the link to the broker it moved to.
         link.onMove = { [unowned self] index in
             do { try self.live?.move(to: index) } catch { self.socketFailed(error, what: "its updates socket") }
+            self.openNews()
         }
         link.onSocketError = { [unowned self] in self.socketFailed($0, what: "its request socket") }
         if live != nil { liveTimer = agenda.every(1000) { [weak self] in self?.liveTick() } }
@@ -424,6 +440,9 @@ final class Phone {
         forgetRefresh()
         _ = try? db.execute("UPDATE session SET user_id = $1, expires_at = $2 WHERE one = 1", .of(user), .int(expiresAt))
         scheduleRefresh()
+        // The news channel follows the session: the broker holds it under
+        // the new token from now on, without a gap.
+        openNews()
         fetchNews()
     }
 
@@ -591,6 +610,7 @@ final class Phone {
         if radioOn {
             do { try link.up() } catch { socketFailed(error, what: "its request socket") }
             do { try live?.up(at: link.current) } catch { socketFailed(error, what: "its updates socket") }
+            openNews()
             // Assume the network is there until a request says otherwise.
             reachable = true
         } else {

@@ -1,7 +1,4 @@
 import CZeroMQ
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// The one poll loop every long-running process runs (the broker, each
 /// worker, the edge's fleet of phones): sockets registered with the handler
@@ -202,7 +199,7 @@ extension Reactor {
         let ep = epoll!.fd
         let n = epoll!.buffer.withUnsafeMutableBufferPointer { quad_epoll_wait(ep, $0.baseAddress, Int32($0.count), timeout) }
         if n < 0 {
-            guard errno == EINTR else { throw ZMQError("epoll_wait") }
+            guard quad_epoll_interrupted() != 0 else { throw ZMQError("epoll_wait") }
         } else {
             for k in 0..<Int(n) { candidates.insert(epoll!.buffer[k]) }
         }
