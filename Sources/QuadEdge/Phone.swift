@@ -157,6 +157,11 @@ final class Phone {
 
     // Telemetry.
     var telemetryInFlight: String?
+    /// The batch last sent, and whether it went without a session: its
+    /// retries go the same way (the collector stores an event under the
+    /// user its first delivery was sent as; a retry as another caller
+    /// would be refused, and its events sent again as someone else's).
+    var telemetryBatchSent: (batch: String, anonymous: Bool)?
     var telemetryTimer: Int?
     var telemetryAttempt = 0
     var telemetryRetryAt: Int64 = 0
