@@ -20,12 +20,12 @@ import resource
 
 # quad-edge takes 1 to 1000 phones (--phones).
 MAX_PER_PROCESS = 1000
-# What one phone costs, by default: 1,000 phones of quad-edge held 1,059 MiB
-# resident at the end of a 120 s day at --speed 1 (2026-12-05: SQLite's
-# cache and WAL index, the pictures' memory cache, the live feed's saved
-# copies), about 1.1 MiB a phone, with room to grow; the process itself
-# (runtime, ZeroMQ's threads).
-PHONE_MEMORY_KIB = 1536
+# What one phone costs, by default: 1,000 phones of quad-edge held 1,059
+# MiB resident at the end of a 120 s day at --speed 1 with 2,000 phones on
+# the stack, 1,786 MiB with 5,000 (2026-12-05: queues that grow while the
+# broker lags, SQLite's cache and WAL index, the pictures' memory cache),
+# so 2 MiB a phone; the process itself (runtime, ZeroMQ's threads).
+PHONE_MEMORY_KIB = 2048
 PROCESS_MEMORY_KIB = 64 * 1024
 # Open files of one phone: its SQLite file with -wal and -shm, its two
 # sockets (each a mailbox and a connection): 5,664 descriptors for 1,000
