@@ -20,15 +20,17 @@ import resource
 
 # quad-edge takes 1 to 1000 phones (--phones).
 MAX_PER_PROCESS = 1000
-# What one phone costs, by default: about 100 KiB of private memory, its
-# SQLite connection's page cache and WAL index, with room to spare; the
-# process itself (runtime, ZeroMQ's threads).
-PHONE_MEMORY_KIB = 512
+# What one phone costs, by default: 1,000 phones of quad-edge held 1,059
+# MiB resident at the end of a 120 s day at --speed 1 with 2,000 phones on
+# the stack, 1,786 MiB with 5,000 (2026-12-05: queues that grow while the
+# broker lags, SQLite's cache and WAL index, the pictures' memory cache),
+# so 2 MiB a phone; the process itself (runtime, ZeroMQ's threads).
+PHONE_MEMORY_KIB = 2048
 PROCESS_MEMORY_KIB = 64 * 1024
-# Open files of one phone: its SQLite file with -wal and -shm, its sockets
-# (each a mailbox and a connection; 311 descriptors for 20 phones with 8
-# sockets a phone, 2026-12-05), with room to spare; and of the process.
-FDS_PER_PHONE = 16
+# Open files of one phone: its SQLite file with -wal and -shm, its two
+# sockets (each a mailbox and a connection): 5,664 descriptors for 1,000
+# phones (2026-12-05), with room to spare; and of the process.
+FDS_PER_PHONE = 8
 FDS_PER_PROCESS = 64
 # A phone's files on disk (SQLite, keychain, pictures cached).
 PHONE_DISK_KIB = 1024
