@@ -41,6 +41,10 @@
 # program removed and added again (a worker's restart) starts from 0. The log is never
 # rotated (logfile_maxbytes=0) and starts afresh at each 'up'.
 
+# The programs' wall clock: the campus offset and deploy/chaos's skew.
+# shellcheck source=deploy/clock.sh
+source "$(dirname "${BASH_SOURCE[0]}")/clock.sh"
+
 # Where supervisord's files are, for the stack in $QUAD_HOME.
 sup_paths() {
     SUP_DIR=$QUAD_HOME/run/supervisor
@@ -142,17 +146,15 @@ sup_add() {
         # The environment the process had when deploy/stack started it itself.
         [[ -z $user ]] && export -p | grep -v '^declare -[a-z]*x[a-z]* \(SUPERVISOR_[A-Z_]*\|BASH[A-Z_]*\|SHELLOPTS\|OLDPWD\|PWD\|SHLVL\|_\)\(=\|$\)'
         [[ -n $pidfile ]] && printf 'printf "%%s\\n" "$$" >%q\n' "$pidfile"
-        # deploy/chaos's clock fault: while $RUN/clock/NAME holds an offset
-        # ("+73s"), the program runs under libfaketime with its wall clock off
-        # by that much; the monotonic clock (ZeroMQ's heartbeats, timers) is
-        # left alone. The program is then started through env(1): a Swift
-        # program that bash execs itself under libfaketime's LD_PRELOAD
-        # sees none of its arguments (an unknown flag passes unnoticed, seen
-        # with Debian's faketime 0.9.10 and Swift 6.3), while one started by
-        # a C program between them sees them all.
-        printf 'via=; f=%q; if [[ -s $f ]]; then for l in /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1; do [[ -f $l ]] && { export LD_PRELOAD=$l FAKETIME=$(<"$f") FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1; via=/usr/bin/env; break; }; done; fi\n' "$QUAD_HOME/run/clock/$name"
+        # The program's wall clock (libfaketime; deploy/clock.sh says how):
+        # the stack's campus offset ($RUN/clock/campus, seconds, written by
+        # deploy/stack clock; PostgreSQL keeps the real clock) plus the
+        # program's own ($RUN/clock/NAME, "+73s", deploy/chaos's clock fault).
+        # Both are read at each start, so a restart picks up a change.
+        printf 'clock_campus=%q clock_own=%q\n' "$([[ $name != postgres ]] && printf '%s' "$QUAD_HOME/run/clock/campus")" "$QUAD_HOME/run/clock/$name"
+        clock_launcher_code
         printf 'exec >>%q 2>&1\n' "$log"
-        printf 'exec $via'
+        printf 'exec'
         printf ' %q' "$@"
         printf '\n'
     } >"$script.new"
@@ -173,7 +175,10 @@ sup_add() {
         printf 'stdout_logfile=NONE\nstderr_logfile=NONE\n'
         [[ -n $user ]] && printf 'user=%s\n' "$user"
         printf 'directory=%s\n' "$QUAD_HOME"
-    } >"$SUP_PROGRAMS/$name.conf"
+    } >"$SUP_PROGRAMS/$name.conf.new"
+    # Renamed into place: a reread of another program's 'update' (deploy/stack
+    # clock restarts services side by side) never sees half a file.
+    mv -f "$SUP_PROGRAMS/$name.conf.new" "$SUP_PROGRAMS/$name.conf"
     stat -c %s "$SUP_LOG" 2>/dev/null >"$SUP_PROGRAMS/$name.since" || printf '0\n' >"$SUP_PROGRAMS/$name.since"
     [[ -n $pidfile ]] && rm -f "$pidfile"
     sup_ctl update "$name" >/dev/null || quad_die "supervisorctl could not add program $name (its log: $SUP_LOG)"

@@ -165,7 +165,7 @@ public enum Analytics: ServiceDomain {
     /// aggregate over the whole campus (levels, lots, hours), the same as
     /// its dashboard card: the caller's id is not even read.
     static func driverAnswers(_ db: Database, questions: [Question], from: Int64, to: Int64) throws -> Contract.Analytics.Driver.Reply {
-        let answers = try questions.filter { $0.type == 2 }.map { try $0.answer(db, from: from, to: to).json }
+        let answers = try questions.filter { $0.app == "ParkWise" && $0.type == 2 }.map { try $0.answer(db, from: from, to: to).json }
         return .init(generatedAt: Int64(Clock.nowMillis()), from: from, to: to, answers: answers)
     }
 

@@ -14,9 +14,14 @@ public enum Dashboard {
     static let palette = ["#3867d6", "#e17f37", "#20a162", "#a55eea", "#eb3b5a"]
     /// Where the page's script is served.
     public static let scriptPath = "/dashboard/dashboard.js"
-    /// What each question type means (the ParkWise seed's types).
-    static let types = [1: "the app's speed and stability", 2: "answered back to the driver in the app",
-                        3: "how drivers use a feature", 4: "the campus's business"]
+    /// What each question type means (the seeds' types), in the words of
+    /// the app's users: ParkWise's drivers, UniTrade's students (users in
+    /// the page's legend).
+    static func type(_ type: Int, app: String) -> String? {
+        let user = ["ParkWise": "driver", "UniTrade": "student"][app] ?? "user"
+        return [1: "the app's speed and stability", 2: "answered back to the \(user) in the app",
+                3: "how \(user)s use a feature", 4: "the campus's business"][type]
+    }
 
     /// The page's script: it refreshes the cards in place every 30 s while
     /// the tab is visible, at once when the tab comes back after 30 s, and
@@ -86,7 +91,7 @@ public enum Dashboard {
             </style>
             </head>
             <body>
-            <header><form method="post" action="/signout"><button type="submit">Sign out</button></form><form id="refresh-form" method="get" action="/dashboard/"><button id="refresh" type="submit">Refresh</button></form><h1>Quad analytics</h1><p>\(questions.count) business questions · generated <time id="generated" datetime="\(generated)">\(escape(iso(generated)))</time> · refreshed every 30 s while this tab is visible · aggregates only</p><p>Types: \(types.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: " · "))</p></header>
+            <header><form method="post" action="/signout"><button type="submit">Sign out</button></form><form id="refresh-form" method="get" action="/dashboard/"><button id="refresh" type="submit">Refresh</button></form><h1>Quad analytics</h1><p>\(questions.count) business questions · generated <time id="generated" datetime="\(generated)">\(escape(iso(generated)))</time> · refreshed every 30 s while this tab is visible · aggregates only</p><p>Types: \((1...4).compactMap { k in Dashboard.type(k, app: "").map { "\(k) \($0)" } }.joined(separator: " · "))</p></header>
             <main id="cards">
             \(cards)</main>
             <script src="\(scriptPath)"></script>
@@ -117,7 +122,7 @@ public enum Dashboard {
         // Number, type and owner, for the questions that have them.
         var meta: [String] = []
         if let number { meta.append(number) }
-        if let type = q["type"]?.int { meta.append("Type \(type)" + (types[Int(type)].map { ": \($0)" } ?? "")) }
+        if let type = q["type"]?.int { meta.append("Type \(type)" + (Dashboard.type(Int(type), app: q["app"]?.string ?? "").map { ": \($0)" } ?? "")) }
         if let owner = q["owner"]?.string { meta.append("owner " + owner) }
         return """
             <section class="card" id="q-\(escape(id))" data-question="\(escape(id))"\(number.map { " data-number=\"\(escape($0))\"" } ?? "")>

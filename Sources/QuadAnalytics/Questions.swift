@@ -13,8 +13,9 @@ import QuadWire
 /// -- order: 1
 /// ```
 ///
-/// A ParkWise question carries its number as the seed numbers them, its
-/// type and its owner too:
+/// An app's business questions carry their number (the app's prefix,
+/// ``numberPrefixes``: ParkWise's BQ as its seed numbers them, UniTrade's
+/// UQ), their type and their owner too:
 ///
 /// ```
 /// -- number: BQ9
@@ -23,10 +24,11 @@ import QuadWire
 /// ```
 ///
 /// The types: 1, the app's own speed and stability; 2, answered back to the
-/// driver inside the app (``Analytics`` serves them through
-/// `analytics.driver`); 3, how drivers use a feature; 4, the campus's
-/// business (its supply of spots, the lots around it). Numbered questions
-/// come first, by number; the others by `order`.
+/// user inside the app (``Analytics`` serves ParkWise's through
+/// `analytics.driver`); 3, how users use a feature; 4, the campus's
+/// business (its supply of spots, the lots around it, whom to show what
+/// to sell). Numbered questions come first, by app (ParkWise, then
+/// UniTrade) and number; the others by `order`.
 ///
 /// `chart` is `bar LABEL VALUE...` (grouped bars) or `heat ROW COLUMN
 /// VALUE` (a grid shaded from 0 to 100), naming result columns. Other comment lines are
@@ -38,7 +40,7 @@ public struct Question: Sendable, Equatable {
     public let app: String
     public let chart: [String]
     public let order: Int
-    /// `BQ1` to `BQ12`, or nil for a question the seeds do not number.
+    /// `BQ1` to `BQ12` (ParkWise), `UQ1`, `UQ2` (UniTrade), or nil for a question no app numbers.
     public let number: String?
     /// The seed's question type (1 to 4), or nil.
     public let type: Int?
@@ -78,8 +80,13 @@ public struct Question: Sendable, Equatable {
         self.number = meta["number"]
         self.owner = meta["owner"]
         self.type = meta["type"].flatMap { Int($0) }
-        if let n = number, Question.rank(n) == nil {
-            throw QuadError.internal("questions/\(id).sql: number must be BQ followed by 1 to 99, got '\(n)'")
+        if let n = number {
+            guard let prefix = Question.numberPrefixes[app] else {
+                throw QuadError.internal("questions/\(id).sql: only \(Question.apps.joined(separator: " and ")) number their questions, not \(app)")
+            }
+            guard Question.rank(n, prefix: prefix) != nil else {
+                throw QuadError.internal("questions/\(id).sql: number must be \(prefix) followed by 1 to 99 (\(app)'s), got '\(n)'")
+            }
         }
         if let t = meta["type"], type.map({ (1...4).contains($0) }) != true {
             throw QuadError.internal("questions/\(id).sql: type must be 1, 2, 3 or 4, got '\(t)'")
@@ -96,14 +103,23 @@ public struct Question: Sendable, Equatable {
 
     static let keys: Set<String> = ["title", "app", "chart", "order", "number", "type", "owner"]
 
-    /// 9 for `BQ9`; nil when it is not `BQ` and a number from 1 to 99.
-    static func rank(_ number: String) -> Int? {
-        guard number.hasPrefix("BQ"), let n = Int(number.dropFirst(2)), (1...99).contains(n) else { return nil }
+    /// The apps that number their questions, in dashboard order, and the
+    /// prefix of each one's numbers.
+    static let apps = ["ParkWise", "UniTrade"]
+    static let numberPrefixes = ["ParkWise": "BQ", "UniTrade": "UQ"]
+
+    /// 9 for `BQ9` with prefix `BQ`; nil when it is not `prefix` and a number from 1 to 99.
+    static func rank(_ number: String, prefix: String) -> Int? {
+        guard number.hasPrefix(prefix), let n = Int(number.dropFirst(prefix.count)), (1...99).contains(n) else { return nil }
         return n
     }
 
-    /// Where it goes on the dashboard: numbered ones first, by number.
-    var position: (Int, Int, String) { (number.flatMap(Question.rank) ?? 100, order, id) }
+    /// Where it goes on the dashboard: numbered ones first, by app and number.
+    var position: (Int, Int, Int, String) {
+        guard let number, let prefix = Question.numberPrefixes[app], let n = Question.rank(number, prefix: prefix),
+              let a = Question.apps.firstIndex(of: app) else { return (Question.apps.count, 0, order, id) }
+        return (a, n, order, id)
+    }
 
     /// The questions shipped with the library, in dashboard order.
     public static func bundled() throws -> [Question] {

@@ -76,8 +76,11 @@ public struct BrokerSettings: Sendable {
     public var handshakeRatePerKey: Double = 2
     /// New connections per second one address may open (burst 10 times
     /// that; loopback included, ipc has no address)
-    /// (`handshake_rate_per_address`); 0: no limit.
-    public var handshakeRatePerAddress: Double = 20
+    /// (`handshake_rate_per_address`); 0: no limit. 200: a thousand
+    /// phones behind one address (one quad-edge process, a campus NAT)
+    /// connect at once and reconnect as they leave dead zones, each with
+    /// its two connections; a flood from one address is still cut.
+    public var handshakeRatePerAddress: Double = 200
     /// Requests per second without a signed-in user that one source address
     /// (TCP; loopback included) may send on the public frontend
     /// (`address_rate_per_second`), across all its keys and connections: a
@@ -127,6 +130,8 @@ public final class Broker {
     let internalFrontend: Socket
     /// The public updates socket, when `updatesEndpoint` is set.
     let updates: Updates?
+    /// Each user's news channels (News.swift): `sys.news` opens one.
+    var news = NewsChannels()
     /// The routing rules (queues, workers, deadlines): the broker feeds it
     /// what the sockets say and carries out what it answers.
     var routing: Routing
@@ -302,6 +307,8 @@ public final class Broker {
             self.sweepSpans()
         }
         timers.every(settings.revocationRefreshMs) { [unowned self] in self.askRevocations() }
+        // A news channel ends within a second of its token's expiry.
+        timers.every(1000) { [unowned self] in self.sweepNews() }
         if let authenticator { timers.every(2000) { authenticator.reloadIfChanged() } }
         if let address = settings.metricsAddress {
             let server = MetricsServer(registry: metrics)
@@ -346,7 +353,7 @@ public final class Broker {
         reactor.register(internalFrontend) { [unowned self] s in self.drainFrontend(s, origin: Broker.internal) }
         reactor.register(eventsIn) { [unowned self] _ in self.relay(from: self.eventsIn, to: self.eventsOut, events: true) }
         if let updates {
-            reactor.register(updates.socket) { [unowned self] _ in updates.drain(user: self.newsUser) }
+            reactor.register(updates.socket) { _ in updates.drain() }
             timers.every(1000) { [unowned self] in updates.heartbeat(src: self.name) }
             Log.info(name, "updates \(settings.updatesEndpoint ?? ""): public events and each user's news to phones (\(publicKey == nil ? "no CURVE" : "CURVE as the frontend"))")
         }
@@ -376,6 +383,9 @@ public final class Broker {
         metrics.describe("quad_broker_uptime_seconds", .gauge, "Seconds since this broker started.")
         metrics.describe("quad_broker_updates_published_total", .counter, "Events sent to phones on the public updates socket.")
         metrics.describe("quad_broker_updates_subscriptions_total", .counter, "Subscriptions on the updates socket, by outcome: accepted or refused (not public, a bad token, max_public_topics).")
+        metrics.describe("quad_broker_news_channels", .gauge, "News channels open (sys.news): connections that hear their user's news.")
+        metrics.describe("quad_broker_news_delivered_total", .counter, "News events sent on news channels.")
+        metrics.describe("quad_broker_news_closed_by_session_total", .counter, "News channels closed because their token expired or was revoked.")
     }
 
     /// Copies the broker's counters and per-service figures into the
@@ -386,6 +396,9 @@ public final class Broker {
         metrics.set("quad_broker_events_relayed_total", [:], Double(eventsRelayed))
         metrics.set("quad_broker_rate_limited_total", [:], Double(rateLimited))
         metrics.set("quad_broker_uptime_seconds", [:], Double(Clock.monotonicMillis() - startedAt) / 1000)
+        metrics.set("quad_broker_news_channels", [:], Double(news.count))
+        metrics.set("quad_broker_news_delivered_total", [:], Double(news.delivered))
+        metrics.set("quad_broker_news_closed_by_session_total", [:], Double(news.closedBySession))
         if let updates {
             metrics.set("quad_broker_updates_published_total", [:], Double(updates.published))
             metrics.set("quad_broker_updates_subscriptions_total", ["outcome": "accepted"], Double(updates.accepted))
@@ -428,7 +441,13 @@ public final class Broker {
             // topic, and to services on the internal one.
             if events, frames.count == 2, frames[0].first == 1 {
                 let (publicTopic, internalTopic) = Updates.split(frames[0])
-                if let publicTopic { updates?.publish(topic: publicTopic, bytes: frames[1]) }
+                if let publicTopic {
+                    // A user's news: to that user's news channels only, never
+                    // to the updates socket (News.swift says why).
+                    if publicTopic.starts(with: Broker.userTopic) { deliverNews(publicTopic, frames[1]) } else {
+                        updates?.publish(topic: publicTopic, bytes: frames[1])
+                    }
+                }
                 try? to.send([internalTopic, frames[1]])
                 continue
             }
@@ -473,13 +492,6 @@ public final class Broker {
         return claims
     }
 
-    /// The user of a news subscription's session token.
-    func newsUser(_ token: String) throws(QuadError) -> String {
-        // A subscription is sent once: no key yet is worth a read now, not
-        // at the verifier's next retry.
-        if !tokens.hasKey { tokens.loadKey() }
-        return try session(token).user
-    }
 
     /// An `accounts.session.revoked` event: applied at once.
     func revoked(_ bytes: [UInt8]) {
@@ -489,6 +501,7 @@ public final class Broker {
             return
         }
         revocations.add(entry, now: Int64(Clock.nowMillis()))
+        sweepNews()
         Log.line(["src": name, "level": "info", "msg": "token revocation applied", "user": entry.user, "jti": entry.jti ?? "",
                   "before_ms": entry.beforeMs ?? 0])
     }
@@ -651,12 +664,14 @@ public final class Broker {
         // token (which stops here) and the connection. Services on the
         // internal frontend pass theirs on.
         var header: [String: String?] = [:]
+        var session: TokenClaims?
         if fromOutside {
             envelope.user = nil
             envelope.role = nil
             if let token = envelope.token, !token.isEmpty {
                 do throws(QuadError) {
-                    let claims = try session(token)
+                    let claims = try self.session(token)
+                    session = claims
                     envelope.user = claims.user
                     envelope.role = claims.role
                 } catch {
@@ -690,6 +705,10 @@ public final class Broker {
             return
         }
         let service = frame
+        if envelope.type == "sys.news" {
+            openNews(client, envelope, session: session, fromOutside: fromOutside)
+            return
+        }
         if service == "sys" {
             let answer = system(envelope, privileged: !fromOutside || envelope.role == "admin")
             deliver(client, answer.encoded(), service: service)
@@ -859,6 +878,49 @@ public final class Broker {
             }
         }
         delimitedWorkers = delimitedWorkers.filter { routing.workers[$0] != nil }
+    }
+
+    // MARK: News channels
+
+    static let userTopic = Array("user/".utf8)
+
+    /// `sys.news`: the connection that sent it hears its user's news from
+    /// now on, until the token's session ends (News.swift).
+    func openNews(_ client: [UInt8], _ request: Envelope, session: TokenClaims?, fromOutside: Bool) {
+        let answer: Envelope
+        if !fromOutside {
+            answer = request.error(.badRequest("sys.news is for clients of the public frontend (a phone with its session token)"), src: name)
+        } else if let session {
+            do throws(QuadError) {
+                try news.open(client, claims: session, now: Int64(Clock.nowMillis()))
+                answer = request.reply(["news": true, "user": .string(session.user), "until": .int(session.expiresAt),
+                                        "channels": .int(Int64(news.byUser[session.user]?.count ?? 0))], src: name)
+            } catch {
+                answer = request.error(error, src: name)
+            }
+        } else {
+            answer = request.error(.unauthorized("sys.news needs a session token: sign in, then send it with the token"), src: name)
+        }
+        deliver(client, answer.encoded(), service: "sys")
+        closeSpan(client, corr: request.id, status: answer.quadError?.status ?? 200)
+    }
+
+    /// A user's news event (public topic `user/<id>/<type>`): to each of
+    /// that user's channels whose session is still good.
+    func deliverNews(_ topic: [UInt8], _ bytes: [UInt8]) {
+        let rest = topic.dropFirst(Broker.userTopic.count)
+        guard let slash = rest.firstIndex(of: UInt8(ascii: "/")), slash > rest.startIndex else { return }
+        let user = String(decoding: rest[rest.startIndex..<slash], as: UTF8.self)
+        let revocations = self.revocations
+        for route in news.routes(of: user, now: Int64(Clock.nowMillis()), isRevoked: { revocations.isRevoked($0) }) {
+            deliver(route, bytes, service: "sys")
+        }
+    }
+
+    func sweepNews() {
+        guard news.count > 0 else { return }
+        let revocations = self.revocations
+        news.sweep(now: Int64(Clock.nowMillis()), isRevoked: { revocations.isRevoked($0) })
     }
 
     // MARK: sys.*

@@ -4,13 +4,13 @@ import QuadWire
 
 /// The broker's public updates socket (`--updates`, an XPUB behind the
 /// frontend's CURVE key): phones subscribe to what anyone may know,
-/// `pub/<type>/<key>` (a lot's levels, a product), and to their own news
-/// with `user/<session token>`, which the broker turns into `user/<id>/`
-/// once the token checks out. The socket is in manual mode: a subscription
-/// counts only when the broker accepts it, so an empty prefix (everything),
-/// `user/` without a token, a stranger's id, a malformed or an overlong
-/// topic never reach the socket's table, and a subscriber hears only what
-/// it was allowed. Services' events come with their public topic ahead of
+/// `pub/<type>/<key>` (a lot's levels, a product). A user's news is not
+/// here: it goes to the connections that asked for it with `sys.news` on
+/// the frontend (News.swift says why). The socket is in manual mode: a
+/// subscription counts only when the broker accepts it, so an empty prefix
+/// (everything), any `user/` topic, a malformed or an overlong topic never
+/// reach the socket's table, and a subscriber hears only what it was
+/// allowed. Services' events come with their public topic ahead of
 /// the internal one (byte 1, the topic, byte 0, as ``Worker`` writes them);
 /// every second a heartbeat on `pub/hb` tells phones the feed is alive.
 final class Updates {
@@ -19,7 +19,7 @@ final class Updates {
         case subscribe(String)
         case unsubscribe(String)
         case refuse(String)
-        /// A message that changes nothing (an unsubscribe of news: see ``decide``).
+        /// A message that changes nothing (an unsubscribe of a `user/` topic).
         case ignore
     }
 
@@ -52,25 +52,16 @@ final class Updates {
     }
 
     /// What to do with `frame`, a subscription message (byte 1 or 0 and
-    /// the topic). `user` checks a session token and gives its user id.
-    /// An unsubscribe of news is ignored: a phone that renews its token
-    /// drops the old one from its own list, and the connection's news
-    /// must not end with it (it ends when the connection closes).
-    static func decide(_ frame: [UInt8], user: (String) throws(QuadError) -> String) -> Decision {
+    /// the topic). A `user/` subscription is refused, naming `sys.news`;
+    /// its unsubscribe (a phone of before) changes nothing.
+    static func decide(_ frame: [UInt8]) -> Decision {
         guard let first = frame.first, first <= 1 else { return .refuse("not a subscription message (first byte 1 or 0)") }
         let subscribe = first == 1
         guard frame.count <= maxSubscriptionBytes else { return .refuse("subscription longer than max_subscription_bytes (\(maxSubscriptionBytes))") }
         guard let topic = String(validating: frame.dropFirst(), as: UTF8.self) else { return .refuse("topic is not UTF-8") }
         if topic.hasPrefix("user/") {
             guard subscribe else { return .ignore }
-            let token = String(topic.dropFirst(5))
-            guard !token.isEmpty else { return .refuse("user/ needs a session token: user/<token>") }
-            do throws(QuadError) {
-                let id = try user(token)
-                return .subscribe("user/\(id)/")
-            } catch {
-                return .refuse("news refused: \(error.message)")
-            }
+            return .refuse("a user's news is not on the updates socket: send sys.news with the session token on the frontend, and the news comes on that connection")
         }
         guard topic == heartbeatTopic || isPublic(topic) else {
             return .refuse("topic '\(topic.prefix(80))' is not public: subscribe to pub/<type>/, pub/<type>/<key>, \(heartbeatTopic) or user/<token>")
@@ -92,12 +83,12 @@ final class Updates {
     }
 
     /// Reads waiting subscription messages and carries out each decision.
-    func drain(user: (String) throws(QuadError) -> String) {
+    func drain() {
         var n = 0
         while n < 1000, let frames = try? socket.receive(dontWait: true) {
             n += 1
             guard let frame = frames.first else { continue }
-            switch Updates.decide(frame, user: user) {
+            switch Updates.decide(frame) {
             case .subscribe(let topic):
                 if topic.hasPrefix("pub/") && !topics.contains(topic) {
                     guard topics.count < maxTopics else {

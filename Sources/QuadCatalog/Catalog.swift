@@ -138,7 +138,7 @@ public enum Catalog: ServiceDomain {
     /// Sort orders of a listing, by name in the request.
     static let sortOrders = [
         "name": "name, id", "price": "price_value, id", "-price": "price_value DESC, id",
-        "stock": "stock DESC, id", "newest": "id DESC",
+        "stock": "stock DESC, id", "newest": "listed_ms DESC, id DESC",
     ]
 
     static func escapeLike(_ s: String) -> String {
@@ -164,10 +164,10 @@ public enum Catalog: ServiceDomain {
             p.condition = r.optionalString("item_condition")
             p.mode = mode
             p.images = storedImages(r).map { imageURL(imagePath($0)) }
-            p.listedAt = r["listed_ms"].int
         } else {
             p.rentRate = Contract.Catalog.seedRentRate(price: p.price.value)
         }
+        p.listedAt = r["listed_ms"].int
         return p
     }
 }

@@ -55,6 +55,8 @@ extension Catalog {
             try applySales(db, e)
             guard let order = b["order"]?.string else { return }
             try db.execute("DELETE FROM user_purchases WHERE order_id = $1", .text(order))
+        case "orders.returned":
+            try applySales(db, e)
         default:
             return
         }
@@ -62,6 +64,7 @@ extension Catalog {
 
     static let forYouEvents: Set<String> = [
         "accounts.user.registered", "accounts.user.updated", "favorites.added", "favorites.removed", "orders.confirmed", "orders.cancelled",
+        "orders.returned",
     ]
 
     /// The calling user's category scores and the products they rank.

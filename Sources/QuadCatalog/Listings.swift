@@ -57,7 +57,29 @@ extension Catalog {
             ALTER TABLE holds ADD COLUMN confirmed_ms BIGINT;
             ALTER TABLE hold_items ADD COLUMN rent_rate DOUBLE PRECISION;
             """),
+        // Every product has a listed-at time, the "newest" sort's key: a
+        // store seeded before it had one gives its seeded products the
+        // moment before its first listing (else now), so they stay older
+        // than every listing. A late return's charge, per rented line.
+        Migration(52, sqlite: listedAtSQL(now: "CAST(strftime('%s', 'now') AS INTEGER) * 1000"),
+                  postgres: listedAtSQL(now: "CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)")),
     ]
+
+    static func listedAtSQL(now: String) -> String {
+        """
+        UPDATE products SET listed_ms = COALESCE((SELECT MIN(l.listed_ms) - 1 FROM products l WHERE l.listed_ms IS NOT NULL), \(now))
+        WHERE listed_ms IS NULL;
+        CREATE INDEX products_listed ON products (listed_ms, id);
+        CREATE TABLE listing_late_charges (
+            order_id TEXT NOT NULL,
+            product TEXT NOT NULL,
+            late_days BIGINT NOT NULL,
+            line_cents BIGINT NOT NULL,
+            PRIMARY KEY (order_id, product)
+        );
+        CREATE INDEX listing_late_charges_product ON listing_late_charges (product);
+        """
+    }
 
     /// The settings of listings, each a flag of quad-catalog.
     public struct ListingSettings: Sendable {
@@ -220,7 +242,7 @@ extension Catalog {
             throw QuadError.conflict("you have made \(made) listings, the most one student may (max_listings_per_seller=\(s.maxPerSeller))")
         }
         let now = Int64(Clock.nowMillis())
-        // Time-ordered (the "newest" sort is by id), and unique by seller and envelope.
+        // Time-ordered, and unique by seller and envelope.
         let id = "l-" + String(format: "%012llx", UInt64(now)) + SHA256.hex(Array("\(seller)\n\(envelope)".utf8)).prefix(20)
         let name = try db.queryOne("SELECT name FROM sellers WHERE user_id = $1", .text(seller))?.string("name") ?? unknownSeller
         let info = b.info
@@ -384,7 +406,11 @@ extension Catalog {
         let category = p.string("category")
         out.feeRate = Contract.Catalog.listingFeeRates[category] ?? Contract.Catalog.listingFeeRates["Others"] ?? 10
         var revenue: Int64 = 0, fee: Int64 = 0
-        for sale in try db.query("SELECT line_cents FROM listing_sales WHERE product = $1", .text(id)) {
+        // Each line on its own, the late charge of a rental returned late too.
+        for sale in try db.query("""
+            SELECT line_cents FROM listing_sales WHERE product = $1
+            UNION ALL SELECT line_cents FROM listing_late_charges WHERE product = $1
+            """, .text(id)) {
             let cents = sale.int("line_cents")
             revenue += cents
             fee += Int64((Double(cents) * out.feeRate / 100).rounded())
@@ -414,7 +440,8 @@ extension Catalog {
 
     /// What a listing's confirmed orders brought in, as orders published
     /// them (its prices: a rental's is rent_rate times the days); a
-    /// cancelled order's lines leave it.
+    /// cancelled order's lines leave it; a rental returned late adds its
+    /// late days at the line's rent_rate (orders.returned), once.
     static func applySales(_ db: Database, _ e: Envelope) throws {
         let b = e.body
         switch e.type {
@@ -432,6 +459,18 @@ extension Catalog {
         case "orders.cancelled":
             guard let order = b["order"]?.string else { return }
             try db.execute("DELETE FROM listing_sales WHERE order_id = $1", .text(order))
+        case "orders.returned":
+            // The late days at each line's rate as this catalog held it (the
+            // rate orders charged them at), the listings' lines only.
+            guard let r = try? Contract.Orders.Returned(json: b), r.lateDays > 0 else { return }
+            for line in try db.query("""
+                SELECT product, quantity, rent_rate FROM hold_items WHERE order_id = $1 AND product LIKE 'l-%' AND rent_rate IS NOT NULL
+                """, .text(r.order)) {
+                let cents = Int64((line.double("rent_rate") * 100).rounded()) * line.int("quantity") * r.lateDays
+                try db.execute("""
+                    INSERT INTO listing_late_charges (order_id, product, late_days, line_cents) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING
+                    """, .text(r.order), .text(line.string("product")), .int(r.lateDays), .int(cents))
+            }
         default:
             return
         }

@@ -89,13 +89,15 @@ extension Catalog {
         try db.transaction {
             try seedImages(db)
             guard (try db.queryOne("SELECT COUNT(*) AS n FROM products")?.int("n") ?? 0) == 0 else { return }
+            // Listed when the campus began: older than every student's listing.
+            let listed = SQLValue.int(Int64(Clock.nowMillis()))
             for values in seedProducts() {
                 try db.execute("""
-                    INSERT INTO products (id, name, price_value, currency, info, type, image_url, category, collection, stock, search)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-                    """, values)
-                let row = Row(columns: ["id", "name", "price_value", "currency", "info", "type", "image_url", "category", "collection", "stock"],
-                              values: Array(values.prefix(10)))
+                    INSERT INTO products (id, name, price_value, currency, info, type, image_url, category, collection, stock, search, listed_ms)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                    """, values + [listed])
+                let row = Row(columns: ["id", "name", "price_value", "currency", "info", "type", "image_url", "category", "collection", "stock", "listed_ms"],
+                              values: Array(values.prefix(10)) + [listed])
                 try Outbox.append(db, type: Contract.Catalog.productChanged.type, body: product(row).json)
             }
         }

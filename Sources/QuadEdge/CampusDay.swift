@@ -345,25 +345,42 @@ final class Student {
         }
     }
 
+    /// What a student does next, and how often in a hundred, by habit: a
+    /// driver parks about half the time, a shopper hardly ever; over the
+    /// campus's mix of habits (``StudentProfile/habitWeights``) a quarter
+    /// of the activities are parking, as when every student did both.
+    enum Activity: CaseIterable {
+        case browse, search, favorites, cart, rent, returnRental, history, park, deadZone
+    }
+
+    static let mix: [StudentProfile.Habit: [(Activity, Int)]] = [
+        .both: [(.browse, 22), (.search, 14), (.favorites, 10), (.cart, 8), (.rent, 5), (.returnRental, 4), (.history, 4), (.park, 25), (.deadZone, 8)],
+        .driver: [(.browse, 15), (.search, 10), (.favorites, 7), (.cart, 6), (.rent, 4), (.returnRental, 3), (.history, 2), (.park, 45), (.deadZone, 8)],
+        .shopper: [(.browse, 28), (.search, 18), (.favorites, 13), (.cart, 11), (.rent, 7), (.returnRental, 5), (.history, 5), (.park, 5), (.deadZone, 8)],
+    ]
+
+    var profile: StudentProfile { phone.profile }
+
     func next() {
         guard day.running else { return }
         activities += 1
-        let pick = Int.random(in: 0..<100, using: &rng)
+        let mix = Student.mix[profile.habit] ?? Student.mix[.both]!
+        let pick = StudentProfile.pick(mix.map(\.1), &rng)
         let done: () -> Void = { [weak self] in
             guard let self else { return }
             self.think(3...20) { self.next() }
         }
-        if lister && !listed && pick < 30 { listed = true; listItem(done); return }
-        switch pick {
-        case 0..<22: browse(done)
-        case 22..<36: search(done)
-        case 36..<46: favorites(done)
-        case 46..<54: cart(done)
-        case 54..<59: rent(done)
-        case 59..<63: returnRental(done)
-        case 63..<67: history(done)
-        case 67..<92: park(done)
-        default: deadZone(done)
+        if lister && !listed && Int.random(in: 0..<100, using: &rng) < 30 { listed = true; listItem(done); return }
+        switch mix[pick].0 {
+        case .browse: browse(done)
+        case .search: search(done)
+        case .favorites: favorites(done)
+        case .cart: cart(done)
+        case .rent: rent(done)
+        case .returnRental: returnRental(done)
+        case .history: history(done)
+        case .park: park(done)
+        case .deadZone: deadZone(done)
         }
     }
 
@@ -372,11 +389,21 @@ final class Student {
     static let words = ["calculator", "iphone", "lamp", "textbook", "camera", "kit", "headphones", "tablet", "laptop", "bicycle",
                         "goggles", "sketchbook", "speaker", "notes", "backpack", "mouse"]
 
-    /// A product the student can see: from the saved catalog, in stock if possible.
-    func product(inStock: Bool = true) -> String {
-        let n = (try? phone.db.count("SELECT COUNT(*) AS n FROM catalog\(inStock ? " WHERE stock > 0" : "")")) ?? 0
-        if n > 0, let r = try? phone.db.queryOne("SELECT id FROM catalog\(inStock ? " WHERE stock > 0" : "") ORDER BY id LIMIT 1 OFFSET $1",
-                                                  .int(Int64(Int.random(in: 0..<n, using: &rng)))) {
+    /// A product the student can see: from the saved catalog, in stock if
+    /// possible; six times in ten of one of their preferred categories.
+    func product(inStock: Bool = true, preferred: Bool = true) -> String {
+        var conditions = inStock ? ["stock > 0"] : []
+        var params: [SQLValue] = []
+        if preferred, Int.random(in: 0..<10, using: &rng) < 6, let category = profile.categories.randomElement(using: &rng) {
+            params.append(.text(category))
+            conditions.append("category = $1")
+        }
+        let filter = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
+        let n = Int((try? phone.db.queryOne("SELECT COUNT(*) AS n FROM catalog\(filter)", params))?["n"].int ?? 0)
+        // Nothing of theirs in the saved catalog: anything.
+        if n == 0 && !params.isEmpty { return product(inStock: inStock, preferred: false) }
+        if n > 0, let r = try? phone.db.queryOne("SELECT id FROM catalog\(filter) ORDER BY id LIMIT 1 OFFSET $\(params.count + 1)",
+                                                  params + [.int(Int64(Int.random(in: 0..<n, using: &rng)))]) {
             return r.string("id")
         }
         return String(format: "p-%04d", Int.random(in: 1...306, using: &rng))
@@ -415,7 +442,12 @@ final class Student {
     }
 
     func browse(_ then: @escaping () -> Void) {
-        phone.open("home", ["limit": 20, "offset": .int(Int64(Int.random(in: 0...5, using: &rng) * 20))]) { [self] home in
+        // Four times in ten, the page of one of their preferred categories.
+        var page: [String: JSON] = ["limit": 20, "offset": .int(Int64(Int.random(in: 0...5, using: &rng) * 20))]
+        if Int.random(in: 0..<10, using: &rng) < 4, let category = profile.categories.randomElement(using: &rng) {
+            page = ["limit": 20, "offset": .int(Int64(Int.random(in: 0...1, using: &rng) * 20)), "category": .string(category)]
+        }
+        phone.open("home", .object(page)) { [self] home in
             let listed = (home.body["products"]?.array ?? []).filter { ($0["stock"]?.int ?? 0) > 0 }.compactMap { $0["id"]?.string }
             let id = listed.isEmpty ? product() : listed[Int.random(in: 0..<listed.count, using: &rng)]
             think { [self] in
@@ -697,12 +729,22 @@ final class Student {
         }
     }
 
-    /// Campus is full: the nearby lots, saved copy first.
+    /// The nearby lot a student heads for: one with free spots, the nearer
+    /// ones more often (a lot's weight is 2 km less its distance).
+    static func nearbyLot(_ lots: [JSON], _ rng: inout SeededRandom) -> String? {
+        let open = lots.filter { $0["has_free"]?.bool ?? true }
+        guard !open.isEmpty else { return nil }
+        return open[StudentProfile.pick(open.map { max(1, 2_000 - Int($0["distance_m"]?.int ?? 1_000)) }, &rng)]["id"]?.string
+    }
+
+    /// Campus is full: the nearby lots, saved copy first. The student
+    /// picks one with free spots, the nearer ones more often (each lot's
+    /// weight falls with its distance), not always the first listed.
     func nearby(_ then: @escaping () -> Void) {
         phone.open("nearby") { [self] list in
-            let lots = (list.body["lots"]?.array ?? []).filter { $0["has_free"]?.bool ?? true }.compactMap { $0["id"]?.string }
+            let choice = Student.nearbyLot(list.body["lots"]?.array ?? [], &rng)
             think(2...8) { [self] in
-                guard let lot = lots.first else { then(); return }
+                guard let lot = choice else { then(); return }
                 phone.navigate(toNearby: lot)
                 // Once there, the app asks whether they parked: 70 % did.
                 think(10...40) { [self] in

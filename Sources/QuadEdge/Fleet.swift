@@ -24,7 +24,7 @@ public final class Fleet {
     public private(set) var fatal: String?
     /// The edge's one loop: the control socket and each phone's link
     /// (registered while its radio is on), the phones' timers beside them.
-    let reactor = Reactor(now: Clock.monotonicMillis)
+    let reactor = Reactor(now: Clock.monotonicMillis, scalable: true)
     var agenda: Timers { reactor.timers }
     private(set) var phones: [Phone] = []
     var byName: [String: Phone] = [:]

@@ -59,6 +59,9 @@ final class Link {
     var token: String?
     /// Called for every answer that arrives, matched or not.
     var onAnswer: () -> Void = {}
+    /// Called for an event the broker sends on this connection unasked
+    /// (the user's news, once `sys.news` opened its channel).
+    var onEvent: (Envelope) -> Void = { _ in }
     /// Called after the link moved to another broker (its index), so that
     /// the phone's live feed follows.
     var onMove: (Int) -> Void = { _ in }
@@ -219,8 +222,12 @@ final class Link {
     func receive(_ socket: Socket) {
         while self.socket === socket, let frames = try? socket.receive(dontWait: true) {
             guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max) else { continue }
-            answered += 1
             onAnswer()
+            if reply.kind == .event {
+                onEvent(reply)
+                continue
+            }
+            answered += 1
             guard let corr = reply.corr, let call = calls.removeValue(forKey: corr) else { continue }
             agenda.cancel(call.timer)
             call.completion(.success(reply))

@@ -5,9 +5,9 @@ import QuadWire
 /// What a phone hears without asking: ONE XSUB, to the updates socket of
 /// the broker its requests go to (CURVE with the phone's own key pair, as
 /// its requests), subscribed to the broker's heartbeat, to every lot's
-/// levels, to the products the student is looking at, and to the student's
-/// own news (`user/<token>`, which only the broker can turn into that
-/// user's topic). The socket sends the subscriptions again after a
+/// levels and to the products the student is looking at. The student's own
+/// news comes on the phone's request link instead, once it asked for it
+/// (``Phone/openNews()``: `sys.news` with its session token). The socket sends the subscriptions again after a
 /// reconnect, and the feed follows the phone's link when it moves to
 /// another broker (``move(to:)``). The feed is live while something (a
 /// heartbeat at least, every second) arrived within ``quietMs``; a phone
@@ -28,8 +28,6 @@ final class LiveFeed {
     private(set) var topics: [String] = ["pub/hb", "pub/reservations.level.changed/"]
     /// The products watched, most recent last (at most ``maxProducts``).
     private(set) var products: [String] = []
-    /// The session token the news subscription was made with.
-    private(set) var newsToken: String?
     /// When something last arrived (monotonic ms).
     private(set) var lastHeardMs: Int64?
     /// Events received (heartbeats aside), and how long each took from its
@@ -42,7 +40,8 @@ final class LiveFeed {
     /// A feed silent this long (no heartbeat: the broker is gone or cut
     /// off) moves the phone to the next broker.
     static let moveAfterQuietMs: Int64 = 6_000
-    /// How often a live feed sends its news subscription again.
+    /// How often a phone asks again for its news channel (`sys.news`: one
+    /// the broker lost, restarted, is opened again).
     static let renewNewsMs: Int64 = 30_000
     static let maxProducts = 16
     static let maxLatencies = 20_000
@@ -59,9 +58,16 @@ final class LiveFeed {
     var isUp: Bool { socket != nil }
     /// Heard from within ``quietMs``: updates arrive; no need to poll.
     var isLive: Bool { isUp && lastHeardMs.map { Clock.monotonicMillis() - $0 < LiveFeed.quietMs } ?? false }
-    /// Nothing heard for ``moveAfterQuietMs`` since the socket opened or
-    /// last heard something.
-    var isSilent: Bool { isUp && Clock.monotonicMillis() - max(openedMs, lastHeardMs ?? 0) >= LiveFeed.moveAfterQuietMs }
+    /// Heard from this broker since the socket opened, then nothing for
+    /// ``moveAfterQuietMs``: the broker went away. A feed that never heard
+    /// its first heartbeat (a handshake the broker holds back while a
+    /// thousand phones connect) is not moved: that would only add
+    /// handshakes; a broker that never answers moves the phone through its
+    /// requests' timeouts instead.
+    var isSilent: Bool {
+        guard isUp, let heard = lastHeardMs else { return false }
+        return Clock.monotonicMillis() - max(openedMs, heard) >= LiveFeed.moveAfterQuietMs
+    }
 
     /// Opens the socket (the radio is on) to broker `index`'s updates
     /// socket (the phone's link's broker), and subscribes.
@@ -80,7 +86,6 @@ final class LiveFeed {
         openedMs = Clock.monotonicMillis()
         reactor.register(s) { [unowned self] s in self.receive(s) }
         for t in topics + products.flatMap(LiveFeed.productTopics) { send(1, t) }
-        if let newsToken { send(1, "user/" + newsToken) }
     }
 
     /// Counts the silence again from now (nothing to move to).
@@ -112,23 +117,6 @@ final class LiveFeed {
         if products.count > LiveFeed.maxProducts {
             for t in LiveFeed.productTopics(products.removeFirst()) { send(0, t) }
         }
-    }
-
-    /// Sends the news subscription again: one the broker refused (it had
-    /// not loaded accounts' key yet, it restarted) counts from now on; one
-    /// it holds already changes nothing.
-    func renewNews() {
-        if let newsToken { send(1, "user/" + newsToken) }
-    }
-
-    /// The news subscription follows the session: the new token first,
-    /// then the old one dropped from the sockets' lists (the broker keeps
-    /// the connection's news through it).
-    func setNewsToken(_ token: String?) {
-        guard token != newsToken else { return }
-        if let token { send(1, "user/" + token) }
-        if let old = newsToken { send(0, "user/" + old) }
-        newsToken = token
     }
 
     func send(_ verb: UInt8, _ topic: String) {
@@ -253,15 +241,13 @@ extension Phone {
             live.heardNothing()
         }
         guard let live, isOnline else { liveWasQuiet = true; return }
-        if live.isLive, now - lastNewsRenewMs >= LiveFeed.renewNewsMs {
-            lastNewsRenewMs = now
-            live.renewNews()
-        }
+        if live.isLive, now - lastNewsRenewMs >= LiveFeed.renewNewsMs { openNews() }
         if live.isLive {
             if liveWasQuiet {
                 liveWasQuiet = false
                 liveStats.catchUps += 1
-                live.renewNews()
+                // A silence may have been a broker's restart: it lost the channel.
+                openNews()
                 prefetchOnNetworkBack()
                 fetchNews()
             }

@@ -44,9 +44,6 @@ public struct EdgeSettings: Sendable {
     /// The PIN every phone's keychain is locked with (`--keychain-pin-file`);
     /// nil keeps each keychain's key in its key file.
     public var keychainPIN: String?
-    /// The semester phones register their accounts with (each phone keeps
-    /// its own email in its file; its student, the password).
-    public var semester: Int64 = 3
     /// The phone's image caches (ImageCache.swift): image_cache_files,
     /// image_cache_days, image_memory_entries, image_memory_bytes, max_image_bytes.
     public var images = ImageCacheLimits()
@@ -86,6 +83,9 @@ final class Phone {
     let agenda: Timers
     let settings: EdgeSettings
     var rng: SeededRandom
+    /// Who its student is: the semester and categories it registers with,
+    /// the habit the campus day follows.
+    let profile: StudentProfile
 
     // Session. The tokens live in the phone's keychain, never in its file;
     // the password only in its student's memory (``Students``).
@@ -99,7 +99,6 @@ final class Phone {
     var token: String? {
         didSet {
             link.token = token
-            live?.setNewsToken(token)
         }
     }
     /// What renews the session after its token expired (`accounts.refresh`
@@ -158,6 +157,11 @@ final class Phone {
 
     // Telemetry.
     var telemetryInFlight: String?
+    /// The batch last sent, and whether it went without a session: its
+    /// retries go the same way (the collector stores an event under the
+    /// user its first delivery was sent as; a retry as another caller
+    /// would be refused, and its events sent again as someone else's).
+    var telemetryBatchSent: (batch: String, anonymous: Bool)?
     var telemetryTimer: Int?
     var telemetryAttempt = 0
     var telemetryRetryAt: Int64 = 0
@@ -194,6 +198,20 @@ final class Phone {
     /// and ends it with the reason (Fleet).
     var onFatal: (String) -> Void = { reason in Log.error("edge", reason) }
 
+    /// Asks the broker the link talks to for this user's news on the
+    /// link's connection (`sys.news` with the session token): the broker
+    /// sends each news event there until the token's session ends. Asked
+    /// at radio-on, after a move, with every new token, after the feed's
+    /// silence (a broker restart forgets its channels) and every
+    /// ``LiveFeed/renewNewsMs``; asking again changes nothing but the
+    /// token the channel lives by. Phones without live updates poll
+    /// `notifications.since` instead.
+    func openNews() {
+        guard live != nil, link.isUp, hasValidToken else { return }
+        lastNewsRenewMs = now
+        request("sys.news", [:], timeoutMs: settings.readTimeoutMs) { _ in }
+    }
+
     func socketFailed(_ error: any Error, what: String) {
         onFatal("phone \(name) cannot open \(what): \(error)")
     }
@@ -206,6 +224,7 @@ final class Phone {
         self.agenda = reactor.timers
         self.settings = settings
         self.rng = SeededRandom(seed: seed)
+        self.profile = StudentProfile(seed: seed)
         self.students = try students ?? Students(path: Students.path(forPhonesDir: (path as NSString).deletingLastPathComponent))
         let (keychain, unreadable) = try Phone.openKeychain(Keychain.path(forPhoneFile: path), pin: settings.keychainPIN)
         self.keychain = keychain
@@ -231,9 +250,12 @@ final class Phone {
             leaveSignInMessage(unreadable.message)
         }
         link.onAnswer = { [unowned self] in self.heard() }
+        // News the broker carries on the request link (sys.news).
+        link.onEvent = { [unowned self] in self.applyLive($0) }
         // The feed follows the link to the broker it moved to.
         link.onMove = { [unowned self] index in
             do { try self.live?.move(to: index) } catch { self.socketFailed(error, what: "its updates socket") }
+            self.openNews()
         }
         link.onSocketError = { [unowned self] in self.socketFailed($0, what: "its request socket") }
         if live != nil { liveTimer = agenda.every(1000) { [weak self] in self?.liveTick() } }
@@ -361,7 +383,7 @@ final class Phone {
         }
         let body: JSON = [
             "email": .string(email), "password": .string(password), "name": .string(displayName),
-            "semester": .int(settings.semester), "categories": .array(["Tech", "Study"]),
+            "semester": .int(profile.semester), "categories": .array(profile.categories.map { .string($0) }),
         ]
         stats.registrations += 1
         request("accounts.register", body, id: registerID, timeoutMs: settings.actionTimeoutMs * 2, anonymous: true) { [unowned self] result in
@@ -423,6 +445,9 @@ final class Phone {
         forgetRefresh()
         _ = try? db.execute("UPDATE session SET user_id = $1, expires_at = $2 WHERE one = 1", .of(user), .int(expiresAt))
         scheduleRefresh()
+        // The news channel follows the session: the broker holds it under
+        // the new token from now on, without a gap.
+        openNews()
         fetchNews()
     }
 
@@ -590,6 +615,7 @@ final class Phone {
         if radioOn {
             do { try link.up() } catch { socketFailed(error, what: "its request socket") }
             do { try live?.up(at: link.current) } catch { socketFailed(error, what: "its updates socket") }
+            openNews()
             // Assume the network is there until a request says otherwise.
             reachable = true
         } else {

@@ -52,6 +52,19 @@ extension Phone {
         guard let batch = formBatch() else { return }
         let rows = (try? db.query("SELECT * FROM telemetry WHERE batch = $1 ORDER BY ts, id", .text(batch))) ?? []
         guard !rows.isEmpty else { return }
+        // Sent as it was first sent. A new batch goes without a session only
+        // when none of its events was recorded under one (those wait for the
+        // session to be renewed: sent without, the collector would keep them
+        // as no one's).
+        let anonymous: Bool
+        if let sent = telemetryBatchSent, sent.batch == batch {
+            anonymous = sent.anonymous
+            if !anonymous && !hasValidToken { return }
+        } else {
+            anonymous = !hasValidToken
+            if anonymous && rows.contains(where: { $0.optionalString("user_id") != nil }) { return }
+            telemetryBatchSent = (batch, anonymous)
+        }
         let formed = Phone.millis(ofUUIDv7: batch) ?? now
         let events: [JSON] = rows.map { r in
             [
@@ -64,7 +77,7 @@ extension Phone {
         telemetryInFlight = batch
         stats.telemetrySent += events.count
         request("telemetry.ingest", ["events": .array(events)], id: batch, timeoutMs: settings.actionTimeoutMs,
-                anonymous: !hasValidToken) { [weak self] result in
+                anonymous: anonymous) { [weak self] result in
             guard let self, self.telemetryInFlight == batch else { return }
             self.telemetryInFlight = nil
             switch result {

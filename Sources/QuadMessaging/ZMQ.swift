@@ -79,6 +79,29 @@ public final class Socket {
     let context: ZMQContext
     public let type: SocketType
 
+    /// Set by a scalable ``Reactor`` while the socket is registered: a send
+    /// or a receive may take the socket's pending commands, and with them
+    /// the signal of its ZMQ_FD, so the reactor looks at it again.
+    var onTouch: ((Socket) -> Void)?
+
+    /// `ZMQ_FD`: readable when the socket's state may have changed
+    /// (``events`` tells what it is now).
+    var fileDescriptor: Int32 {
+        var fd: Int32 = -1
+        var size = MemoryLayout<Int32>.size
+        zmq_getsockopt(handle, ZMQ_FD, &fd, &size)
+        return fd
+    }
+
+    /// `ZMQ_EVENTS`: whether a message can be read now (the socket's
+    /// pending commands are taken first).
+    var readable: Bool {
+        var events: Int32 = 0
+        var size = MemoryLayout<Int32>.size
+        guard zmq_getsockopt(handle, ZMQ_EVENTS, &events, &size) == 0 else { return false }
+        return events & Int32(ZMQ_POLLIN) != 0
+    }
+
     init(context: ZMQContext, type: SocketType) throws(ZMQError) {
         guard let h = zmq_socket(context.handle, type.raw) else { throw ZMQError("zmq_socket") }
         self.handle = h
@@ -184,6 +207,7 @@ public final class Socket {
     /// Sends a multipart message. Each frame is copied into a `zmq_msg_t` of
     /// its exact size; frames may hold any bytes.
     public func send(_ frames: [[UInt8]], dontWait: Bool = false) throws(ZMQError) {
+        defer { onTouch?(self) }
         for (n, frame) in frames.enumerated() {
             var flags: Int32 = n < frames.count - 1 ? ZMQ_SNDMORE : 0
             if dontWait { flags |= ZMQ_DONTWAIT }
@@ -215,6 +239,7 @@ public final class Socket {
     func receiveMessage(dontWait: Bool, keepingAtMost: Int, readingMetadata: Bool) throws(ZMQError)
         -> (frames: [[UInt8]], count: Int, metadata: MessageMetadata)?
     {
+        defer { onTouch?(self) }
         var frames: [[UInt8]] = []
         var count = 0
         var metadata = MessageMetadata()

@@ -59,6 +59,12 @@ enum Snapshots {
             .int(total["regular"] ?? 0), .int(total["accessible"] ?? 0), .int(total["ev"] ?? 0)) == 1
     }
 
+    /// The `occupancy.snapshot` of a level's snapshot.
+    static func event(level: Simulator.LevelInfo, at: Int64, free: [String: Int64], total: [String: Int64], clock: CampusTime) -> Contract.Occupancy.Snapshot {
+        func counts(_ c: [String: Int64]) -> Contract.Reservations.Counts { .init(regular: c["regular"] ?? 0, accessible: c["accessible"] ?? 0, ev: c["ev"] ?? 0) }
+        return Contract.Occupancy.Snapshot(lot: level.lot, level: level.name, levelID: level.id, at: at, local: clock.iso(at), free: counts(free), total: counts(total))
+    }
+
     static func snapshot(_ r: Row, levelName: String, clock: CampusTime) -> Contract.Occupancy.Snapshot {
         let at = r.int("at_ms")
         return Contract.Occupancy.Snapshot(
@@ -97,7 +103,8 @@ final class Simulator {
     var clock: CampusTime { settings.clock }
 
     /// Sets the simulated clock to now on a store's first start, with
-    /// `--history-days` of past snapshots so a forecast has samples at once.
+    /// `--history-days` of past snapshots so a forecast has samples at once,
+    /// the last day's published.
     func start() throws {
         for r in try db.query("SELECT l.id, l.lot, l.name, l.floor, o.kind FROM levels l JOIN lots o ON o.id = l.lot") {
             let busy = Campus.lots.first { $0.id == r.string("lot") }?.busy ?? 1
@@ -115,20 +122,32 @@ final class Simulator {
         }
     }
 
-    /// Past snapshots as the curve says they were.
+    /// How far back the history is published as `occupancy.snapshot` on a
+    /// store's first start: a day, so the dashboard's hourly heatmaps have
+    /// every hour of the campus from the start (the forecast reads all of
+    /// `--history-days` from the store).
+    static let publishedHistoryMs: Int64 = 86_400_000
+
+    /// Past snapshots as the curve says they were; those of the last day
+    /// (``publishedHistoryMs``) are published too, as the simulator
+    /// publishes the ones it takes.
     func backfill(until now: Int64) throws {
         guard settings.historyDays > 0 else { return }
         let totals = try totalsByLevel()
+        let ordered = levels.values.sorted { ($0.lot, $0.floor) < ($1.lot, $1.floor) }
         var at = floorDiv(now - settings.historyDays * 86_400_000, Snapshots.intervalMs) * Snapshots.intervalMs + Snapshots.intervalMs
         while at < now {
-            for level in levels.values {
+            for level in ordered {
                 let total = totals[level.id] ?? [:]
                 var free: [String: Int64] = [:]
                 for (kind, n) in total {
                     let taken = DailyCurve.taken(lotKind: level.lotKind, busy: level.busy, floor: level.floor, kind: kind, level: level.id, ms: at, clock: clock)
                     free[kind] = n - Int64((Double(n) * taken).rounded())
                 }
-                try Snapshots.record(db, level: level.id, lot: level.lot, at: at, free: free, total: total, clock: clock)
+                guard try Snapshots.record(db, level: level.id, lot: level.lot, at: at, free: free, total: total, clock: clock),
+                      at >= now - Simulator.publishedHistoryMs else { continue }
+                try Outbox.append(db, type: Contract.Occupancy.snapshot.type,
+                                  body: Snapshots.event(level: level, at: at, free: free, total: total, clock: clock).json)
             }
             at += Snapshots.intervalMs
         }
@@ -206,9 +225,7 @@ final class Simulator {
         for level in levels.values.sorted(by: { ($0.lot, $0.floor) < ($1.lot, $1.floor) }) {
             let f = free[level.id] ?? [:], t = total[level.id] ?? [:]
             guard try Snapshots.record(db, level: level.id, lot: level.lot, at: at, free: f, total: t, clock: clock) else { continue }
-            func counts(_ c: [String: Int64]) -> Contract.Reservations.Counts { .init(regular: c["regular"] ?? 0, accessible: c["accessible"] ?? 0, ev: c["ev"] ?? 0) }
-            let body = Contract.Occupancy.Snapshot(lot: level.lot, level: level.name, levelID: level.id, at: at, local: clock.iso(at), free: counts(f), total: counts(t))
-            try Outbox.append(db, type: Contract.Occupancy.snapshot.type, body: body.json)
+            try Outbox.append(db, type: Contract.Occupancy.snapshot.type, body: Snapshots.event(level: level, at: at, free: f, total: t, clock: clock).json)
         }
     }
 }

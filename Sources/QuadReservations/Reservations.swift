@@ -22,7 +22,7 @@ public enum Reservations: ServiceDomain {
         ("hold-seconds", "how long a hold lasts before it expires and the spot is free again", "600"),
         ("sim", "occupancy simulator: on or off", "on"),
         ("sim-speed", "simulated seconds per real second (96: a day in 15 minutes; at most 1000)", "1"),
-        ("history-days", "days of past snapshots the simulator writes on a store's first start, so the forecast has samples", "14"),
+        ("history-days", "days of past snapshots the simulator writes on a store's first start, so the forecast has samples (the last day's are published too, for the dashboard's hourly heatmaps)", "14"),
         ("sim-start", "where the simulated clock starts on a store's first start: an ISO 8601 time or HH:MM today (default: now)", nil),
         ("utc-offset-minutes", "campus time zone, for the weekday and hour a forecast compares", "-300"),
         ("images-http", "HOST:PORT where GET /images/<sha256> serves the lots' and buildings' photos, or off", "off"),

@@ -48,7 +48,7 @@ flags.option("malformed-ban-ms", "a client key that sends a message of the wrong
 flags.option("handshake-rate-per-key", "new connections per second one client key may open, bursts of 10 times that; 0: no limit (handshake_rate_per_key; env QUAD_HANDSHAKE_RATE_PER_KEY)",
              default: env("QUAD_HANDSHAKE_RATE_PER_KEY", "2"))
 flags.option("handshake-rate-per-address", "new connections per second one address may open (loopback included), bursts of 10 times that; 0: no limit (handshake_rate_per_address; env QUAD_HANDSHAKE_RATE_PER_ADDRESS)",
-             default: env("QUAD_HANDSHAKE_RATE_PER_ADDRESS", "20"))
+             default: env("QUAD_HANDSHAKE_RATE_PER_ADDRESS", "200"))
 flags.option("address-rate-per-second", "requests per second without a signed-in user one source address may send (loopback included), across its keys and connections; 0: no limit (address_rate_per_second; env QUAD_ADDRESS_RATE_PER_SECOND)",
              default: env("QUAD_ADDRESS_RATE_PER_SECOND", "500"))
 flags.option("address-rate-burst", "requests one address may send at once above that (address_rate_burst; env QUAD_ADDRESS_RATE_BURST)",

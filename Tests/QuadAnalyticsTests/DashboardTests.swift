@@ -174,9 +174,13 @@ struct DashboardTests {
         let nonce = try #require(csp.components(separatedBy: "'nonce-").dropFirst().first?.prefix(32))
         #expect(html.contains("<style nonce=\"\(nonce)\">") && !html.contains(Dashboard.nonceMark))
         #expect(csp.contains("script-src 'self';") && !csp.contains("script-src 'nonce"))
-        // ParkWise's twelve cards come first, by number, each naming its app, number, type and owner.
+        // ParkWise's twelve cards come first, by number, then UniTrade's two, each naming its app, number, type and owner.
         let numbers = html.components(separatedBy: "data-number=\"").dropFirst().compactMap { $0.split(separator: "\"").first.map(String.init) }
-        #expect(numbers == (1...12).map { "BQ\($0)" })
+        #expect(numbers == (1...12).map { "BQ\($0)" } + ["UQ1", "UQ2"])
+        #expect(html.contains("UniTrade · UQ1 · Type 3: how students use a feature · owner UniTrade team (Swift and Flutter: Buy Now, from Home and Favorites) · purchase_screen"))
+        #expect(html.contains("UniTrade · UQ2 · Type 4: the campus&#39;s business · owner UniTrade team (Swift and Flutter: Buy Now, with the buyer&#39;s semester) · purchases_by_semester"))
+        #expect(html.contains("<span class=\"number\">UQ2</span>Purchases by semester"))
+        #expect(html.contains("ParkWise · BQ8 · Type 3: how drivers use a feature"))
         #expect(html.contains("ParkWise · BQ9 · Type 4: the campus&#39;s business · owner Fabio Higuera (Android: No campus spots) · nearby_parked"))
         #expect(html.contains("<span class=\"number\">BQ12</span>Where accessible and EV spots are free"))
         #expect(csp.hasPrefix("default-src 'none'"))

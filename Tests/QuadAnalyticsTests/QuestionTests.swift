@@ -337,7 +337,12 @@ struct QuestionTests {
         // The Type 2 ones go back to the driver: BQ2, BQ6, BQ10, BQ12.
         #expect(parkwise.filter { $0.type == 2 }.map(\.number) == ["BQ2", "BQ6", "BQ10", "BQ12"])
         #expect(parkwise.first { $0.number == "BQ11" }?.type == 1)
-        #expect(qs.filter { $0.app != "ParkWise" }.allSatisfy { $0.number == nil })
+        // Issue 26 point 8: UniTrade's two, numbered, typed and owned as ParkWise's are; the rest have no number.
+        let unitrade = qs.filter { $0.number?.hasPrefix("UQ") == true }
+        #expect(unitrade.map(\.id) == ["purchase_screen", "purchases_by_semester"])
+        #expect(unitrade.map(\.number) == ["UQ1", "UQ2"] && unitrade.map(\.type) == [3, 4] && unitrade.allSatisfy { $0.app == "UniTrade" })
+        #expect(unitrade.allSatisfy { ($0.owner ?? "").hasPrefix("UniTrade team (Swift and Flutter: ") })
+        #expect(qs.filter { $0.number != nil }.map(\.id) == parkwise.map(\.id) + unitrade.map(\.id), "the others have no number")
     }
 
     @Test func aBadNumberOrTypeIsRefusedWithTheFileNamed() throws {
@@ -345,6 +350,13 @@ struct QuestionTests {
         #expect { try Question(id: "x", text: "-- number: Q7\n" + head) } throws: { ($0 as? QuadError)?.message.contains("questions/x.sql: number") == true }
         #expect { try Question(id: "x", text: "-- type: 7\n" + head) } throws: { ($0 as? QuadError)?.message.contains("questions/x.sql: type") == true }
         #expect(try Question(id: "x", text: "-- number: BQ7\n-- type: 3\n-- owner: O\n" + head).number == "BQ7")
+        // Each app numbers with its own prefix; an app that numbers none is refused a number.
+        #expect { try Question(id: "x", text: "-- number: UQ7\n" + head) } throws: { ($0 as? QuadError)?.message.contains("must be BQ followed by 1 to 99") == true }
+        let unitrade = head.replacingOccurrences(of: "ParkWise", with: "UniTrade")
+        #expect(try Question(id: "x", text: "-- number: UQ7\n" + unitrade).number == "UQ7")
+        #expect { try Question(id: "x", text: "-- number: BQ7\n" + unitrade) } throws: { ($0 as? QuadError)?.message.contains("must be UQ followed by 1 to 99") == true }
+        let campus = head.replacingOccurrences(of: "ParkWise", with: "Campus")
+        #expect { try Question(id: "x", text: "-- number: BQ7\n" + campus) } throws: { ($0 as? QuadError)?.message.contains("not Campus") == true }
     }
 
     @Test(arguments: stores)

@@ -96,9 +96,9 @@ struct ScreenshotTests {
         #expect(dom.components(separatedBy: "<section class=\"card\"").count - 1 == p.questions.count, "\(dom.prefix(500))")
         #expect(dom.components(separatedBy: "<svg ").count - 1 == p.questions.count)
         for q in p.questions { #expect(dom.contains("data-question=\"\(q.id)\""), "\(q.id)") }
-        // ParkWise's twelve, numbered, in order.
+        // ParkWise's twelve, then UniTrade's two, numbered, in order.
         let numbers = dom.components(separatedBy: "data-number=\"").dropFirst().compactMap { $0.split(separator: "\"").first.map(String.init) }
-        #expect(numbers == (1...12).map { "BQ\($0)" }, "\(numbers)")
+        #expect(numbers == (1...12).map { "BQ\($0)" } + ["UQ1", "UQ2"], "\(numbers)")
         #expect(!dom.contains(alice) && !dom.contains(guestPhone))
 
         // The picture, kept for people to look at.

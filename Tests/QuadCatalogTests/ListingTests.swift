@@ -364,4 +364,80 @@ struct ListingTests {
         _ = try h.call("catalog.listings.withdraw", ["listing": .string(id)], user: Self.seller)
         #expect(refusal { try h.call("catalog.stock.adjust", ["id": .string(id), "delta": 1], user: "u-admin", role: "admin") }?.status == 409)
     }
+
+    /// Issue 26 point 8: "newest" is by when a product was listed, so a
+    /// student's listing comes before every seeded product (whose ids sort
+    /// after every listing's), and every product says when it was listed.
+    @Test(arguments: stores)
+    func newestListsTheLatestListingFirstAndTheSeededProductsAfterEveryListing(postgres: Bool) throws {
+        let (h, _) = try market(postgres: postgres)
+        let first = try #require(try create(h)["id"]?.string)
+        let second = try #require(try create(h, Self.with(Self.calculator, ["name": "Used lab coat", "category": "Lab", "collection": "Lab Gear"]))["id"]?.string)
+        let page = try h.call("catalog.products.list", ["sort": "newest", "limit": 200])["products"]?.array ?? []
+        #expect(page.prefix(2).compactMap { $0["id"]?.string } == [second, first], "\(page.prefix(3).compactMap { $0["id"]?.string })")
+        #expect(page.dropFirst(2).first?["id"]?.string == "p-0306", "then the seeded products, the highest id first")
+        let listed = page.compactMap { $0["listed_at"]?.int }
+        #expect(listed.count == page.count, "every product says when it was listed")
+        #expect(listed == listed.sorted(by: >))
+        // A category's page too.
+        let lab = try h.call("catalog.products.list", ["sort": "newest", "category": "Lab", "limit": 5])["products"]?.array ?? []
+        #expect(lab.first?["id"]?.string == second)
+    }
+
+    /// A store seeded before products had a listed-at time gives its seeded
+    /// products the moment before its first listing.
+    @Test(arguments: stores)
+    func aStoreSeededBeforeListedAtGivesItsSeededProductsATimeBeforeItsFirstListing(postgres: Bool) throws {
+        let db = try TestStore.open("catalog", migrations: Catalog.migrations.filter { $0.version <= 51 }, postgres: postgres)
+        try Catalog.seedIfEmpty(db)
+        try db.execute("UPDATE products SET listed_ms = NULL")
+        try db.execute("UPDATE products SET listed_ms = 1700000000000 WHERE id = 'p-0003'")  // a listing's time, as it was
+        try Migrations.apply(db, Catalog.migrations, scope: "catalog")
+        let times = try db.query("SELECT id, listed_ms FROM products ORDER BY id").map { ($0.string("id"), $0["listed_ms"].int) }
+        #expect(times.count == Catalog.seedCount)
+        #expect(times.allSatisfy { $0.0 == "p-0003" ? $0.1 == 1_700_000_000_000 : $0.1 == 1_699_999_999_999 }, "\(times.prefix(4))")
+    }
+
+    /// Issue 26 point 8: a rental of a listing that comes back late charges
+    /// its late days at rent_rate (orders.returned); the charge is the
+    /// seller's revenue too, counted once however often the event comes.
+    @Test(arguments: stores)
+    func aLateReturnsChargeIsInTheSellersRevenueOnce(postgres: Bool) throws {
+        let (h, db) = try market(postgres: postgres)
+        let id = try #require(try create(h)["id"]?.string)
+        for order in ["o-late", "o-on-time"] {
+            _ = try hold(h, id, order: order, mode: "rent")
+            _ = try h.call("catalog.stock.confirm", ["order": .string(order)], user: Self.buyer, role: "service")
+        }
+        // The subscription takes orders.returned from orders' events.
+        #expect(Catalog.forYouEvents.contains(Contract.Orders.returned.type))
+        func returned(_ order: String, lateDays: Int64) -> Envelope {
+            var e = Contract.Orders.Returned()
+            (e.order, e.user, e.currency, e.returnDate, e.returnedAt) = (order, Self.buyer, "USD", "2026-12-01", 1_765_000_000_000)
+            e.items = [.init(product: id, quantity: 1, price: 7.5, category: "Study")]
+            (e.lateDays, e.lateCharge) = (lateDays, 2.5 * Double(lateDays))
+            return Envelope(type: Contract.Orders.returned.type, kind: .event, body: e.json)
+        }
+        try db.transaction {
+            for order in ["o-late", "o-on-time"] {
+                try Catalog.applyForYou(db, Envelope(type: "orders.confirmed", kind: .event, body: [
+                    "order": .string(order), "user": .string(Self.buyer), "mode": "rent",
+                    "items": [["product": .string(id), "quantity": 1, "price": 7.5, "category": "Study"]],
+                ]))
+            }
+        }
+        #expect(try mine(h).first?["revenue"]?.double == 15)
+        // Four days late: 4 × 2.50 more; the one on time adds nothing; a second delivery nothing either.
+        for _ in 0..<2 {
+            try db.transaction {
+                try Catalog.applyForYou(db, returned("o-late", lateDays: 4))
+                try Catalog.applyForYou(db, returned("o-on-time", lateDays: 0))
+            }
+        }
+        let seen = try #require(try mine(h).first)
+        #expect(seen["revenue"]?.double == 25, "\(seen)")
+        // The fee on each line: 5 % of 7.50 twice and of the late 10.00.
+        #expect(seen["fee"]?.double == 1.26, "\(seen)")
+        #expect(Contract.validateReply("catalog.listings.mine", try h.call("catalog.listings.mine", [:], user: Self.seller)).map { "\($0)" } == nil)
+    }
 }

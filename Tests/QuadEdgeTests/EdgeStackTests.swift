@@ -279,6 +279,19 @@ struct EdgeStackTests {
         // The students' news reached their phones, each only its own user's.
         let news = try #require(json["notifications"], "the report counts the phones' news")
         #expect((news["received"]?.int ?? 0) > 0 && news["not_theirs"]?.int == 0, "\(news)")
+
+        // Issue 26 point 7: the students differ as the seeds' users do, and
+        // their purchases spread over the semesters (UniTrade's UQ2).
+        let accounts = try edge.store("accounts")
+        defer { accounts.close() }
+        let students = try accounts.query("SELECT semester, categories FROM users WHERE email LIKE '%@edge.quad.campus'")
+        #expect(students.count == 201, "the day's 200 and the control process's phone")
+        #expect(Set(students.map { $0.int("semester") }) == Set(1...10), "semesters 1 to 10")
+        #expect(Set(students.map { $0.string("categories") }).count >= 30, "different preferred categories")
+        let orders = try edge.store("orders")
+        defer { orders.close() }
+        let bought = try orders.query("SELECT semester, COUNT(*) AS n FROM orders WHERE status IN ('confirmed', 'returned') GROUP BY semester")
+        #expect(bought.count >= 8, "purchases by semester: \(bought.map { "\($0.string("semester")): \($0.int("n"))" })")
     }
 
     @Test func quadctlPhoneTalksToTheControlSocket() throws {

@@ -35,9 +35,10 @@ private func drain(_ socket: Socket) -> Int {
 
 @Suite("Reactor: one poll loop, sockets and timers")
 struct ReactorTests {
-    @Test func callsTheHandlerOfEachReadableSocketWithThatSocket() throws {
+    /// Both loops: zmq_poll, and epoll over ZMQ_FD (scalable).
+    @Test(arguments: [false, true]) func callsTheHandlerOfEachReadableSocketWithThatSocket(scalable: Bool) throws {
         let pipes = try Pipes(3)
-        let reactor = Reactor(now: monotonicMillis)
+        let reactor = Reactor(now: monotonicMillis, scalable: scalable)
         var calls: [Int: Int] = [:]
         for (k, pull) in pipes.pulls.enumerated() {
             reactor.register(pull) { s in
@@ -61,9 +62,10 @@ struct ReactorTests {
         #expect(calls == before)
     }
 
-    @Test func timersRunBesideSocketsInDueOrderAndBoundThePoll() throws {
+    /// Both loops: zmq_poll, and epoll over ZMQ_FD (scalable).
+    @Test(arguments: [false, true]) func timersRunBesideSocketsInDueOrderAndBoundThePoll(scalable: Bool) throws {
         let pipes = try Pipes(1)
-        let reactor = Reactor(now: monotonicMillis)
+        let reactor = Reactor(now: monotonicMillis, scalable: scalable)
         var log: [String] = []
         reactor.register(pipes.pulls[0]) { s in if drain(s) > 0 { log.append("socket") } }
         reactor.timers.after(600) { log.append("late") }
@@ -79,10 +81,11 @@ struct ReactorTests {
         #expect(monotonicMillis() - started < 30_000)
     }
 
-    @Test func aSocketUnregisteredInsideAHandlerGetsNoMoreCalls() throws {
+    /// Both loops: zmq_poll, and epoll over ZMQ_FD (scalable).
+    @Test(arguments: [false, true]) func aSocketUnregisteredInsideAHandlerGetsNoMoreCalls(scalable: Bool) throws {
         let pipes = try Pipes(2)
         let (a, b) = (pipes.pulls[0], pipes.pulls[1])
-        let reactor = Reactor(now: monotonicMillis)
+        let reactor = Reactor(now: monotonicMillis, scalable: scalable)
         var aCalls = 0, bCalls = 0
         reactor.register(a) { s in
             aCalls += 1
@@ -106,10 +109,11 @@ struct ReactorTests {
         #expect(drain(b) == 1)
     }
 
-    @Test func aSocketRegisteredInsideAHandlerIsPolledFromTheNextTurn() throws {
+    /// Both loops: zmq_poll, and epoll over ZMQ_FD (scalable).
+    @Test(arguments: [false, true]) func aSocketRegisteredInsideAHandlerIsPolledFromTheNextTurn(scalable: Bool) throws {
         let pipes = try Pipes(2)
         let (a, b) = (pipes.pulls[0], pipes.pulls[1])
-        let reactor = Reactor(now: monotonicMillis)
+        let reactor = Reactor(now: monotonicMillis, scalable: scalable)
         var bCalls = 0
         var turnOfA: Int?
         var turns = 0
@@ -132,9 +136,10 @@ struct ReactorTests {
         #expect(bCalls == 1)
     }
 
-    @Test func registeringAgainReplacesTheHandler() throws {
+    /// Both loops: zmq_poll, and epoll over ZMQ_FD (scalable).
+    @Test(arguments: [false, true]) func registeringAgainReplacesTheHandler(scalable: Bool) throws {
         let pipes = try Pipes(1)
-        let reactor = Reactor(now: monotonicMillis)
+        let reactor = Reactor(now: monotonicMillis, scalable: scalable)
         var who: [String] = []
         reactor.register(pipes.pulls[0]) { s in _ = drain(s); who.append("first") }
         reactor.register(pipes.pulls[0]) { s in _ = drain(s); who.append("second") }
@@ -164,8 +169,9 @@ struct ReactorTests {
         #expect(reactor.builds == 3)
     }
 
-    @Test func runStopsWhenAskedAndAsksBeforeEveryTurn() throws {
-        let reactor = Reactor(now: monotonicMillis)
+    /// Both loops: zmq_poll, and epoll over ZMQ_FD (scalable).
+    @Test(arguments: [false, true]) func runStopsWhenAskedAndAsksBeforeEveryTurn(scalable: Bool) throws {
+        let reactor = Reactor(now: monotonicMillis, scalable: scalable)
         var ticks = 0
         reactor.timers.every(1) { ticks += 1 }
         let started = monotonicMillis()
@@ -174,5 +180,49 @@ struct ReactorTests {
         // Already stopped: not one turn.
         try reactor.run(until: { true })
         #expect(ticks == 3)
+    }
+
+    /// The edge's loop: hundreds of sockets, messages arriving while the
+    /// loop also sends on them outside their handlers (a send may take the
+    /// news ZMQ_FD carried): every message is read, none waits for a turn
+    /// that never comes.
+    @Test func aScalableLoopReadsEveryMessageOfManySockets() throws {
+        let context = ZMQContext()
+        let reactor = Reactor(now: monotonicMillis, scalable: true)
+        #expect(reactor.isScalable)
+        let tag = UInt32.random(in: 0...UInt32.max)
+        let count = 300
+        var servers: [Socket] = []
+        var clients: [Socket] = []
+        var answers = 0
+        for k in 0..<count {
+            let server = try context.socket(.router)
+            try server.bind("inproc://scalable-\(tag)-\(k)")
+            let client = try context.socket(.dealer)
+            try client.connect("inproc://scalable-\(tag)-\(k)")
+            servers.append(server)
+            clients.append(client)
+            // The server echoes at once, inside its handler.
+            reactor.register(server) { s in
+                while let frames = try? s.receive(dontWait: true) { try? s.send(frames, dontWait: true) }
+            }
+            reactor.register(client) { s in answers += drain(s) }
+        }
+        // Sends from timers, outside any handler, on sockets whose answers
+        // to earlier sends are arriving.
+        let rounds = 20
+        var sent = 0
+        for r in 0..<rounds {
+            reactor.timers.after(Int64(r)) {
+                for c in clients { if (try? c.send([[1]], dontWait: true)) != nil { sent += 1 } }
+            }
+        }
+        let deadline = monotonicMillis() + 60_000
+        while (sent < rounds * count || answers < sent), monotonicMillis() < deadline { try reactor.turn(timeoutCap: 100) }
+        #expect(sent == rounds * count)
+        #expect(answers == sent)
+        #expect(reactor.count == 2 * count)
+        for s in servers + clients { reactor.unregister(s) }
+        #expect(reactor.count == 0)
     }
 }

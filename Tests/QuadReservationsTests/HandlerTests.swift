@@ -281,6 +281,44 @@ struct HandlerTests {
         }
     }
 
+    /// Issue 26 point 7: a new campus's simulator publishes its last day of
+    /// history, every 15 minutes of every level, so analytics' hourly
+    /// heatmaps have every hour from the start; older history stays in the
+    /// store for the forecast, unpublished.
+    @Test(arguments: Desk.stores) func aNewCampusPublishesItsLastDayOfSnapshotsForTheDashboard(store: String) throws {
+        let desk = try Desk(store)
+        var settings = desk.settings
+        settings.simulate = true
+        settings.historyDays = 3
+        // A Wednesday at noon on campus: the day before it was a weekday.
+        let now: Int64 = 1_796_230_800_000
+        settings.simStart = now
+        let simulator = Simulator(db: desk.db, settings: settings, owner: "reservations/1")
+        try simulator.start()
+        let stored = try #require(try desk.db.queryOne("SELECT COUNT(*) AS n FROM snapshots")?.int("n"))
+        #expect((3 * 95 * 9...3 * 96 * 9).contains(stored), "three days of history for 9 levels: \(stored)")
+        let events = try Outbox.since(desk.db, after: 0, limit: 10_000).filter { $0.type == "occupancy.snapshot" }
+        #expect((95 * 9...96 * 9).contains(events.count), "the last day's, each level every 15 minutes: \(events.count)")
+        let snapshots = try events.map { try Contract.Occupancy.Snapshot(json: $0.body) }
+        #expect(snapshots.allSatisfy { $0.at >= now - 86_400_000 && $0.at <= now && $0.at % 900_000 == 0 })
+        #expect(Set(snapshots.map(\.levelID)).count == 9)
+        // Every campus hour of the day, each with its four quarters on every level.
+        let hours = Dictionary(grouping: snapshots) { desk.settings.clock.hour($0.at) }
+        #expect(hours.count == 24, "\(hours.keys.sorted())")
+        #expect(hours.values.allSatisfy { (27...36).contains($0.count) })
+        // What they say is what the store keeps (the forecast's samples).
+        for s in snapshots.prefix(20) {
+            let row = try #require(try desk.db.queryOne("SELECT free_regular, total_regular FROM snapshots WHERE level = $1 AND at_ms = $2", .text(s.levelID), .int(s.at)))
+            #expect(row.int("free_regular") == s.free.regular && row.int("total_regular") == s.total.regular)
+        }
+        // Busy by day, empty at night: the heatmap has real spread.
+        let taken = { (h: Int64) in hours[h]!.reduce(0.0) { $0 + Double($1.total.regular - $1.free.regular) / Double(max(1, $1.total.regular)) } / Double(hours[h]!.count) }
+        #expect(taken(3) < 0.2 && [9, 10, 11].map(taken).max()! > taken(3) + 0.2, "night \(taken(3)), morning \([9, 10, 11].map(taken))")
+        // A second start (another worker, a restart) publishes nothing more.
+        try Simulator(db: desk.db, settings: settings, owner: "reservations/2").start()
+        #expect(try Outbox.since(desk.db, after: 0, limit: 10_000).filter { $0.type == "occupancy.snapshot" }.count == events.count)
+    }
+
     @Test(arguments: Desk.stores) func findMyCar(store: String) throws {
         let desk = try Desk(store)
         #expect(desk.error("reservations.car.get")?.status == 404)

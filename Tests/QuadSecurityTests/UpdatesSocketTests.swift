@@ -5,13 +5,13 @@ import QuadTestSupport
 import QuadWire
 import Testing
 
-/// The broker's public updates socket (issue 17, points 1 and 2) against
-/// strangers, through a real broker and a real accounts worker: a user's
-/// news reaches the subscriber who showed that user's session token and
-/// no one else, not a subscriber to everything (""), to `user/`, to
-/// `user/<the user's id>`, with a forged or another user's token, nor a
-/// client without CURVE; public events reach whoever asks for them.
-@Suite("The updates socket: news for its user only", .serialized)
+/// The broker's public updates socket and its news channels against
+/// strangers, through a real broker and a real accounts worker: public
+/// events reach whoever asks for them, a client without CURVE nothing; a
+/// user's news reaches only the connection that asked for it with that
+/// user's session token (`sys.news`), never the updates socket, and ends
+/// with the session.
+@Suite("The updates socket and news channels: news for its user only", .serialized)
 struct UpdatesSocketTests {
     /// A subscriber on the updates socket: what it asked for, and what came.
     final class Subscriber {
@@ -65,7 +65,10 @@ struct UpdatesSocketTests {
         [[1] + Array(topic.utf8) + [0] + Array(inner.utf8), event.encoded()]
     }
 
-    @Test func newsReachesOnlyTheSubscriberWithThatUsersToken() throws {
+    /// The updates socket carries public events to whoever asks for them
+    /// and no one's news, whatever the topic asked for (a token, an id,
+    /// everything); a client without CURVE hears nothing.
+    @Test func publicEventsReachTheirSubscribersAndNoNewsCrossesTheUpdatesSocket() throws {
         let stack = try TestStack(name: "updates")
         try stack.startBroker()
         try stack.startWorker("quad-accounts", instance: "accounts/1", extra: ["--password-hashing", "minimum"])
@@ -107,8 +110,8 @@ struct UpdatesSocketTests {
         var seq: Int64 = 0
         var renewedAt = Clock.monotonicMillis()
         let (a, b, pub) = (subscribers[0], subscribers[1], subscribers[6])
-        while a.news.count < 5 || b.news.count < 5 || pub.publicEvents.count < 5 {
-            try #require(Clock.monotonicMillis() < until, "news or public events did not arrive: alice \(a.news.count), bob \(b.news.count), public \(pub.publicEvents.count)")
+        while pub.publicEvents.count < 5 || internalTopics.isEmpty {
+            try #require(Clock.monotonicMillis() < until, "public events did not arrive: \(pub.publicEvents.count)")
             for (user, type, topic) in [(alice.user, "notifications.news", "user/\(alice.user)/notifications.news"),
                                         (bob.user, "notifications.news", "user/\(bob.user)/notifications.news"),
                                         ("", "reservations.level.changed", "pub/reservations.level.changed/central")] {
@@ -126,8 +129,8 @@ struct UpdatesSocketTests {
             while let frames = try? service.receive(dontWait: true) { internalTopics.insert(String(decoding: frames[0], as: UTF8.self)) }
         }
         noCurve.drain()
-        #expect(a.news.allSatisfy { $0.body["user"]?.string == alice.user }, "Alice heard someone else's news")
-        #expect(b.news.allSatisfy { $0.body["user"]?.string == bob.user }, "Bob heard someone else's news")
+        // News never crosses the updates socket: not to the user's own token either.
+        for s in subscribers { #expect(s.news.isEmpty, "\(s.name) heard \(s.news.count) news on the updates socket") }
         for s in subscribers[2...5] {
             #expect(s.news.isEmpty, "\(s.name) heard \(s.news.count) news")
             #expect(s.publicEvents.isEmpty, "\(s.name) heard \(s.publicEvents.count) public events it never validly asked for")
@@ -136,6 +139,138 @@ struct UpdatesSocketTests {
         #expect(noCurve.received.isEmpty, "a client without CURVE heard \(noCurve.received.count) messages")
         // Services hear the event on its internal topic, without the public head.
         #expect(internalTopics == ["notifications/notifications.news"], "internal topics: \(internalTopics)")
+        #expect(stack.log("broker").contains("a user's news is not on the updates socket"))
         #expect(stack.log("broker").contains("a subscription on the updates socket was refused"))
+    }
+
+    /// A client of the frontend (a phone's request link): a DEALER with
+    /// CURVE, that asks `sys.news` with a token and collects what comes.
+    final class Connection {
+        let name: String
+        let socket: Socket
+        var answers: [Envelope] = []
+        var news: [Envelope] = []
+
+        init(_ name: String, context: ZMQContext, endpoint: String, serverKey: [UInt8]) throws {
+            self.name = name
+            socket = try context.socket(.dealer)
+            let pair = try Curve.keyPair()
+            try socket.setCurveClient(serverKey: serverKey, publicKey: Curve.decode(pair.publicKey)!, secretKey: Curve.decode(pair.secretKey)!)
+            try socket.connect(endpoint)
+        }
+
+        func askNews(token: String?) throws {
+            var request = Envelope.request("sys.news", body: [:], src: "test/\(name)", deadline: 5000)
+            request.token = token
+            try socket.send(Majordomo.request(request))
+        }
+
+        func drain() {
+            while let frames = try? socket.receive(dontWait: true) {
+                guard let reply = Majordomo.parseReply(frames), let e = try? Envelope.decode(reply.body, maxBytes: .max) else { continue }
+                if e.kind == .event { news.append(e) } else { answers.append(e) }
+            }
+        }
+    }
+
+    /// A user's news event as notifications' relay sends it.
+    static func newsFrames(_ user: String, seq: Int64) -> [[UInt8]] {
+        let event = Envelope(type: "notifications.news", kind: .event, src: "notifications", seq: seq,
+                             body: ["user": .string(user), "text": "your order was confirmed"])
+        return frames(public: "user/\(user)/notifications.news", internal: "notifications/notifications.news", event)
+    }
+
+    /// News goes to the connections that asked for it with that user's
+    /// session token (`sys.news` on the frontend), to no other, and never
+    /// through the updates socket (libzmq 4.3.4 can put a manual XPUB
+    /// subscription on a connection that closed, whose memory the next
+    /// one reuses); a channel ends within a second of its user's logout.
+    @Test func newsReachesOnlyTheConnectionThatAskedWithThatUsersTokenAndEndsWithTheSession() throws {
+        let stack = try TestStack(name: "news")
+        try stack.startBroker()
+        try stack.startWorker("quad-accounts", instance: "accounts/1", extra: ["--password-hashing", "minimum"])
+        #expect(try stack.waitForWorkers("accounts", count: 1))
+        let client = try stack.client()
+        let alice = try Self.signUp(client, "alice-news@uni.edu")
+        let bob = try Self.signUp(client, "bob-news@uni.edu")
+        let key = try #require(stack.brokerKey)
+        let context = ZMQContext()
+        var forged = Array(alice.token)
+        forged[forged.count - 3] = forged[forged.count - 3] == "A" ? "B" : "A"
+        let (a, b) = (try Connection("alice", context: context, endpoint: stack.endpoints.frontend, serverKey: key),
+                      try Connection("bob", context: context, endpoint: stack.endpoints.frontend, serverKey: key))
+        let strangers = [try Connection("no token", context: context, endpoint: stack.endpoints.frontend, serverKey: key),
+                         try Connection("forged", context: context, endpoint: stack.endpoints.frontend, serverKey: key),
+                         try Connection("silent", context: context, endpoint: stack.endpoints.frontend, serverKey: key)]
+        let updates = try #require(Endpoints.updates(forFrontend: stack.endpoints.frontend))
+        let onUpdates = try Subscriber("updates", context: context, endpoint: updates, serverKey: key,
+                                       topics: ["user/" + alice.token, "user/\(alice.user)/", "user/", ""])
+        var until = Clock.monotonicMillis() + 60_000
+        // Asked until answered: the broker may still be loading revocations (503).
+        func opened(_ c: Connection, _ token: String?) throws -> Envelope {
+            while true {
+                c.answers = []
+                try c.askNews(token: token)
+                let asked = Clock.monotonicMillis()
+                while c.answers.isEmpty && Clock.monotonicMillis() - asked < 5000 { c.drain(); usleep(10_000) }
+                if let answer = c.answers.first, answer.quadError?.status != 503 { return answer }
+                try #require(Clock.monotonicMillis() < until, "\(c.name): sys.news never answered")
+            }
+        }
+        #expect(try opened(a, alice.token).body["user"]?.string == alice.user)
+        #expect(try opened(b, bob.token).body["user"]?.string == bob.user)
+        #expect(try opened(strangers[0], nil).quadError?.status == 401)
+        #expect(try opened(strangers[1], String(forged)).quadError?.status == 401)
+        while !onUpdates.heardBeat {
+            onUpdates.drain()
+            try #require(Clock.monotonicMillis() < until, "no heartbeat on the updates socket")
+            usleep(20_000)
+        }
+        let publisher = try context.socket(.pub)
+        try publisher.connect(stack.endpoints.eventsIn)
+        var seq: Int64 = 0
+        while a.news.count < 5 || b.news.count < 5 {
+            try #require(Clock.monotonicMillis() < until, "news did not arrive: alice \(a.news.count), bob \(b.news.count)")
+            for user in [alice.user, bob.user] {
+                seq += 1
+                try publisher.send(Self.newsFrames(user, seq: seq))
+            }
+            usleep(50_000)
+            for c in [a, b] + strangers { c.drain() }
+            onUpdates.drain()
+        }
+        #expect(a.news.allSatisfy { $0.body["user"]?.string == alice.user }, "Alice heard someone else's news")
+        #expect(b.news.allSatisfy { $0.body["user"]?.string == bob.user }, "Bob heard someone else's news")
+        for c in strangers { #expect(c.news.isEmpty, "\(c.name) heard \(c.news.count) news") }
+        #expect(onUpdates.news.isEmpty, "the updates socket carried \(onUpdates.news.count) news")
+        #expect(stack.log("broker").contains("a user's news is not on the updates socket"))
+
+        // Alice logs out everywhere: her channel ends with the session.
+        client.token = alice.token
+        _ = try client.request("accounts.logout", ["token": .string(alice.token), "all": true], timeoutMs: 8000, attempts: 1)
+        client.token = nil
+        let loggedOut = Clock.monotonicMillis()
+        let before = a.news.count
+        var published: [(seq: Int64, at: Int64)] = []
+        until = Clock.monotonicMillis() + 60_000
+        // News for both, until Bob has heard ten more and three seconds passed.
+        let bobBefore = b.news.count
+        while b.news.count < bobBefore + 10 || Clock.monotonicMillis() - loggedOut < 3000 {
+            try #require(Clock.monotonicMillis() < until, "Bob's news stopped too")
+            for user in [alice.user, bob.user] {
+                seq += 1
+                if user == alice.user { published.append((seq, Clock.monotonicMillis())) }
+                try publisher.send(Self.newsFrames(user, seq: seq))
+            }
+            usleep(100_000)
+            a.drain()
+            b.drain()
+        }
+        let late = a.news.dropFirst(before).filter { e in
+            published.first { $0.seq == e.seq }.map { $0.at - loggedOut > 1000 } ?? false
+        }
+        #expect(late.isEmpty, "Alice's connection heard \(late.count) news more than 1 s after her logout")
+        // Asking again with the revoked token is refused.
+        #expect(try opened(a, alice.token).quadError?.status == 401)
     }
 }

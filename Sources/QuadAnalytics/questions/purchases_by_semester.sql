@@ -1,10 +1,14 @@
 -- title: Purchases by semester
 -- app: UniTrade
+-- number: UQ2
+-- type: 4
+-- owner: UniTrade team (Swift and Flutter: Buy Now, with the buyer's semester)
 -- chart: bar semester purchases students
 -- order: 2
 -- Confirmed orders by the buyer's semester (as the order recorded it, else
 -- as accounts last said), with how many students bought and the units
 -- they took. A null semester is a buyer whose semester is not known.
+-- Sprint 4: knowing which semester buys most targets the ads shown.
 WITH bought AS (
     SELECT o.user_id,
            COALESCE(o.semester, u.semester) AS semester,

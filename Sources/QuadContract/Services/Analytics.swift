@@ -76,10 +76,10 @@ extension Contract.Analytics {
             "title": .string(min: 1),
             "app": .string().keyword("enum", json: ["UniTrade", "ParkWise", "Campus"])
                 .described("The app it is about; Campus for both."),
-            "number": .string(pattern: "^BQ[1-9][0-9]?$")
-                .described("ParkWise's number for it, BQ1 to BQ12, as the seed numbers them.").optional,
+            "number": .string(pattern: "^(BQ|UQ)[1-9][0-9]?$")
+                .described("The app's number for it: ParkWise's BQ1 to BQ12, as its seed numbers them; UniTrade's UQ1 (purchase screen) and UQ2 (purchases by semester).").optional,
             "type": .int(1...4)
-                .described("The seed's question type: 1 the app's speed and stability, 2 answered back to the driver in the app (analytics.driver), 3 how drivers use a feature, 4 the campus's business.").optional,
+                .described("The seed's question type: 1 the app's speed and stability, 2 answered back to the user in the app (ParkWise's through analytics.driver), 3 how users (drivers, students) use a feature, 4 the campus's business.").optional,
             "owner": .string(min: 1)
                 .described("The team member who answers for it, with their platform and views.").optional,
             "description": .string(),

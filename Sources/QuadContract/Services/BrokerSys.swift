@@ -62,5 +62,20 @@ extension Contract.BrokerSys {
         ])
             .described("What the broker routes to: every service a worker registered (a request for a service that never registered creates nothing and gets 404), with its live workers and the requests waiting for one. Instance names and pids are shown to admins and services only."))
 
-    public static let operations: [Operation] = [health, services]
+    public static let news = Operation(
+        "sys.news", .query, auth: .user,
+        request: .object()
+            .described("No parameters: the body is an empty object (or absent); the session token says whose news. Answered by the broker itself."),
+        reply: .object([
+            "news": .const(true),
+            "user": .string(1...128)
+                .described("Whose news this connection hears."),
+            "until": .int(min: 0)
+                .described("When the channel ends with its token (ms since epoch), unless a sys.news with a newer token renews it; a logout or a password or role change ends it within a second."),
+            "channels": .int(min: 1)
+                .described("This user's channels on this broker (max_news_channels_per_user, 16: past it the oldest ends)."),
+        ])
+            .described("A news channel: from now on the broker sends this user's news events (kind event, e.g. notifications.news) on the connection that asked, and on no other, as FINAL messages of service sys that answer no request. The channel ends with the token's session; a phone asks again at each new token, after a move to another broker and every 30 s."))
+
+    public static let operations: [Operation] = [health, services, news]
 }

@@ -103,7 +103,7 @@ extension Contract.Catalog {
             .field(\.inStock, "in_stock", .bool.described("Only products with stock > 0.").default(false).optional),
             .field(\.minPrice, "min_price", .number(min: 0, max: 1_000_000_000).described("Lowest price.value, inclusive.").optional),
             .field(\.maxPrice, "max_price", .number(min: 0, max: 1_000_000_000).described("Highest price.value, inclusive.").optional),
-            .field(\.sort, "sort", .choice(sortOrders).described("name (default), price (lowest first), -price (highest first), stock (most first), newest.")
+            .field(\.sort, "sort", .choice(sortOrders).described("name (default), price (lowest first), -price (highest first), stock (most first), newest (latest listed_at first, then the highest id).")
                 .default("name").optional),
             .field(\.offset, "offset", .int(min: 0, default: 0).optional),
             .field(\.limit, "limit", .int(1...maxPageSize, default: 20).limit("max_page_size").optional),
@@ -410,7 +410,7 @@ extension Contract.Catalog {
                 .described("A student's listing only: sale (can be bought, not rented), rent (rented, not bought) or both. Seeded products can be both.").optional),
             .field(\.images, "images", .array(of: .string(min: 1), max: 16)
                 .described("A student's listing only: the URLs of its pictures (as imageUrl's), in order.").optional),
-            .field(\.listedAt, "listed_at", .int(min: 0).described("A student's listing only: when it was listed, ms since epoch.").optional),
+            .field(\.listedAt, "listed_at", .int(min: 0).described("When it was listed, ms since epoch: a student's listing when its seller made it, a product of the demo catalog when the catalog was seeded (older than every listing). The newest sort's key.").optional),
         ]
     }
 

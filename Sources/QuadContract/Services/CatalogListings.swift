@@ -273,7 +273,7 @@ extension Contract.Catalog {
                 .field(\.rented, "rented", .int(min: 0).described("Units rented and not yet returned.")),
                 .field(\.returned, "returned", .int(min: 0).described("Units rented and returned (back in stock while the listing is active).")),
                 .field(\.revenue, "revenue", .number(min: 0)
-                    .described("What buyers paid for it: the line totals of its confirmed orders (sales, and rentals at rent_rate times the days), not cancelled, as orders published them.")),
+                    .described("What buyers paid for it: the line totals of its confirmed orders (sales, and rentals at rent_rate times the days), not cancelled, as orders published them, and the late charge of each rental returned late (its late_days at the line's rent_rate, from orders.returned).")),
                 .field(\.fee, "fee", .number(min: 0).described("The marketplace's fee kept on that revenue: fee_rate percent of each line, rounded to the cent.")),
                 .field(\.feeRate, "fee_rate", .number(min: 0, max: 100).described("The fee's percent for the listing's category (listingFeeRates in the contract: orders' default --fees).")),
                 .field(\.currency, "currency", .string(pattern: "^[A-Z]{3}$")),
