@@ -20,6 +20,7 @@ default 300).
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -166,6 +167,7 @@ def test_a_process_that_fails_fails_the_run_with_its_name_and_last_lines(edge_en
     assert "process p0" in r.stderr and "exited 64" in r.stderr, r.stderr
     # Its own last lines, named by the process: quad-edge's usage error.
     assert "| " in r.stderr and "action-timeout-ms" in r.stderr.split("exited 64", 1)[1], r.stderr
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- a stack
@@ -182,6 +184,7 @@ def stack():
         yield launched
     finally:
         launched.down()
+        shutil.rmtree(launched.home, ignore_errors=True)
 
 
 def test_thirty_phones_over_three_processes_merge_into_one_report(stack):
@@ -220,3 +223,4 @@ def test_thirty_phones_over_three_processes_merge_into_one_report(stack):
     # Progress while it ran, one line for the whole campus.
     assert "processes: " in r.stderr and "in the day:" in r.stderr, r.stderr[-3000:]
     assert "30 phones over 3 quad-edge processes" in r.stdout and "Every action is accounted for." in r.stdout, r.stdout
+    shutil.rmtree(folder, ignore_errors=True)
