@@ -198,7 +198,8 @@ def test_the_phones_default_control_is_the_tables(command):
     r = subprocess.run([exe, *command[1:]], env=env, capture_output=True, text=True, timeout=30)
     text = r.stdout + r.stderr
     control = by_name(ports.stack(ports.DEFAULT_BASE, 2))["edge.control"]
-    m = re.search(r"--control.*?(tcp://127\.0\.0\.1:\d+)", text, re.S)
+    # The option's own line (the summary may name --control before the options).
+    m = re.search(r"^\s*--control VALUE[^\n]*\(default: (tcp://127\.0\.0\.1:\d+)\)", text, re.M)
     assert m, f"{' '.join(command)} names no default --control:\n{text[-2000:]}"
     assert m.group(1) == f"tcp://127.0.0.1:{control}", \
         f"{' '.join(command)}: the default --control is {m.group(1)}, the table's is {control} (broker 1's updates socket is 7709)"
