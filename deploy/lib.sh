@@ -208,3 +208,33 @@ quad_services_with_fault() {
     done
     return 0
 }
+
+# The processes of the stack in $QUAD_HOME that are not of this shell's own
+# session: those with that QUAD_HOME in their environment or command line
+# (PostgreSQL on its data folder too). "pid program" lines, by pid; the
+# tests check that none is left after a kill or a down.
+quad_stack_processes() {
+    python3 - "$QUAD_HOME" "$$" <<'PY'
+import os, sys
+home, me = sys.argv[1].encode(), int(sys.argv[2])
+mine = os.getsid(me)
+wanted = b"QUAD_HOME=" + home
+for entry in sorted(os.listdir("/proc"), key=lambda e: int(e) if e.isdigit() else 0):
+    if not entry.isdigit():
+        continue
+    try:
+        with open(f"/proc/{entry}/stat", "rb") as f:
+            fields = f.read().rsplit(b") ", 1)[1].split()
+        if fields[0] == b"Z" or int(fields[3]) == mine:
+            continue
+        with open(f"/proc/{entry}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        with open(f"/proc/{entry}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+        if wanted not in env and not any(home in a for a in argv):
+            continue
+    except (OSError, IndexError, ValueError):
+        continue
+    print(entry, os.path.basename(argv[0].decode(errors="replace")) or "?")
+PY
+}

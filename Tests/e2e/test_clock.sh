@@ -86,33 +86,6 @@ unset QUAD_ANALYTICS_HTTP QUAD_CATALOG_IMAGES QUAD_RESERVATIONS_IMAGES_HTTP
 unset LD_PRELOAD FAKETIME FAKETIME_DONT_FAKE_MONOTONIC FAKETIME_NO_CACHE FAKETIME_SHARED
 for v in $(compgen -v | grep -E "^QUAD_[A-Z_]+_(DB|WORKERS)$"); do unset "$v"; done
 
-# The processes of this stack (not of this test's own session): those with
-# this QUAD_HOME in their environment or command line. "pid program" lines.
-stack_processes() {
-    python3 - "$QUAD_HOME" "$$" <<'PY'
-import os, sys
-home, me = sys.argv[1].encode(), int(sys.argv[2])
-mine = os.getsid(me)
-wanted = b"QUAD_HOME=" + home
-for entry in sorted(os.listdir("/proc"), key=lambda e: int(e) if e.isdigit() else 0):
-    if not entry.isdigit():
-        continue
-    try:
-        with open(f"/proc/{entry}/stat", "rb") as f:
-            fields = f.read().rsplit(b") ", 1)[1].split()
-        if fields[0] == b"Z" or int(fields[3]) == mine:
-            continue
-        with open(f"/proc/{entry}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        with open(f"/proc/{entry}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-        if wanted not in env and not any(home in a for a in argv):
-            continue
-    except (OSError, IndexError, ValueError):
-        continue
-    print(entry, os.path.basename(argv[0].decode(errors="replace")) or "?")
-PY
-}
 
 cleanup() {
     local rc=$?
@@ -129,7 +102,7 @@ cleanup() {
     fi
     "$STACK" down >/dev/null 2>&1 || true
     local left
-    left=$(stack_processes)
+    left=$(quad_stack_processes)
     if [[ -n $left ]]; then
         printf 'test_clock: processes left after down, killing them:\n%s\n' "$left" >&2
         awk '{print $1}' <<<"$left" | xargs -r kill -KILL 2>/dev/null || true
@@ -302,13 +275,13 @@ step="kill on the moved clock"
 "$STACK" scale catalog 2 >/dev/null || fail "deploy/stack scale catalog 2 exited $?"
 killed=$(<"$QUAD_HOME/run/catalog.2.pid")
 tr '\0' '\n' <"/proc/$killed/environ" | has -x 'FAKETIME=+435600s' || fail "catalog/2, started by scale, is not on the campus clock"
-before=$(stack_processes)
+before=$(quad_stack_processes)
 grep -q ' faketime$' <<<"$before" && fail "a faketime(1) process runs in the stack: $(grep ' faketime$' <<<"$before")"
 # libfaketime made its semaphore and shared memory once the worker read the clock.
 [[ -e /dev/shm/faketime_shm_$killed ]] || printf 'test_clock:      (catalog/2 has no /dev/shm/faketime_shm_%s)\n' "$killed"
 "$STACK" kill catalog >/dev/null || fail "deploy/stack kill catalog exited $?"
 quad_alive "$killed" && fail "catalog/2 (pid $killed) still runs after kill"
-after=$(stack_processes)
+after=$(quad_stack_processes)
 expected=$(grep -v "^$killed " <<<"$before")
 if [[ $after != "$expected" ]]; then
     fail "the stack's processes after kill catalog are not those before without pid $killed:
@@ -335,7 +308,7 @@ ok "clock reset: offset 0, no process on libfaketime, answering"
 
 step="down"
 "$STACK" down >/dev/null || fail "deploy/stack down exited $?"
-left=$(stack_processes)
+left=$(quad_stack_processes)
 [[ -z $left ]] || fail "processes of the stack remain after down: $left"
 ok "down: no process left"
 

@@ -40,33 +40,6 @@ export QUAD_HOME QUAD_PORT_BASE
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_BROKER_KEY QUAD_TOKEN
 for v in $(compgen -v | grep -E "^QUAD_[A-Z_]+_DB$"); do unset "$v"; done  # every service's store
 
-# Processes of another session that have this QUAD_HOME in their
-# environment (see Tests/e2e/test_stack.sh), and PostgreSQL on its data.
-stack_processes() {
-    python3 - "$QUAD_HOME" "$$" <<'PY'
-import os, sys
-home, me = sys.argv[1].encode(), int(sys.argv[2])
-mine = os.getsid(me)
-wanted = b"QUAD_HOME=" + home
-for entry in os.listdir("/proc"):
-    if not entry.isdigit():
-        continue
-    try:
-        with open(f"/proc/{entry}/stat", "rb") as f:
-            fields = f.read().rsplit(b") ", 1)[1].split()
-        if fields[0] == b"Z" or int(fields[3]) == mine:
-            continue
-        with open(f"/proc/{entry}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        with open(f"/proc/{entry}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-        if wanted not in env and not any(home in a for a in argv):
-            continue
-    except (OSError, IndexError, ValueError):
-        continue
-    print(entry, os.path.basename(argv[0].decode(errors="replace")) or "?")
-PY
-}
 
 cleanup() {
     local rc=$?
@@ -83,7 +56,7 @@ cleanup() {
     fi
     "$STACK" down >/dev/null 2>&1 || true
     local left
-    left=$(stack_processes)
+    left=$(quad_stack_processes)
     if [[ -n $left ]]; then
         printf 'test_supervise: processes left after down, killing them:\n%s\n' "$left" >&2
         awk '{print $1}' <<<"$left" | xargs -r kill -KILL 2>/dev/null || true
@@ -197,7 +170,7 @@ ok "deploy/stack kill catalog: catalog/2 SIGKILLed and not restarted"
 step="down"
 "$STACK" down >/dev/null || fail "deploy/stack down exited $?"
 quad_alive "$spid" && fail "supervisord (pid $spid) still runs after down"
-left=$(stack_processes)
+left=$(quad_stack_processes)
 [[ -z $left ]] || fail "processes of the stack remain after down: $left"
 [[ ! -S $sup/supervisor.sock ]] || fail "supervisord's socket is left after down"
 ok "down: supervisord and everything under it stopped"
@@ -224,7 +197,7 @@ if pgbin=$(quad_pg_bindir); then
     step="down after --postgres"
     "$STACK" down >/dev/null || fail "deploy/stack down exited $?"
     quad_alive "$new_pm" && fail "PostgreSQL (pid $new_pm) still runs after down"
-    left=$(stack_processes)
+    left=$(quad_stack_processes)
     [[ -z $left ]] || fail "processes of the stack remain after down: $left"
     ok "down: PostgreSQL stopped with the rest"
 else
@@ -271,7 +244,7 @@ if ((EUID == 0)) && command -v ip >/dev/null && quad_pg_bindir >/dev/null; then
     step="down after --hosts"
     "$STACK" down >/dev/null || fail "deploy/stack down exited $?"
     ip netns list | grep -q "^$HOSTS_PREFIX-" && fail "namespaces left after down: $(ip netns list | grep "^$HOSTS_PREFIX-")"
-    left=$(stack_processes)
+    left=$(quad_stack_processes)
     [[ -z $left ]] || fail "processes of the stack remain after down: $left"
     ok "down: supervisord, the hosts and everything on them are gone"
 else
