@@ -188,8 +188,8 @@ public final class Fleet {
     #endif
 
     /// Makes sure the machine gives what `needs` asks before any phone
-    /// opens: the soft limit on open files raised to what is needed (never
-    /// past the hard one), ZeroMQ's socket limit checked. Throws a message
+    /// opens: ZeroMQ's socket limit and the hard limit on open files
+    /// checked, the soft limit raised to the hard one. Throws a message
     /// naming the limit, the figure needed and how to raise it.
     public static func reserve(_ needs: Needs) throws(QuadError) {
         let limit = ZMQContext().socketLimit
