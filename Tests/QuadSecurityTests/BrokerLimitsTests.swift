@@ -267,8 +267,17 @@ struct BrokerLimitsTests {
         let signing = try KeyFiles.loadOrCreateSigningKey(at: stack.dir + "/keys/accounts.key").key
         let operatorKey = try curveKeyPair()
         try (operatorKey.publicText + "\n").write(toFile: stack.dir + "/trusted.keys", atomically: true, encoding: .utf8)
-        // TCP on loopback, so that requests have an address.
-        let frontend = "tcp://127.0.0.1:\(7850 + Int.random(in: 0..<40))"
+        // TCP on loopback, so that requests have an address: a port free
+        // now, below the kernel's ephemeral range and away from the default
+        // stack's (the machine may run one).
+        var frontend = ""
+        let probeContext = ZMQContext()
+        for _ in 0..<200 where frontend.isEmpty {
+            let candidate = "tcp://127.0.0.1:\(Int.random(in: 21_000..<29_000))"
+            let probe = try probeContext.socket(.router)
+            if (try? probe.bind(candidate)) != nil { frontend = candidate }
+        }
+        try #require(!frontend.isEmpty, "no free port for the broker's frontend")
         try stack.startBroker(extra: ["--frontend", frontend, "--rate-per-second", "1000", "--rate-burst", "1000",
                                       "--address-rate-per-second", "2", "--address-rate-burst", "10", "--trusted-keys", stack.dir + "/trusted.keys"])
         try stack.startWorker("quad-tally", instance: "tally/1")
