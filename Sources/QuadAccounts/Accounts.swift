@@ -60,6 +60,7 @@ public enum Accounts: ServiceDomain {
             CREATE INDEX revocations_user ON revocations (user_id);
             """),
         RefreshTokens.migration,
+        LoginThrottle.migration,
     ]
 
     public static var options: [(String, String, String?)] {
@@ -180,6 +181,7 @@ public enum Accounts: ServiceDomain {
         worker.every(60_000) {
             try Sessions.prune(db)
             try RefreshTokens.prune(db)
+            try LoginThrottle.prune(db, limits: settings.limits)
         }
     }
 
@@ -218,10 +220,8 @@ public enum Accounts: ServiceDomain {
     /// handlers that commit their own transactions.
     public static func register(_ h: Handlers, db: Database, settings: Settings, relay: @escaping () -> Void = {}) {
         let limits = settings.limits
-        let accountsThrottle = FailureThrottle(freeFailures: limits.freeFailures, baseDelayMs: limits.baseDelayMs, maxDelayMs: limits.accountMaxDelayMs,
-                                               forgetAfterMs: limits.forgetAfterMs, maxEntries: limits.maxEntries)
-        let clientsThrottle = FailureThrottle(freeFailures: limits.freeFailures, baseDelayMs: limits.baseDelayMs, maxDelayMs: limits.clientMaxDelayMs,
-                                              forgetAfterMs: limits.forgetAfterMs, maxEntries: limits.maxEntries)
+        // In the store: every worker counts the same failures.
+        let throttle = LoginThrottle(db: db, limits: limits)
         let budget = HashBudget(msPerSecond: limits.hashMsPerSecond)
         let hashed = HashedMutation(handlers: h, db: db, relay: relay)
 
@@ -273,26 +273,22 @@ public enum Accounts: ServiceDomain {
             // itself: a stranger must not lock every admin out through it.
             let caller = req.envelope.caller ?? "src:\(req.envelope.src ?? "")"
             let client: String? = caller.hasPrefix("service:") ? nil : caller
-            let now = Int64(Clock.nowMillis())
             // The client first: a guesser waits on its own key before it can
-            // make an account wait.
-            if let client, let wait = clientsThrottle.wait(client, now: now) {
-                throw throttled("this client", wait: wait, limit: "login_client_max_delay_ms")
-            }
-            if let wait = accountsThrottle.wait(account, now: now) {
-                throw throttled("this account", wait: wait, limit: "login_account_max_delay_ms")
-            }
+            // make an account wait. Counted as failures before the check.
+            let accountKey = throttle.account(account)
+            let ticket = try throttle.attempt((client.map { [throttle.client($0)] } ?? []) + [accountKey])
             let row = try db.queryOne("SELECT id, role, password_hash FROM users WHERE email = $1", .text(account))
-            let matches = try budget.spend("accounts.login") { PasswordHash.verify(password, hash: row?.string("password_hash") ?? settings.decoyHash) }
-            guard let row, matches else {
-                let after = Int64(Clock.nowMillis())
-                if let client { clientsThrottle.fail(client, now: after) }
-                accountsThrottle.fail(account, now: after)
-                throw refused
+            let matches: Bool
+            do {
+                matches = try budget.spend("accounts.login") { PasswordHash.verify(password, hash: row?.string("password_hash") ?? settings.decoyHash) }
+            } catch {
+                throttle.withdraw(ticket)  // nothing was checked
+                throw error
             }
-            // The client's count stays: one success must not buy a
-            // credential-stuffing client a fresh budget for other accounts.
-            accountsThrottle.succeed(account)
+            guard let row, matches else { throw refused }
+            // The client's count stays (less this attempt): one success must
+            // not buy a credential-stuffing client a fresh budget for other accounts.
+            throttle.succeeded(ticket, forgetting: [accountKey])
             // The one write of a login: the refresh token of a new family
             // (a login is a query: a retry makes another, bounded per user).
             let user = row.string("id")
@@ -330,16 +326,16 @@ public enum Accounts: ServiceDomain {
                 }
                 // A stolen token must not buy unthrottled guesses at the
                 // current password: its failures count like failed logins.
-                let guesser = "user:" + user
-                if let wait = accountsThrottle.wait(guesser, now: Int64(Clock.nowMillis())) {
-                    throw throttled("this account's current_password", wait: wait, limit: "login_account_max_delay_ms")
-                }
+                let guesser = throttle.currentPassword(user)
+                let ticket = try throttle.attempt([guesser])
                 let stored = current.string("password_hash")
-                guard try budget.spend(type, { PasswordHash.verify(old, hash: stored) }) else {
-                    accountsThrottle.fail(guesser, now: Int64(Clock.nowMillis()))
-                    throw QuadError.forbidden("body.current_password is not this account's password")
+                let matches: Bool
+                do { matches = try budget.spend(type, { PasswordHash.verify(old, hash: stored) }) } catch {
+                    throttle.withdraw(ticket)
+                    throw error
                 }
-                accountsThrottle.succeed(guesser)
+                guard matches else { throw QuadError.forbidden("body.current_password is not this account's password") }
+                throttle.succeeded(ticket, forgetting: [guesser])
                 newHash = (stored, try budget.spend(type) { try PasswordHash.hash(newPassword, strength: settings.hashing) })
             }
             let categoriesText = categories.map(categoriesText)

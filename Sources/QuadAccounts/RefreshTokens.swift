@@ -10,8 +10,15 @@ import QuadWire
 /// by default), kept only as their SHA-256, used once: accounts.refresh
 /// trades one for a new session and the next token of its family, and a
 /// token used a second time (a thief's copy, or the user's after a thief's)
-/// ends its whole family. A password change, a role change and a logout
-/// end them too. A user has at most `max_refresh_tokens_per_user` live
+/// ends its whole family, and every session token the family minted that
+/// has not expired yet (each is revoked as a logout revokes one, so every
+/// broker refuses it within a second). A password change, a role change and
+/// a logout end them too.
+///
+/// A trade keeps its reply as every mutation does, in an idempotency record
+/// of its caller (``RequestOwner``: the client's CURVE key): a retry by that
+/// caller gets the same session again, and anyone else who sends the same
+/// request id is refused (409) and gets nothing. A user has at most `max_refresh_tokens_per_user` live
 /// families (phones signed in); the oldest go past it.
 ///
 /// A token is derived from accounts' key, its user and the id of the
@@ -78,9 +85,18 @@ enum RefreshTokens {
         case refused(QuadError)
     }
 
-    /// accounts.refresh with a refresh token.
-    static func trade(_ db: Database, _ presented: String, requestID: String, settings: Accounts.Settings) throws -> Contract.Accounts.Session {
+    /// accounts.refresh with a refresh token, for the caller of `req`.
+    /// `relay` publishes the revocations a reuse commits.
+    static func trade(_ db: Database, _ presented: String, req: Request, src: String, settings: Accounts.Settings, relay: () -> Void) throws -> Contract.Accounts.Session {
+        let (requestID, type) = (req.id, req.envelope.type)
+        let owner = Idempotency.owner(of: req.envelope)
+        // The caller's own retry, answered as it was; another caller's use
+        // of this id is a 409 (thrown by claim) that says nothing of it.
+        if let earlier = try Idempotency.claim(db, id: requestID, type: type, owner: owner) { return try answer(db, earlier, requestID: requestID, settings: settings) }
         let outcome = try db.transaction { () throws -> Trade in
+            if let earlier = try Idempotency.claim(db, id: requestID, type: type, owner: owner) {
+                return .session(try answer(db, earlier, requestID: requestID, settings: settings))
+            }
             let now = Int64(Clock.nowMillis())
             let again = QuadError.unauthorized("body.refresh_token is unknown (never issued, or its family ended): sign in again")
             guard let row = try db.queryOne("SELECT * FROM refresh_tokens WHERE hash = $1", .text(hash(presented))) else { return .refused(again) }
@@ -94,27 +110,56 @@ enum RefreshTokens {
             guard let account = try db.queryOne("SELECT role FROM users WHERE id = $1", .text(user)) else {
                 return .refused(.notFound("no account for user '\(user)'"))
             }
-            if let usedBy = row.optionalString("used_by"), usedBy != requestID {
-                // Used twice: one of the two holders is not its owner.
-                try db.execute("UPDATE refresh_tokens SET revoked_ms = $2 WHERE family = $1", .text(family), .int(now))
-                return .refused(.unauthorized("body.refresh_token was used already: every refresh token of its family is revoked, sign in again"))
+            guard row["used_by"].isNull,
+                  try db.queryOne("UPDATE refresh_tokens SET used_by = $2 WHERE hash = $1 AND used_by IS NULL RETURNING hash",
+                                  .text(row.string("hash")), .text(requestID)) != nil else {
+                // Used before (its caller's retry was answered above): one
+                // of the two holders is not its owner. The family ends, and
+                // so does every session token it minted.
+                try endFamily(db, user: user, family: family, now: now, settings: settings)
+                return .refused(.unauthorized("body.refresh_token was used already: every refresh token of its family and every session token they gave are revoked, sign in again"))
             }
-            if row["used_by"].isNull {
-                guard try db.queryOne("UPDATE refresh_tokens SET used_by = $2 WHERE hash = $1 AND used_by IS NULL RETURNING hash",
-                                      .text(row.string("hash")), .text(requestID)) != nil else { return .refused(again) }
-                // The family keeps the token just used (a second use is
-                // seen) and the next one; older used ones go.
-                try db.execute("DELETE FROM refresh_tokens WHERE family = $1 AND used_by IS NOT NULL AND hash <> $2", .text(family), .text(row.string("hash")))
-            }
+            // The family keeps the token just used (a second use is seen),
+            // the next one, and the used ones whose session may still be
+            // live (a reuse ends those sessions); older used ones go.
+            try db.execute("""
+                DELETE FROM refresh_tokens WHERE family = $1 AND used_by IS NOT NULL AND hash <> $2 AND issued_ms < $3
+                """, .text(family), .text(row.string("hash")), .int(now - settings.tokenTTLMillis - 1000))
             let (session, jti) = Accounts.issueSession(user: user, role: account.string("role"), settings: settings)
             try issue(db, user: user, family: family, requestID: requestID, sessionJTI: jti, settings: settings)
             try db.execute("UPDATE refresh_tokens SET session_jti = $2 WHERE hash = $1",
                            .text(hash(token(user: user, requestID: requestID, settings: settings))), .text(jti))
+            // The record keeps the reply without its refresh token.
+            try Idempotency.store(db, id: requestID, type: type, owner: owner, reply: req.envelope.reply(session.json, src: src))
             return .session(try reveal(db, session, requestID: requestID, settings: settings))
         }
         switch outcome {
         case .session(let session): return session
-        case .refused(let error): throw error
+        case .refused(let error):
+            relay()
+            throw error
+        }
+    }
+
+    /// A stored reply of accounts.refresh, its refresh token derived again.
+    static func answer(_ db: Database, _ earlier: Envelope, requestID: String, settings: Accounts.Settings) throws -> Contract.Accounts.Session {
+        if let error = earlier.quadError { throw error }
+        return try reveal(db, try Contract.Accounts.Session(json: earlier.body), requestID: requestID, settings: settings)
+    }
+
+    /// Ends `family`: its refresh tokens, and the session tokens they were
+    /// issued with that may not have expired yet (revoked one by one, as a
+    /// logout does, with their events in the outbox). Inside the caller's
+    /// transaction.
+    static func endFamily(_ db: Database, user: String, family: String, now: Int64, settings: Accounts.Settings) throws {
+        try db.execute("UPDATE refresh_tokens SET revoked_ms = $2 WHERE family = $1", .text(family), .int(now))
+        let sessions = try db.query("""
+            SELECT DISTINCT session_jti, issued_ms FROM refresh_tokens WHERE family = $1 AND session_jti <> '' AND issued_ms >= $2
+            """, .text(family), .int(now - settings.tokenTTLMillis - 1000))
+        for s in sessions {
+            // A session token lasts token_ttl from just before its row was written (rounded up to a second).
+            try Sessions.revoke(db, user: user, jti: s.string("session_jti"), before: nil, until: s.int("issued_ms") + settings.tokenTTLMillis + 1000,
+                                maxPerUser: settings.limits.maxRevokedTokensPerUser)
         }
     }
 

@@ -99,7 +99,7 @@ enum Sessions {
         // refresh token it answers is never stored, only derived again.
         h.query(C.refresh) { req, body in
             if let presented = body.refreshToken {
-                return try RefreshTokens.trade(db, presented, requestID: req.id, settings: settings)
+                return try RefreshTokens.trade(db, presented, req: req, src: h.instance, settings: settings, relay: relay)
             }
             let owner = Idempotency.owner(of: req.envelope)
             if let earlier = try Idempotency.claim(db, id: req.id, type: req.envelope.type, owner: owner) {

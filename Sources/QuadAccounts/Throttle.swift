@@ -1,69 +1,149 @@
+import QuadStore
 import QuadWire
 
-/// Failed logins by key (an account's email, or a client): after
-/// `freeFailures` failures each further one makes the key wait, `baseDelayMs`
-/// doubled per failure up to `maxDelayMs`. A key forgets its failures
-/// `forgetAfterMs` after its last one, or on a successful login.
+/// Failed password checks by key (an account's email, a client, a signed-in
+/// user guessing its current password), kept in accounts' store
+/// (`login_failures`), so every worker of accounts counts the same failures:
+/// with N workers a guesser gets the guesses one worker would allow, not N
+/// times as many. After `login_free_failures` failures each further one makes
+/// the key wait, `baseDelayMs` doubled per failure up to the key's cap
+/// (`login_account_max_delay_ms`, `login_client_max_delay_ms`). A key forgets
+/// its failures `forgetAfterMs` after its last one, or on a right password.
 ///
-/// Bounded: at most `maxEntries` keys. When full, the key whose last failure
-/// is oldest goes first, so a flood of made-up keys can push out an entry
-/// only by costing one failed (hashed) login per entry, at the pace the hash
-/// budget allows. Not thread-safe: one worker loop owns it.
-final class FailureThrottle {
-    struct Entry {
-        var failures: Int
-        var lastFailureMs: Int64
-        var blockedUntilMs: Int64
+/// An attempt counts as a failure before its password is checked, in one
+/// statement per key that also refuses a key still waiting: two workers
+/// checking guesses at once each see the other's, so nothing is checked
+/// that one worker alone would have refused. A right password takes its
+/// attempt back (``succeeded(_:forgetting:)``), and so does an attempt that
+/// checked nothing (``withdraw(_:)``, a 429 of the hash budget).
+///
+/// Bounded: at most `maxEntries` keys of each kind. Past it, the forgotten
+/// go first, then the key whose last failure is oldest, so a flood of
+/// made-up keys can push an entry out only by costing one (hashed) check
+/// per entry, at the pace the hash budget allows.
+struct LoginThrottle {
+    /// What is counted: its row, its cap, and how a refusal names it.
+    struct Key: Equatable {
+        var key: String
+        var kind: String
+        var maxDelayMs: Int64
+        var who: String
+        var limit: String
     }
 
-    let freeFailures: Int
-    let baseDelayMs: Int64
-    let maxDelayMs: Int64
-    let forgetAfterMs: Int64
-    let maxEntries: Int
-    private(set) var entries: [String: Entry] = [:]
-
-    init(freeFailures: Int, baseDelayMs: Int64, maxDelayMs: Int64, forgetAfterMs: Int64, maxEntries: Int) {
-        self.freeFailures = freeFailures
-        self.baseDelayMs = baseDelayMs
-        self.maxDelayMs = maxDelayMs
-        self.forgetAfterMs = forgetAfterMs
-        self.maxEntries = maxEntries
+    /// One attempt's counts, to take back.
+    struct Ticket {
+        /// Each key counted, with the block this attempt set on it.
+        var keys: [(key: Key, blockedUntil: Int64)]
+        var now: Int64
     }
 
-    /// Milliseconds `key` must still wait at `now`, or nil when it may try.
-    func wait(_ key: String, now: Int64) -> Int64? {
-        guard let e = entries[key] else { return nil }
-        if now - e.lastFailureMs >= forgetAfterMs && now >= e.blockedUntilMs {
-            entries[key] = nil
-            return nil
+    static let migration = Migration(4, """
+        CREATE TABLE login_failures (
+            key TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            failures BIGINT NOT NULL,
+            last_ms BIGINT NOT NULL,
+            blocked_until_ms BIGINT NOT NULL
+        );
+        CREATE INDEX login_failures_kind ON login_failures (kind, last_ms);
+        """)
+
+    let db: Database
+    let limits: Accounts.Settings.Limits
+
+    func account(_ email: String) -> Key {
+        Key(key: "account:" + email, kind: "account", maxDelayMs: limits.accountMaxDelayMs, who: "this account", limit: "login_account_max_delay_ms")
+    }
+
+    func client(_ caller: String) -> Key {
+        Key(key: "client:" + caller, kind: "client", maxDelayMs: limits.clientMaxDelayMs, who: "this client", limit: "login_client_max_delay_ms")
+    }
+
+    /// A signed-in user's guesses at its current password (a stolen token's).
+    func currentPassword(_ user: String) -> Key {
+        Key(key: "user:" + user, kind: "account", maxDelayMs: limits.accountMaxDelayMs, who: "this account's current_password",
+            limit: "login_account_max_delay_ms")
+    }
+
+    /// The wait after `failures` failures.
+    func delay(_ failures: Int64, cap: Int64) -> Int64 {
+        let over = failures - Int64(limits.freeFailures)
+        return over <= 0 ? 0 : min(cap, limits.baseDelayMs << min(over - 1, 40))
+    }
+
+    /// Counts an attempt against every key, in order, before its password
+    /// is checked; a 429 naming the first key still waiting, and then none
+    /// is counted.
+    func attempt(_ keys: [Key], now: Int64 = Int64(Clock.nowMillis())) throws -> Ticket {
+        try db.transaction {
+            var counted: [(key: Key, blockedUntil: Int64)] = []
+            for k in keys {
+                guard let failures = try db.queryOne("""
+                    INSERT INTO login_failures (key, kind, failures, last_ms, blocked_until_ms) VALUES ($1, $2, 1, $3, $3)
+                    ON CONFLICT (key) DO UPDATE SET
+                        failures = CASE WHEN $3 - login_failures.last_ms >= $4 THEN 1 ELSE login_failures.failures + 1 END,
+                        last_ms = $3
+                    WHERE login_failures.blocked_until_ms <= $3
+                    RETURNING failures
+                    """, .text(k.key), .text(k.kind), .int(now), .int(limits.forgetAfterMs))?.int("failures") else {
+                    let until = try db.queryOne("SELECT blocked_until_ms FROM login_failures WHERE key = $1", .text(k.key))?.int("blocked_until_ms") ?? now + 1
+                    // Thrown inside the transaction: the keys counted before it are not.
+                    throw Accounts.throttled(k.who, wait: max(1, until - now), limit: k.limit)
+                }
+                let until = now + delay(failures, cap: k.maxDelayMs)
+                try db.execute("UPDATE login_failures SET blocked_until_ms = $2 WHERE key = $1", .text(k.key), .int(until))
+                counted.append((k, until))
+                if failures == 1 { try bound(k.kind, now: now) }
+            }
+            return Ticket(keys: counted, now: now)
         }
-        return e.blockedUntilMs > now ? e.blockedUntilMs - now : nil
     }
 
-    /// Counts a failure of `key`; returns the delay it now has (0 while free).
-    @discardableResult
-    func fail(_ key: String, now: Int64) -> Int64 {
-        var e = entries[key] ?? Entry(failures: 0, lastFailureMs: now, blockedUntilMs: 0)
-        if entries[key] == nil && entries.count >= maxEntries { evict(now: now) }
-        if now - e.lastFailureMs >= forgetAfterMs { e.failures = 0 }
-        e.failures += 1
-        e.lastFailureMs = now
-        let over = e.failures - freeFailures
-        let delay = over <= 0 ? 0 : min(maxDelayMs, baseDelayMs << Int64(min(over - 1, 40)))
-        e.blockedUntilMs = now + delay
-        entries[key] = e
-        return delay
+    /// The password was right: the keys in `forgetting` forget their
+    /// failures; the others get this attempt back (a client that signs in
+    /// keeps its earlier failures: one success must not buy a
+    /// credential-stuffing client a fresh budget for other accounts).
+    func succeeded(_ t: Ticket, forgetting: [Key]) {
+        let forget = Set(forgetting.map(\.key))
+        takeBack(Ticket(keys: t.keys.filter { !forget.contains($0.key.key) }, now: t.now), forgetting: forget)
     }
 
-    func succeed(_ key: String) { entries[key] = nil }
+    /// Nothing was checked: every count back.
+    func withdraw(_ t: Ticket) { takeBack(t, forgetting: []) }
 
-    /// Drops forgotten entries; if none was, the oldest one.
-    func evict(now: Int64) {
-        let before = entries.count
-        entries = entries.filter { now - $0.value.lastFailureMs < forgetAfterMs || now < $0.value.blockedUntilMs }
-        guard entries.count == before, let oldest = entries.min(by: { $0.value.lastFailureMs < $1.value.lastFailureMs }) else { return }
-        entries[oldest.key] = nil
+    private func takeBack(_ t: Ticket, forgetting: Set<String>) {
+        // Best effort: a store that fails here leaves one failure counted
+        // too many, which the key forgets with the rest.
+        try? db.transaction {
+            for key in forgetting { try db.execute("DELETE FROM login_failures WHERE key = $1", .text(key)) }
+            for (k, until) in t.keys {
+                // The count goes back; the block this attempt set ends
+                // (the one before it had, or it could not have been
+                // counted), unless a later attempt set another.
+                try db.execute("UPDATE login_failures SET failures = failures - 1 WHERE key = $1 AND failures > 0", .text(k.key))
+                try db.execute("UPDATE login_failures SET blocked_until_ms = $2 WHERE key = $1 AND blocked_until_ms = $3",
+                               .text(k.key), .int(t.now), .int(until))
+            }
+        }
+    }
+
+    /// Keeps at most `maxEntries` keys of `kind`.
+    private func bound(_ kind: String, now: Int64) throws {
+        let count = try db.queryOne("SELECT COUNT(*) AS n FROM login_failures WHERE kind = $1", .text(kind))?.int("n") ?? 0
+        guard count > limits.maxEntries else { return }
+        try db.execute("DELETE FROM login_failures WHERE kind = $1 AND last_ms <= $2 AND blocked_until_ms <= $3",
+                       .text(kind), .int(now - limits.forgetAfterMs), .int(now))
+        let left = try db.queryOne("SELECT COUNT(*) AS n FROM login_failures WHERE kind = $1", .text(kind))?.int("n") ?? 0
+        guard left > limits.maxEntries else { return }
+        try db.execute("""
+            DELETE FROM login_failures WHERE key IN (SELECT key FROM login_failures WHERE kind = $1 ORDER BY last_ms, key LIMIT $2)
+            """, .text(kind), .int(left - Int64(limits.maxEntries)))
+    }
+
+    /// Forgets keys past their memory.
+    static func prune(_ db: Database, limits: Accounts.Settings.Limits, now: Int64 = Int64(Clock.nowMillis())) throws {
+        try db.execute("DELETE FROM login_failures WHERE last_ms <= $1 AND blocked_until_ms <= $2", .int(now - limits.forgetAfterMs), .int(now))
     }
 }
 

@@ -14,8 +14,9 @@ enum Validation {
     /// `max_name_length` code points, and `\S`: not all White_Space, the
     /// same property trimming uses) was checked on the untrimmed name, so
     /// the trimmed one is within the limit and not empty.
-    /// Spaces around it (a tab, a newline) go before the check: they are
-    /// trimmed, not refused.
+    /// Spaces around it are trimmed, not refused; a tab, a line break or any
+    /// other control character, anywhere, the contract refused already
+    /// (``TextRule``: every string of a request is one line).
     static func name(_ raw: String) throws(QuadError) -> String {
         let name = raw.trimmingSpaces
         guard !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {

@@ -30,6 +30,8 @@ final class Checker: @unchecked Sendable {
     var minimum: Double?
     var maximum: Double?
     var multipleOf: Double?
+    /// The smallest step of an amount (`x-quad-unit`: 0.01, cents).
+    var unit: Double?
     var minItems: Int?
     var maxItems: Int?
     var prefixItems: [Checker] = []
@@ -59,6 +61,9 @@ final class Checker: @unchecked Sendable {
     var oneRequired: [String]?
     var expected: String?
     var expectedLengthPrefix = 0
+    /// A string of the schema's own (`type` names string): the characters a
+    /// request may hold in it (``TextRule``, `x-quad-text`).
+    var text: TextRule?
 
     init() {}
 }
@@ -99,6 +104,7 @@ struct CheckerCompiler {
             }
         }
         if let t = s["type"] { c.typeNames = t.array?.compactMap(\.string) ?? t.string.map { [$0] } ?? [] }
+        if c.typeNames?.contains("string") == true { c.text = TextRule(rawValue: s["x-quad-text"]?.string ?? "") ?? .line }
         c.constValue = s["const"]
         if let e = s["enum"]?.array {
             c.enumValues = e
@@ -114,6 +120,7 @@ struct CheckerCompiler {
         c.minimum = s["minimum"]?.double
         c.maximum = s["maximum"]?.double
         c.multipleOf = s["multipleOf"]?.double
+        c.unit = s["x-quad-unit"]?.double
         c.minItems = s["minItems"]?.int.map { Int($0) }
         c.maxItems = s["maxItems"]?.int.map { Int($0) }
         c.prefixItems = (s["prefixItems"]?.array ?? []).map { compile($0, base: base) }
@@ -159,7 +166,7 @@ extension Validator {
 
     func run(_ value: JSON, _ c: Checker, at name: String) -> Failure? {
         guard let failure = runNode(value, c, at: name) else { return nil }
-        guard !quiet, c.isSchemaObject else { return failure }
+        guard !quiet, c.isSchemaObject, !failure.ownWords else { return failure }
         if let pair = c.exclusive {
             return fail(pair.map { "\(name).\($0)" }.joined(separator: " and ") + " are exclusive")
         }
@@ -203,6 +210,11 @@ extension Validator {
                     }
                 }
             }
+            if checksText, let rule = c.text, let f = rule.failure(str, at: name) {
+                var refused = fail(f)
+                refused.ownWords = true
+                return refused
+            }
             if let p = c.pattern {
                 guard let re = c.regex, re.firstMatch(in: str, range: NSRange(str.startIndex..., in: str)) != nil else {
                     return fail("\(name) must match \(p)")
@@ -220,6 +232,9 @@ extension Validator {
                 }
             }
             if let m = c.multipleOf, m > 0, (d / m).rounded() != d / m { return fail("\(name) must be a multiple of \(show(m))") }
+            if let u = c.unit, u > 0, !Validator.isMultiple(d, of: u) {
+                return fail("\(name) must be a whole number of \(u == 0.01 ? "cents" : "units") (a multiple of \(show(u))), got \(value.text)")
+            }
         case .array(let items):
             if let lo = c.minItems, items.count < lo { return fail("\(name) must have at least \(lo) item\(lo == 1 ? "" : "s")\(c.minLimit ?? "")") }
             if let hi = c.maxItems, items.count > hi {
@@ -302,7 +317,7 @@ extension Checker {
         guard !never else { return false }
         guard isSchemaObject else { return true }
         return ref == nil && typeNames == nil && constValue == nil && enumValues == nil && minLength == nil && maxLength == nil
-            && pattern == nil && minimum == nil && maximum == nil && multipleOf == nil && minItems == nil && maxItems == nil
+            && pattern == nil && minimum == nil && maximum == nil && multipleOf == nil && unit == nil && text == nil && minItems == nil && maxItems == nil
             && prefixItems.isEmpty && items == nil && !uniqueItems && required.isEmpty && dependentRequired.isEmpty && !visitsFields
             && allOf.isEmpty && anyOf == nil && oneOf == nil && not == nil && ifCheck == nil
     }
@@ -322,5 +337,59 @@ final class CheckerCache: @unchecked Sendable {
         let made = make()
         byKey[key] = made
         return made
+    }
+}
+
+/// What a string of a request may hold, beyond its length and pattern: a
+/// user writes it and another user's screen shows it, so the characters that
+/// change how text is shown rather than what it says are refused (issue 27):
+/// C0 and C1 controls (ESC, U+009B CSI), DEL, the bidi embeddings, overrides
+/// and isolates (U+202A to U+202E, U+2066 to U+2069), and line breaks
+/// (U+000A, U+000D, U+2028, U+2029) in a field of one line. Every string of
+/// a request is one line unless its schema says otherwise (`x-quad-text`).
+public enum TextRule: String, Sendable {
+    /// One line: no control character, no line break, no bidi control.
+    case line = ""
+    /// Lines (`x-quad-text: lines`): line feeds and tabs too.
+    case lines
+    /// Anything (`x-quad-text: any`): a secret never shown (a password).
+    case any
+
+    /// Why `text` is refused, naming the first character it may not hold.
+    func failure(_ text: String, at name: String) -> String? {
+        guard self != .any else { return nil }
+        // Printable ASCII, the common case, needs no closer look.
+        if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) { return nil }
+        for u in text.unicodeScalars {
+            let v = u.value
+            let what: String
+            switch v {
+            case 0x0A where self == .lines, 0x09 where self == .lines: continue
+            case 0x0A, 0x0D, 0x2028, 0x2029: what = "a line break: this field is one line"
+            case 0x00...0x1F, 0x7F...0x9F: what = "a control character"
+            case 0x202A...0x202E, 0x2066...0x2069: what = "a bidirectional control: it reorders the text around it"
+            default: continue
+            }
+            return "\(name) must not contain U+\(String(v, radix: 16, uppercase: true).leftPadded(4)) (\(what))"
+        }
+        return nil
+    }
+}
+
+extension String {
+    func leftPadded(_ width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
+}
+
+extension Validator {
+    /// Whether `d` is a whole multiple of `m`. A step like 0.01 has no exact
+    /// binary form, so a division is not exact either (0.07 / 0.01 is
+    /// 7.000000000000001): for a step of 1/k, `d` is a multiple when its k
+    /// times, rounded, divided by k, gives `d` back. 0.001 and 5e-324 are
+    /// no multiples of 0.01; 19.99 is.
+    public static func isMultiple(_ d: Double, of m: Double) -> Bool {
+        guard d.isFinite else { return false }
+        let k = (1 / m).rounded()
+        if m < 1, k > 0, abs(1 / k - m) <= m * 1e-12 { return (d * k).rounded() / k == d }
+        return (d / m).rounded() == d / m
     }
 }

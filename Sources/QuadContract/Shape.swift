@@ -166,6 +166,20 @@ extension Shape {
     /// bad_request: the bound is on how much is sent (`x-quad-over`).
     public var overIsTooLarge: Shape { with { $0["x-quad-over"] = "too_large" } }
 
+    /// A string a request may write over several lines (`x-quad-text:
+    /// lines`): line feeds and tabs pass, other controls do not (``TextRule``).
+    public var lines: Shape { with { $0["x-quad-text"] = "lines" } }
+
+    /// A string never shown to anyone (a password): any character passes
+    /// (`x-quad-text: any`).
+    public var secretText: Shape { with { $0["x-quad-text"] = "any" } }
+
+    /// An amount of money: a whole number of cents (`x-quad-unit` 0.01), so
+    /// 0.001 and 5e-324 are refused. Not `multipleOf`: JSON Schema divides,
+    /// and 19.99 / 0.01 is 1998.9999999999998 in binary floating point, so
+    /// a standard validator would refuse most prices (``Validator/isMultiple(_:of:)``).
+    public var cents: Shape { with { $0["x-quad-unit"] = .double(0.01) } }
+
     /// The name of the setting of this field's lower bound, when it has
     /// its own (`min_password_length`): `x-quad-min-limit`.
     public func minLimit(_ name: String) -> Shape { with { $0["x-quad-min-limit"] = .string(name) } }

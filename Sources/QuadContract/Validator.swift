@@ -12,6 +12,9 @@ public struct Validator: Sendable {
     let documents: SchemaDocuments
     /// What the body is of, in refusals: `favorites.remove`.
     var subject = "this request"
+    /// Whether strings are checked for what they may hold (``TextRule``):
+    /// a request's are; a reply's, read back from a store, are not.
+    var checksText = false
 
     public init(documents: [String: JSON]) { self.documents = SchemaDocuments { documents[$0] } }
 
@@ -42,6 +45,9 @@ public struct Validator: Sendable {
         public let namesUser: Bool
         /// Over a bound whose refusal is too_large (413), not bad_request.
         public let tooLarge: Bool
+        /// Says what it refuses in its own words, which a field's
+        /// `x-quad-expected` must not replace (a character ``TextRule`` refuses).
+        var ownWords = false
     }
 
     /// Checking a branch of `anyOf`, `oneOf`, `not` or `if`, whose
@@ -182,7 +188,8 @@ extension Contract {
     static func compiledRequest(_ type: String) -> (Validator, Checker)? {
         guard let op = operation(type), let path = schemaPaths(type)?.request else { return nil }
         return CheckerCache.shared.checker(type) {
-            let v = Validator.contract.of(type)
+            var v = Validator.contract.of(type)
+            v.checksText = true
             return (v, v.compiled(op.request.schema, base: path))
         }
     }

@@ -30,8 +30,12 @@ public enum TestStore {
 
 extension Handlers {
     /// Calls `type` as the broker would deliver it; returns the body or throws the error.
-    public func call(_ type: String, _ body: JSON = [:], user: String? = nil, role: String? = nil, id: String = MessageID.make()) throws -> JSON {
-        let reply = handle(.request(type, body: body, id: id, user: user, role: role))
+    /// `caller` is the broker's header (`key:<Z85>` for an anonymous client).
+    public func call(_ type: String, _ body: JSON = [:], user: String? = nil, role: String? = nil, caller: String? = nil,
+                     id: String = MessageID.make()) throws -> JSON {
+        var request = Envelope.request(type, body: body, id: id, user: user, role: role)
+        request.caller = caller
+        let reply = handle(request)
         if let error = reply.quadError { throw error }
         return reply.body
     }

@@ -101,13 +101,44 @@ struct GuessingTests {
         #expect(h.handle(bare).quadError == nil)
     }
 
-    @Test func theThrottleRemembersAtMostItsEntries() {
-        let t = FailureThrottle(freeFailures: 1, baseDelayMs: 100, maxDelayMs: 1000, forgetAfterMs: 60_000, maxEntries: 50)
-        for k in 0..<1000 { t.fail("key:\(k)", now: Int64(k)) }
-        #expect(t.entries.count == 50)
-        // The newest are kept; an entry past its memory is dropped when read.
-        #expect(t.entries["key:999"] != nil && t.entries["key:0"] == nil)
-        #expect(t.wait("key:999", now: 999 + 60_000 + 1001) == nil && t.entries["key:999"] == nil)
+    @Test func theThrottleRemembersAtMostItsEntries() throws {
+        var limits = Accounts.Settings.Limits()
+        (limits.freeFailures, limits.baseDelayMs, limits.clientMaxDelayMs, limits.forgetAfterMs, limits.maxEntries) = (1, 100, 1000, 60_000, 50)
+        let db = try TestStore.open("accounts", migrations: Accounts.migrations)
+        let t = LoginThrottle(db: db, limits: limits)
+        for k in 0..<200 { _ = try t.attempt([t.client("key:\(k)")], now: Int64(k)) }
+        #expect(try db.queryOne("SELECT COUNT(*) AS n FROM login_failures")?.int("n") == 50)
+        // The newest are kept; an entry past its memory goes with the prune.
+        let keys = try db.query("SELECT key FROM login_failures").map { $0.string("key") }
+        #expect(keys.contains("client:key:199") && !keys.contains("client:key:0"))
+        try LoginThrottle.prune(db, limits: limits, now: 199 + 60_000 + 1001)
+        #expect(try db.queryOne("SELECT COUNT(*) AS n FROM login_failures")?.int("n") == 0)
+    }
+
+    /// Two workers of accounts on one store (the default stack runs two):
+    /// the guesses before the first 429 are those one worker allows, not
+    /// twice as many, whichever worker each guess reaches (issue 27, point 3).
+    @Test(arguments: stores)
+    func twoWorkersOnOneStoreCountTheSameFailures(postgres: Bool) throws {
+        let db = try TestStore.open("accounts", migrations: Accounts.migrations, postgres: postgres)
+        let key = SigningKey.generate()
+        let workers = try (1...2).map { n in
+            let h = Handlers(service: "accounts", instance: "accounts/\(n)", db: db)
+            Accounts.register(h, db: db, settings: try .init(signingKey: key, hashing: .minimum, limits: Self.quick))
+            return h
+        }
+        _ = try workers[0].call("accounts.register", ana())
+        var statuses: [Int] = []
+        for k in 0..<10 {
+            let answer = login(workers[k % 2], "ana@uni.edu", "wrong horse \(k)", caller: "key:stranger-\(k)")
+            statuses.append(answer.quadError?.status ?? 200)
+            if answer.quadError?.status == 429 { break }
+        }
+        // quick: 3 free failures, a 4th that blocks, then 429.
+        #expect(statuses == [401, 401, 401, 401, 429], "\(statuses)")
+        // The right password gets in after the wait, on either worker, and forgets the count.
+        #expect(try waitUntil { login(workers[1], "ana@uni.edu", "correct horse", caller: "key:owner").quadError == nil })
+        #expect(try db.queryOne("SELECT COUNT(*) AS n FROM login_failures WHERE key = 'account:ana@uni.edu'")?.int("n") == 0)
     }
 
     @Test func aLoginFloodPastTheHashBudgetGets429WithoutHashingOrStoringAnAnswer() throws {

@@ -63,6 +63,41 @@ struct RefreshTokenTests {
         #expect(refusal { try h.call("accounts.refresh", [:]) }?.status == 400, "a token or a refresh token")
     }
 
+    /// A second use of a refresh token ends every session token its family
+    /// gave, not only its refresh tokens; and a stored trade answers its own
+    /// caller only (issue 27, point 2).
+    @Test(arguments: stores)
+    func aReusedRefreshTokenEndsTheSessionsOfItsFamilyAndAStoredTradeIsItsCallersOnly(postgres: Bool) throws {
+        let (h, db, key) = try accounts(postgres: postgres)
+        _ = try h.call("accounts.register", ana())
+        let login = try login(h)
+        let owner = "key:phone-of-ana", thief = "key:someone-else"
+        let id = MessageID.make()
+        let renewed = try h.call("accounts.refresh", ["refresh_token": login["refresh_token"]!], caller: owner, id: id)
+        // The same id and the same refresh token from another caller: 409, no session.
+        let stolen = refusal { try h.call("accounts.refresh", ["refresh_token": login["refresh_token"]!], caller: thief, id: id) }
+        #expect(stolen?.status == 409 && stolen?.message.contains("another caller") == true, "\(String(describing: stolen))")
+        // The caller's own retry: the same session and the same next token.
+        let retry = try h.call("accounts.refresh", ["refresh_token": login["refresh_token"]!], caller: owner, id: id)
+        #expect(retry["token"] == renewed["token"] && retry["refresh_token"] == renewed["refresh_token"])
+        let renewed2 = try h.call("accounts.refresh", ["refresh_token": renewed["refresh_token"]!], caller: owner)
+        let claims = try [login, renewed, renewed2].map { try key.verifyingKey.verify(try #require($0["token"]?.string)) }
+        #expect(try claims.allSatisfy { try !Sessions.isRevoked(db, $0, now: Int64(Clock.nowMillis())) })
+        // The first token again (a thief's copy): every session of the family ends.
+        let reused = refusal { try h.call("accounts.refresh", ["refresh_token": login["refresh_token"]!], caller: thief) }
+        #expect(reused?.status == 401 && reused?.message.contains("used already") == true, "\(String(describing: reused))")
+        for c in claims {
+            #expect(try Sessions.isRevoked(db, c, now: Int64(Clock.nowMillis())), "session \(c.tokenID) of the family still works")
+        }
+        let revoked = try db.query("SELECT jti FROM revocations").map { $0.string("jti") }
+        #expect(claims.allSatisfy { revoked.contains($0.tokenID) }, "each one revoked by its jti: \(revoked)")
+        let events = try db.queryOne("SELECT COUNT(*) AS n FROM outbox WHERE type = 'accounts.session.revoked'")?.int("n") ?? 0
+        #expect(events >= Int64(claims.count), "each revocation is published for the brokers: \(events) events")
+        // Another family of the same user lives on.
+        let other = try self.login(h)
+        #expect(try h.call("accounts.refresh", ["refresh_token": other["refresh_token"]!], caller: owner)["token"]?.string != nil)
+    }
+
     @Test(arguments: stores)
     func aPasswordChangeALogoutAndTheirExpiryEndRefreshTokens(postgres: Bool) throws {
         let (h, _, _) = try accounts(postgres: postgres)

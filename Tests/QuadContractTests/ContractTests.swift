@@ -85,6 +85,56 @@ let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().delet
         #expect(failure("catalog.product.get", [:]) == "body.id is required")
     }
 
+    /// What one user writes and another's screen shows cannot change how
+    /// text is shown (issue 27, point 4): controls, bidi controls, and line
+    /// breaks in a field of one line are refused, naming the field and the
+    /// character; a field of lines takes line feeds; a password anything.
+    @Test func charactersThatChangeHowTextIsShownAreRefused() {
+        func listing(_ name: String, info: JSON? = nil) -> JSON {
+            var b: [String: JSON] = ["name": .string(name), "category": "Tech", "collection": "Study", "price": ["value": 12.5, "currency": "USD"],
+                                     "type": "Calculator", "condition": "Good", "mode": "sale"]
+            if let info { b["info"] = info }
+            return .object(b)
+        }
+        #expect(failure("catalog.listings.create", listing("TI-84 calculator, like new ✓ é 日本")) == nil)
+        let cases: [(String, String)] = [
+            ("\u{1B}[2J", "U+001B (a control character)"), ("a\u{9B}31m", "U+009B (a control character)"),
+            ("\u{7F}", "U+007F (a control character)"), ("price \u{202E}01$", "U+202E (a bidirectional control"),
+            ("\u{2066}x\u{2069}", "U+2066 (a bidirectional control"), ("two\nlines", "U+000A (a line break: this field is one line)"),
+            ("cr\rhere", "U+000D (a line break"), ("sep\u{2028}x", "U+2028 (a line break"), ("tab\there", "U+0009 (a control character)"),
+        ]
+        for (name, what) in cases {
+            let f = failure("catalog.listings.create", listing(name))
+            #expect(f?.hasPrefix("body.name must not contain \(what)") == true, "\(name.debugDescription): \(f ?? "accepted")")
+        }
+        // Nested and in arrays too: the first bad field is named.
+        #expect(failure("catalog.listings.create", listing("ok", info: ["color": "red\u{202D}"]))?.hasPrefix("body.info.color must not contain U+202D") == true)
+        #expect(failure("catalog.products.list", ["q": "calc\u{1B}"])?.hasPrefix("body.q must not contain U+001B") == true)
+        // A note of lines takes a line feed and a tab, not an ESC.
+        #expect(failure("catalog.listings.takedown", ["listing": "l-1", "reason": "line one\n\tline two"]) == nil)
+        #expect(failure("catalog.listings.takedown", ["listing": "l-1", "reason": "x\u{1B}y"])?.hasPrefix("body.reason must not contain U+001B") == true)
+        // A password is never shown: any character.
+        #expect(failure("accounts.login", ["email": "ana@uni.edu", "password": "p\u{1B}\u{202E}w"]) == nil)
+    }
+
+    /// A price has a smallest unit, the cent.
+    @Test func aPriceIsAWholeNumberOfCents() {
+        func listing(_ price: JSON, rate: JSON? = nil) -> JSON {
+            var b: [String: JSON] = ["name": "Book", "category": "Study", "collection": "Books", "price": ["value": price, "currency": "USD"],
+                                     "type": "Book", "condition": "Good", "mode": .string(rate == nil ? "sale" : "both")]
+            if let rate { b["rent_rate"] = rate }
+            return .object(b)
+        }
+        for good in [JSON.double(19.99), .double(0.07), .double(0.01), .int(5), .double(9999.99), .double(1234.56)] {
+            #expect(failure("catalog.listings.create", listing(good)) == nil, "\(good.text)")
+        }
+        for bad in [JSON.double(0.001), .double(5e-324), .double(19.999), .double(0.015)] {
+            #expect(failure("catalog.listings.create", listing(bad)) == "body.price.value must be a whole number of cents (a multiple of 0.01), got \(bad.text)")
+        }
+        #expect(failure("catalog.listings.create", listing(.double(10), rate: .double(0.005)))?.hasPrefix("body.rent_rate must be a whole number of cents") == true)
+        #expect(Validator.isMultiple(0.3, of: 0.1) && !Validator.isMultiple(0.35, of: 0.1) && Validator.isMultiple(6, of: 2) && !Validator.isMultiple(7, of: 2))
+    }
+
     @Test func undeclaredTypesAreNotValidated() {
         #expect(Contract.validate("catalog.nothing", ["any": 1]) == nil)
     }

@@ -73,6 +73,15 @@ class Stack:
     def admin(self):
         return self.signed_in(ADMIN, self.admin_password())
 
+    def client_of_each_broker(self):
+        """One client on each broker of the stack, alone."""
+        out = []
+        for e in self.frontends.split(","):
+            c = quadclient.Client(e, self.key, src="hostile-test")
+            self.clients.append(c)
+            out.append(c)
+        return out
+
 
 @pytest.fixture(scope="module")
 def stack():
@@ -85,6 +94,7 @@ def stack():
     s = Stack(launched.home, launched.frontend)
     s.up_output = launched.up_output
     s.run = launched.run
+    s.frontends = launched.frontends
     try:
         yield s
     finally:
@@ -173,6 +183,48 @@ def test_a_nul_in_a_string_is_refused(stack, type_, body):
     answer = ana.call(type_, body, timeout=15)
     assert error_code(answer) == "bad_request", answer
     assert "NUL" in answer["body"]["message"] or "U+0000" in answer["body"]["message"], answer
+
+
+
+def _listing(name, price=12.5, **more):
+    body = {"name": name, "category": "Study", "collection": "Study Tools", "price": {"value": price, "currency": "USD"},
+            "type": "Calculator", "condition": "Used", "quantity": 1, "mode": "sale"}
+    body.update(more)
+    return body
+
+
+@pytest.mark.parametrize("text,char", [
+    ("Calc \u001b[2J\u001b[Hpaid", "U+001B"),          # ESC: a terminal's screen wiped
+    ("Calc \u009b31m", "U+009B"),                       # C1 CSI
+    ("Calc \u202eSU 00.1$", "U+202E"),                  # right-to-left override: "$1.00 US" read backwards
+    ("Calc \u2066x\u2069", "U+2066"),                   # a bidi isolate
+    ("Calc\nSeller verified by Quad", "U+000A"),        # a second line in a one-line name
+])
+def test_what_a_user_writes_cannot_change_how_another_sees_it(stack, text, char):
+    ana = stack.student()
+    answer = ana.call("catalog.listings.create", _listing(text), timeout=15)
+    assert error_code(answer) == "bad_request", answer
+    assert answer["body"]["message"].startswith(f"body.name must not contain {char}"), answer
+    # In a nested field, and in a display name, alike.
+    answer = ana.call("catalog.listings.create", _listing("Calc", info={"color": text}), timeout=15)
+    assert error_code(answer) == "bad_request" and "body.info.color" in answer["body"]["message"], answer
+    answer = ana.call("accounts.profile.update", {"name": text}, timeout=15)
+    assert error_code(answer) == "bad_request" and "body.name" in answer["body"]["message"], answer
+    # Letters of every script pass.
+    ok = ana.call("catalog.listings.create", _listing("Calculadora científica 日本 ✓"), timeout=15)
+    assert error_code(ok) is None, ok
+
+
+@pytest.mark.parametrize("price", [0.001, 5e-324, 19.999])
+def test_a_price_is_a_whole_number_of_cents(stack, price):
+    ana = stack.student()
+    answer = ana.call("catalog.listings.create", _listing("Calc", price=price), timeout=15)
+    assert error_code(answer) == "bad_request", answer
+    assert answer["body"]["message"].startswith("body.price.value must be a whole number of cents"), answer
+    answer = ana.call("catalog.listings.create", _listing("Calc", mode="rent", rent_rate=price), timeout=15)
+    assert error_code(answer) == "bad_request" and "body.rent_rate" in answer["body"]["message"], answer
+    good = ana.call("catalog.listings.create", _listing("Calc", price=19.99), timeout=15)
+    assert error_code(good) is None and good["body"]["price"]["value"] == 19.99, good
 
 
 def test_a_nul_in_a_field_name_or_an_anonymous_request_is_refused(stack):
@@ -306,6 +358,26 @@ def test_failed_logins_are_throttled_and_the_user_is_not_locked_out(stack):
     assert error_code(back) is None, back
 
 
+
+def test_failed_logins_are_counted_once_across_the_accounts_workers(stack):
+    """The stack runs two accounts workers: the guesses before the first 429
+    are those the limit allows (login_free_failures 5, then a sixth that
+    starts the wait), whichever worker each reaches, not twice as many. Each
+    guess comes from a new CURVE key, so only the account's count grows."""
+    workers = stack.run("status").stdout
+    assert "accounts/2" in workers, f"the default stack runs two accounts workers: {workers}"
+    ana = stack.student()
+    answers = []
+    for k in range(14):
+        guesser = stack.client()
+        answer = guesser.call("accounts.login", {"email": ana.email, "password": f"guess-{k}"}, timeout=30, retry_429=False)
+        answers.append(error_code(answer))
+        if error_code(answer) == "too_many_requests":
+            assert "this account" in answer["body"]["message"], answer
+            break
+    assert answers == ["unauthorized"] * 6 + ["too_many_requests"], answers
+
+
 # ---------------------------------------------------------------- 5. sessions
 
 
@@ -340,6 +412,40 @@ def test_a_password_change_ends_earlier_tokens_and_refresh_gives_a_new_one(stack
     assert error_code(change) is None, change
     assert _refused_within(stack.client(), ana.token, 1.5) is not None
     assert _refused_within(stack.client(), fresh["body"]["token"], 1.5) is not None
+
+
+
+def test_a_reused_refresh_token_ends_the_sessions_of_its_family(stack):
+    ana = stack.student()
+    phone = stack.client()
+    login = phone.call("accounts.login", {"email": ana.email, "password": ana.password}, timeout=30)
+    assert error_code(login) is None, login
+    first_token, first_refresh = login["body"]["token"], login["body"]["refresh_token"]
+    rid = quadclient.uuid7()
+    renewed = phone.call("accounts.refresh", {"refresh_token": first_refresh}, id_=rid)
+    assert error_code(renewed) is None, renewed
+    # A thief with a copy of the refresh token and the request id (a
+    # captured request) gets no session: the stored reply is the phone's.
+    thief = stack.client()
+    stolen = thief.call("accounts.refresh", {"refresh_token": first_refresh}, id_=rid)
+    assert error_code(stolen) == "conflict", stolen
+    assert renewed["body"]["token"] not in json.dumps(stolen) and renewed["body"]["refresh_token"] not in json.dumps(stolen)
+    # The phone's own retry gets the same answer again.
+    again = phone.call("accounts.refresh", {"refresh_token": first_refresh}, id_=rid)
+    assert again["body"]["token"] == renewed["body"]["token"], again
+    # Both tokens work, until the old refresh token is used a second time.
+    for token in (first_token, renewed["body"]["token"]):
+        assert error_code(stack.client().call("accounts.profile.get", {}, token=token)) is None
+    reused = thief.call("accounts.refresh", {"refresh_token": first_refresh})
+    assert error_code(reused) == "unauthorized" and "used already" in reused["body"]["message"], reused
+    # Every session token of the family ends at every broker within a second.
+    brokers = stack.client_of_each_broker()
+    assert len(brokers) == 2, stack.frontends
+    for token in (first_token, renewed["body"]["token"]):
+        for at in brokers:
+            refused = _refused_within(at, token, 1.5)
+            assert refused is not None, f"a session token of a reused family still works at {at.endpoints}"
+    assert error_code(phone.call("accounts.refresh", {"refresh_token": renewed["body"]["refresh_token"]})) == "unauthorized"
 
 
 def test_token_lifetime_is_an_hour(stack):
@@ -428,6 +534,41 @@ def test_the_dashboard_takes_no_credential_in_a_url(stack):
                 assert "Sign in" in page or "sign in" in page, f"{url} served the dashboard with a token in the URL"
         except urllib.error.HTTPError as e:
             assert e.code in (401, 403), e
+
+
+
+def test_a_dashboard_session_ends_within_a_second_of_its_users_logout(stack):
+    """Every channel a token opened ends with it: the dashboard's cookie
+    session too, when the admin logs out of every session elsewhere."""
+    import http.client
+    import urllib.parse
+    port = PORT_BASE + 80
+
+    def fetch(method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            conn.close()
+
+    form = urllib.parse.urlencode({"email": ADMIN, "password": stack.admin_password()})
+    status, headers, _ = fetch("POST", "/signin", form, {"Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 303 and "quad_session=" in headers.get("Set-Cookie", ""), (status, headers)
+    cookie = headers["Set-Cookie"].split(";", 1)[0]
+    status, _, body = fetch("GET", "/dashboard/", headers={"Cookie": cookie})
+    assert status == 200, (status, body[:200])
+    admin = stack.admin()
+    out = admin.call("accounts.logout", {"token": admin.token, "all": True})
+    assert error_code(out) is None, out
+    until = time.monotonic() + 1.5
+    while time.monotonic() < until:
+        status, headers, _ = fetch("GET", "/dashboard/", headers={"Cookie": cookie})
+        if status == 303 and headers.get("Location") == "/signin":
+            break
+        time.sleep(0.1)
+    assert status == 303, f"the dashboard session still served the page after the admin logged out everywhere: {status}"
 
 
 # ------------------------------------------------------ 9. the dashboard seen

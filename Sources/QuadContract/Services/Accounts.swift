@@ -23,7 +23,7 @@ extension Contract.Accounts {
         public init() {}
         public static let fields: [Field<Self>] = [
             .field(\.email, "email", .string(min: 1)),
-            .field(\.password, "password", .string(min: 1)),
+            .field(\.password, "password", .string(min: 1).secretText),
         ]
     }
 
@@ -166,7 +166,7 @@ extension Contract.Accounts {
             .field(\.semester, "semester", .ref("profile.schema.json#/$defs/semester").optional),
             .field(\.categories, "categories", .ref("profile.schema.json#/$defs/categories").optional),
             .field(\.password, "password", .ref("profile.schema.json#/$defs/password").optional),
-            .field(\.currentPassword, "current_password", .string(min: 1).optional),
+            .field(\.currentPassword, "current_password", .string(min: 1).secretText.optional),
         ]
     }
 
@@ -359,7 +359,7 @@ extension Contract.Accounts {
                     .described("A user id: a UUIDv7 made at registration. The broker puts it in the envelope's user."),
                 "email": .string(3...maxEmailLength, pattern: "^(?=[^@]{1,64}@)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$").limit("max_email_length").expecting("must be one address like name@campus.edu")
                     .described("An address local@domain, at most 254 characters (max_email_length), at most 64 before the @; compared and stored lowercased, so it is unique whatever its case."),
-                "password": .string(minPasswordLength...maxPasswordLength).limit("max_password_length").minLimit("min_password_length")
+                "password": .string(minPasswordLength...maxPasswordLength).secretText.limit("max_password_length").minLimit("min_password_length")
                     .described("8 to 128 Unicode code points (min_password_length, max_password_length). Stored only as an Argon2id hash."),
                 "name": .string(1...maxNameLength, pattern: "\\S").limit("max_name_length").expecting("must not be empty")
                     .described("Display name: at most 100 code points after trimming spaces (max_name_length), not blank, no control characters."),

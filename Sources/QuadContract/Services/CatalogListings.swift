@@ -136,8 +136,8 @@ extension Contract.Catalog {
 
     /// A listing's price: more than 0, at most max_listing_price, in the marketplace's currency.
     static let listingPrice: Shape = .object([
-        "value": .number(min: 0).keyword("exclusiveMinimum", json: 0).limit("max_listing_price")
-            .described("More than 0 and at most max_listing_price (10000 by default, catalog's --max-listing-price); bad_request naming it otherwise."),
+        "value": .number(min: 0).keyword("exclusiveMinimum", json: 0).cents.limit("max_listing_price")
+            .described("More than 0 and at most max_listing_price (10000 by default, catalog's --max-listing-price), in whole cents (0.01); bad_request naming it otherwise."),
         "currency": .choice(["USD"]).described("The marketplace's currency, the seeded catalog's: every line of an order is in it."),
     ])
 
@@ -146,8 +146,8 @@ extension Contract.Catalog {
         .limit("max_listing_images")
         .described("Up to max_listing_images (4 by default, catalog's --max-listing-images) images already stored with catalog.images.put, by id, the first the product's imageUrl; an id catalog does not hold is not_found (404) naming it.")
 
-    static let listingRentRate: Shape = .number(min: 0).keyword("exclusiveMinimum", json: 0).limit("max_rent_rate")
-        .described("The price of renting one unit for one day: more than 0, at most max_rent_rate (500 by default, catalog's --max-rent-rate). Required for mode rent and both; refused for sale.")
+    static let listingRentRate: Shape = .number(min: 0).keyword("exclusiveMinimum", json: 0).cents.limit("max_rent_rate")
+        .described("The price of renting one unit for one day, in whole cents (0.01): more than 0, at most max_rent_rate (500 by default, catalog's --max-rent-rate). Required for mode rent and both; refused for sale.")
 
     static let listingQuantity: Shape = .int(min: 1).limit("max_listing_quantity")
         .described("Units listed: 1 to max_listing_quantity (20 by default, catalog's --max-listing-quantity).")
@@ -224,7 +224,7 @@ extension Contract.Catalog {
             public init() {}
             public static let fields: [Field<Self>] = [
                 .field(\.listing, "listing", .string(1...64)),
-                .field(\.reason, "reason", .string(1...ListingLimits.reasonLength).limit("max_takedown_reason_length")
+                .field(\.reason, "reason", .string(1...ListingLimits.reasonLength).lines.limit("max_takedown_reason_length")
                     .described("Why, as the seller reads it in catalog.listings.mine.")),
             ]
         }
