@@ -224,7 +224,7 @@ def test_a_price_is_a_whole_number_of_cents(stack, price):
     answer = ana.call("catalog.listings.create", _listing("Calc", mode="rent", rent_rate=price), timeout=15)
     assert error_code(answer) == "bad_request" and "body.rent_rate" in answer["body"]["message"], answer
     good = ana.call("catalog.listings.create", _listing("Calc", price=19.99), timeout=15)
-    assert error_code(good) is None and good["body"]["price"]["value"] == 19.99, good
+    assert error_code(good) is None and good["body"]["product"]["price"]["value"] == 19.99, good
 
 
 def test_a_nul_in_a_field_name_or_an_anonymous_request_is_refused(stack):
