@@ -4,8 +4,12 @@ import QuadWire
 
 /// What a phone hears without asking: ONE XSUB, to the updates socket of
 /// the broker its requests go to (CURVE with the phone's own key pair, as
-/// its requests), subscribed to the broker's heartbeat, to every lot's
-/// levels and to the products the student is looking at. The student's own
+/// its requests), subscribed to the broker's heartbeat, to the levels of
+/// the lots the student looked at (at most ``maxLots``) and to the products
+/// the student is looking at (at most ``maxProducts``): what a phone hears
+/// is bounded by what its student watches, not by the campus (every lot's
+/// levels were 9,000 updates a second for 1,000 phones, most of them for
+/// lots nobody on those phones was looking at). The student's own
 /// news comes on the phone's request link instead, once it asked for it
 /// (``Phone/openNews()``: `sys.news` with its session token). The socket sends the subscriptions again after a
 /// reconnect, and the feed follows the phone's link when it moves to
@@ -25,9 +29,11 @@ final class LiveFeed {
     /// When the socket was opened (monotonic ms).
     private(set) var openedMs: Int64 = 0
     /// The public topics subscribed to, in the order they were added.
-    private(set) var topics: [String] = ["pub/hb", "pub/reservations.level.changed/"]
+    private(set) var topics: [String] = ["pub/hb"]
     /// The products watched, most recent last (at most ``maxProducts``).
     private(set) var products: [String] = []
+    /// The lots whose levels are watched, most recent last (at most ``maxLots``).
+    private(set) var lots: [String] = []
     /// When something last arrived (monotonic ms).
     private(set) var lastHeardMs: Int64?
     /// Events received (heartbeats aside), and how long each took from its
@@ -44,6 +50,7 @@ final class LiveFeed {
     /// the broker lost, restarted, is opened again).
     static let renewNewsMs: Int64 = 30_000
     static let maxProducts = 16
+    static let maxLots = 2
     static let maxLatencies = 20_000
     static let productTypes = ["catalog.product.stock", "catalog.product.changed"]
 
@@ -85,7 +92,7 @@ final class LiveFeed {
         current = target
         openedMs = Clock.monotonicMillis()
         reactor.register(s) { [unowned self] s in self.receive(s) }
-        for t in topics + products.flatMap(LiveFeed.productTopics) { send(1, t) }
+        for t in topics + products.flatMap(LiveFeed.productTopics) + lots.map(LiveFeed.lotTopic) { send(1, t) }
     }
 
     /// Counts the silence again from now (nothing to move to).
@@ -117,6 +124,19 @@ final class LiveFeed {
         if products.count > LiveFeed.maxProducts {
             for t in LiveFeed.productTopics(products.removeFirst()) { send(0, t) }
         }
+    }
+
+    static func lotTopic(_ id: String) -> String { "pub/reservations.level.changed/\(id)" }
+
+    /// Whether `lot`'s levels are watched (its saved copy is kept current).
+    func watches(lot: String) -> Bool { lots.contains(lot) }
+
+    /// Watches a lot's levels; the oldest of more than ``maxLots`` is let go.
+    func watch(lot id: String) {
+        if let i = lots.firstIndex(of: id) { lots.remove(at: i); lots.append(id); return }
+        lots.append(id)
+        send(1, LiveFeed.lotTopic(id))
+        if lots.count > LiveFeed.maxLots { send(0, LiveFeed.lotTopic(lots.removeFirst())) }
     }
 
     func send(_ verb: UInt8, _ topic: String) {

@@ -106,8 +106,13 @@ extension Phone {
         case "levels":
             let lot = params["lot"]?.string ?? "central"
             watchedLot = (lot, now)
-            // The feed keeps the saved copy current: no request while it is live.
-            if live?.isLive == true, let copy = saved(Phone.key("reservations.levels", ["lot": .string(lot)])) {
+            // The feed keeps the saved copy of a watched lot current: no
+            // request while it is live. A lot not watched yet is watched
+            // from now, then read (its updates may arrive before the
+            // answer: each level keeps the higher seq).
+            let watched = live?.watches(lot: lot) == true
+            live?.watch(lot: lot)
+            if watched, live?.isLive == true, let copy = saved(Phone.key("reservations.levels", ["lot": .string(lot)])) {
                 finish(ViewResult(view: view, source: .live, ageMs: copy.ageMs, body: copy.body))
             } else {
                 networkThenSaved(view, "reservations.levels", ["lot": .string(lot)], finish)
@@ -260,10 +265,15 @@ extension Phone {
 
     /// While online, download what will be needed without signal: the
     /// levels of the campus lots (P2 and P3 have none).
-    func prefetchLevels(_ lots: JSON) {
+    /// Saves each campus lot's levels (the parking view: every live map at
+    /// hand offline), or with `watchedOnly` those of the lots the feed
+    /// watches (the network came back: the feed missed their updates; the
+    /// others wait until the parking view is opened again).
+    func prefetchLevels(_ lots: JSON, watchedOnly: Bool = false) {
         guard isOnline else { return }
         let campus = (lots["lots"]?.array ?? []).filter { $0["kind"]?.string == "campus" }.compactMap { $0["id"]?.string }
-        for lot in campus {
+        let watched = live?.lots ?? []
+        for lot in watchedOnly ? campus.filter(watched.contains) : campus {
             let body: JSON = ["lot": .string(lot)]
             request("reservations.levels", body, timeoutMs: settings.readTimeoutMs) { [weak self] result in
                 if case .success(let reply) = result, reply.quadError == nil { self?.save(Phone.key("reservations.levels", body), reply.body) }
@@ -272,7 +282,7 @@ extension Phone {
     }
 
     func prefetchOnNetworkBack() {
-        if let lots = saved(Phone.key("reservations.lots", [:])) { prefetchLevels(lots.body) }
+        if let lots = saved(Phone.key("reservations.lots", [:])) { prefetchLevels(lots.body, watchedOnly: true) }
         prefetchCatalog()
     }
 
