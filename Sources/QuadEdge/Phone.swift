@@ -185,6 +185,12 @@ final class Phone {
     var liveTimer: Int?
     /// The last seq applied per product (the feed's products only).
     var productSeqs: [String: Int64] = [:]
+    /// The feed's level updates per saved copy of a lot's levels, held in
+    /// memory and written to the copy when it is read (``saved(_:)``) or
+    /// within ``Phone/levelsWriteMs``: one write per lot now and then, not
+    /// one per update (LiveFeed.swift).
+    var heldLevels: [String: HeldLevels] = [:]
+    var levelsTimer: Int?
     /// The lot whose levels the student last looked at, and when: the
     /// one polled while the feed is quiet.
     var watchedLot: (id: String, atMs: Int64)?
@@ -719,6 +725,7 @@ final class Phone {
 
     /// The phone is put away: no more sending, the file closed.
     func close() {
+        writeHeldLevels()
         stopped = true
         agenda.cancel(refreshTimer)
         refreshTimer = nil

@@ -178,8 +178,8 @@ extension Phone {
     /// keeps every statement of the send-and-confirm cycle prepared (about
     /// a dozen; the idle capacity of 4 made each one be parsed again for
     /// every action) and a larger page cache (the outbox, action log and
-    /// telemetry pages were read again from the OS for every action), and
-    /// its file in WAL (one commit per action, without fsync). All go back
+    /// telemetry pages were read again from the OS for every action), its
+    /// journal PhoneStore.drainJournal (one commit per action, without fsync). All go back
     /// to the idle sizes and journal once the outbox is empty, so an idle
     /// phone costs what it did (PhoneStore.open). The statements are
     /// finalized first (setting the capacity), since the journal mode

@@ -182,7 +182,9 @@ extension Phone {
 
     func save(_ key: String, _ body: JSON) {
         // A lot's levels are also kept by the live feed: never an older level over a newer one.
-        write(key, key.hasPrefix("reservations.levels ") ? keepingNewerLevels(key, body) : body)
+        guard key.hasPrefix("reservations.levels ") else { write(key, body); return }
+        write(key, keepingNewerLevels(key, body))
+        heldLevels[key] = nil  // its seqs are read again from the copy just written
     }
 
     /// Writes a saved copy as it is (the caller merged it with the one held).
@@ -194,6 +196,7 @@ extension Phone {
     }
 
     func saved(_ key: String) -> (body: JSON, ageMs: Int64)? {
+        if heldLevels[key]?.pending.isEmpty == false { writeHeldLevels(key) }
         guard let r = (try? db.queryOne("SELECT body, saved_ms FROM saved WHERE key = $1", .text(key))) else { return nil }
         return (.stored(r.string("body")), max(0, now - r.int("saved_ms")))
     }
