@@ -39,6 +39,8 @@ final class LiveFeed {
     /// Events received (heartbeats aside), and how long each took from its
     /// service's outbox to here (the envelope's `ts` to now, wall clock).
     private(set) var received = 0
+    /// The same, by event type.
+    private(set) var receivedByType: [String: Int] = [:]
     private(set) var latencies: [Int64] = []
     var onEvent: (Envelope) -> Void = { _ in }
 
@@ -143,6 +145,13 @@ final class LiveFeed {
         if lots.count > LiveFeed.maxLots { send(0, LiveFeed.lotTopic(lots.removeFirst())) }
     }
 
+    /// Stops watching a lot (its live map left the screen a while ago).
+    func unwatch(lot id: String) {
+        guard let i = lots.firstIndex(of: id) else { return }
+        lots.remove(at: i)
+        send(0, LiveFeed.lotTopic(id))
+    }
+
     func send(_ verb: UInt8, _ topic: String) {
         try? socket?.send([[verb] + Array(topic.utf8)], dontWait: true)
     }
@@ -154,6 +163,7 @@ final class LiveFeed {
             lastHeardMs = Clock.monotonicMillis()
             guard event.type != "broker.heartbeat" else { continue }
             received += 1
+            receivedByType[event.type, default: 0] += 1
             if latencies.count < LiveFeed.maxLatencies { latencies.append(max(0, Int64(Clock.nowMillis()) - event.ts)) }
             onEvent(event)
         }
@@ -236,6 +246,11 @@ extension Phone {
     /// second, each a read, a parse and a write of the lot's copy) kept the
     /// edge's one loop busy all the time.
     static let levelsWriteMs: Int64 = 5_000
+    /// How long (the phone's clock) a lot's levels stay watched after its
+    /// live map was last looked at, unless it is the lot of the student's
+    /// reservation: a phone hears the lots on its screen, not every lot it
+    /// ever showed.
+    static let lotWatchMs: Int64 = 120_000
 
     /// Writes the held level updates into their saved copies (of `key` only, when given).
     func writeHeldLevels(_ only: String? = nil) {
@@ -289,6 +304,16 @@ extension Phone {
             // With nowhere else to go, the feed waits on (it dials again by
             // itself); the silence is counted again from now either way.
             live.heardNothing()
+            newsOpenedWithRadio = false
+        }
+        // A live map the student left a while ago (and not the lot of its
+        // reservation) is no longer watched: its next look reads it again.
+        if let live, live.lots.contains(where: { now - (lotLookedAt[$0] ?? 0) > Phone.lotWatchMs }) {
+            let keep = (try? Actions.activeParking(db))??.optionalString("lot")
+            for lot in live.lots where lot != keep && now - (lotLookedAt[lot] ?? 0) > Phone.lotWatchMs {
+                live.unwatch(lot: lot)
+                lotLookedAt[lot] = nil
+            }
         }
         guard let live, isOnline else { liveWasQuiet = true; return }
         if live.isLive, now - lastNewsRenewMs >= LiveFeed.renewNewsMs { openNews() }
@@ -296,8 +321,9 @@ extension Phone {
             if liveWasQuiet {
                 liveWasQuiet = false
                 liveStats.catchUps += 1
-                // A silence may have been a broker's restart: it lost the channel.
-                openNews()
+                // A silence may have been a broker's restart: it lost the
+                // channel (after the radio came on, it was asked for already).
+                if newsOpenedWithRadio { newsOpenedWithRadio = false } else { openNews() }
                 prefetchOnNetworkBack()
                 fetchNews()
             }

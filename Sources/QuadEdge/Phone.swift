@@ -190,12 +190,17 @@ final class Phone {
     /// within ``Phone/levelsWriteMs``: one write per lot now and then, not
     /// one per update (LiveFeed.swift).
     var heldLevels: [String: HeldLevels] = [:]
+    /// When the student last looked at each watched lot's live map (the phone's clock).
+    var lotLookedAt: [String: Int64] = [:]
     var levelsTimer: Int?
     /// The lot whose levels the student last looked at, and when: the
     /// one polled while the feed is quiet.
     var watchedLot: (id: String, atMs: Int64)?
     var lastPollMs: Int64 = 0
     var lastNewsRenewMs: Int64 = 0
+    /// The radio came on and asked for the news channel: the feed's
+    /// catch-up that follows need not ask again.
+    var newsOpenedWithRadio = false
     /// A `*.news` event for this phone's user, as the feed heard it.
     var onNews: (Phone, Envelope) -> Void = { _, _ in }
     var onDrained: (Phone) -> Void = { _ in }
@@ -622,6 +627,7 @@ final class Phone {
             do { try link.up() } catch { socketFailed(error, what: "its request socket") }
             do { try live?.up(at: link.current) } catch { socketFailed(error, what: "its updates socket") }
             openNews()
+            newsOpenedWithRadio = true
             // Assume the network is there until a request says otherwise.
             reachable = true
         } else {
@@ -660,8 +666,13 @@ final class Phone {
             refreshIfDue()
             // Whatever backoff a batch drew while the network was gone.
             flushTelemetry(force: true)
-            prefetchOnNetworkBack()
-            fetchNews()
+            // With a feed, its catch-up reads what was missed once it hears
+            // its broker again (subscribed first, then the snapshot: the
+            // Clone pattern's order); doing it here too read everything twice.
+            if live == nil {
+                prefetchOnNetworkBack()
+                fetchNews()
+            }
         } else {
             offlineSinceMs = now
             try? db.setMeta("offline_since", String(now))

@@ -175,6 +175,7 @@ enum Report {
         var latencies: [Int64] = []
         var s = Phone.LiveStats()
         var received = 0, feeds = 0, liveNow = 0, moves = 0, resent = 0
+        var byType: [String: Int] = [:]
         for p in phones {
             moves += p.link.moves
             resent += p.link.failovers
@@ -182,6 +183,7 @@ enum Report {
             feeds += 1
             if feed.isLive { liveNow += 1 }
             received += feed.received
+            for (type, n) in feed.receivedByType { byType[type, default: 0] += n }
             latencies += feed.latencies
             s.add(p.liveStats)
         }
@@ -191,7 +193,7 @@ enum Report {
         func pct(_ q: Double) -> JSON { pct(q, of: latencies) }
         return [
             "phones_with_feed": .int(Int64(feeds)), "live_now": .int(Int64(liveNow)),
-            "received": .int(Int64(received)), "applied": .int(Int64(s.applied)), "duplicates": .int(Int64(s.duplicates)), "stale_dropped": .int(Int64(s.stale)),
+            "received": .int(Int64(received)), "received_by_type": .object(byType.mapValues { .int(Int64($0)) }), "applied": .int(Int64(s.applied)), "duplicates": .int(Int64(s.duplicates)), "stale_dropped": .int(Int64(s.stale)),
             "latency_ms": ["p50": pct(0.5), "p95": pct(0.95), "max": latencies.last.map { .int($0) } ?? .null],
             "polls": .int(Int64(s.polls)), "catch_ups": .int(Int64(s.catchUps)),
             "news": ["received": .int(Int64(s.news)), "for_another_user": .int(Int64(s.newsForOthers)),

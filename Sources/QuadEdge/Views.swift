@@ -112,6 +112,7 @@ extension Phone {
             // answer: each level keeps the higher seq).
             let watched = live?.watches(lot: lot) == true
             live?.watch(lot: lot)
+            lotLookedAt[lot] = now
             if watched, live?.isLive == true, let copy = saved(Phone.key("reservations.levels", ["lot": .string(lot)])) {
                 finish(ViewResult(view: view, source: .live, ageMs: copy.ageMs, body: copy.body))
             } else {
