@@ -238,7 +238,7 @@ struct AccountsStackTests {
         let p = try stack.startWorker("quad-accounts", instance: "accounts/1", extra: ["--admin-email", "admin@quad.campus", "--admin-password-file", passwordFile])
         p.waitUntilExit()
         #expect(p.terminationStatus == 64)
-        #expect(stack.log("accounts/1").contains("readable by others"))
+        #expect(eventually { stack.log("accounts/1").contains("readable by others") })
     }
 
     @Test func failedLoginsAreThrottledPerCURVEKeyThroughTheBroker() throws {

@@ -77,7 +77,8 @@ struct PipelineTests {
         // The token was made in $QUAD_HOME/keys, and only its path is logged.
         let tokenFile = stack.dir + "/keys/analytics.token"
         let token = try String(contentsOfFile: tokenFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(stack.log("analytics/1").contains(tokenFile) && !stack.log("analytics/1").contains(token))
+        #expect(eventually { stack.log("analytics/1").contains(tokenFile) })
+        #expect(!stack.log("analytics/1").contains(token))
         let port = try dashboardPort(stack, "analytics/1")
         var body = ""
         #expect(try eventually {

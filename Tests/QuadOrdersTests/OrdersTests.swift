@@ -192,7 +192,7 @@ struct OrdersTests {
         // The request, retried under its id, gets the outcome.
         let retry = market.call("orders.place", buyNow("p-0005", screen: "search"), user: "ana", id: id)
         #expect(retry.kind == .reply ? retry.body["status"] == status : status == "rejected")
-        #expect(market.stack.log("orders/2").contains("recovering order \(id)") || market.stack.log("orders/2").contains(id))
+        #expect(eventually { market.stack.log("orders/2").contains("recovering order \(id)") || market.stack.log("orders/2").contains(id) })
     }
 
     @Test func aUserCannotReadOrChangeAnotherUsersCartOrOrders() throws {

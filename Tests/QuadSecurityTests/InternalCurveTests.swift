@@ -28,7 +28,7 @@ struct InternalCurveTests {
         #expect(try stack.waitForWorkers("tally", count: 1, timeoutMs: 15_000), "a worker with the services' key did not register")
         let client = try stack.client()
         #expect(try client.request("tally.whoami", timeoutMs: 5000)["by"]?.string == "tally/1")
-        #expect(stack.log("tally/1").contains("internal sockets: CURVE with the services' key \(publicText.trimmingCharacters(in: .whitespacesAndNewlines))"))
+        #expect(eventually { stack.log("tally/1").contains("internal sockets: CURVE with the services' key \(publicText.trimmingCharacters(in: .whitespacesAndNewlines))") })
 
         // Without the key, or with another, a worker never registers.
         let other = try curveKeyPair()
