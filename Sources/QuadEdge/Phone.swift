@@ -666,13 +666,11 @@ final class Phone {
             refreshIfDue()
             // Whatever backoff a batch drew while the network was gone.
             flushTelemetry(force: true)
-            // With a feed, its catch-up reads what was missed once it hears
-            // its broker again (subscribed first, then the snapshot: the
-            // Clone pattern's order); doing it here too read everything twice.
-            if live == nil {
-                prefetchOnNetworkBack()
-                fetchNews()
-            }
+            // At once, whether or not a feed will hear its broker soon: a
+            // network that comes and goes may never leave the feed a quiet
+            // second to catch up in (the feed's catch-up reads them again).
+            prefetchOnNetworkBack()
+            fetchNews()
         } else {
             offlineSinceMs = now
             try? db.setMeta("offline_since", String(now))
