@@ -636,6 +636,10 @@ final class Student {
 
     func park(_ then: @escaping () -> Void) {
         if (try? Actions.activeParking(phone.db)) != nil { leaveCampus(then); return }
+        // 8 % park off campus whatever its free spots (a class across the
+        // street, a cheaper lot): the nearby lots (BQ9) at any hour, not
+        // only when campus is full.
+        if Int.random(in: 0..<100, using: &rng) < 8 { nearby(then); return }
         // 30 % look at the drivers' answers first (which level, at which hour).
         if Int.random(in: 0..<100, using: &rng) < 30 { phone.open("insights") { [self] _ in findSpot(then) } } else { findSpot(then) }
     }
@@ -737,7 +741,8 @@ final class Student {
         return open[StudentProfile.pick(open.map { max(1, 2_000 - Int($0["distance_m"]?.int ?? 1_000)) }, &rng)]["id"]?.string
     }
 
-    /// Campus is full: the nearby lots, saved copy first. The student
+    /// Campus is full, or the driver parks off campus: the nearby lots,
+    /// saved copy first. The student
     /// picks one with free spots, the nearer ones more often (each lot's
     /// weight falls with its distance), not always the first listed.
     func nearby(_ then: @escaping () -> Void) {

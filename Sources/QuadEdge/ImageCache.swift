@@ -84,7 +84,11 @@ struct ImageStats {
 /// ends in its SHA-256 is immutable: a copy in a cache is shown without
 /// asking the network, and bytes are kept only when their SHA-256 is the
 /// one the URL names. The fetch runs on a thread of its own (the edge's
-/// loop never waits on a socket); its answer is taken on the loop.
+/// loop never waits on a socket), which also checks the bytes (SHA-256,
+/// whole image) and writes the file (``ImageCache/check(_:url:tier:folder:)``):
+/// a thousand phones' pictures, hashed and written on the loop, took a
+/// tenth of it in the 1,000-phone day. The answer is taken on the loop,
+/// which writes the index row.
 final class ImageCache {
     enum Tier: String { case unitrade, parkwise }
 
@@ -102,16 +106,12 @@ final class ImageCache {
     private var memoryOrder: [String] = []
     private(set) var memoryBytes = 0
 
-    private let agenda: Timers
-    private let inbox = FetchInbox()
-    private var waiting: [Int: (FetchedImage) -> Void] = [:]
-    private var nextTicket = 0
-    private var polling = false
+    private let fetches: ImageFetches
 
     init(db: SQLiteDatabase, folder: String, agenda: Timers, limits: ImageCacheLimits) throws {
         self.db = db
         self.folder = folder
-        self.agenda = agenda
+        self.fetches = ImageFetches.of(agenda)
         self.limits = limits
     }
 
@@ -170,15 +170,15 @@ final class ImageCache {
             done(placeholder(url, "offline: image not in cache"))
             return
         }
-        fetch(url, etag: expired?.optionalString("etag")) { [weak self] got in
+        fetch(url, tier: tier, etag: expired?.optionalString("etag")) { [weak self] got in
             guard let self else { return }
             self.settle(url, tier: tier, expired: expired, got, done)
         }
     }
 
-    private func settle(_ url: String, tier: Tier, expired: Row?, _ got: FetchedImage, _ done: @escaping (ShownImage) -> Void) {
+    private func settle(_ url: String, tier: Tier, expired: Row?, _ checked: CheckedImage, _ done: @escaping (ShownImage) -> Void) {
         let now = clock()
-        switch got {
+        switch checked.got {
         case .notModified:
             guard let expired, let data = FileManager.default.contents(atPath: folder + "/" + expired.string("file")) else {
                 done(placeholder(url, "the server answered 304 for an image this phone does not have"))
@@ -199,18 +199,12 @@ final class ImageCache {
             stats.fetched += 1
             stats.bytesFetched += bytes.count
             onCount("fetched", bytes.count)
-            let sha = SHA256.hex(bytes)
-            if let named = ImageCache.contentAddress(url), named != sha {
+            if let refusal = checked.refusal {
                 stats.refused += 1
-                done(placeholder(url, "refused: the bytes' SHA-256 is \(sha.prefix(12))…, not the \(named.prefix(12))… the URL names; not cached"))
+                done(placeholder(url, refusal))
                 return
             }
-            guard ImageContent.type(of: bytes) != nil else {
-                stats.refused += 1
-                done(placeholder(url, "refused: the bytes are not a whole JPEG, PNG or WebP image; not cached"))
-                return
-            }
-            store(url, tier: tier, sha: sha, etag: etag, bytes: bytes, now: now)
+            store(url, tier: tier, sha: checked.sha, etag: etag, bytes: bytes, now: now)
             if tier == .parkwise { putMemory(url, bytes) }
             done(ShownImage(url: url, origin: .network, bytes: bytes.count))
         }
@@ -221,11 +215,35 @@ final class ImageCache {
         return ShownImage(url: url, origin: .placeholder, bytes: 0, reason: reason)
     }
 
-    /// Writes the file, then its row; evicts the least recently used files over the limit.
-    private func store(_ url: String, tier: Tier, sha: String, etag: String?, bytes: [UInt8], now: Int64) {
-        let file = "\(tier.rawValue)-\(sha)"
+    /// The file's name in the folder: the tier and the bytes' SHA-256.
+    static func fileName(_ tier: Tier, sha: String) -> String { "\(tier.rawValue)-\(sha)" }
+
+    /// Checks fetched bytes off the loop: their SHA-256 against the one the
+    /// URL names, a whole JPEG, PNG or WebP; writes the file of bytes that
+    /// pass. Runs on a fetching thread: touches nothing of the loop's.
+    static func check(_ got: FetchedImage, url: String, tier: Tier, folder: String) -> CheckedImage {
+        guard case .ok(let bytes, _) = got else { return CheckedImage(got: got) }
+        let sha = SHA256.hex(bytes)
+        if let named = contentAddress(url), named != sha {
+            return CheckedImage(got: got, sha: sha, refusal: "refused: the bytes' SHA-256 is \(sha.prefix(12))…, not the \(named.prefix(12))… the URL names; not cached")
+        }
+        guard ImageContent.type(of: bytes) != nil else {
+            return CheckedImage(got: got, sha: sha, refusal: "refused: the bytes are not a whole JPEG, PNG or WebP image; not cached")
+        }
         try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        guard FileManager.default.createFile(atPath: folder + "/" + file, contents: Data(bytes)) else { return }
+        _ = FileManager.default.createFile(atPath: folder + "/" + fileName(tier, sha: sha), contents: Data(bytes))
+        return CheckedImage(got: got, sha: sha)
+    }
+
+    /// Writes the row of a file the fetching thread wrote (the file again
+    /// if it is missing: an eviction on the loop may have removed the same
+    /// bytes' file meanwhile); evicts the least recently used files over the limit.
+    private func store(_ url: String, tier: Tier, sha: String, etag: String?, bytes: [UInt8], now: Int64) {
+        let file = ImageCache.fileName(tier, sha: sha)
+        if access(folder + "/" + file, F_OK) != 0 {
+            try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            guard FileManager.default.createFile(atPath: folder + "/" + file, contents: Data(bytes)) else { return }
+        }
         _ = try? db.execute("""
             INSERT INTO image_cache (tier, url, file, sha256, etag, bytes, stored_ms, used_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
             ON CONFLICT (tier, url) DO UPDATE SET file = excluded.file, sha256 = excluded.sha256, etag = excluded.etag,
@@ -278,30 +296,12 @@ final class ImageCache {
     // MARK: Network
 
     /// Fetches on a thread of its own; the answer is handed back on the loop.
-    private func fetch(_ url: String, etag: String?, _ done: @escaping (FetchedImage) -> Void) {
-        let ticket = nextTicket
-        nextTicket += 1
-        waiting[ticket] = done
-        let inbox = self.inbox
+    private func fetch(_ url: String, tier: Tier, etag: String?, _ done: @escaping (CheckedImage) -> Void) {
+        let folder = self.folder
         let (max, timeout) = (limits.maxImageBytes, limits.timeoutMs)
-        ImageCache.queue.addOperation {
-            let got = ImageHTTP.get(url, etag: etag, maxBytes: max, timeoutMs: timeout)
-            inbox.put(ticket, got)
-        }
-        poll()
-    }
-
-    private func poll() {
-        guard !polling else { return }
-        polling = true
-        agenda.repeating(every: 5) { [weak self] in
-            guard let self else { return false }
-            for (ticket, got) in self.inbox.take() {
-                self.waiting.removeValue(forKey: ticket)?(got)
-            }
-            if self.waiting.isEmpty { self.polling = false; return false }
-            return true
-        }
+        fetches.start({
+            ImageCache.check(ImageHTTP.get(url, etag: etag, maxBytes: max, timeoutMs: timeout), url: url, tier: tier, folder: folder)
+        }, done)
     }
 
     /// The fetches of every phone in the process, at most
@@ -318,13 +318,73 @@ final class ImageCache {
     nonisolated(unsafe) static var fetchWindow = 8
 }
 
+/// The image fetches of every phone on one loop: one inbox the fetching
+/// threads fill and one poll of it on the loop (every 5 ms while a fetch is
+/// out), not one each per phone (a thousand phones' polls were a timer
+/// every 5 ms each).
+final class ImageFetches {
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var byLoop: [ObjectIdentifier: ImageFetches] = [:]
+
+    /// The fetches of the loop whose timers are `agenda`.
+    static func of(_ agenda: Timers) -> ImageFetches {
+        lock.lock()
+        defer { lock.unlock() }
+        let key = ObjectIdentifier(agenda)
+        if let known = byLoop[key], known.agenda === agenda { return known }
+        let made = ImageFetches(agenda)
+        byLoop[key] = made
+        return made
+    }
+
+    private weak var agenda: Timers?
+    private let inbox = FetchInbox()
+    /// Touched on the loop only.
+    private var waiting: [Int: (CheckedImage) -> Void] = [:]
+    private var nextTicket = 0
+    private var polling = false
+
+    private init(_ agenda: Timers) { self.agenda = agenda }
+
+    /// Runs `work` on a fetching thread; `done` gets its result on the loop.
+    func start(_ work: @escaping @Sendable () -> CheckedImage, _ done: @escaping (CheckedImage) -> Void) {
+        let ticket = nextTicket
+        nextTicket += 1
+        waiting[ticket] = done
+        let inbox = self.inbox
+        ImageCache.queue.addOperation { inbox.put(ticket, work()) }
+        poll()
+    }
+
+    private func poll() {
+        guard !polling, let agenda else { return }
+        polling = true
+        agenda.repeating(every: 5) { [weak self] in
+            guard let self else { return false }
+            for (ticket, got) in self.inbox.take() {
+                self.waiting.removeValue(forKey: ticket)?(got)
+            }
+            if self.waiting.isEmpty { self.polling = false; return false }
+            return true
+        }
+    }
+}
+
 /// Finished fetches, from the fetching threads to the loop.
 final class FetchInbox: @unchecked Sendable {
     private let lock = NSLock()
-    private var done: [(Int, FetchedImage)] = []
+    private var done: [(Int, CheckedImage)] = []
     /// Safe across threads: every access holds the lock.
-    func put(_ ticket: Int, _ got: FetchedImage) { lock.lock(); done.append((ticket, got)); lock.unlock() }
-    func take() -> [(Int, FetchedImage)] { lock.lock(); defer { lock.unlock() }; let d = done; done = []; return d }
+    func put(_ ticket: Int, _ got: CheckedImage) { lock.lock(); done.append((ticket, got)); lock.unlock() }
+    func take() -> [(Int, CheckedImage)] { lock.lock(); defer { lock.unlock() }; let d = done; done = []; return d }
+}
+
+/// A fetch and what its thread found of it: the bytes' SHA-256 and, for
+/// bytes refused, why (``ImageCache/check(_:url:tier:folder:)``).
+struct CheckedImage: Sendable {
+    let got: FetchedImage
+    var sha = ""
+    var refusal: String?
 }
 
 /// What a fetch got.
