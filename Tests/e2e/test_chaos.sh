@@ -59,7 +59,7 @@ export QUAD_HOME
 # 21700) whose every port is free, and QUAD_TEST_HOSTS_NET or the first free
 # net 10.77.K.0/24.
 QUAD_PORT_BASE=$(quad_free_port_base "${QUAD_TEST_PORT_BASE:-21700}") || fail "no port base with every port free from ${QUAD_TEST_PORT_BASE:-21700}"
-QUAD_HOSTS_NET=${QUAD_TEST_HOSTS_NET:-$(quad_free_hosts_net)} || fail "no free net 10.77.K.0/24 for --hosts"
+QUAD_HOSTS_NET=${QUAD_TEST_HOSTS_NET:-$(quad_free_hosts_net "${QUAD_TEST_HOSTS_NET_FROM:-0}")} || fail "no free net 10.77.K.0/24 for --hosts"
 export QUAD_PORT_BASE QUAD_HOSTS_NET QUAD_RESTART_DELAY=1
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_METRICS_BASE QUAD_EDGE_CONTROL
 for v in $(compgen -v | grep -E "^QUAD_[A-Z_]+_DB$"); do unset "$v"; done  # every service's store

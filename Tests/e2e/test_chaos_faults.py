@@ -102,7 +102,7 @@ def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(bro
     for k in ("QUAD_METRICS_BASE", "QUAD_EDGE_CONTROL"):
         env.pop(k, None)
     env["QUAD_PORT_BASE"] = str(quadclient.free_port_base(int(os.environ.get("QUAD_TEST_PORT_BASE", "22700"))))
-    env["QUAD_HOSTS_NET"] = str(quadclient.free_hosts_net())
+    env["QUAD_HOSTS_NET"] = str(quadclient.free_hosts_net(int(os.environ.get("QUAD_TEST_HOSTS_NET_FROM", "0"))))
     # Dense faults: phones cut off from the broker every 12 s (a request in
     # flight, or sent into the cut, reaches orders and is retried), a
     # service cut off or killed in between.

@@ -462,12 +462,13 @@ def free_port_base():
     """A base whose frontends (base..+79), dashboard (+80), image servers
     (+85, +86), phones' control socket (+88), PostgreSQL (+90) and /metrics
     ports (+100..+310) are all free: QUAD_README_PORT_BASE, else the first
-    such base from 20000 by 400, below the kernel's ephemeral ports (the
+    such base from QUAD_README_PORT_FROM (20000) by 400, below the kernel's ephemeral ports (the
     local ends of other programs' connections) and away from the default
     stack's 7700-8200."""
     wanted = os.environ.get("QUAD_README_PORT_BASE")
     low, high = ephemeral_ports()
-    candidates = [int(wanted)] if wanted else [b for b in range(20000, 65000 - 320, 400)
+    start = int(os.environ.get("QUAD_README_PORT_FROM", "20000"))
+    candidates = [int(wanted)] if wanted else [b for b in range(start, 65000 - 320, 400)
                                                if b + 320 < low or b > high]
     busy = {}
     for base in candidates:
