@@ -84,6 +84,7 @@ from collections import Counter, defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from quaddeploy import services as services_list  # noqa: E402  (deploy/services, the one list)
+from quaddeploy import cli  # noqa: E402
 
 SERVICES = services_list.names()
 
@@ -1260,7 +1261,7 @@ pre{background:#f6f6f6;padding:8px}</style></head><body>
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    ap = cli.Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--home", default=os.environ.get("QUAD_HOME", ".quad"), help="the stack's QUAD_HOME (default $QUAD_HOME or .quad)")
     ap.add_argument("--phones", help="folder of the phones' files (default HOME/phones)")

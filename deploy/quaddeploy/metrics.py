@@ -9,6 +9,10 @@ label (the process's name, not its address).
 """
 
 import argparse
+try:
+    from . import cli
+except ImportError:  # run as a script, not as quaddeploy.X
+    import cli  # type: ignore[no-redef]
 import json
 import os
 import sys
@@ -52,7 +56,7 @@ def prometheus_yml(targets, interval="15s"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="deploy/stack metrics", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="deploy/stack metrics", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="where prometheus.yml goes")
     parser.add_argument("--json", action="store_true", help="print the targets as JSON")
     args = parser.parse_args(argv)

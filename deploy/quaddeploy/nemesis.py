@@ -15,6 +15,10 @@ running ones whose faults column in deploy/services names it, in start order
 """
 
 import argparse
+try:
+    from . import cli
+except ImportError:  # run as a script, not as quaddeploy.X
+    import cli  # type: ignore[no-redef]
 import sys
 
 from . import services as services_list
@@ -157,7 +161,7 @@ def targets_of(running, file=None):
 
 
 def _main(argv):
-    ap = argparse.ArgumentParser(prog="quaddeploy.nemesis", description="the nemesis schedule of deploy/chaos run")
+    ap = cli.Parser(prog="quaddeploy.nemesis", description="the nemesis schedule of deploy/chaos run")
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--duration", type=int, required=True)
     ap.add_argument("--running", default="", help="the running services, space-separated")

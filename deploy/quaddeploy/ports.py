@@ -43,6 +43,10 @@ A stack thus spans B to B+110+20*S-1 for S services (B+269 with eight).
 """
 
 import argparse
+try:
+    from . import cli
+except ImportError:  # run as a script, not as quaddeploy.X
+    import cli  # type: ignore[no-redef]
 import json
 import os
 import re
@@ -239,7 +243,7 @@ def table_lines(ports):
 
 
 def _main(argv):
-    ap = argparse.ArgumentParser(prog="python3 -m quaddeploy.ports",
+    ap = cli.Parser(prog="python3 -m quaddeploy.ports",
                                  description="The one table of Quad's default ports (deploy/quaddeploy/ports.py).")
     ap.add_argument("--base", type=int, default=int(os.environ.get("QUAD_PORT_BASE") or DEFAULT_BASE),
                     help="the port base (default QUAD_PORT_BASE, else 7700)")
