@@ -17,7 +17,8 @@ var flags = Flags(program: "quadctl", summary: """
                            the request of trace ID across processes, read from their logs
                            (default $QUAD_HOME/logs): process, type, start, duration and
                            status of each span, children indented under their parent
-      services             list services with their live workers and queue depth
+      services [--json]    each service's live workers, busy ones, queue depth and requests
+                           routed, expired and timed out at this broker: a table, or its JSON
       types [--json]       every request type each service answers (from <service>.sys.types):
                            query or mutation, who may call it, its request and reply schemas
       contract write DIR   write the JSON Schemas of the contract (Sources/QuadContract) into
@@ -54,7 +55,7 @@ flags.option("as", "log in as this email first and send the request with its tok
 flags.option("password", "password for --as, login and register (default: QUAD_PASSWORD, else asked)")
 flags.option("broker-key", "the broker's CURVE public key: Z85 text, @FILE, or off (default: QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE, $QUAD_HOME/keys/broker.pub)")
 flags.option("count", "with watch: stop after this many events (0: never)", default: "0")
-flags.flag("json", "with types and trace: print JSON, not a table")
+flags.flag("json", "with services, types and trace: print JSON, not a table")
 flags.flag("trace", "with call: start a trace (W3C traceparent) and print its id on stderr, for quadctl trace ID")
 flags.option("logs", "with trace: the folder of the processes' logs (default: $QUAD_HOME/logs)")
 flags.flag("envelope", "with call: print the whole reply envelope, not only the body")
@@ -192,7 +193,8 @@ case "call":
     }
     call(args[1], body)
 case "services":
-    call("sys.services", .object([:]))
+    guard args.count == 1 else { Flags.usageError("services takes no arguments (--json for JSON)", usage: flags.usage) }
+    printServices()
 case "trace":
     guard args.count == 2 else { Flags.usageError("trace takes one trace ID (quadctl call --trace prints it)", usage: flags.usage) }
     printTrace(args[1])
@@ -323,6 +325,33 @@ func writeContract(into dir: String) -> Never {
 
 /// Asks the broker which services have workers, then each of them what it
 /// answers (`<service>.sys.types`), and prints one table (or JSON).
+/// `quadctl services`: a table for people, the broker's own reply with --json.
+@MainActor func printServices() -> Never {
+    let c = client()
+    do {
+        let listed = try c.request("sys.services", .object([:]), timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
+        if flags.bool("json") { print(listed.text); exit(0) }
+        let header = ["SERVICE", "WORKERS", "BUSY", "QUEUE", "ROUTED", "EXPIRED", "TIMED-OUT"]
+        let table = (listed["services"]?.array ?? []).map { s -> [String] in
+            let workers = s["workers"]?.array ?? []
+            return [s["name"]?.string ?? "?", String(workers.count), String(workers.filter { $0["busy"]?.bool == true }.count),
+                    String(s["queue"]?.int ?? 0), String(s["routed"]?.int ?? 0), String(s["expired"]?.int ?? 0), String(s["timed_out"]?.int ?? 0)]
+        }
+        let widths = header.indices.map { i in ([header[i]] + table.map { $0[i] }).map(\.count).max() ?? 0 }
+        for line in [header] + table {
+            print(line.enumerated().map { i, cell in i == line.count - 1 ? cell : cell.padding(toLength: widths[i], withPad: " ", startingAt: 0) }.joined(separator: "  "))
+        }
+        print("""
+            WORKERS registered with this broker now, BUSY of them on a request; QUEUE requests waiting for a worker; \
+            ROUTED sent to a worker, EXPIRED dropped past their deadline in the queue, TIMED-OUT answered 504, since the broker started.
+            """)
+        exit(0)
+    } catch {
+        if error.code == "timeout" { noAnswer(error.message) }
+        fail("services: \(error.message)", code: 1)
+    }
+}
+
 @MainActor func printTypes() -> Never {
     let c = client()
     let timeout = Int64(flags.int("timeout"))

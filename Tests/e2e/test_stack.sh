@@ -84,12 +84,12 @@ trap 'exit 130' INT
 # Workers of $1 registered with the broker, from quadctl services.
 workers_of() {
     local json
-    json=$(quadctl services) || fail "quadctl services failed (exit $?)"
+    json=$(quadctl services --json) || fail "quadctl services --json failed (exit $?)"
     python3 -c '
 import json, sys
 services = {s["name"]: s for s in json.loads(sys.argv[1])["services"]}
 print(len(services.get(sys.argv[2], {}).get("workers", [])))
-' "$json" "$1" || fail "quadctl services printed something that is not the expected JSON: $json"
+' "$json" "$1" || fail "quadctl services --json printed something that is not the expected JSON: $json"
 }
 
 step="deploy/stack up"
@@ -195,7 +195,7 @@ ok "catalog.sys.health is ok"
 step="scale catalog 2"
 "$STACK" scale catalog 2 || fail "deploy/stack scale catalog 2 exited $?"
 n=$(workers_of catalog) || exit 1
-[[ $n == 2 ]] || fail "after scale catalog 2, quadctl services shows $n catalog worker(s): $(quadctl services)"
+[[ $n == 2 ]] || fail "after scale catalog 2, quadctl services shows $n catalog worker(s): $(quadctl services --json)"
 [[ -f $QUAD_HOME/run/catalog.2.pid ]] || fail "no pid file catalog.2.pid after scale catalog 2"
 # Both workers answer: enough calls reach each of them.
 for _ in $(seq 6); do quadctl call catalog.products.list '{"limit":1}' >/dev/null || fail "a call failed with 2 workers"; done
@@ -214,7 +214,7 @@ step="scale catalog 1"
 pid2=$(<"$QUAD_HOME/run/catalog.2.pid")
 "$STACK" scale catalog 1 || fail "deploy/stack scale catalog 1 exited $?"
 n=$(workers_of catalog) || exit 1
-[[ $n == 1 ]] || fail "after scale catalog 1, quadctl services shows $n catalog worker(s): $(quadctl services)"
+[[ $n == 1 ]] || fail "after scale catalog 1, quadctl services shows $n catalog worker(s): $(quadctl services --json)"
 quad_alive "$pid2" && fail "catalog/2 (pid $pid2) still runs after scale catalog 1"
 [[ ! -f $QUAD_HOME/run/catalog.2.pid ]] || fail "catalog.2.pid is still there after scale catalog 1"
 quadctl call catalog.products.list '{"limit":5}' >/dev/null || fail "the catalog does not answer after scaling down"
