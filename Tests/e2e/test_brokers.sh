@@ -181,7 +181,7 @@ if ((EUID == 0)) && command -v ip >/dev/null && quad_pg_bindir >/dev/null; then
     done
     # Every worker is registered with both brokers (up waited for it).
     for k in 1 2; do
-        n=$(QUAD_INTERNAL=$(cut -d, -f"$k" <<<"$QUAD_INTERNAL") QUAD_TOKEN= timeout 5 "$BIN/quadctl" --internal --timeout 2000 --attempts 1 services |
+        n=$(QUAD_INTERNAL=$(cut -d, -f"$k" <<<"$QUAD_INTERNAL") QUAD_TOKEN= timeout 5 "$BIN/quadctl" --internal --timeout 2000 --attempts 1 services --json |
             python3 -c 'import json, sys; print(sum(len(s["workers"]) for s in json.load(sys.stdin)["services"]))') ||
             fail "broker $k on hosts did not answer sys.services"
         want=$(ls "$QUAD_HOME"/run/supervisor/programs/ | grep -c '^[a-z]*-[0-9]*\.conf$' || true)

@@ -101,7 +101,7 @@ trap 'exit 130' INT
 registered() {
     local json
     # Instances and pids are shown on the internal frontend (and to admins) only.
-    json=$(quadctl --internal --timeout 1500 --attempts 1 services 2>/dev/null) || return 0
+    json=$(quadctl --internal --timeout 1500 --attempts 1 services --json 2>/dev/null) || return 0
     python3 -c '
 import json, sys
 for s in json.loads(sys.argv[1])["services"]:

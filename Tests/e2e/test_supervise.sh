@@ -91,7 +91,7 @@ answered_within() {
 # Workers of $1 registered with the broker, as "instance pid" lines.
 registered() {
     local json
-    json=$(QUAD_TOKEN= timeout 5 quadctl --internal --timeout 1500 --attempts 1 services 2>/dev/null) || return 0
+    json=$(QUAD_TOKEN= timeout 5 quadctl --internal --timeout 1500 --attempts 1 services --json 2>/dev/null) || return 0
     python3 -c '
 import json, sys
 for s in json.loads(sys.argv[1])["services"]:
