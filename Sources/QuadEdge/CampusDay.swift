@@ -365,7 +365,11 @@ final class Student {
         guard day.running else { return }
         activities += 1
         let mix = Student.mix[profile.habit] ?? Student.mix[.both]!
-        let pick = StudentProfile.pick(mix.map(\.1), &rng)
+        // A student with something rented gives it back sooner or later:
+        // returns follow rentals within a short day too (a 30 s day under
+        // load made 34 rentals and, at the base weight, no return).
+        let renting = openRentals().isEmpty == false
+        let pick = StudentProfile.pick(mix.map { $0.0 == .returnRental && renting ? Student.returnWeightWhileRenting : $0.1 }, &rng)
         let done: () -> Void = { [weak self] in
             guard let self else { return }
             self.think(3...20) { self.next() }
@@ -549,12 +553,7 @@ final class Student {
     func returnRental(_ then: @escaping () -> Void) {
         phone.open("rentals") { [self] _ in
             think(2...8) { [self] in
-                let open = (try? phone.db.query("""
-                    SELECT o.id FROM orders o LEFT JOIN returns r ON r.rental = o.id
-                    WHERE o.mode = 'rent' AND o.status IN ('held', 'confirmed') AND o.pending IS NULL
-                      AND (r.status IS NULL OR r.status = 'refused')
-                    ORDER BY o.created_ms
-                    """)) ?? []
+                let open = openRentals()
                 if let pick = open.randomElement(using: &rng), day.running,
                    case .queued = phone.act("orders.return", ["order": .string(pick.string("id"))]) {
                     day.returnsQueued += 1
@@ -563,6 +562,19 @@ final class Student {
             }
         }
     }
+
+    /// The phone's rentals it may give back: confirmed, not returned yet.
+    func openRentals() -> [Row] {
+        (try? phone.db.query("""
+            SELECT o.id FROM orders o LEFT JOIN returns r ON r.rental = o.id
+            WHERE o.mode = 'rent' AND o.status IN ('held', 'confirmed') AND o.pending IS NULL
+              AND (r.status IS NULL OR r.status = 'refused')
+            ORDER BY o.created_ms
+            """)) ?? []
+    }
+
+    /// The weight of giving a rental back, of about 100, while the student has one.
+    static let returnWeightWhileRenting = 15
 
     /// A student lists something of their own: a picture (a generated PNG)
     /// up with catalog.images.put, then catalog.listings.create with it.
