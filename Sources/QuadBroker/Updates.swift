@@ -18,7 +18,9 @@ final class Updates {
     enum Decision: Equatable {
         case subscribe(String)
         case unsubscribe(String)
-        case refuse(String)
+        /// Refused: `kind` names the class of refusal (the log throttles
+        /// each class on its own, so one never hides another), `why` says it.
+        case refuse(kind: String, why: String)
         /// A message that changes nothing (an unsubscribe of a `user/` topic).
         case ignore
     }
@@ -55,16 +57,16 @@ final class Updates {
     /// the topic). A `user/` subscription is refused, naming `sys.news`;
     /// its unsubscribe (a phone of before) changes nothing.
     static func decide(_ frame: [UInt8]) -> Decision {
-        guard let first = frame.first, first <= 1 else { return .refuse("not a subscription message (first byte 1 or 0)") }
+        guard let first = frame.first, first <= 1 else { return .refuse(kind: "updates-refused-malformed", why: "not a subscription message (first byte 1 or 0)") }
         let subscribe = first == 1
-        guard frame.count <= maxSubscriptionBytes else { return .refuse("subscription longer than max_subscription_bytes (\(maxSubscriptionBytes))") }
-        guard let topic = String(validating: frame.dropFirst(), as: UTF8.self) else { return .refuse("topic is not UTF-8") }
+        guard frame.count <= maxSubscriptionBytes else { return .refuse(kind: "updates-refused-malformed", why: "subscription longer than max_subscription_bytes (\(maxSubscriptionBytes))") }
+        guard let topic = String(validating: frame.dropFirst(), as: UTF8.self) else { return .refuse(kind: "updates-refused-malformed", why: "topic is not UTF-8") }
         if topic.hasPrefix("user/") {
             guard subscribe else { return .ignore }
-            return .refuse("a user's news is not on the updates socket: send sys.news with the session token on the frontend, and the news comes on that connection")
+            return .refuse(kind: "updates-refused-news", why: "a user's news is not on the updates socket: send sys.news with the session token on the frontend, and the news comes on that connection")
         }
         guard topic == heartbeatTopic || isPublic(topic) else {
-            return .refuse("topic '\(topic.prefix(80))' is not public: subscribe to pub/<type>/, pub/<type>/<key>, \(heartbeatTopic) or user/<token>")
+            return .refuse(kind: "updates-refused-not-public", why: "topic '\(topic.prefix(80))' is not public: subscribe to pub/<type>/, pub/<type>/<key> or \(heartbeatTopic) (a user's news: sys.news on the frontend)")
         }
         return subscribe ? .subscribe(topic) : .unsubscribe(topic)
     }
@@ -102,9 +104,9 @@ final class Updates {
                 if (try? socket.subscribe(topic)) != nil { accepted += 1 }
             case .unsubscribe(let topic):
                 try? socket.unsubscribe(topic)
-            case .refuse(let why):
+            case .refuse(let kind, let why):
                 refused += 1
-                log("updates-refused", "a subscription on the updates socket was refused: \(why)")
+                log(kind, "a subscription on the updates socket was refused: \(why)")
             case .ignore:
                 break
             }
