@@ -52,7 +52,7 @@ public final class Fleet {
         self.settings = settings
         self.controlEndpoint = control
         let needs = Fleet.Needs(phones: count, settings: settings, control: control != nil)
-        try context.setMaxSockets(Int32(clamping: needs.sockets))
+        try context.setMaxSockets(Int32(clamping: min(needs.sockets, Int(context.socketLimit))))
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let width = max(3, String(count).count)
         // The students' passwords, kept apart from every phone's files.
@@ -152,6 +152,10 @@ public final class Fleet {
     public struct Needs: Sendable, CustomStringConvertible {
         public var phones: Int
         public var socketsPerPhone: Int
+        /// Sockets open at once (the phones' and the control socket).
+        public var open: Int
+        /// The context's size: ``open`` with room for closed sockets not
+        /// yet reaped (at most libzmq's ZMQ_SOCKET_LIMIT, ``Fleet/reserve(_:)``).
         public var sockets: Int
         public var descriptors: Int
         public static let descriptorsPerSocket = 2
@@ -161,15 +165,20 @@ public final class Fleet {
         public init(phones: Int, settings: EdgeSettings, control: Bool) {
             self.phones = phones
             socketsPerPhone = 1 + (Endpoints.list(settings.updates).isEmpty ? 0 : 1)
-            // Twice what is open at once: a socket closed (a phone in a dead
-            // zone, one moving to another broker) keeps its slot until
-            // libzmq's reaper has ended it, and a slot costs a pointer.
-            sockets = 2 * (phones * socketsPerPhone + (control ? 1 : 0)) + 64
+            // What is open at once, and four times that for the context: a
+            // socket closed (a phone in a dead zone, one moving to another
+            // broker) keeps its slot until libzmq's reaper thread has ended
+            // it, and on a machine whose cores are all busy the reaper falls
+            // behind the phones' loop (twice was not enough: a 1,000-phone
+            // day under strace ran out of slots, every phone's socket
+            // refused with EMFILE). A slot costs a pointer.
+            open = phones * socketsPerPhone + (control ? 1 : 0)
+            sockets = 4 * open + 256
             descriptors = phones * (socketsPerPhone * Needs.descriptorsPerSocket + Needs.descriptorsPerFile) + Needs.processDescriptors
         }
 
         public var description: String {
-            "\(phones) phones need \(sockets) ZeroMQ sockets (\(socketsPerPhone) a phone) and about \(descriptors) open files (\(socketsPerPhone * Needs.descriptorsPerSocket + Needs.descriptorsPerFile) a phone)"
+            "\(phones) phones need \(open) ZeroMQ sockets open at once (\(socketsPerPhone) a phone) and about \(descriptors) open files (\(socketsPerPhone * Needs.descriptorsPerSocket + Needs.descriptorsPerFile) a phone)"
         }
     }
 
@@ -193,7 +202,9 @@ public final class Fleet {
     /// naming the limit, the figure needed and how to raise it.
     public static func reserve(_ needs: Needs) throws(QuadError) {
         let limit = ZMQContext().socketLimit
-        if needs.sockets > Int(limit) {
+        // The context gets its room for closing sockets up to the limit;
+        // what must fit is what is open at once, with a margin.
+        if needs.open + 64 > Int(limit) {
             throw .badRequest("\(needs); libzmq holds at most \(limit) sockets in one context (ZMQ_SOCKET_LIMIT): run fewer phones a process (deploy/campus spreads a campus over several)")
         }
         let (soft, hard) = openFilesLimit()

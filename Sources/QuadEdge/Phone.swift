@@ -41,6 +41,12 @@ public struct EdgeSettings: Sendable {
     /// A phone signs in when it starts, not at its first action (a campus
     /// day that signs its phones in before the day turns it off).
     public var signInAtStart = true
+    /// Each phone's file locked by this process for as long as it runs
+    /// (`--file-locking exclusive`, SQLite's locking_mode EXCLUSIVE), or
+    /// open to other processes between transactions (`shared`: a harness
+    /// that reads or writes the files while the phones run). See
+    /// ``PhoneStore/open(_:keychain:students:exclusive:)``.
+    public var exclusiveFiles = true
     /// The PIN every phone's keychain is locked with (`--keychain-pin-file`);
     /// nil keeps each keychain's key in its key file.
     public var keychainPIN: String?
@@ -154,6 +160,16 @@ final class Phone {
     var signInAttempts = 0
     var backingOffAfterTimeout = false
     var lastSyncMs: Int64?
+    /// The outbox's and the telemetry queue's lengths, counted from the
+    /// file once and then kept with each write the phone makes to them (nil:
+    /// count again). The progress line, drain waits, /metrics and every
+    /// phone's telemetry timer read them each second or two; a COUNT for
+    /// each read, and a telemetry batch formed (a SELECT and an UPDATE) on
+    /// every tick of a phone with nothing queued, were together about a
+    /// fifth of the edge's loop with 1,000 phones (perf). Only this phone
+    /// writes these two tables while it runs.
+    var outboxCount: Int?
+    var telemetryCount: Int?
 
     // Telemetry.
     var telemetryInFlight: String?
@@ -239,7 +255,7 @@ final class Phone {
         self.students = try students ?? Students(path: Students.path(forPhonesDir: (path as NSString).deletingLastPathComponent))
         let (keychain, unreadable) = try Phone.openKeychain(Keychain.path(forPhoneFile: path), pin: settings.keychainPIN)
         self.keychain = keychain
-        db = try PhoneStore.open(path, keychain: keychain, students: self.students)
+        db = try PhoneStore.open(path, keychain: keychain, students: self.students, exclusive: settings.exclusiveFiles)
         let folder = (path.hasSuffix(".db") ? String(path.dropLast(3)) : path) + ".images"
         images = try ImageCache(db: db, folder: folder, agenda: reactor.timers, limits: settings.images)
         var curveKey = keychain[.curveSecretKey]
@@ -661,6 +677,9 @@ final class Phone {
             if queueLength > 0 {
                 stats.drainStartMs = Clock.monotonicMillis()
                 stats.drainStartWithoutSession = !hasValidToken
+                stats.drainStartQueued = queueLength
+                stats.drainBackoffs = 0
+                stats.drainSent = 0
             }
             trigger(radioCameBack ? .networkBack : .reachable)
             refreshIfDue()
@@ -775,6 +794,13 @@ struct PhoneStats {
     var drainStartMs: Int64?
     /// The drain began on a phone with no session: it waits for a first sign-in.
     var drainStartWithoutSession = false
+    /// Actions queued when the drain began, and why it waited (a backoff:
+    /// a timeout, a 429 or 503, a sign-in refused), for the report's
+    /// breakdown of drains (``DrainCause``).
+    var drainStartQueued = 0
+    var drainBackoffs = 0
+    var drainSent = 0
+    var drainCauses: [DrainCause] = []
     var drains: [Int64] = []
     /// The drains (among ``drains``) that began without a session.
     var drainsWithoutSession: [Int64] = []

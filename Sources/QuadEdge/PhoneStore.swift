@@ -207,9 +207,23 @@ enum PhoneStore {
     /// one after another. Measured (deploy/bench --only memory, 1,000 idle
     /// phones against 1, back to back on a busy machine): 123 KiB per phone
     /// before, 88 after.
-    static func open(_ path: String, keychain: Keychain, students: Students) throws -> SQLiteDatabase {
+    ///
+    /// `exclusive`: the file stays locked by this connection from its open
+    /// until it closes (locking_mode EXCLUSIVE). In SQLite's normal locking
+    /// each transaction of a rollback journal takes and drops its locks
+    /// (fcntl), looks for a hot journal, opens and closes the journal file
+    /// (a write) and reads the file's change counter to know whether its
+    /// cache still holds: with 1,000 phones that was most of the edge's
+    /// system calls (strace: fstat, pwrite, fcntl, pread, and an open,
+    /// fchown and close for every commit). Held, none of it is needed. A
+    /// killed process's locks go with it; another process opening a file
+    /// in use waits out the busy timeout and is refused, so two quad-edge
+    /// on one folder cannot both run its phones (`--file-locking shared`
+    /// for a harness that reads or writes the files meanwhile).
+    static func open(_ path: String, keychain: Keychain, students: Students, exclusive: Bool = true) throws -> SQLiteDatabase {
         _ = pageCacheUpFront
-        let db = try SQLiteDatabase(path: path)
+        let db: SQLiteDatabase
+        do { db = try SQLiteDatabase(path: path) } catch let error as StoreError where error.kind == .busy { throw inUse(path, error) }
         try db.executeScript("PRAGMA cache_size=-\(idleCacheKiB); PRAGMA temp_store=MEMORY;")
         let moved = try moveSecrets(db, keychain: keychain, students: students)
         try Migrations.apply(db, migrations, scope: "phone")
@@ -218,7 +232,19 @@ enum PhoneStore {
         // idle phone keeps only the few statements it uses.
         db.statementCacheCapacity = phoneStatementCacheCapacity
         try db.executeScript("PRAGMA synchronous=\(idleSynchronous); PRAGMA journal_mode=\(idleJournal)")
+        if exclusive {
+            // Taken now, not at the first write: a file another process
+            // has open is refused at start, naming it.
+            do { try db.executeScript("PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE; COMMIT") } catch {
+                db.close()
+                throw inUse(path, error)
+            }
+        }
         return db
+    }
+
+    static func inUse(_ path: String, _ error: Error) -> StoreError {
+        StoreError(.busy, "\(path) is in use by another process (another quad-edge on this --dir? a harness that reads the files while the phones run needs --file-locking shared): \(error)")
     }
 
     /// A phone's file from before the keychain: its session token goes into

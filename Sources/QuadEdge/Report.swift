@@ -13,6 +13,7 @@ enum Report {
         var maxQueue = 0
         var drains: [Int64] = []
         var drainsWithoutSession: [Int64] = []
+        var drainCauses: [DrainCause] = []
         var reads: [String: Int] = [:]
         var readsByView: [String: [String: Int]] = [:]
         var refused: [String: Int] = [:]
@@ -53,6 +54,7 @@ enum Report {
             maxQueue = max(maxQueue, p.stats.maxQueue)
             drains += p.stats.drains
             drainsWithoutSession += p.stats.drainsWithoutSession
+            drainCauses += p.stats.drainCauses
             for (k, v) in p.stats.reads {
                 let parts = k.split(separator: "/", maxSplits: 1).map(String.init)
                 reads[parts.last ?? k, default: 0] += v
@@ -89,6 +91,7 @@ enum Report {
                 // Among them, the reconnects of phones that had no session yet: their drain waited for a first sign-in.
                 "without_session_ms": ["count": .int(Int64(drainsWithoutSession.count)), "p50": pct(0.5, drainsWithoutSession),
                                        "p95": pct(0.95, drainsWithoutSession), "max": drainsWithoutSession.last.map { .int($0) } ?? .null],
+                "by_cause": DrainCause.json(drainCauses),
                 "end_of_day_ms": day?.finalDrainMs.map { .int($0) } ?? .null,
                 "outbox_left": .int(outbox),
             ],
@@ -343,5 +346,34 @@ struct CartEdits {
             "offline_outcomes": ["done": .int(offline["done"] ?? 0), "rejected": .int(offline["rejected"] ?? 0), "pending": .int(offline["pending"] ?? 0)],
             "rejected_reasons": .array(rollbacks),
         ]
+    }
+}
+
+/// One drain after reconnect and what it was made of: the actions queued
+/// when the network came back, the actions sent until the outbox was empty
+/// (retries and actions made meanwhile included), and the backoffs it
+/// waited out (a timeout, a 429 or 503, a refused sign-in).
+struct DrainCause: Sendable {
+    var ms: Int64
+    var queued: Int
+    var sent: Int
+    var backoffs: Int
+
+    /// The drains grouped by what they held, each with its count, p50 and
+    /// p95: `no_backoff_sent_1`, `no_backoff_sent_2_3`, `no_backoff_sent_4_plus`,
+    /// `backed_off`. What makes the tail: many actions one after another,
+    /// or waiting out a backoff.
+    static func json(_ causes: [DrainCause]) -> JSON {
+        var groups: [String: [Int64]] = [:]
+        for c in causes {
+
+            let key = c.backoffs > 0 ? "backed_off" : c.sent <= 1 ? "no_backoff_sent_1" : c.sent <= 3 ? "no_backoff_sent_2_3" : "no_backoff_sent_4_plus"
+            groups[key, default: []].append(c.ms)
+        }
+        return .object(groups.mapValues { ms in
+            let s = ms.sorted()
+            func pct(_ q: Double) -> JSON { .int(s[min(s.count - 1, Int(Double(s.count) * q))]) }
+            return ["count": .int(Int64(s.count)), "p50": pct(0.5), "p95": pct(0.95)]
+        })
     }
 }

@@ -56,6 +56,7 @@ extension Phone {
                 try db.execute("INSERT INTO action_log (id, type, created_ms, outcome, offline) VALUES ($1, $2, $3, 'pending', $4)",
                                .text(id), .text(type), .int(now), .of(!isOnline))
             }
+            outboxCount = nil
         } catch let error as QuadError {
             return .refused(error)
         } catch {
@@ -83,7 +84,12 @@ extension Phone {
         return id
     }
 
-    var queueLength: Int { (try? db.count("SELECT COUNT(*) AS n FROM outbox")) ?? 0 }
+    var queueLength: Int {
+        if let n = outboxCount { return n }
+        guard let n = try? db.count("SELECT COUNT(*) AS n FROM outbox") else { return 0 }
+        outboxCount = n
+        return n
+    }
 
     func head() -> QueuedAction? {
         (try? db.queryOne("SELECT * FROM outbox ORDER BY seq LIMIT 1")).flatMap { $0 }.map(QueuedAction.init)
@@ -116,6 +122,7 @@ extension Phone {
             if let start = stats.drainStartMs {
                 stats.drains.append(Clock.monotonicMillis() - start)
                 if stats.drainStartWithoutSession { stats.drainsWithoutSession.append(Clock.monotonicMillis() - start) }
+                stats.drainCauses.append(DrainCause(ms: Clock.monotonicMillis() - start, queued: stats.drainStartQueued, sent: stats.drainSent, backoffs: stats.drainBackoffs))
                 stats.drainStartMs = nil
             }
             onDrained(self)
@@ -167,6 +174,7 @@ extension Phone {
         answers = []
         unanswered = batch.count
         metrics?.actionsSent(batch)
+        if stats.drainStartMs != nil { stats.drainSent += batch.count }
         for a in batch {
             request(a.type, a.body, id: a.id, timeoutMs: settings.actionTimeoutMs) { [weak self] result in
                 self?.settle(a, result)
@@ -321,6 +329,7 @@ extension Phone {
         let attempts = (try? db.queryOne("SELECT attempts FROM outbox WHERE id = $1", .text(action.id))?.int("attempts")) ?? 1
         _ = try? db.execute("UPDATE outbox SET last_error = $2 WHERE id = $1", .text(action.id), .text(why))
         let delay = max(atLeastMs, settings.backoff.delay(attempt: attempt ?? Int(max(0, attempts - 1)), using: &rng))
+        if stats.drainStartMs != nil { stats.drainBackoffs += 1 }
         sender = .backingOff(agenda.after(delay) { [weak self] in
             guard let self, case .backingOff = self.sender else { return }
             self.sender = .idle
@@ -343,6 +352,7 @@ extension Phone {
         } catch {
             Log.error("edge/\(name)", "cannot record the reply to \(action.type) \(action.id): \(error)")
         }
+        outboxCount = nil
         lastSyncMs = now
         stats.done += 1
         metrics?.action("acknowledged", action.type)
@@ -381,6 +391,7 @@ extension Phone {
         } catch {
             Log.error("edge/\(name)", "cannot roll back \(action.type) \(action.id): \(error)")
         }
+        outboxCount = nil
         lastSyncMs = now
         stats.rejected += 1 + dropped.count
         metrics?.action("failed", action.type)

@@ -29,12 +29,19 @@ extension Phone {
             try db.execute("""
                 INSERT INTO telemetry (id, name, ts, offline, user_id, session, props) VALUES ($1, $2, $3, $4, $5, $6, $7)
                 """, .text(id), .text(name), .int(now), .of(!isOnline), .of(user), .text(session ?? sessionID), .text(props.text))
+            if let n = telemetryCount { telemetryCount = n + 1 }
         } catch {
+            telemetryCount = nil
             Log.error("edge/\(self.name)", "cannot store telemetry event \(name): \(error)")
         }
     }
 
-    var telemetryQueued: Int { (try? db.count("SELECT COUNT(*) AS n FROM telemetry")) ?? 0 }
+    var telemetryQueued: Int {
+        if let n = telemetryCount { return n }
+        guard let n = try? db.count("SELECT COUNT(*) AS n FROM telemetry") else { return 0 }
+        telemetryCount = n
+        return n
+    }
 
     func scheduleTelemetry() {
         agenda.repeating(every: settings.telemetryEveryMs) { [weak self] in
@@ -49,7 +56,11 @@ extension Phone {
     func flushTelemetry(force: Bool = false) {
         guard telemetryInFlight == nil, radioOn, !stopped else { return }
         guard force || Clock.monotonicMillis() >= telemetryRetryAt else { return }
-        guard let batch = formBatch() else { return }
+        guard telemetryQueued > 0 else { return }
+        guard let batch = formBatch() else {
+            telemetryCount = nil  // counted one that is not there (a transaction rolled back): count again
+            return
+        }
         let rows = (try? db.query("SELECT * FROM telemetry WHERE batch = $1 ORDER BY ts, id", .text(batch))) ?? []
         guard !rows.isEmpty else { return }
         // Sent as it was first sent. A new batch goes without a session only
@@ -121,6 +132,7 @@ extension Phone {
             return
         }
         _ = try? db.execute("DELETE FROM telemetry WHERE batch = $1", .text(batch))
+        telemetryCount = nil
         stats.telemetryAnswers += 1
         lastTelemetryAnswerMs = Clock.monotonicMillis()
         if let error = reply.quadError {

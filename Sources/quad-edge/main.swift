@@ -42,6 +42,8 @@ flags.option("prefix", "phone names are PREFIX-001, PREFIX-002, ...", default: "
 flags.option("dir", "folder of the phones' files", default: (env["QUAD_HOME"].map { $0 + "/phones" } ?? "./phones"))
 flags.option("control", "control socket (ROUTER) for the harness and quadctl phone, or 'none'; default QUAD_EDGE_CONTROL (deploy/stack env sets it: port base + 88)",
              default: env["QUAD_EDGE_CONTROL"].flatMap { $0.isEmpty ? nil : $0 } ?? "tcp://127.0.0.1:7788")
+flags.option("file-locking", "exclusive: each phone's file is locked by this process while it runs (no lock, journal or cache check per transaction; another process cannot open it meanwhile); shared: other processes may read and write the files while the phones run, each transaction taking its locks (a harness's history recorder) [QUAD_EDGE_FILE_LOCKING]",
+             default: env["QUAD_EDGE_FILE_LOCKING"].flatMap { $0.isEmpty ? nil : $0 } ?? "exclusive")
 flags.option("control-bind-wait-ms", "how long to keep trying to bind --control when it is taken (a killed process's endpoint, control_bind_wait_ms)", default: "5000")
 flags.option("action-timeout-ms", "how long each attempt of an action waits for an answer", default: "2500")
 flags.option("read-timeout-ms", "how long a view waits for the network before its saved copy", default: "1500")
@@ -103,6 +105,11 @@ settings.readTimeoutMs = Int64(positive("read-timeout-ms", 50...600_000))
 settings.backoffBaseMs = Int64(positive("backoff-base-ms", 1...600_000))
 settings.backoffCapMs = Int64(positive("backoff-cap-ms", 1...3_600_000))
 settings.sendWindow = positive("send-window", 1...64)
+switch flags["file-locking"] {
+case "exclusive": settings.exclusiveFiles = true
+case "shared": settings.exclusiveFiles = false
+default: Flags.usageError("--file-locking must be exclusive or shared", usage: flags.usage)
+}
 settings.refreshBeforeMs = Int64(positive("refresh-before-ms", 1_000...86_400_000))
 if let file = flags["keychain-pin-file"] {
     do {

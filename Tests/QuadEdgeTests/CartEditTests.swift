@@ -111,7 +111,8 @@ import Testing
     /// (the same as the reply orders keeps for its id) and whether it was
     /// made offline.
     @Test func theActionLogKeepsTheCartEachEditWasAnsweredAndWhetherItWasMadeOffline() throws {
-        let edge = try EdgeStack("cart-log")
+        // Shared: the test reads the phone's file while quad-edge runs.
+        let edge = try EdgeStack("cart-log", edgeArguments: ["--file-locking", "shared"])
         _ = try edge.signIn()
         let add = try edge.act("orders.cart.add", ["product": "p-0004", "quantity": 1])
         #expect(try edge.waitDrained()["drained"]?.bool == true)

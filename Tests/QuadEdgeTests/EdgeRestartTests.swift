@@ -172,7 +172,9 @@ struct EdgeRestartTests {
             ["run", "--frontend", edge.stack.endpoints.frontend, "--dir", dir, "--phones", String(EdgeRestartTests.phones), "--prefix", "student",
              "--control", "none", "--seed", "9", "--speed", "20", "--duration", "8", "--hold-seconds", "8",
              "--action-timeout-ms", "1000", "--backoff-cap-ms", "2000", "--telemetry-every-ms", "500", "--drain-timeout", "60",
-             "--sign-in-timeout", "30", "--report", report]
+             "--sign-in-timeout", "30", "--report", report,
+             // Shared: registerIDs() reads the phones' files while the first process runs.
+             "--file-locking", "shared"]
         }
         edge.signal("accounts/1", SIGSTOP)
         _ = try edge.stack.start("campus-1", executable: "quad-edge", arguments: arguments(report: edge.stack.dir + "/report-1.json"))
