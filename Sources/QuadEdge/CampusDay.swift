@@ -368,7 +368,7 @@ final class Student {
         // A student with something rented gives it back sooner or later:
         // returns follow rentals within a short day too (a 30 s day under
         // load made 34 rentals and, at the base weight, no return).
-        let renting = openRentals().isEmpty == false
+        let renting = isRenting
         let pick = StudentProfile.pick(mix.map { $0.0 == .returnRental && renting ? Student.returnWeightWhileRenting : $0.1 }, &rng)
         let done: () -> Void = { [weak self] in
             guard let self else { return }
@@ -424,7 +424,10 @@ final class Student {
         if rent { body["return_date"] = .string(Student.day(plus: Int.random(in: 7...90, using: &rng))) }
         guard day.running else { return }
         if case .queued(let id) = phone.act("orders.place", .object(body)) {
-            if rent { day.rentalsPlaced += 1 }
+            if rent {
+                day.rentalsPlaced += 1
+                hasRented = true
+            }
             let category = (try? phone.db.queryOne("SELECT category FROM catalog WHERE id = $1", .text(product)))?.string("category") ?? "Others"
             phone.record("purchase.made", ["order": .string(id), "screen": .string(screen), "mode": .string(rent ? "rent" : "buy"), "category": .string(category)])
         }
@@ -562,6 +565,16 @@ final class Student {
             }
         }
     }
+
+    /// Whether the student has a rental to give back. Only a student who
+    /// has rented (today, or in the phone's file at the day's first
+    /// activity) asks the phone's file: each activity of every student
+    /// asked it, a query on the edge's one loop.
+    var isRenting: Bool {
+        if hasRented == nil { hasRented = (try? phone.db.queryOne("SELECT 1 AS one FROM orders WHERE mode = 'rent' LIMIT 1")) != nil }
+        return hasRented == true && !openRentals().isEmpty
+    }
+    var hasRented: Bool?
 
     /// The phone's rentals it may give back: confirmed, not returned yet.
     func openRentals() -> [Row] {

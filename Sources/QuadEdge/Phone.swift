@@ -170,6 +170,8 @@ final class Phone {
     /// writes these two tables while it runs.
     var outboxCount: Int?
     var telemetryCount: Int?
+    /// The crash mark as the file holds it (``flowMark``): nil, not read yet.
+    var flowMarkKnown: JSON??
 
     // Telemetry.
     var telemetryInFlight: String?
@@ -726,6 +728,7 @@ final class Phone {
             let mark = (try? db.meta("flow_mark")).map { JSON.stored($0) } ?? [:]
             record("app.crash", ["view": mark["view"] ?? "home", "flow": mark["flow"] ?? "browse"], session: open)
             try? db.setMeta("flow_mark", nil)
+            flowMarkKnown = .some(nil)
         }
         sessionID = MessageID.make()
         try? db.setMeta("session_open", sessionID)
@@ -770,19 +773,31 @@ final class Phone {
     func enterFlow(_ flow: String, view: String) {
         if let mark = flowMark, mark["flow"]?.string == flow, mark["view"]?.string == view { return }
         leaveFlow()
-        try? db.setMeta("flow_mark", JSON.object(["flow": .string(flow), "view": .string(view)]).text)
+        let mark = JSON.object(["flow": .string(flow), "view": .string(view)])
+        flowMarkKnown = (try? db.setMeta("flow_mark", mark.text)) != nil ? .some(mark) : nil
         record("mark.set", ["view": .string(view), "flow": .string(flow)])
     }
 
     /// Clears the mark, if one is set.
     func leaveFlow() {
         guard let mark = flowMark else { return }
-        try? db.setMeta("flow_mark", nil)
+        flowMarkKnown = (try? db.setMeta("flow_mark", nil)) != nil ? .some(nil) : nil
         record("mark.cleared", ["view": mark["view"] ?? "reservation", "flow": mark["flow"] ?? "reservation"])
     }
 
     /// The crash mark a view left in the file, if any.
-    var flowMark: JSON? { (try? db.meta("flow_mark")).map { JSON.stored($0) } }
+    /// Read from the file once, then kept as it is written (every view
+    /// that opens asks whether a mark is set).
+    var flowMark: JSON? {
+        if let known = flowMarkKnown { return known }
+        do {
+            let mark = try db.meta("flow_mark").map { JSON.stored($0) }
+            flowMarkKnown = .some(mark)
+            return mark
+        } catch {
+            return nil
+        }
+    }
 }
 
 /// What a phone counts for the campus day's report.

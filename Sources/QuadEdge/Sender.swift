@@ -56,7 +56,7 @@ extension Phone {
                 try db.execute("INSERT INTO action_log (id, type, created_ms, outcome, offline) VALUES ($1, $2, $3, 'pending', $4)",
                                .text(id), .text(type), .int(now), .of(!isOnline))
             }
-            outboxCount = nil
+            outboxCount = outboxCount.map { $0 + 1 }
         } catch let error as QuadError {
             return .refused(error)
         } catch {

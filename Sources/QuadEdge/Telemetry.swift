@@ -131,8 +131,11 @@ extension Phone {
             Log.info("edge/\(name)", "telemetry batch \(batch) was first sent by another caller (before a sign-in): its \(count) events go again in a new batch")
             return
         }
-        _ = try? db.execute("DELETE FROM telemetry WHERE batch = $1", .text(batch))
-        telemetryCount = nil
+        if let removed = try? db.execute("DELETE FROM telemetry WHERE batch = $1", .text(batch)), let n = telemetryCount, n >= removed {
+            telemetryCount = n - removed
+        } else {
+            telemetryCount = nil
+        }
         stats.telemetryAnswers += 1
         lastTelemetryAnswerMs = Clock.monotonicMillis()
         if let error = reply.quadError {
