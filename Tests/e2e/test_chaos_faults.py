@@ -103,10 +103,13 @@ def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(bro
         env.pop(k, None)
     env["QUAD_PORT_BASE"] = str(quadclient.free_port_base(int(os.environ.get("QUAD_TEST_PORT_BASE", "22700"))))
     env["QUAD_HOSTS_NET"] = str(quadclient.free_hosts_net(int(os.environ.get("QUAD_TEST_HOSTS_NET_FROM", "0"))))
-    # Dense faults: phones cut off from the broker every 12 s (a request in
-    # flight, or sent into the cut, reaches orders and is retried), a
-    # service cut off or killed in between.
-    p = subprocess.run([CHAOS, "run", "--phones", "20", "--duration", "90", "--seed", "5", "--partition-every", "6",
+    # Dense faults: phones cut off from the broker every 8 s or so (a
+    # request in flight, or sent into the cut, reaches orders and is
+    # retried), a service cut off or killed in between. A retry that
+    # reaches orders twice is a matter of timing: 90 s with a cut every 12 s
+    # made none in one CI run of five (a day whose phones answer sooner
+    # has fewer requests in flight at a cut); 120 s with twice the cuts.
+    p = subprocess.run([CHAOS, "run", "--phones", "20", "--duration", "120", "--seed", "5", "--partition-every", "4",
                         "--kill-every", "10", "--pause-every", "0", "--scale-service", "none", "--faults", "partition,kill",
                         "--hold-seconds", "600", "--out", out],
                        env=env, capture_output=True, text=True, timeout=1200)
