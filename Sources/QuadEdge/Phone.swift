@@ -679,7 +679,6 @@ final class Phone {
             if queueLength > 0 {
                 stats.drainStartMs = Clock.monotonicMillis()
                 stats.drainStartWithoutSession = !hasValidToken
-                stats.drainStartQueued = queueLength
                 stats.drainBackoffs = 0
                 stats.drainSent = 0
             }
@@ -725,10 +724,9 @@ final class Phone {
         // The last session did not end normally: the app died (SIGKILL). It
         // is reported as a crash of that session, in the flow its mark names.
         if let open = try? db.meta("session_open") {
-            let mark = (try? db.meta("flow_mark")).map { JSON.stored($0) } ?? [:]
+            let mark = flowMark ?? [:]
             record("app.crash", ["view": mark["view"] ?? "home", "flow": mark["flow"] ?? "browse"], session: open)
-            try? db.setMeta("flow_mark", nil)
-            flowMarkKnown = .some(nil)
+            setFlowMark(nil)
         }
         sessionID = MessageID.make()
         try? db.setMeta("session_open", sessionID)
@@ -747,7 +745,7 @@ final class Phone {
     /// The app closes normally: the session ends (its last events are sent
     /// if the loop lingers a moment).
     func end() {
-        let flow = (try? db.meta("flow_mark")).map { JSON.stored($0)["flow"] ?? "browse" } ?? "browse"
+        let flow = flowMark?["flow"] ?? "browse"
         leaveFlow()  // the app goes to the background: the mark goes
         record("session.ended", ["flow": flow])
         try? db.setMeta("session_open", nil)
@@ -773,16 +771,21 @@ final class Phone {
     func enterFlow(_ flow: String, view: String) {
         if let mark = flowMark, mark["flow"]?.string == flow, mark["view"]?.string == view { return }
         leaveFlow()
-        let mark = JSON.object(["flow": .string(flow), "view": .string(view)])
-        flowMarkKnown = (try? db.setMeta("flow_mark", mark.text)) != nil ? .some(mark) : nil
+        setFlowMark(["flow": .string(flow), "view": .string(view)])
         record("mark.set", ["view": .string(view), "flow": .string(flow)])
     }
 
     /// Clears the mark, if one is set.
     func leaveFlow() {
         guard let mark = flowMark else { return }
-        flowMarkKnown = (try? db.setMeta("flow_mark", nil)) != nil ? .some(nil) : nil
+        setFlowMark(nil)
         record("mark.cleared", ["view": mark["view"] ?? "reservation", "flow": mark["flow"] ?? "reservation"])
+    }
+
+    /// Writes the crash mark (nil: none) and keeps it as written; a write
+    /// that failed leaves it to be read from the file again.
+    func setFlowMark(_ mark: JSON?) {
+        flowMarkKnown = (try? db.setMeta("flow_mark", mark?.text)) != nil ? .some(mark) : nil
     }
 
     /// The crash mark a view left in the file, if any.
@@ -809,10 +812,9 @@ struct PhoneStats {
     var drainStartMs: Int64?
     /// The drain began on a phone with no session: it waits for a first sign-in.
     var drainStartWithoutSession = false
-    /// Actions queued when the drain began, and why it waited (a backoff:
-    /// a timeout, a 429 or 503, a sign-in refused), for the report's
+    /// What the drain under way sent and waited out (a backoff: a
+    /// timeout, a 429 or 503, a sign-in refused), for the report's
     /// breakdown of drains (``DrainCause``).
-    var drainStartQueued = 0
     var drainBackoffs = 0
     var drainSent = 0
     var drainCauses: [DrainCause] = []

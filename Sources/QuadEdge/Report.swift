@@ -6,6 +6,11 @@ import QuadWire
 /// each action made since the start is done, rejected with a reason, or
 /// still pending; nothing else.
 enum Report {
+    /// The `q` quantile of `sorted` (ascending), null when it is empty.
+    static func percentile(_ q: Double, of sorted: [Int64]) -> JSON {
+        sorted.isEmpty ? .null : .int(sorted[min(sorted.count - 1, Int(Double(sorted.count) * q))])
+    }
+
     static func make(_ fleet: Fleet, since: Int64, final: Bool, day: CampusDay?) -> JSON {
         var byType: [String: [String: Int64]] = [:]
         var reasons: [String: (type: String, code: String, example: String, count: Int64)] = [:]
@@ -71,7 +76,7 @@ enum Report {
         let outbox = Int64(fleet.phones.reduce(0) { $0 + $1.queueLength })
         drains.sort()
         drainsWithoutSession.sort()
-        func pct(_ q: Double, _ drains: [Int64]) -> JSON { drains.isEmpty ? .null : .int(drains[min(drains.count - 1, Int(Double(drains.count) * q))]) }
+        func pct(_ q: Double, _ drains: [Int64]) -> JSON { Report.percentile(q, of: drains) }
         let rejectedList: [JSON] = reasons.values.sorted { $0.count > $1.count }.map {
             ["type": .string($0.type), "code": .string($0.code), "reason": .string($0.example), "count": .int($0.count)]
         }
@@ -192,7 +197,7 @@ enum Report {
         }
         latencies.sort()
         let newsLatencies = s.newsLatencies.sorted()
-        func pct(_ q: Double, of list: [Int64]) -> JSON { list.isEmpty ? .null : .int(list[min(list.count - 1, Int(Double(list.count) * q))]) }
+        func pct(_ q: Double, of list: [Int64]) -> JSON { Report.percentile(q, of: list) }
         func pct(_ q: Double) -> JSON { pct(q, of: latencies) }
         return [
             "phones_with_feed": .int(Int64(feeds)), "live_now": .int(Int64(liveNow)),
@@ -349,13 +354,12 @@ struct CartEdits {
     }
 }
 
-/// One drain after reconnect and what it was made of: the actions queued
-/// when the network came back, the actions sent until the outbox was empty
-/// (retries and actions made meanwhile included), and the backoffs it
-/// waited out (a timeout, a 429 or 503, a refused sign-in).
+/// One drain after reconnect and what it was made of: the actions sent
+/// until the outbox was empty (retries and actions made meanwhile
+/// included), and the backoffs it waited out (a timeout, a 429 or 503, a
+/// refused sign-in).
 struct DrainCause: Sendable {
     var ms: Int64
-    var queued: Int
     var sent: Int
     var backoffs: Int
 
@@ -366,14 +370,12 @@ struct DrainCause: Sendable {
     static func json(_ causes: [DrainCause]) -> JSON {
         var groups: [String: [Int64]] = [:]
         for c in causes {
-
             let key = c.backoffs > 0 ? "backed_off" : c.sent <= 1 ? "no_backoff_sent_1" : c.sent <= 3 ? "no_backoff_sent_2_3" : "no_backoff_sent_4_plus"
             groups[key, default: []].append(c.ms)
         }
         return .object(groups.mapValues { ms in
-            let s = ms.sorted()
-            func pct(_ q: Double) -> JSON { .int(s[min(s.count - 1, Int(Double(s.count) * q))]) }
-            return ["count": .int(Int64(s.count)), "p50": pct(0.5), "p95": pct(0.95)]
+            let sorted = ms.sorted()
+            return ["count": .int(Int64(sorted.count)), "p50": Report.percentile(0.5, of: sorted), "p95": Report.percentile(0.95, of: sorted)]
         })
     }
 }

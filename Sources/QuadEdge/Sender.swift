@@ -120,9 +120,10 @@ extension Phone {
         guard let action = head() else {
             idleSoon()
             if let start = stats.drainStartMs {
-                stats.drains.append(Clock.monotonicMillis() - start)
-                if stats.drainStartWithoutSession { stats.drainsWithoutSession.append(Clock.monotonicMillis() - start) }
-                stats.drainCauses.append(DrainCause(ms: Clock.monotonicMillis() - start, queued: stats.drainStartQueued, sent: stats.drainSent, backoffs: stats.drainBackoffs))
+                let ms = Clock.monotonicMillis() - start
+                stats.drains.append(ms)
+                if stats.drainStartWithoutSession { stats.drainsWithoutSession.append(ms) }
+                stats.drainCauses.append(DrainCause(ms: ms, sent: stats.drainSent, backoffs: stats.drainBackoffs))
                 stats.drainStartMs = nil
             }
             onDrained(self)
