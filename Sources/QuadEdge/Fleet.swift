@@ -281,6 +281,7 @@ extension Phone {
             "telemetry_queued": .int(Int64(telemetryQueued)), "last_sync": lastSyncMs.map { .int($0) } ?? .null,
             "messages": .int(Int64((try? db.count("SELECT COUNT(*) AS n FROM messages")) ?? 0)),
             "sender": .string(senderText), "session": .string(sessionID),
+            "catalog_saved_age_ms": catalogAgeMs.map { .int($0) } ?? .null,
             // This phone's own image counters (the report and /metrics sum them).
             "images": images.stats.json,
         ]

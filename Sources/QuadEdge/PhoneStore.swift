@@ -187,6 +187,14 @@ enum PhoneStore {
             ALTER TABLE session DROP COLUMN token;
             ALTER TABLE session DROP COLUMN password;
             """),
+        // The saved catalog keeps the rest of each product as the service
+        // listed it (a student's listing: its seller's name, condition,
+        // mode, pictures, rent rate; every product: type, specifications,
+        // rent rate, when listed): a search on the saved catalog shows what
+        // a search on the network shows.
+        Migration(51, """
+            ALTER TABLE catalog ADD COLUMN rest TEXT NOT NULL DEFAULT '{}';
+            """),
     ]
     static let keychainVersion = 50
 

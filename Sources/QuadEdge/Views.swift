@@ -63,7 +63,8 @@ extension Phone {
         }
         switch view {
         case "home":
-            prefetchCatalog()
+            // Pull to refresh on the home screen saves the catalog again.
+            prefetchCatalog(force: refresh)
             var body: [String: JSON] = ["limit": .int(params["limit"]?.int ?? 20), "offset": .int(params["offset"]?.int ?? 0)]
             if let c = params["category"]?.string { body["category"] = .string(c) }
             networkThenSaved(view, "catalog.products.list", .object(body)) { [weak self] r in
@@ -328,13 +329,19 @@ extension Phone {
                 try self.db.execute("DELETE FROM catalog")
                 for p in all {
                     let name = p["name"]?.string ?? ""
-                    let search = [name, p["type"]?.string ?? "", p["category"]?.string ?? "", p["collection"]?.string ?? ""].joined(separator: " ").lowercased()
+                    // The words the service searches: name, type, category,
+                    // collection, specifications and a listing's condition.
+                    var words = [name, p["type"]?.string ?? "", p["category"]?.string ?? "", p["collection"]?.string ?? ""]
+                    if case .object(let info)? = p["info"] { words += info.keys.sorted().compactMap { info[$0]?.string } }
+                    if let condition = p["condition"]?.string { words.append(condition) }
+                    let search = words.joined(separator: " ").lowercased()
                     try self.db.execute("""
-                        INSERT INTO catalog (id, name, price, currency, category, collection, stock, search, image_url)
-                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                        INSERT INTO catalog (id, name, price, currency, category, collection, stock, search, image_url, rest)
+                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
                         """, .text(p["id"]?.string ?? ""), .text(name), .double(p["price"]?["value"]?.double ?? 0),
                         .text(p["price"]?["currency"]?.string ?? "USD"), .text(p["category"]?.string ?? "Others"),
-                        .text(p["collection"]?.string ?? ""), .int(p["stock"]?.int ?? 0), .text(search), .text(p["imageUrl"]?.string ?? ""))
+                        .text(p["collection"]?.string ?? ""), .int(p["stock"]?.int ?? 0), .text(search), .text(p["imageUrl"]?.string ?? ""),
+                        .text(Phone.productRest(p)))
                 }
                 try self.db.setMeta("catalog_saved_ms", String(self.now))
             }
@@ -343,9 +350,11 @@ extension Phone {
 
     // MARK: Local computation
 
-    func catalogNotice() -> String? {
+    func catalogNotice(why: String? = nil) -> String? {
         guard let age = catalogAgeMs else { return "the catalog is not saved on this phone yet" }
-        return age > settings.catalogMaxAgeMs || !isOnline ? "from the catalog saved \(Phone.age(age)) ago: prices and stock may have changed" : nil
+        let saved = "from the catalog saved \(Phone.age(age)) ago: prices and stock may have changed"
+        if let why { return "\(why): \(saved)" }
+        return age > settings.catalogMaxAgeMs || !isOnline ? saved : nil
     }
 
     /// A page of the saved catalog, as `catalog.products.list` would list it.
@@ -365,32 +374,72 @@ extension Phone {
     }
 
     static func product(_ r: Row) -> JSON {
-        var p: [String: JSON] = [
-            "id": .string(r.string("id")), "name": .string(r.string("name")),
-            "price": ["value": .double(r.double("price")), "currency": .string(r.string("currency"))],
-            "category": .string(r.string("category")), "collection": .string(r.string("collection")), "stock": .int(r.int("stock")),
-        ]
+        var p: [String: JSON] = [:]
+        if let text = r.optionalString("rest"), case .object(let rest)? = try? JSON.parse(text) { p = rest }
+        p["id"] = .string(r.string("id"))
+        p["name"] = .string(r.string("name"))
+        p["price"] = ["value": .double(r.double("price")), "currency": .string(r.string("currency"))]
+        p["category"] = .string(r.string("category"))
+        p["collection"] = .string(r.string("collection"))
+        p["stock"] = .int(r.int("stock"))
         if let url = r.optionalString("image_url"), !url.isEmpty { p["imageUrl"] = .string(url) }
         return .object(p)
     }
 
-    /// Search and filters over the saved catalog: words, category, price
-    /// range, in stock, sort. Without a saved catalog and with a network,
-    /// the service searches instead.
+    /// The fields of a listed product the saved catalog has no column for,
+    /// as JSON text (the `rest` column).
+    static func productRest(_ p: JSON) -> String {
+        guard case .object(var fields) = p else { return "{}" }
+        for k in ["id", "name", "price", "category", "collection", "stock", "imageUrl"] { fields[k] = nil }
+        return JSON.object(fields).text
+    }
+
+    /// Search and filters: online, the service searches (a listing made a
+    /// minute ago is found, with its seller); offline, or when the service
+    /// does not answer, the saved catalog does: words, category, price
+    /// range, in stock, sort.
     func search(_ params: JSON, _ done: @escaping (ViewResult) -> Void) {
         let q = params["q"]?.string ?? ""
-        guard catalogAgeMs != nil else {
-            var body: [String: JSON] = ["limit": .int(params["limit"]?.int ?? 20)]
-            for k in ["q", "category", "min_price", "max_price", "in_stock", "sort"] { if let v = params[k] { body[k] = v } }
-            networkThenSaved("search", "catalog.products.list", .object(body)) { [weak self] r in
-                self?.record("search.performed", ["query_length": .int(Int64(q.count)), "results": .int(r.body["total"]?.int ?? 0)])
-                done(r)
-            }
-            return
+        let finish = { [weak self] (r: ViewResult) in
+            self?.record("search.performed", ["query_length": .int(Int64(q.count)), "results": .int(r.body["total"]?.int ?? 0)])
+            done(r)
         }
+        let onPhone = { [weak self] (why: String) in
+            guard let self else { return }
+            if let found = self.localSearch(params) {
+                finish(ViewResult(view: "search", source: .local, body: found, notice: self.catalogNotice(why: why)))
+            } else {
+                finish(ViewResult(view: "search", source: .none, body: [:], notice: "\(why), and the catalog is not saved on this phone yet"))
+            }
+        }
+        guard radioOn else { onPhone("offline"); return }
+        var body: [String: JSON] = ["limit": .int(params["limit"]?.int ?? 20)]
+        for k in ["q", "category", "min_price", "max_price", "in_stock", "sort"] { if let v = params[k] { body[k] = v } }
+        request("catalog.products.list", .object(body), timeoutMs: settings.readTimeoutMs) { result in
+            switch result {
+            case .success(let reply):
+                if let error = reply.quadError {
+                    if [503, 504].contains(error.status) { onPhone("the service is unavailable") } else {
+                        finish(ViewResult(view: "search", source: .none, body: [:], error: error))
+                    }
+                } else {
+                    finish(ViewResult(view: "search", source: .network, ageMs: 0, body: reply.body))
+                }
+            case .failure(.offline):
+                onPhone("offline")
+            case .failure:
+                onPhone("no answer from the network")
+            }
+        }
+    }
+
+    /// A search over the saved catalog, as the service would answer it;
+    /// nil while no catalog is saved.
+    func localSearch(_ params: JSON) -> JSON? {
+        guard catalogAgeMs != nil else { return nil }
         var conditions: [String] = []
         var values: [SQLValue] = []
-        for word in q.lowercased().split(separator: " ").prefix(8) {
+        for word in (params["q"]?.string ?? "").lowercased().split(separator: " ").prefix(8) {
             values.append(.text("%" + word + "%"))
             conditions.append("search LIKE $\(values.count)")
         }
@@ -403,9 +452,7 @@ extension Phone {
         let total = (try? db.queryOne("SELECT COUNT(*) AS n FROM catalog \(filter)", values)?.int("n")) ?? 0
         values.append(.int(params["limit"]?.int ?? 20))
         let rows = (try? db.query("SELECT * FROM catalog \(filter) ORDER BY \(order) LIMIT $\(values.count)", values)) ?? []
-        record("search.performed", ["query_length": .int(Int64(q.count)), "results": .int(total)])
-        done(ViewResult(view: "search", source: .local, body: ["products": .array(rows.map(Phone.product)), "total": .int(total)],
-                        notice: catalogNotice()))
+        return ["products": .array(rows.map(Phone.product)), "total": .int(total)]
     }
 
     func pendingNotice(_ types: [String]) -> String? {

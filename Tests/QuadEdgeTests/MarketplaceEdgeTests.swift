@@ -113,13 +113,21 @@ import Testing
         // The network coming back saves the whole catalog (pictures' URLs too).
         try edge.airplane(true)
         try edge.airplane(false)
-        let saved = try viewUntil(edge, "search", ["limit": 200]) { $0["source"]?.string == "local" }
+        let until = Clock.monotonicMillis() + 30_000
+        while true {
+            let state = try edge.state()
+            if state["catalog_saved_age_ms"]?.int != nil { break }
+            try #require(Clock.monotonicMillis() < until, "the catalog was never saved after the network came back: \(state)")
+            usleep(200_000)
+        }
+        try edge.airplane(true)
+        let saved = try edge.view("search", ["limit": 200])
+        #expect(saved["source"]?.string == "local", "\(saved)")
         let seen = first["body"]?["imageUrl"]?.string
         // Pictures are one per collection: a product with another picture.
         let unseen = try #require(saved["body"]?["products"]?.array?.first { $0["imageUrl"]?.string != seen && $0["imageUrl"] != nil }?["id"]?.string,
                                   "the saved catalog keeps pictures: \(saved)")
 
-        try edge.airplane(true)
         let offline = try edge.view("product", ["id": "p-0014"])
         #expect(offline["source"]?.string == "saved" && offline["images"]?.array?.first?["source"]?.string == "disk", "\(offline)")
         // A product never opened: from the saved catalog, its picture not in the cache.
@@ -127,5 +135,44 @@ import Testing
         #expect(other["source"]?.string == "local", "\(other)")
         let shown = try #require(other["images"]?.array?.first, "\(other)")
         #expect(shown["source"]?.string == "placeholder" && shown["reason"]?.string == "offline: image not in cache", "\(other)")
+    }
+    /// A student's listing made after the phone saved its catalog: online,
+    /// search finds it (the service searches) with its seller's name and
+    /// condition; after a pull to refresh of home, offline, the saved
+    /// catalog shows the same fields.
+    @Test func aNewListingIsFoundWithItsSellerOnlineAndFromTheSavedCatalog() throws {
+        let edge = try EdgeStack("listing-search")
+        _ = try edge.signIn()
+        let client = try edge.stack.internalClient()
+        var create = Envelope.request("catalog.listings.create", body: [
+            "name": "Used Zorblax calculator", "category": "Study", "collection": "Study Tools", "price": ["value": 40, "currency": "USD"],
+            "info": ["processor": "Zorblax 9"], "type": "Calculator", "condition": "Used", "quantity": 1, "mode": "both", "rent_rate": 2,
+        ])
+        create.user = "seller-1"
+        let created = try client.call(create, timeoutMs: 10_000)
+        let id = try #require(created.body["id"]?.string, "\(created)")
+
+        let online = try edge.view("search", ["q": "zorblax"])
+        #expect(online["source"]?.string == "network", "\(online)")
+        let found = try #require(online["body"]?["products"]?.array?.first { $0["id"]?.string == id }, "\(online)")
+        #expect(found["seller"]?.string != nil && found["condition"]?.string == "Used" && found["mode"]?.string == "both", "\(found)")
+
+        // Pull to refresh: the catalog is saved again, with the listing.
+        let pulled = Clock.monotonicMillis()
+        _ = try edge.edge("edge.view", ["phone": "phone-001", "view": "home", "refresh": true])
+        let until = pulled + 30_000
+        while true {
+            let state = try edge.state()
+            if let age = state["catalog_saved_age_ms"]?.int, age < Clock.monotonicMillis() - pulled { break }
+            try #require(Clock.monotonicMillis() < until, "the catalog was not saved again after a pull to refresh: \(state)")
+            usleep(200_000)
+        }
+        try edge.airplane(true)
+        let offline = try edge.view("search", ["q": "zorblax"])
+        #expect(offline["source"]?.string == "local", "\(offline)")
+        let local = try #require(offline["body"]?["products"]?.array?.first { $0["id"]?.string == id }, "the refreshed catalog has no \(id): \(offline)")
+        for k in ["seller", "condition", "mode", "rent_rate", "type", "info", "listed_at"] {
+            #expect(local[k] == found[k], "\(k): saved \(local[k].map { "\($0)" } ?? "nil"), network \(found[k].map { "\($0)" } ?? "nil")")
+        }
     }
 }

@@ -51,6 +51,8 @@ extension Contract.Edge {
                     "messages": .int(min: 0),
                     "sender": .choice(["idle", "signing_in", "sending", "backing_off"]),
                     "session": .string(),
+                    "catalog_saved_age_ms": .int(min: 0).nullable
+                        .described("How old the catalog saved on the phone is (search and filters offline use it), null while none is saved.").optional,
                     "images": .object(open: true)
                         .described("This phone's image caches since the process started: hits {memory, disk}, misses, fetched, bytes_fetched, bytes_from_cache, evictions, refused, placeholders, revalidated.").optional,
                 ])
