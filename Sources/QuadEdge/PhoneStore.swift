@@ -234,8 +234,16 @@ enum PhoneStore {
         do { db = try SQLiteDatabase(path: path) } catch let error as StoreError where error.kind == .busy { throw inUse(path, error) }
         try db.executeScript("PRAGMA cache_size=-\(idleCacheKiB); PRAGMA temp_store=MEMORY;")
         let moved = try moveSecrets(db, keychain: keychain, students: students)
-        try Migrations.apply(db, migrations, scope: "phone")
+        let ran = try Migrations.apply(db, migrations, scope: "phone")
         if moved { try scrub(db, path: path) }
+        if ran > 0 {
+            // Opened again: a new or upgraded file keeps none of what its
+            // migrations left in the connection's memory (ALTER TABLE ...
+            // DROP COLUMN's temporary database, pages, parsed statements:
+            // ~10 KiB a phone that a phone opening its file again never had).
+            db.close()
+            return try open(path, keychain: keychain, students: students, exclusive: exclusive)
+        }
         // Setting the capacity finalizes what the migrations prepared: an
         // idle phone keeps only the few statements it uses.
         db.statementCacheCapacity = phoneStatementCacheCapacity
