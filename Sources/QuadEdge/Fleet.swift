@@ -83,6 +83,22 @@ public final class Fleet {
         }
     }
 
+    /// How often the process gives the free memory inside its heaps back
+    /// to the system (malloc_trim). A thousand phones downloading their
+    /// catalog, or draining with a larger page cache, free what they used
+    /// between blocks still in use; glibc keeps those pages (only the top
+    /// of a heap is returned by itself), and each counted as the process's
+    /// own: 300 idle phones signed in on the default stack held 236 KiB of
+    /// private memory each.
+    static let trimEveryMs: Int64 = 10_000
+
+    /// glibc's malloc_trim(0), looked up at run time (Swift's Glibc module
+    /// does not declare <malloc.h>); nothing where the C library has none.
+    static func trimHeaps() {
+        typealias Trim = @convention(c) (Int) -> Int32
+        if let trim = dlsym(nil, "malloc_trim") { _ = unsafeBitCast(trim, to: Trim.self)(0) }
+    }
+
     /// Runs until SIGTERM/SIGINT, `edge.stop`, or the end of a campus day;
     /// returns the exit code.
     public func run(day: CampusDay? = nil) -> Int32 {
@@ -95,6 +111,7 @@ public final class Fleet {
         }
         if let controlEndpoint { Log.info("edge", "\(phones.count) phone\(phones.count == 1 ? "" : "s"), control on \(controlEndpoint)") }
         agenda.repeating(every: 200) { [unowned self] in self.checkWaits(); return true }
+        agenda.repeating(every: Fleet.trimEveryMs) { Fleet.trimHeaps(); return true }
         day?.start(self)
         while !Shutdown.isRequested && !stopRequested {
             if let code = turn() { return code }

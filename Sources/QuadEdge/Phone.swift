@@ -153,6 +153,10 @@ final class Phone {
     var confirmTimer: Int?
     /// The connection's sizes are the drain's (``drainMode(_:)``).
     var draining = false
+    /// ``forgetStatementsWhenQuiet()``'s count of its file's statements and
+    /// the ticks it stayed the same.
+    var statementsRunAtTick = 0
+    var quietTicks = 0
     /// The first action of the batch to send again, after a backoff.
     var pendingRetry: (QueuedAction, String, Bool)?
     var authRetries = 0

@@ -205,6 +205,27 @@ extension Phone {
             : "PRAGMA synchronous=\(PhoneStore.idleSynchronous); PRAGMA journal_mode=\(PhoneStore.idleJournal); PRAGMA cache_size=-\(PhoneStore.idleCacheKiB)")
     }
 
+    /// An idle phone keeps no prepared statement: once its file has run no
+    /// statement for ``statementsQuietTicks`` ticks of a second (and it is
+    /// not draining), the statements it kept are finalized. Four kept
+    /// statements cost ~19 KiB of private memory a phone (1,000 idle
+    /// phones: 117 KiB each with them, 98 without); a phone in use
+    /// prepares them again at its next action.
+    func forgetStatementsWhenQuiet() {
+        guard !draining, db.preparedStatements > 0 else { quietTicks = 0; return }
+        if db.statementsRun != statementsRunAtTick {
+            statementsRunAtTick = db.statementsRun
+            quietTicks = 0
+            return
+        }
+        quietTicks += 1
+        if quietTicks >= Phone.statementsQuietTicks {
+            db.dropCachedStatements()
+            quietTicks = 0
+        }
+    }
+    static let statementsQuietTicks = 5
+
     /// Goes back to the idle sizes and journal once the outbox has stayed
     /// empty for `idleAfterMs`, not at once: switching the journal costs a
     /// checkpoint and the making of the WAL and its index, and a phone in

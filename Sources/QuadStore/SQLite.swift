@@ -56,6 +56,16 @@ public final class SQLiteDatabase: Database {
     /// Statements prepared and kept now.
     public var preparedStatements: Int { statements.count }
 
+    /// How many statements this connection has run (prepared or taken from
+    /// the cache): an owner that sees it unchanged a while may let the
+    /// cached statements go (``dropCachedStatements()``).
+    public private(set) var statementsRun = 0
+
+    /// Finalizes every cached statement, keeping the capacity.
+    public func dropCachedStatements() {
+        for s in statements.removeAll() { sqlite3_finalize(s) }
+    }
+
     /// Runs `body` again while it fails with SQLITE_BUSY, up to `forMs`.
     public static func retryingBusy<T>(forMs: Int, _ body: () throws -> T) throws -> T {
         let start = DispatchTime.now().uptimeNanoseconds
@@ -116,6 +126,7 @@ public final class SQLiteDatabase: Database {
     /// A statement for `sql`, from the cache or prepared now (and kept).
     /// ``release(_:)`` resets it after use.
     func prepare(_ sql: String) throws -> OpaquePointer {
+        statementsRun &+= 1
         if let s = statements.get(sql) { return s }
         var stmt: OpaquePointer?
         // PERSISTENT: the statement is kept a long time, so SQLite takes its
