@@ -88,8 +88,8 @@ public final class Fleet {
     /// catalog, or draining with a larger page cache, free what they used
     /// between blocks still in use; glibc keeps those pages (only the top
     /// of a heap is returned by itself), and each counted as the process's
-    /// own: 300 idle phones signed in on the default stack held 236 KiB of
-    /// private memory each.
+    /// own: 300 idle phones online on the default stack held 236-249 KiB
+    /// of private memory each, 178-185 with the trim.
     static let trimEveryMs: Int64 = 10_000
 
     /// glibc's malloc_trim(0), looked up at run time (Swift's Glibc module
