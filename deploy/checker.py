@@ -133,6 +133,9 @@ def install_history(folder, count, wait_s):
             return 0
         if time.time() >= deadline:
             print("checker: only %d of %d phone files in %s after %g s" % (len(done), count, folder, wait_s), file=sys.stderr)
+            for f in sorted(glob.glob(os.path.join(folder, "*.db"))):
+                if f not in done:
+                    print("checker: %s has no outbox and telemetry tables yet" % f, file=sys.stderr)
             return 1
         time.sleep(0.1)
 
