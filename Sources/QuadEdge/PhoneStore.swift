@@ -1,5 +1,6 @@
 import Foundation
 import CSQLite
+import QuadRuntime
 import QuadStore
 import QuadWire
 
@@ -231,10 +232,27 @@ enum PhoneStore {
     static func open(_ path: String, keychain: Keychain, students: Students, exclusive: Bool = true) throws -> SQLiteDatabase {
         _ = pageCacheUpFront
         let db: SQLiteDatabase
-        do { db = try SQLiteDatabase(path: path) } catch let error as StoreError where error.kind == .busy { throw inUse(path, error) }
-        try db.executeScript("PRAGMA cache_size=-\(idleCacheKiB); PRAGMA temp_store=MEMORY;")
-        let moved = try moveSecrets(db, keychain: keychain, students: students)
-        let ran = try Migrations.apply(db, migrations, scope: "phone")
+        // Never switched to WAL on the way: leaving WAL needs the file to
+        // itself, and a harness (the chaos run's history recorder,
+        // --file-locking shared) may have it open at that moment ("database
+        // is locked": a chaos run's quad-edge stopped at its fifth phone in
+        // one CI run). A new file starts in a rollback journal; one left in
+        // WAL (by an older quad-edge, or a harness) leaves it below when it
+        // can, and otherwise stays in WAL.
+        do {
+            db = try SQLiteDatabase(path: path, journalMode: nil, synchronous: idleSynchronous)
+        } catch let error as StoreError where error.kind == .busy { throw inUse(path, error) }
+        let moved: Bool
+        let ran: Int
+        do {
+            try db.executeScript("PRAGMA cache_size=-\(idleCacheKiB); PRAGMA temp_store=MEMORY;")
+            moved = try moveSecrets(db, keychain: keychain, students: students)
+            ran = try Migrations.apply(db, migrations, scope: "phone")
+        } catch let error as StoreError where error.kind == .busy {
+            // Another process holds the file (its quad-edge's exclusive lock).
+            db.close()
+            throw inUse(path, error)
+        }
         if moved { try scrub(db, path: path) }
         if ran > 0 {
             // Opened again: a new or upgraded file keeps none of what its
@@ -247,7 +265,12 @@ enum PhoneStore {
         // Setting the capacity finalizes what the migrations prepared: an
         // idle phone keeps only the few statements it uses.
         db.statementCacheCapacity = phoneStatementCacheCapacity
-        try db.executeScript("PRAGMA synchronous=\(idleSynchronous); PRAGMA journal_mode=\(idleJournal)")
+        try db.executeScript("PRAGMA synchronous=\(idleSynchronous)")
+        do {
+            try db.executeScript("PRAGMA journal_mode=\(idleJournal)")
+        } catch let error as StoreError where error.kind == .busy {
+            Log.info("edge", "\(path) stays in WAL: another process has it open (\(error.message))")
+        }
         if exclusive {
             // Taken now, not at the first write: a file another process
             // has open is refused at start, naming it.

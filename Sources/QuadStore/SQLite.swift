@@ -17,7 +17,12 @@ public final class SQLiteDatabase: Database {
     public let busyTimeoutMs: Int32
     public static let defaultBusyTimeoutMs: Int32 = 5000
 
-    public init(path: String, busyTimeoutMs: Int32 = SQLiteDatabase.defaultBusyTimeoutMs) throws {
+    /// `journalMode` and `synchronous`: WAL and NORMAL for a service's
+    /// store; nil leaves the file's journal as it is (a phone's file, which
+    /// another process may have open: leaving WAL then fails with
+    /// "database is locked", and its owner chooses what to do).
+    public init(path: String, busyTimeoutMs: Int32 = SQLiteDatabase.defaultBusyTimeoutMs,
+                journalMode: String? = "WAL", synchronous: String = "NORMAL") throws {
         var handle: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &handle, flags, nil)
@@ -33,7 +38,7 @@ public final class SQLiteDatabase: Database {
         // Switching a new file to WAL while another process does the same
         // can return BUSY without calling the busy handler: retry a while.
         try SQLiteDatabase.retryingBusy(forMs: Int(busyTimeoutMs)) {
-            try executeScript("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+            try executeScript((journalMode.map { "PRAGMA journal_mode=\($0); " } ?? "") + "PRAGMA synchronous=\(synchronous); PRAGMA foreign_keys=ON;")
         }
     }
 

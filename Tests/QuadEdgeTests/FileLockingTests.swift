@@ -60,4 +60,25 @@ struct FileLockingTests {
         let (status, _, errors) = try runBuilt("quad-edge", ["--file-locking", "both"])
         #expect(status == 64 && errors.contains("--file-locking must be exclusive or shared"), "exit \(status): \(errors)")
     }
+    /// A harness that has a phone's file open, in WAL, when quad-edge opens
+    /// it (the chaos run's history recorder did, and quad-edge stopped at
+    /// that phone with "database is locked": leaving WAL needs the file to
+    /// itself): with `shared`, quad-edge starts and runs that phone, whose
+    /// file stays in WAL while the harness holds it.
+    @Test func aFileAnotherProcessHoldsInWALDoesNotStopQuadEdge() throws {
+        let stack = try TestStack(name: "file-held")
+        let dir = stack.dir + "/phones"
+        let first = try startEdge(stack, "edge-1", dir: dir, extra: ["--file-locking", "shared"])
+        stack.kill("edge-1", signal: SIGTERM)
+        first.waitUntilExit()
+        // The harness: the file in WAL, read, and kept open.
+        let held = try SQLiteDatabase(path: dir + "/phone-001.db")
+        defer { held.close() }
+        #expect(try held.queryOne("PRAGMA journal_mode")?.string("journal_mode") == "wal")
+        #expect(try held.queryOne("SELECT COUNT(*) AS n FROM outbox")?.int("n") == 0)
+        let second = try startEdge(stack, "edge-2", dir: dir, extra: ["--file-locking", "shared"])
+        #expect(second.isRunning, "quad-edge stopped on a file another process holds:\n\(stack.log("edge-2").suffix(2000))")
+        #expect(stack.log("edge-2").contains("phone-001.db stays in WAL"), "\(stack.log("edge-2").suffix(2000))")
+        #expect(try held.queryOne("SELECT COUNT(*) AS n FROM outbox")?.int("n") == 0)
+    }
 }
