@@ -85,6 +85,15 @@ def run_folder():
     folder = tempfile.mkdtemp(prefix="quad-chaos-faults.")
     os.chmod(folder, 0o755)
     yield os.path.join(folder, "run")
+    # The run takes its stack down as it ends; should it not have (one CI
+    # run left a whole --hosts stack running under supervisord, its folder
+    # removed), down again here, before the folder goes.
+    home = os.path.join(folder, "run", "home")
+    if os.path.exists(os.path.join(home, "run")):
+        env = dict(os.environ, QUAD_HOME=home)
+        down = subprocess.run([os.path.join(ROOT, "deploy", "stack"), "down"], env=env, capture_output=True, text=True, timeout=300)
+        if down.returncode != 0:
+            print("deploy/stack down of the run's stack exited %d:\n%s" % (down.returncode, (down.stdout + down.stderr)[-2000:]))
     shutil.rmtree(folder, ignore_errors=True)
 
 
