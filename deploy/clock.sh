@@ -45,6 +45,17 @@
 # A name that exists neither as a semaphore nor as shared memory.
 CLOCK_NO_SHM="/quad-faketime-none /quad-faketime-none"
 
+# libfaketime 0.9.10 makes its pair under the process's pid with O_EXCL and
+# gives up when one of that name is there already: it was left by a dead
+# process of the same pid (SIGKILLed, or one that exec'd another program),
+# and the new process then exits at its first clock read ("sem_open failed
+# and recreation attempts failed"). Pids come round (pid_max is 32,768
+# here), and a day of tests leaves hundreds of such pairs: quadctl on the
+# campus clock died so in one CI run of test_clock.sh. So whatever starts a
+# program under libfaketime removes the pair of the pid the program will
+# have first: the launcher and quad_clock exec it, keeping their pid.
+CLOCK_CLEAR_SELF='rm -f "/dev/shm/sem.faketime_sem_$$" "/dev/shm/faketime_shm_$$";'
+
 # The path of libfaketime.so.1, or fails.
 clock_lib() {
     local l
@@ -149,8 +160,10 @@ clock_env_lines() {
     local off=$1 vars
     if ((off != 0)) && vars=$(clock_vars "$off"); then
         printf '# The campus clock is %s (deploy/stack clock): quad-edge and quadctl from this shell run on it; quad_clock COMMAND runs any other.\n' "$(clock_fmt "$off")"
-        printf 'quad_clock() { %s "$@"; }\n' "$vars"
-        printf '%s\n' 'quad-edge() { quad_clock command quad-edge "$@"; }' 'quadctl() { quad_clock command quadctl "$@"; }'
+        # bash (not under libfaketime) removes what a dead process of its
+        # pid left, then env(1) execs the command under libfaketime.
+        printf 'quad_clock() { bash -c %q quad_clock %s "$@"; }\n' "$CLOCK_CLEAR_SELF"' exec env "$@"' "$vars"
+        printf '%s\n' 'quad-edge() { quad_clock quad-edge "$@"; }' 'quadctl() { quad_clock quadctl "$@"; }'
     else
         printf '%s\n' 'unset -f quad_clock quad-edge quadctl 2>/dev/null || true'
     fi
@@ -173,6 +186,7 @@ clock_launcher_code() {
         '        [[ -f $l ]] || continue' \
         '        if ((off < 0)); then ft=${off}s; else ft=+${off}s; fi' \
         "        export LD_PRELOAD=\$l FAKETIME=\${raw:-\$ft} FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1 FAKETIME_SHARED='$CLOCK_NO_SHM'" \
+        '        rm -f "/dev/shm/sem.faketime_sem_$$" "/dev/shm/faketime_shm_$$"  # a dead namesake'"'"'s: libfaketime would exit (clock.sh)' \
         '        break' \
         '    done' \
         'fi'
