@@ -186,7 +186,7 @@ clock_launcher_code() {
         '        [[ -f $l ]] || continue' \
         '        if ((off < 0)); then ft=${off}s; else ft=+${off}s; fi' \
         "        export LD_PRELOAD=\$l FAKETIME=\${raw:-\$ft} FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1 FAKETIME_SHARED='$CLOCK_NO_SHM'" \
-        '        rm -f "/dev/shm/sem.faketime_sem_$$" "/dev/shm/faketime_shm_$$"  # a dead namesake'"'"'s: libfaketime would exit (clock.sh)' \
+        "        $CLOCK_CLEAR_SELF  # a dead namesake's pair: libfaketime would exit (clock.sh)" \
         '        break' \
         '    done' \
         'fi'

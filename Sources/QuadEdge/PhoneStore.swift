@@ -265,7 +265,6 @@ enum PhoneStore {
         // Setting the capacity finalizes what the migrations prepared: an
         // idle phone keeps only the few statements it uses.
         db.statementCacheCapacity = phoneStatementCacheCapacity
-        try db.executeScript("PRAGMA synchronous=\(idleSynchronous)")
         do {
             try db.executeScript("PRAGMA journal_mode=\(idleJournal)")
         } catch let error as StoreError where error.kind == .busy {

@@ -209,44 +209,63 @@ extension Phone {
         signIn(then)
     }
 
+    /// What a read from the network brought: the service's answer, its
+    /// refusal (a 404, shown as it is), or why there is none, in the words
+    /// the user reads (the view then shows what the phone has).
+    enum ReadOutcome {
+        case answered(JSON)
+        case refused(QuadError)
+        case unreachable(String)
+    }
+
+    /// Asks the service for `type`. No network, no answer in time, and a
+    /// 503 or 504 (no worker took it, or the outcome is not known yet) are
+    /// all `unreachable`. `done` runs at once when the radio is off.
+    func read(_ type: String, _ body: JSON, authed: Bool = false, _ done: @escaping (ReadOutcome) -> Void) {
+        guard radioOn else { done(.unreachable("offline")); return }
+        let send = { [weak self] in
+            guard let self else { return }
+            self.request(type, body, timeoutMs: self.settings.readTimeoutMs) { result in
+                switch result {
+                case .success(let reply):
+                    if let error = reply.quadError {
+                        done([503, 504].contains(error.status) ? .unreachable("the service is unavailable") : .refused(error))
+                    } else {
+                        done(.answered(reply.body))
+                    }
+                case .failure(.offline):
+                    done(.unreachable("offline"))
+                case .failure:
+                    done(.unreachable("no answer from the network"))
+                }
+            }
+        }
+        if authed { withToken { _ in send() } } else { send() }
+    }
+
     /// Asks the service; when it cannot be reached, shows the saved copy
     /// with the time it was saved. A refusal (a 404) is shown as it is.
     func networkThenSaved(_ view: String, _ type: String, _ body: JSON, authed: Bool = false,
                           onNetwork: ((JSON) -> Void)? = nil, _ done: @escaping (ViewResult) -> Void) {
         let key = Phone.key(type, body)
-        let fallback: (String) -> Void = { [weak self] why in
+        read(type, body, authed: authed) { [weak self] outcome in
             guard let self else { return }
-            if let copy = self.saved(key) {
-                done(ViewResult(view: view, source: .saved, ageMs: copy.ageMs, body: copy.body,
-                                notice: "\(why): showing the copy saved \(Phone.age(copy.ageMs)) ago"))
-            } else {
-                done(ViewResult(view: view, source: .none, body: [:], notice: "\(why), and nothing is saved on this phone yet"))
-            }
-        }
-        guard radioOn else { fallback("offline"); return }
-        let send = { [weak self] in
-            guard let self else { return }
-            self.request(type, body, timeoutMs: self.settings.readTimeoutMs) { [weak self] result in
-                guard let self else { return }
-                switch result {
-                case .success(let reply):
-                    if let error = reply.quadError {
-                        if [503, 504].contains(error.status) { fallback("the service is unavailable") } else {
-                            done(ViewResult(view: view, source: .none, body: [:], error: error))
-                        }
-                        return
-                    }
-                    self.save(key, reply.body)
-                    onNetwork?(reply.body)
-                    done(ViewResult(view: view, source: .network, ageMs: 0, body: reply.body))
-                case .failure(.offline):
-                    fallback("offline")
-                case .failure:
-                    fallback("no answer from the network")
+            switch outcome {
+            case .answered(let reply):
+                self.save(key, reply)
+                onNetwork?(reply)
+                done(ViewResult(view: view, source: .network, ageMs: 0, body: reply))
+            case .refused(let error):
+                done(ViewResult(view: view, source: .none, body: [:], error: error))
+            case .unreachable(let why):
+                if let copy = self.saved(key) {
+                    done(ViewResult(view: view, source: .saved, ageMs: copy.ageMs, body: copy.body,
+                                    notice: "\(why): showing the copy saved \(Phone.age(copy.ageMs)) ago"))
+                } else {
+                    done(ViewResult(view: view, source: .none, body: [:], notice: "\(why), and nothing is saved on this phone yet"))
                 }
             }
         }
-        if authed { withToken { _ in send() } } else { send() }
     }
 
     /// Shows the saved copy at once while it is younger than `maxAgeMs`;
@@ -412,23 +431,13 @@ extension Phone {
                 finish(ViewResult(view: "search", source: .none, body: [:], notice: "\(why), and the catalog is not saved on this phone yet"))
             }
         }
-        guard radioOn else { onPhone("offline"); return }
         var body: [String: JSON] = ["limit": .int(params["limit"]?.int ?? 20)]
         for k in ["q", "category", "min_price", "max_price", "in_stock", "sort"] { if let v = params[k] { body[k] = v } }
-        request("catalog.products.list", .object(body), timeoutMs: settings.readTimeoutMs) { result in
-            switch result {
-            case .success(let reply):
-                if let error = reply.quadError {
-                    if [503, 504].contains(error.status) { onPhone("the service is unavailable") } else {
-                        finish(ViewResult(view: "search", source: .none, body: [:], error: error))
-                    }
-                } else {
-                    finish(ViewResult(view: "search", source: .network, ageMs: 0, body: reply.body))
-                }
-            case .failure(.offline):
-                onPhone("offline")
-            case .failure:
-                onPhone("no answer from the network")
+        read("catalog.products.list", .object(body)) { outcome in
+            switch outcome {
+            case .answered(let reply): finish(ViewResult(view: "search", source: .network, ageMs: 0, body: reply))
+            case .refused(let error): finish(ViewResult(view: "search", source: .none, body: [:], error: error))
+            case .unreachable(let why): onPhone(why)
             }
         }
     }
