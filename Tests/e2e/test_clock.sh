@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End to end, as a user: the demo clock (deploy/stack clock, README "A demo
+# End to end, as a user: the demo clock (deploy/stack clock, docs/operations.md "A demo
 # clock").
 #   1. on a stack started without --demo, 'clock +1h' is refused (exit 1,
 #      naming up --demo) and nothing is restarted;

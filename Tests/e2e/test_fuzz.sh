@@ -3,7 +3,7 @@
 # body decoders of every service) for a fixed number of inputs, as
 # deploy/fuzz runs them: with libFuzzer and AddressSanitizer (a build of
 # about two minutes), or deploy/fuzz's seeded generator where libFuzzer does
-# not build. `deploy/fuzz --runs 1000000` is the long run (README, Security).
+# not build. `deploy/fuzz --runs 1000000` is the long run (docs/security.md).
 # QUAD_FUZZ_RUNS (default 20000) inputs per target; QUAD_FUZZ_SEED replays
 # the generator.
 set -euo pipefail

@@ -205,11 +205,12 @@ def test_the_phones_default_control_is_the_tables(command):
         f"{' '.join(command)}: the default --control is {m.group(1)}, the table's is {control} (broker 1's updates socket is 7709)"
 
 
-def test_the_readme_shows_the_table():
-    """README.md's table of ports is what `python3 -m quaddeploy.ports` prints for the default stack."""
+def test_the_docs_show_the_table():
+    """docs/operations.md's table of ports (section Ports) is what `python3 -m quaddeploy.ports` prints for the
+    default stack."""
     r = subprocess.run([sys.executable, "-m", "quaddeploy.ports", "--base", "7700", "--brokers", "2", "--table"],
                        cwd=os.path.join(ROOT, "deploy"), capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    assert "```text\n" + r.stdout + "```" in readme, \
-        "README.md's table of ports differs from (cd deploy && python3 -m quaddeploy.ports --base 7700 --brokers 2): paste its output"
+    page = open(os.path.join(ROOT, "docs", "operations.md")).read()
+    assert "```text\n" + r.stdout + "```" in page, \
+        "docs/operations.md's table of ports differs from (cd deploy && python3 -m quaddeploy.ports --base 7700 --brokers 2): paste its output"

@@ -1,8 +1,12 @@
-"""The README runs as written (issue 26, point 4).
+"""The README and the docs run as written (issue 26, point 4; issue 29, point 4).
 
-Runs README.md's ```sh and ```console blocks, in order, in one bash process,
-as a new user would type them in one terminal, against the stack that the
-README's own `deploy/quickstart` starts, and checks what the README shows.
+Runs the ```sh and ```console blocks of README.md and then of every page of
+docs/ (in the order PAGES gives: each page goes on from what the pages before
+it left), in order, in one bash process, as a new user would type them in one
+terminal, against the stack that the README's own `deploy/quickstart` starts,
+and checks what each page shows. A page without such blocks runs nothing; a
+new page of docs/ runs without being named (PAGES' "docs/*"); a broken command
+in any page fails the test, naming the page and the line.
 
 Which blocks run
   Every ```sh and ```console block runs, unless a marker line (an HTML
@@ -23,7 +27,7 @@ Which blocks run
     <!-- readme-test: files NAME[=BYTES]... (reason) -->
         before the block, the test writes a small PNG picture under each NAME
         in the working folder (a picture the reader has of their own), of
-        BYTES bytes when given (the size the README shows)
+        BYTES bytes when given (the size the page shows)
   Several markers may stand one per line before a fence. Blocks without a
   language (diagrams) never run.
 
@@ -54,7 +58,7 @@ What is compared (output lines of console blocks; `  # ...` ends a comment)
     compared); in a word holding `…` and no digit, `…` matches anything
     (`broker…` is `broker` or `broker-2`); every other word must be the
     same.
-  - Values a reader copies: a command may name a value the README showed in
+  - Values a reader copies: a command may name a value a page showed in
     an earlier output, elided (`"01a3…"`, `"04536bd5…"`) or whole but not
     compared (a trace id). The test substitutes the value
     that output actually printed, as the reader would copy theirs.
@@ -67,7 +71,8 @@ Where it runs
   the ephemeral ports; QUAD_README_PORT_BASE to choose one), QUAD_HOME in a temporary folder,
   binaries from QUAD_BIN_DIR when set (else deploy/stack builds
   .build/release if needed). QUAD_README=PATH runs another README (a broken
-  copy, to see the test fail). The stack is stopped at the end whatever
+  copy, to see the test fail); QUAD_README_PAGES="docs/a.md docs/b.md" runs
+  those pages after it instead of PAGES ("" the README alone). The stack is stopped at the end whatever
   happened; the temporary folder is kept when the test fails (its path is
   printed) and QUAD_README_KEEP=1 keeps it always.
 """
@@ -90,6 +95,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = Path(os.environ.get("QUAD_README", ROOT / "README.md")).resolve()
+# The pages whose commands run after the README's, in this order, in the same
+# shell against the same stack: each goes on from what the ones before left
+# (the stack the README's deploy/quickstart started, `eval "$(deploy/stack
+# env)"`, Ana signed in, her orders). "docs/*" stands for every other page of
+# docs/, by name. operations.md comes last: it ends with `deploy/stack down`.
+PAGES = ["docs/quadctl.md", "docs/pictures.md", "docs/phones.md", "docs/protocol.md", "docs/security.md",
+         "docs/chaos.md", "docs/kubernetes.md", "docs/*", "docs/operations.md"]
 COMMAND_TIMEOUT = float(os.environ.get("QUAD_README_COMMAND_TIMEOUT", "300"))
 ELL = "\u2026"  # …
 
@@ -97,9 +109,10 @@ ELL = "\u2026"  # …
 
 
 class Command:
-    def __init__(self, text, line, block_line, lang):
+    def __init__(self, page, text, line, block_line, lang):
+        self.page = page            # the page's name: README.md, docs/phones.md
         self.text = text            # as written (may span lines)
-        self.line = line            # README line number of its first line
+        self.line = line            # the page's line number of its first line
         self.block_line = block_line
         self.lang = lang
         self.expected = []          # (line number, text) printed, console only
@@ -109,7 +122,7 @@ class Command:
         self.fails = False          # must exit non-zero (marker `fails`)
 
     def __repr__(self):
-        return f"{README.name}:{self.line}: {self.text}"
+        return f"{self.page}:{self.line}: {self.text}"
 
 
 MARKER = re.compile(r"^\s*<!--\s*readme-test:\s*(.*?)\s*-->\s*$")
@@ -138,8 +151,41 @@ def parse_markers(lines):
     return markers
 
 
+def page_name(path):
+    """README.md, docs/phones.md: the path from the repository's top."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return Path(path).name
+
+
+def pages():
+    """README.md, then the pages of PAGES in their order (QUAD_README_PAGES,
+    space-separated, instead when set; empty: the README alone)."""
+    wanted = os.environ.get("QUAD_README_PAGES")
+    order = wanted.split() if wanted is not None else PAGES
+    named = {p for p in order if p != "docs/*"}
+    out = [README]
+    for p in order:
+        if p == "docs/*":
+            out += [f for f in sorted((ROOT / "docs").glob("*.md")) if page_name(f) not in named]
+        else:
+            assert (ROOT / p).is_file(), f"{p} is in the test's list of pages, and is no file"
+            out.append(ROOT / p)
+    return out
+
+
+def parse_pages():
+    """Every command of README.md and of the pages after it, in order."""
+    commands = []
+    for path in pages():
+        commands += parse_readme(path)
+    return commands
+
+
 def parse_readme(path):
-    """Every command of the README's sh and console blocks, in order."""
+    """Every command of a page's sh and console blocks, in order."""
+    name = page_name(path)
     lines = path.read_text().split("\n")
     commands = []
     i = 0
@@ -148,7 +194,7 @@ def parse_readme(path):
         if not fence:
             i += 1
             continue
-        lang, start = fence.group(1), i + 1  # start: README line number of the fence
+        lang, start = fence.group(1), i + 1  # start: the page's line number of the fence
         j = i + 1
         while j < len(lines) and not lines[j].startswith("```"):
             j += 1
@@ -169,7 +215,7 @@ def parse_readme(path):
                 if block:
                     block[-1].expected.append((number, line))
                 elif line.strip():
-                    raise AssertionError(f"{README.name}:{number}: output before any command in a console block: {line}")
+                    raise AssertionError(f"{name}:{number}: output before any command in a console block: {line}")
                 n += 1
                 continue
             if lang == "sh" and (not line.strip() or line.lstrip().startswith("#")):
@@ -179,7 +225,7 @@ def parse_readme(path):
             while incomplete(text) and n + 1 < len(body):
                 n += 1
                 text += "\n" + body[n]
-            block.append(Command(text, number, start, lang))
+            block.append(Command(name, text, number, start, lang))
             n += 1
         for c in block:
             for kind, args, reason in markers:
@@ -200,7 +246,7 @@ def parse_readme(path):
                 elif kind == "files":
                     pass
                 elif kind not in ("skip-command",):
-                    raise AssertionError(f"{README.name}:{start}: unknown readme-test marker '{kind}'")
+                    raise AssertionError(f"{name}:{start}: unknown readme-test marker '{kind}'")
         files = [name for kind, args, _ in markers if kind == "files" for name in args.split()]
         if block:
             block[0].files = files
@@ -221,7 +267,7 @@ class ElidedText:
 
 
 class Lax:
-    """An object or array as the README shows it."""
+    """An object or array as the page shows it."""
 
     def __init__(self, value):
         self.value = value
@@ -318,18 +364,18 @@ DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][0-9:.]+Z?)?$")
 
 
 def match_json(want, got, path, copied):
-    """Mismatches of `got` against the README's `want` ([] when it matches);
-    fills `copied` with the values printed where the README elides them."""
+    """Mismatches of `got` against the page's `want` ([] when it matches);
+    fills `copied` with the values printed where the page elides them."""
     if isinstance(want, Elided):
         return []
     if isinstance(want, ElidedText):
         if isinstance(got, (dict, list)) or got is None:
-            return [f"{path}: the README shows {want.text!r}, printed {json.dumps(got)}"]
+            return [f"{path}: the page shows {want.text!r}, printed {json.dumps(got)}"]
         copied[want.text] = got if isinstance(got, str) else json.dumps(got)
         return []
     if isinstance(want, Lax) and isinstance(want.value, dict):
         if not isinstance(got, dict):
-            return [f"{path}: the README shows an object, printed {json.dumps(got)[:200]}"]
+            return [f"{path}: the page shows an object, printed {json.dumps(got)[:200]}"]
         errors = []
         for k, v in want.value.items():
             if k not in got:
@@ -339,7 +385,7 @@ def match_json(want, got, path, copied):
         return errors
     if isinstance(want, Lax):
         if not isinstance(got, list):
-            return [f"{path}: the README shows an array, printed {json.dumps(got)[:200]}"]
+            return [f"{path}: the page shows an array, printed {json.dumps(got)[:200]}"]
         errors, used = [], set()
         for n, w in enumerate(want.value):
             best = None
@@ -356,20 +402,20 @@ def match_json(want, got, path, copied):
                 if best is None or len(e) < len(best):
                     best = e
             if best is None:
-                errors.append(f"{path}: the README shows an element {n + 1}, the array printed has {len(got)}")
+                errors.append(f"{path}: the page shows an element {n + 1}, the array printed has {len(got)}")
             else:
                 errors += best
         return errors
     if isinstance(want, str) and DATE.match(want):
         if not isinstance(got, str):
-            return [f"{path}: the README shows the time {want!r}, printed {json.dumps(got)}"]
+            return [f"{path}: the page shows the time {want!r}, printed {json.dumps(got)}"]
         copied[want] = got
         return []
     if isinstance(want, bool) or isinstance(got, bool) or want is None:
         ok = want is got
     else:
         ok = want == got
-    return [] if ok else [f"{path}: the README shows {json.dumps(want)}, printed {json.dumps(got)[:200]}"]
+    return [] if ok else [f"{path}: the page shows {json.dumps(want)}, printed {json.dumps(got)[:200]}"]
 
 
 def json_values(text):
@@ -404,8 +450,8 @@ def word_matches(want, got, copied):
     return want == got
 
 
-def match_lines(want_lines, printed_lines, copied):
-    """Each README line, word by word, against the printed lines, in order."""
+def match_lines(want_lines, printed_lines, copied, page):
+    """Each line the page shows, word by word, against the printed lines, in order."""
     errors, at = [], 0
     for number, want in want_lines:
         words = want.split()
@@ -420,7 +466,7 @@ def match_lines(want_lines, printed_lines, copied):
                 copied.update(scratch)
                 break
         if found is None:
-            errors.append(f"{README.name}:{number}: no printed line matches {want!r}")
+            errors.append(f"{page}:{number}: no printed line matches {want!r}")
         else:
             at = found + 1
     return errors
@@ -604,22 +650,23 @@ class Shell:
 # ------------------------------------------------------------------ the test
 
 
-def check_report(path, line):
+def check_report(path, c):
     """A campus day's report accounts for every action."""
+    line = f"{c.page}:{c.line}"
     p = Path(path)
     if not p.exists():
-        return [f"{README.name}:{line}: the campus day wrote no report {path}"]
+        return [f"{line}: the campus day wrote no report {path}"]
     r = json.loads(p.read_text())
     errors = []
     actions = r.get("actions", {})
     if r.get("accounted") is not True:
-        errors.append(f"{README.name}:{line}: {path}: accounted is {r.get('accounted')!r}, not true (actions {json.dumps({k: v for k, v in actions.items() if k != 'by_type'})})")
+        errors.append(f"{line}: {path}: accounted is {r.get('accounted')!r}, not true (actions {json.dumps({k: v for k, v in actions.items() if k != 'by_type'})})")
     if actions.get("pending", 0) != 0:
-        errors.append(f"{README.name}:{line}: {path}: {actions.get('pending')} actions still pending")
+        errors.append(f"{line}: {path}: {actions.get('pending')} actions still pending")
     if r.get("drain", {}).get("outbox_left", 0) != 0:
-        errors.append(f"{README.name}:{line}: {path}: {r['drain']['outbox_left']} actions left in outboxes")
+        errors.append(f"{line}: {path}: {r['drain']['outbox_left']} actions left in outboxes")
     if not actions.get("created"):
-        errors.append(f"{README.name}:{line}: {path}: no action was created")
+        errors.append(f"{line}: {path}: no action was created")
     log(f"  report {path}: {actions.get('created')} actions, {actions.get('done')} done, {actions.get('rejected')} rejected, "
         f"{actions.get('pending')} pending, accounted {r.get('accounted')}")
     return errors
@@ -628,7 +675,7 @@ def check_report(path, line):
 def test_readme_runs_as_written(capsys):
     global CAPSYS
     CAPSYS = capsys
-    commands = parse_readme(README)
+    commands = parse_pages()
     assert commands, f"{README} has no sh or console block"
     base = free_port_base()
     tmp = Path(tempfile.mkdtemp(prefix="quad-readme-"))
@@ -643,7 +690,7 @@ def test_readme_runs_as_written(capsys):
     env.update(QUAD_ROOT=str(ROOT), QUAD_HOME=str(home), QUAD_PORT_BASE=str(base), TERM="dumb")
     if "QUAD_BUILD_DIR" not in env:
         env["QUAD_BUILD_DIR"] = str(ROOT / ".build")
-    log(f"README {README}: {len(commands)} commands; port base {base}; QUAD_HOME {home}; "
+    log(f"{', '.join(page_name(p) for p in pages())}: {len(commands)} commands; port base {base}; QUAD_HOME {home}; "
         f"binaries {env.get('QUAD_BIN_DIR') or env['QUAD_BUILD_DIR'] + '/release (built if needed)'}")
     shell = Shell(work, env, tmp / "out")
     failures, copied, ran = [], {}, 0
@@ -652,9 +699,9 @@ def test_readme_runs_as_written(capsys):
             for name in getattr(c, "files", []):
                 name, _, size = name.partition("=")
                 png(work / name, int(size) if size else None)
-                log(f"(wrote a picture {name} for the block at {README.name}:{c.block_line})")
+                log(f"(wrote a picture {name} for the block at {c.page}:{c.block_line})")
             if c.skip:
-                log(f"skip {README.name}:{c.line}: {c.text.splitlines()[0]}  ({c.skip})")
+                log(f"skip {c.page}:{c.line}: {c.text.splitlines()[0]}  ({c.skip})")
                 continue
             text = c.text
             for key in sorted(copied, key=len, reverse=True):
@@ -664,14 +711,14 @@ def test_readme_runs_as_written(capsys):
                 log(f"  (values copied from earlier output: {text.splitlines()[0][:200]})")
             syntax = subprocess.run(["bash", "-n", "-c", text], capture_output=True, text=True)
             if syntax.returncode != 0:
-                failures.append(f"{README.name}:{c.line}: {c.text}\n  not a complete bash command: {syntax.stderr.strip()}\n")
+                failures.append(f"{c.page}:{c.line}: {c.text}\n  not a complete bash command: {syntax.stderr.strip()}\n")
                 log("FAILED " + failures[-1])
                 continue
             run = text
             if c.follow is not None:
                 run = f"timeout -s INT -k 5 {c.follow:g} bash -c {shlex.quote(text)}"
             more = " ..." if "\n" in c.text else ""
-            log(f"$ {c.text.splitlines()[0]}{more}   [{README.name}:{c.line}]")
+            log(f"$ {c.text.splitlines()[0]}{more}   [{c.page}:{c.line}]")
             status, o, e, secs = shell.run(run, c.timeout + (c.follow or 0))
             ran += 1
             printed = o.read_text(errors="replace") if o.exists() else ""
@@ -684,7 +731,7 @@ def test_readme_runs_as_written(capsys):
                     try:
                         want_json.append((n, ElidedParser(l.strip()).parse()))
                     except (ValueError, IndexError) as x:
-                        errors.append(f"{README.name}:{n}: the README's JSON cannot be read: {x}")
+                        errors.append(f"{c.page}:{n}: the page's JSON cannot be read: {x}")
                 else:
                     want_lines.append((n, l))
             fails_on_purpose = c.fails or any(is_error_body(v) for _, v in want_json)
@@ -694,7 +741,7 @@ def test_readme_runs_as_written(capsys):
                 if status not in (0, 124):
                     errors.append(f"exit status {status} (a following command: still running or 0 expected)")
             elif fails_on_purpose and status == 0:
-                errors.append("exit status 0: the README shows it failing (non-zero expected)")
+                errors.append("exit status 0: the page shows it failing (non-zero expected)")
             elif not fails_on_purpose and status != 0:
                 errors.append(f"exit status {status} (0 expected)")
             values = json_values(printed) + json_values(printed_err)
@@ -708,20 +755,20 @@ def test_readme_runs_as_written(capsys):
                     if not e_:
                         break
                 # What the reader copies comes from what was printed, even
-                # where it differs from the README.
+                # where it differs from the page.
                 copied.update(best_copied)
                 if best is None:
-                    errors.append(f"{README.name}:{n}: the README shows JSON, nothing printed is JSON")
+                    errors.append(f"{c.page}:{n}: the page shows JSON, nothing printed is JSON")
                 else:
-                    errors += [f"{README.name}:{n}: {x}" for x in best]
-            errors += match_lines(want_lines, printed.splitlines() + printed_err.splitlines(), copied)
+                    errors += [f"{c.page}:{n}: {x}" for x in best]
+            errors += match_lines(want_lines, printed.splitlines() + printed_err.splitlines(), copied, c.page)
             m = re.search(r"quad-edge\s+run\b.*--report[ =](\S+)", text)
             if m and status is not None:
-                errors += check_report(work / m.group(1), c.line)
+                errors += check_report(work / m.group(1), c)
             log(f"  exit {status if status is not None else 'none (stopped)'} in {secs:.1f} s"
                 + ("" if not errors else f": FAILED"))
             if errors:
-                report = (f"{README.name}:{c.line}: {c.text}\n  exit status: {status if status is not None else 'none: stopped after ' + format(c.timeout, 'g') + ' s'}\n"
+                report = (f"{c.page}:{c.line}: {c.text}\n  exit status: {status if status is not None else 'none: stopped after ' + format(c.timeout, 'g') + ' s'}\n"
                           + "".join(f"  {x}\n" for x in errors)
                           + f"  stdout (last lines):\n{tail(o)}\n  stderr (last lines):\n{tail(e)}\n")
                 log("FAILED " + report)
@@ -739,16 +786,16 @@ def test_readme_runs_as_written(capsys):
             shutil.rmtree(tmp, ignore_errors=True)
     log(f"{ran} commands run, {len(failures)} failed")
     if failures:
-        pytest.fail(f"{len(failures)} of the README's {ran} commands run failed ({README}):\n\n" + "\n".join(failures),
+        pytest.fail(f"{len(failures)} of the {ran} commands run (README.md and docs/) failed:\n\n" + "\n".join(failures),
                     pytrace=False)
 
 
 def test_readme_commands_name_no_port():
-    """The README's commands take their ports from the stack they run on
+    """The commands of the README and docs/ take their ports from the stack they run on
     (`eval "$(deploy/stack env)"`: QUAD_PORT_BASE, QUAD_EDGE_CONTROL, ...),
     never a literal port of the default stack (7700-8200), which would reach
     another stack, or nothing, on any other port base."""
     literal = re.compile(r"(?<![\d.])(7[7-9]\d\d|8[01]\d\d|8200)(?!\d)")
-    named = [f"{README.name}:{c.line}: {c.text.splitlines()[0]}" for c in parse_readme(README)
+    named = [f"{c.page}:{c.line}: {c.text.splitlines()[0]}" for c in parse_pages()
              if not c.skip and literal.search(c.text)]
-    assert not named, "README commands naming a literal port:\n" + "\n".join(named)
+    assert not named, "commands naming a literal port:\n" + "\n".join(named)
