@@ -66,7 +66,7 @@ public struct BrokerSettings: Sendable {
     /// Messages the frontend buffers per connection on the way in
     /// (`frontend_receive_hwm`): past it libzmq stops reading that
     /// connection and TCP pushes back. (A multipart message counts once
-    /// however many frames it has; see the README on what that leaves.)
+    /// however many frames it has; see docs/security.md on what that leaves.)
     public var frontendReceiveHWM: Int32 = 100
     /// Milliseconds a client key that sent a message with the wrong number
     /// of frames is refused new connections (`malformed_ban_ms`); 0: no ban.

@@ -267,7 +267,7 @@ public enum Log {
         }
     }
 
-    /// A request's span line (`"msg":"span"`: see README, Following a
+    /// A request's span line (`"msg":"span"`: see docs/operations.md, Following a
     /// trace), written straight into bytes: it goes out once per request in
     /// every process, and the general ``line(_:)`` boxes each field twice
     /// and sorts the keys.

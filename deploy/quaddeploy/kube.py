@@ -221,7 +221,7 @@ def manifests():
         volumes = [secret_volume()]
         if s not in ON_POSTGRES:
             # The service's SQLite file: its replicas share it, so they run
-            # on the node of this one volume (see the README on scaling).
+            # on the node of this one volume (see docs/kubernetes.md on scaling).
             docs.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(f"{name}-data", name),
                          "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
             volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": f"{name}-data"}})
