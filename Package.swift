@@ -43,8 +43,8 @@ let package = Package(
         // flags, endpoints, log lines, shutdown, the worker protocol, and
         // whom a request belongs to.
         .target(name: "QuadProcess", dependencies: ["QuadWire"]),
-        // The read-only HTTP server under /metrics and /images: libmicrohttpd's
-        // threads, bounded, no request body.
+        // The HTTP server under /metrics, /images and the dashboard:
+        // libmicrohttpd's threads, bounded, a request body only up to a limit.
         .target(name: "QuadHTTP", dependencies: ["CMicroHTTPD"]),
         // Prometheus metrics: a registry of counters, gauges and histograms
         // and the `/metrics` HTTP endpoint, for every process, the broker included.
@@ -75,7 +75,7 @@ let package = Package(
         // The edge agent: emulated phones, one SQLite file each, on one poll loop.
         .target(name: "QuadEdge", dependencies: ["QuadAuth", "QuadImages", "QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"]),
         // The business questions are SQL files, copied as resources.
-        .target(name: "QuadAnalytics", dependencies: ["CMicroHTTPD", "QuadAuth", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
+        .target(name: "QuadAnalytics", dependencies: ["QuadHTTP", "QuadAuth", "QuadContract", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
                 resources: [.copy("questions")]),
 
         // Thin executables.
@@ -88,8 +88,8 @@ let package = Package(
         .executableTarget(name: "quad-reservations", dependencies: ["QuadReservations", "QuadRuntime"]),
         .executableTarget(name: "quad-telemetry", dependencies: ["QuadTelemetry", "QuadRuntime"]),
         .executableTarget(name: "quad-analytics", dependencies: ["QuadAnalytics", "QuadRuntime"]),
-        .executableTarget(name: "quad-edge", dependencies: ["QuadEdge", "QuadRuntime", "QuadMetrics"]),
-        .executableTarget(name: "quadctl", dependencies: ["QuadRuntime", "QuadWire", "QuadAuth", "QuadContract"]),
+        .executableTarget(name: "quad-edge", dependencies: ["QuadEdge", "QuadRuntime", "QuadMetrics", "QuadWire"]),
+        .executableTarget(name: "quadctl", dependencies: ["QuadRuntime", "QuadWire", "QuadAuth", "QuadContract", "QuadMessaging"]),
         // Quad's side of the benchmarks (deploy/bench).
         .executableTarget(name: "quad-bench", dependencies: ["QuadRuntime", "QuadMessaging", "QuadWire"]),
         // A counter service the runtime's tests run as real processes.
@@ -108,19 +108,19 @@ let package = Package(
         // The broker's routing rules, without sockets or clocks.
         .testTarget(name: "QuadBrokerTests", dependencies: ["QuadBroker", "QuadContract", "QuadWire"]),
         .testTarget(name: "QuadStoreTests", dependencies: ["QuadStore", "QuadRuntime", "QuadWire"]),
-        .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport", "QuadMetrics"]),
+        .testTarget(name: "QuadRuntimeTests", dependencies: ["QuadRuntime", "QuadContract", "QuadBroker", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport", "QuadMetrics"]),
         .testTarget(name: "QuadAccountsTests", dependencies: ["QuadAccounts", "QuadAuth", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadCatalogTests", dependencies: ["QuadCatalog", "QuadImages", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadFavoritesTests", dependencies: ["QuadFavorites", "QuadCatalogCopy", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadNotificationsTests", dependencies: ["QuadNotifications", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
-        .testTarget(name: "QuadOrdersTests", dependencies: ["QuadOrders", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
-        .testTarget(name: "QuadReservationsTests", dependencies: ["QuadReservations", "QuadImages", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
-        .testTarget(name: "QuadTelemetryTests", dependencies: ["QuadTelemetry", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
+        .testTarget(name: "QuadOrdersTests", dependencies: ["QuadOrders", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadReservationsTests", dependencies: ["QuadReservations", "QuadContract", "QuadImages", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadTelemetryTests", dependencies: ["QuadTelemetry", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
         .testTarget(name: "QuadSecurityTests", dependencies: [
             "QuadBroker", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport", "QuadAccounts", "QuadCatalog",
             "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics", "QuadNotifications", "QuadContract",
         ]),
-        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadImages", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadAuth", "QuadMetrics", "QuadImages", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadAnalyticsTests", dependencies: ["QuadAnalytics", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,5 +1,5 @@
-import CMicroHTTPD
 import Foundation
+import QuadHTTP
 import QuadRuntime
 import QuadWire
 
@@ -93,8 +93,7 @@ public final class DashboardServer: @unchecked Sendable {
     let throttle = SignInThrottle()
     let lock = NSLock()
     var running = 0
-    var daemon: OpaquePointer?
-    var retained: Unmanaged<DashboardServer>?
+    var server: HTTPServer?
     public private(set) var port: UInt16 = 0
 
     /// Ends the dashboard sessions opened with a token accounts has
@@ -171,26 +170,23 @@ public final class DashboardServer: @unchecked Sendable {
     @discardableResult
     public func start(_ address: String) throws -> UInt16 {
         let (host, port) = try DashboardServer.parse(address)
-        if tls != nil && quad_mhd_has_tls() == 0 { throw QuadError.unavailable("this libmicrohttpd was built without TLS") }
-        let me = Unmanaged.passRetained(self)
-        let bounds = quad_mhd_limits(connections: UInt32(limits.connections), connections_per_address: UInt32(limits.connectionsPerAddress),
-                                     timeout_seconds: UInt32(limits.timeoutSeconds))
-        guard let d = quad_mhd_start(host, port, DashboardServer.handler, me.toOpaque(), bounds, DashboardServer.completed,
-                                     tls?.key, tls?.cert) else {
-            me.release()
+        if tls != nil && !HTTPServer.hasTLS { throw QuadError.unavailable("this libmicrohttpd was built without TLS") }
+        let bounds = HTTPServer.Limits(connections: UInt32(limits.connections), connectionsPerAddress: UInt32(limits.connectionsPerAddress),
+                                       timeoutSeconds: UInt32(limits.timeoutSeconds))
+        let http = HTTPServer(limits: bounds, bodyLimit: Limits.formBytes, tls: tls) { [unowned self] r in
+            DashboardServer.response(self.answer(DashboardServer.request(r)))
+        }
+        guard let taken = http.start(host: host, port: port) else {
             throw QuadError.unavailable("cannot listen on http\(tls == nil ? "" : "s")://\(address) (address in use, not an IPv4 address of this host, or an unusable TLS key)")
         }
-        daemon = d
-        retained = me
-        self.port = quad_mhd_port(d)
-        return self.port
+        server = http
+        self.port = taken
+        return taken
     }
 
     public func stop() {
-        if let d = daemon { MHD_stop_daemon(d) }
-        daemon = nil
-        retained?.release()
-        retained = nil
+        server?.stop()
+        server = nil
     }
 
     /// `host:port` with an IPv4 host.
@@ -351,78 +347,18 @@ public final class DashboardServer: @unchecked Sendable {
         return (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &g)) }.joined()
     }
 
-    /// A sign-in form while it is uploaded, kept in microhttpd's per-request slot.
-    final class Upload {
-        var bytes: [UInt8] = []
-        var tooLarge = false
+    /// The request as the dashboard reads it; a form over ``Limits/formBytes``
+    /// (declared or sent) stands as one byte too many, which ``answer(_:)`` refuses.
+    static func request(_ r: QuadHTTP.HTTPRequest) -> HTTPRequest {
+        var out = HTTPRequest(r.method, r.path, authorization: r.header("Authorization"), cookie: r.header("Cookie"),
+                              contentType: r.header("Content-Type"),
+                              body: r.bodyTooLarge ? [UInt8](repeating: 0, count: Limits.formBytes + 1) : r.body, client: r.client)
+        out.arguments = Set(credentialArguments.filter { r.argument($0) != nil })
+        return out
     }
 
-    /// microhttpd's access handler, on the connection's thread. A POST is
-    /// called first with its headers, then once per piece of body, then
-    /// once more with none: the answer goes on that last call.
-    static let handler: quad_mhd_handler = { cls, connection, url, method, _, uploadData, uploadSize, slot in
-        guard let cls, let connection, let slot, let uploadSize else { return quad_mhd_no() }
-        let server = Unmanaged<DashboardServer>.fromOpaque(cls).takeUnretainedValue()
-        let methodText = method.map { String(cString: $0) } ?? ""
-        var body: [UInt8] = []
-        if methodText == "POST" {
-            guard let kept = slot.pointee else {
-                let declared = quad_mhd_header(connection, "Content-Length").flatMap { Int(String(cString: $0)) } ?? 0
-                if declared <= Limits.formBytes {
-                    slot.pointee = Unmanaged.passRetained(Upload()).toOpaque()
-                    return quad_mhd_yes()
-                }
-                // Over the limit as declared: answered before reading any of it.
-                return queue(connection, server.answer(request(connection, url, methodText, body: [UInt8](repeating: 0, count: Limits.formBytes + 1))), head: false)
-            }
-            let upload = Unmanaged<Upload>.fromOpaque(kept).takeUnretainedValue()
-            if uploadSize.pointee > 0 {
-                if !upload.tooLarge, let uploadData {
-                    if upload.bytes.count + uploadSize.pointee > Limits.formBytes {
-                        upload.tooLarge = true
-                        upload.bytes = []
-                    } else {
-                        uploadData.withMemoryRebound(to: UInt8.self, capacity: uploadSize.pointee) {
-                            upload.bytes += UnsafeBufferPointer(start: $0, count: uploadSize.pointee)
-                        }
-                    }
-                }
-                uploadSize.pointee = 0
-                return quad_mhd_yes()
-            }
-            body = upload.tooLarge ? [UInt8](repeating: 0, count: Limits.formBytes + 1) : upload.bytes
-        }
-        return queue(connection, server.answer(request(connection, url, methodText, body: body)), head: methodText == "HEAD")
-    }
-
-    /// Frees an upload's state however its request ended.
-    static let completed: quad_mhd_completed = { _, _, slot, _ in
-        guard let slot, let kept = slot.pointee else { return }
-        Unmanaged<Upload>.fromOpaque(kept).release()
-        slot.pointee = nil
-    }
-
-    static func request(_ connection: OpaquePointer, _ url: UnsafePointer<CChar>?, _ method: String, body: [UInt8]) -> HTTPRequest {
-        func header(_ name: String) -> String? { quad_mhd_header(connection, name).map { String(cString: $0) } }
-        var r = HTTPRequest(method, url.map { String(cString: $0) } ?? "/", authorization: header("Authorization"), cookie: header("Cookie"),
-                            contentType: header("Content-Type"), body: body)
-        r.arguments = Set(credentialArguments.filter { quad_mhd_argument(connection, $0) != nil })
-        var address = [CChar](repeating: 0, count: 16)
-        r.client = quad_mhd_client_address(connection, &address, address.count) != 0 ? String(decoding: address.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
-        return r
-    }
-
-    static func queue(_ connection: OpaquePointer, _ a: HTTPAnswer, head: Bool) -> MHD_Result {
-        let body = head ? [] : a.body
-        let response = body.withUnsafeBytes { buf in
-            quad_mhd_response(buf.count, buf.baseAddress)
-        }
-        guard let response else { return quad_mhd_no() }
-        _ = MHD_add_response_header(response, "Content-Type", a.contentType)
-        for (k, v) in a.headers { _ = MHD_add_response_header(response, k, v) }
-        let result = MHD_queue_response(connection, UInt32(a.status), response)
-        MHD_destroy_response(response)
-        return result
+    static func response(_ a: HTTPAnswer) -> HTTPResponse {
+        HTTPResponse(status: a.status, headers: [("Content-Type", a.contentType)] + a.headers.map { ($0.key, $0.value) }, body: a.body)
     }
 }
 

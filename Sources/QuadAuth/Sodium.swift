@@ -60,3 +60,25 @@ public struct AuthError: Error, Sendable, CustomStringConvertible {
     public init(_ message: String) { self.message = message }
     public var description: String { message }
 }
+
+/// libsodium's primitives as they are, for tests that check a token or a
+/// MAC by the algorithm alone, without Quad's own verifier.
+public enum Primitives {
+    /// Whether `signature` is an Ed25519 signature of `message` by `publicKey`.
+    public static func ed25519Verifies(_ signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool {
+        _ = Sodium.ready
+        guard signature.count == Int(crypto_sign_bytes()), publicKey.count == Int(crypto_sign_publickeybytes()) else { return false }
+        return crypto_sign_verify_detached(signature, message, UInt64(message.count), publicKey) == 0
+    }
+
+    /// HMAC-SHA-256 of `message` under `key` (any length).
+    public static func hmacSHA256(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
+        _ = Sodium.ready
+        var mac = [UInt8](repeating: 0, count: 32)
+        var state = crypto_auth_hmacsha256_state()
+        crypto_auth_hmacsha256_init(&state, key, key.count)
+        crypto_auth_hmacsha256_update(&state, message, UInt64(message.count))
+        crypto_auth_hmacsha256_final(&state, &mac)
+        return mac
+    }
+}

@@ -1,5 +1,4 @@
 import Foundation
-import CSQLite
 import QuadRuntime
 import QuadStore
 import QuadWire
@@ -346,7 +345,7 @@ enum PhoneStore {
     /// Pages a connection's cache allocates at its first read, set once for
     /// the process before its first connection (SQLITE_CONFIG_PAGECACHE's N;
     /// SQLite refuses it once a connection is open, and the default stays).
-    static let pageCacheUpFront: Int32 = quad_sqlite_config_initial_cache_pages(0)
+    static let pageCacheUpFront: Bool = SQLiteDatabase.allocateNoPagesUpFront()
 }
 
 extension Database {

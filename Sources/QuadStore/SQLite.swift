@@ -44,6 +44,16 @@ public final class SQLiteDatabase: Database {
 
     deinit { close() }
 
+    /// Asks SQLite to allocate no page-cache pages up front for the
+    /// connections of this process (SQLITE_CONFIG_PAGECACHE's N = 0; a
+    /// connection otherwise allocates 20 pages, ~87 KiB, at its first read,
+    /// before any cache_size applies). Only before the process's first
+    /// connection: SQLite refuses it once one is open, and the default
+    /// stays. Returns whether SQLite took it.
+    public static func allocateNoPagesUpFront() -> Bool {
+        quad_sqlite_config_initial_cache_pages(0) == SQLITE_OK
+    }
+
     /// Statements a connection keeps prepared: enough for every statement a
     /// service runs, few enough that ad-hoc texts cannot grow it for ever.
     public static let defaultStatementCacheCapacity = 64

@@ -9,11 +9,18 @@ struct LayeringTests {
     static let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("Sources").path
 
+    static let root = URL(fileURLWithPath: sources).deletingLastPathComponent().path
+
     /// The modules `module`'s sources import.
     func imports(of module: String) throws -> Set<String> {
-        let dir = Self.sources + "/" + module
+        try Self.imports(inFolder: Self.sources + "/" + module)
+    }
+
+    /// The modules the Swift files under `dir` (and its subfolders) import.
+    static func imports(inFolder dir: String) throws -> Set<String> {
         var found = Set<String>()
-        for file in try FileManager.default.contentsOfDirectory(atPath: dir) where file.hasSuffix(".swift") {
+        guard let files = FileManager.default.enumerator(atPath: dir) else { return found }
+        for case let file as String in files where file.hasSuffix(".swift") {
             let text = try String(contentsOfFile: dir + "/" + file, encoding: .utf8)
             for line in text.split(separator: "\n") {
                 let words = line.split(separator: " ")
@@ -23,6 +30,79 @@ struct LayeringTests {
             }
         }
         return found
+    }
+
+    /// A target of Package.swift: its name, kind, folder and declared dependencies.
+    struct Target {
+        var name: String
+        var kind: String
+        var folder: String
+        var dependencies: Set<String>
+    }
+
+    /// Package.swift's targets, read from its text: `.KIND(name: "N",
+    /// dependencies: [...], path: "P")`, each up to its closing parenthesis.
+    static func targets() throws -> [Target] {
+        let text = try String(contentsOfFile: root + "/Package.swift", encoding: .utf8)
+        let kinds = ["target", "executableTarget", "testTarget", "systemLibrary"]
+        var found: [Target] = []
+        let pattern = try NSRegularExpression(pattern: #"\.(target|executableTarget|testTarget|systemLibrary)\(name: "([^"]+)""#)
+        for m in pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)) {
+            let kind = String(text[Range(m.range(at: 1), in: text)!])
+            let name = String(text[Range(m.range(at: 2), in: text)!])
+            // The declaration runs to the parenthesis that closes it.
+            var depth = 0
+            var end = Range(m.range, in: text)!.upperBound
+            var k = text.index(before: end)
+            while k < text.endIndex {
+                if text[k] == "(" || text[k] == "[" { depth += 1 }
+                if text[k] == ")" || text[k] == "]" { depth -= 1; if depth == 0 { end = k; break } }
+                k = text.index(after: k)
+            }
+            let body = String(text[Range(m.range, in: text)!.lowerBound..<end])
+            var deps = Set<String>()
+            if let open = body.range(of: "dependencies: [") {
+                let rest = body[open.upperBound...]
+                let list = rest[..<(rest.firstIndex(of: "]") ?? rest.endIndex)]
+                for piece in list.split(separator: "\"") where !piece.contains(",") && !piece.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty {
+                    deps.insert(String(piece))
+                }
+            }
+            var folder = (kind == "testTarget" ? "Tests/" : "Sources/") + name
+            if let p = body.range(of: #"path: "([^"]+)""#, options: .regularExpression) {
+                folder = String(body[p].dropFirst(7).dropLast())
+            }
+            precondition(kinds.contains(kind))
+            found.append(Target(name: name, kind: kind, folder: folder, dependencies: deps))
+        }
+        return found
+    }
+
+    /// Modules of the toolchain, which no target declares.
+    static let toolchain: Set<String> = ["Foundation", "FoundationEssentials", "FoundationNetworking", "Glibc", "Dispatch", "Testing", "XCTest", "Synchronization"]
+
+    /// The C wrappers: the one module that may import each C library.
+    static let wrapperOf = ["CZeroMQ": "QuadMessaging", "CSQLite": "QuadStore", "CPostgres": "QuadStore", "CSodium": "QuadAuth", "CMicroHTTPD": "QuadHTTP"]
+
+    @Test func everyTargetImportsOnlyWhatPackageSwiftDeclares() throws {
+        let all = try Self.targets()
+        let swiftTargets = all.filter { $0.kind != "systemLibrary" }
+        #expect(swiftTargets.count >= 30, "Package.swift read: \(swiftTargets.map(\.name))")
+        for t in swiftTargets {
+            let undeclared = try Self.imports(inFolder: Self.root + "/" + t.folder).subtracting(Self.toolchain).subtracting(t.dependencies)
+            #expect(undeclared.isEmpty, "\(t.name) imports \(undeclared.sorted()) without declaring it in Package.swift")
+        }
+    }
+
+    @Test func onlyItsWrapperImportsACLibrary() throws {
+        let all = try Self.targets()
+        #expect(Set(all.filter { $0.kind == "systemLibrary" }.map(\.name)) == Set(Self.wrapperOf.keys), "a C library without its wrapper named here")
+        for t in all where t.kind != "systemLibrary" {
+            let imported = try Self.imports(inFolder: Self.root + "/" + t.folder)
+            for (c, wrapper) in Self.wrapperOf where imported.contains(c) || t.dependencies.contains(c) {
+                #expect(t.name == wrapper, "\(t.name) uses \(c) (import or dependency): only \(wrapper) wraps it")
+            }
+        }
     }
 
     @Test(arguments: [
