@@ -146,29 +146,29 @@ public enum Accounts: ServiceDomain {
         let usage = "Try: quad-accounts --help"
         let ttl = Int64(options["token-ttl-seconds"] ?? "") ?? -1
         guard (1...maxTokenTTLSeconds).contains(ttl) else {
-            Flags.usageError("--token-ttl-seconds must be an integer from 1 to \(maxTokenTTLSeconds)", usage: usage)
+            throw UsageError("--token-ttl-seconds must be an integer from 1 to \(maxTokenTTLSeconds)", usage: usage)
         }
         guard let hashing = PasswordHash.Strength(rawValue: options["password-hashing"] ?? "") else {
-            Flags.usageError("--password-hashing must be one of \(PasswordHash.Strength.allCases.map(\.rawValue).joined(separator: ", "))", usage: usage)
+            throw UsageError("--password-hashing must be one of \(PasswordHash.Strength.allCases.map(\.rawValue).joined(separator: ", "))", usage: usage)
         }
         let refreshTTL = Int64(options["refresh-token-ttl-seconds"] ?? "") ?? -1
         guard (1...maxRefreshTTLSeconds).contains(refreshTTL) else {
-            Flags.usageError("--refresh-token-ttl-seconds must be an integer from 1 to \(maxRefreshTTLSeconds)", usage: usage)
+            throw UsageError("--refresh-token-ttl-seconds must be an integer from 1 to \(maxRefreshTTLSeconds)", usage: usage)
         }
         var limits = Settings.Limits()
-        func number(_ flag: String, _ range: ClosedRange<Int64>) -> Int64 {
+        func number(_ flag: String, _ range: ClosedRange<Int64>) throws(UsageError) -> Int64 {
             guard let n = Int64(options[flag] ?? ""), range.contains(n) else {
-                Flags.usageError("--\(flag) must be an integer from \(range.lowerBound) to \(range.upperBound)", usage: usage)
+                throw UsageError("--\(flag) must be an integer from \(range.lowerBound) to \(range.upperBound)", usage: usage)
             }
             return n
         }
-        limits.freeFailures = Int(number("login-free-failures", 1...1000))
-        limits.accountMaxDelayMs = number("login-account-max-delay-ms", 0...3_600_000)
-        limits.clientMaxDelayMs = number("login-client-max-delay-ms", 0...86_400_000)
-        limits.maxEntries = Int(number("login-throttle-entries", 1...10_000_000))
-        limits.hashMsPerSecond = number("hash-ms-per-second", 1...1000)
-        limits.maxRefreshTokensPerUser = Int(number("max-refresh-tokens-per-user", 1...1000))
-        let admin = adminAccount(options, usage: usage)
+        limits.freeFailures = Int(try number("login-free-failures", 1...1000))
+        limits.accountMaxDelayMs = try number("login-account-max-delay-ms", 0...3_600_000)
+        limits.clientMaxDelayMs = try number("login-client-max-delay-ms", 0...86_400_000)
+        limits.maxEntries = Int(try number("login-throttle-entries", 1...10_000_000))
+        limits.hashMsPerSecond = try number("hash-ms-per-second", 1...1000)
+        limits.maxRefreshTokensPerUser = Int(try number("max-refresh-tokens-per-user", 1...1000))
+        let admin = try adminAccount(options, usage: usage)
         let keyPath = options["signing-key"] ?? KeyFiles.defaultSecretKeyPath()
         let (key, created) = try KeyFiles.loadOrCreateSigningKey(at: keyPath)
         Log.info(worker.handlers.instance, "\(created ? "created" : "loaded") signing key \(keyPath), public key \(KeyFiles.publicKeyPath(forSecretKey: keyPath))")
@@ -188,29 +188,29 @@ public enum Accounts: ServiceDomain {
     /// The admin account to make at start: `--admin-email` with the password
     /// in `--admin-password-file` (or `QUAD_ADMIN_PASSWORD_FILE`), never on
     /// the command line; `--admin EMAIL:PASSWORD` is for tests only.
-    static func adminAccount(_ options: [String: String], usage: String) -> (email: String, password: String)? {
-        func checked(_ email: String, _ password: String, from: String) -> (email: String, password: String) {
+    static func adminAccount(_ options: [String: String], usage: String) throws(UsageError) -> (email: String, password: String)? {
+        func checked(_ email: String, _ password: String, from: String) throws(UsageError) -> (email: String, password: String) {
             // The same rules as accounts.register's email and password, from the contract.
             do { return (try Validation.flag(email, "email", field: "email").lowercased(), try Validation.flag(password, "password", field: "password")) } catch {
-                Flags.usageError("\(from): \(error.message)", usage: usage)
+                throw UsageError("\(from): \(error.message)", usage: usage)
             }
         }
         if let email = options["admin-email"], !email.isEmpty {
             guard let file = options["admin-password-file"], !file.isEmpty else {
-                Flags.usageError("--admin-email needs --admin-password-file (or QUAD_ADMIN_PASSWORD_FILE)", usage: usage)
+                throw UsageError("--admin-email needs --admin-password-file (or QUAD_ADMIN_PASSWORD_FILE)", usage: usage)
             }
             let password: String
             do {
                 try KeyFile.requirePrivate(file, what: "the admin password file")
                 password = try KeyFile.readLine(file)
             } catch {
-                Flags.usageError("--admin-password-file: \(error.message)", usage: usage)
+                throw UsageError("--admin-password-file: \(error.message)", usage: usage)
             }
-            return checked(email, password, from: "--admin-password-file")
+            return try checked(email, password, from: "--admin-password-file")
         }
         if let spec = options["admin"], !spec.isEmpty {
-            guard let colon = spec.firstIndex(of: ":") else { Flags.usageError("--admin must be EMAIL:PASSWORD", usage: usage) }
-            return checked(String(spec[..<colon]), String(spec[spec.index(after: colon)...]), from: "--admin")
+            guard let colon = spec.firstIndex(of: ":") else { throw UsageError("--admin must be EMAIL:PASSWORD", usage: usage) }
+            return try checked(String(spec[..<colon]), String(spec[spec.index(after: colon)...]), from: "--admin")
         }
         return nil
     }

@@ -92,8 +92,45 @@ public struct Retention: Sendable, Equatable {
     public static let defaults = Retention()
 }
 
+/// A command line refused, or `--help` asked for: what ``Flags`` and the
+/// libraries that read options throw. Only an executable's main exits,
+/// with ``report()``'s code: 64 for a usage error, 0 for help.
+public struct UsageError: Error, CustomStringConvertible {
+    /// What is wrong; nil when the usage was asked for (`--help`).
+    public let message: String?
+    public let usage: String
+
+    public init(_ message: String, usage: String) {
+        self.message = message
+        self.usage = usage
+    }
+
+    public static func help(_ usage: String) -> UsageError { UsageError(nil, usage) }
+
+    init(_ message: String?, _ usage: String) {
+        self.message = message
+        self.usage = usage
+    }
+
+    public var exitCode: Int32 { message == nil ? 0 : 64 }
+
+    public var description: String { message.map { "error: \($0)" } ?? "help asked for" }
+
+    /// Prints it as a command-line tool does (the usage on stdout for
+    /// `--help`; the error, then the usage, on stderr) and returns the
+    /// exit code for main.
+    public func report() -> Int32 {
+        if let message {
+            FileHandle.standardError.write(Data("error: \(message)\n\n\(usage)".utf8))
+        } else {
+            print(usage, terminator: "")
+        }
+        return exitCode
+    }
+}
+
 /// A small command-line parser: `--name value`, `--name=value` and boolean
-/// `--flag`. Unknown flags are usage errors (exit 64).
+/// `--flag`. Unknown flags are usage errors (``UsageError``, exit 64 in main).
 public struct Flags {
     public struct Spec {
         let name: String
@@ -133,16 +170,16 @@ public struct Flags {
         return s
     }
 
-    /// Parses `arguments` (without the program name); prints the usage and
-    /// exits 0 on `--help`, 64 on a usage error.
-    public mutating func parse(_ arguments: [String] = Array(CommandLine.arguments.dropFirst()), allowPositional: Bool = false) {
+    /// Parses `arguments` (without the program name); throws
+    /// ``UsageError/help(_:)`` on `--help` and a ``UsageError`` on a usage error.
+    public mutating func parse(_ arguments: [String] = Array(CommandLine.arguments.dropFirst()), allowPositional: Bool = false) throws(UsageError) {
         var k = 0
         while k < arguments.count {
             let arg = arguments[k]
             k += 1
             guard arg.hasPrefix("--") else {
                 if allowPositional { positional.append(arg); continue }
-                Flags.usageError("unexpected argument '\(arg)'", usage: usage)
+                throw UsageError("unexpected argument '\(arg)'", usage: usage)
             }
             var name = String(arg.dropFirst(2))
             var value: String?
@@ -150,11 +187,11 @@ public struct Flags {
                 value = String(name[name.index(after: eq)...])
                 name = String(name[..<eq])
             }
-            guard let spec = specs.first(where: { $0.name == name }) else { Flags.usageError("unknown option --\(name)", usage: usage) }
-            if name == "help" { print(usage, terminator: ""); exit(0) }
+            guard let spec = specs.first(where: { $0.name == name }) else { throw UsageError("unknown option --\(name)", usage: usage) }
+            if name == "help" { throw .help(usage) }
             if spec.takesValue {
                 if value == nil {
-                    guard k < arguments.count else { Flags.usageError("option --\(name) needs a value", usage: usage) }
+                    guard k < arguments.count else { throw UsageError("option --\(name) needs a value", usage: usage) }
                     value = arguments[k]
                     k += 1
                 }
@@ -171,15 +208,10 @@ public struct Flags {
     public subscript(_ name: String) -> String? { values[name] }
     public func bool(_ name: String) -> Bool { values[name] == "true" }
 
-    public func int(_ name: String) -> Int {
+    public func int(_ name: String) throws(UsageError) -> Int {
         guard let text = values[name] else { return 0 }
-        guard let n = Int(text) else { Flags.usageError("option --\(name) must be an integer, got '\(text)'", usage: usage) }
+        guard let n = Int(text) else { throw UsageError("option --\(name) must be an integer, got '\(text)'", usage: usage) }
         return n
-    }
-
-    public static func usageError(_ message: String, usage: String) -> Never {
-        FileHandle.standardError.write(Data("error: \(message)\n\n\(usage)".utf8))
-        exit(64)
     }
 }
 

@@ -170,7 +170,7 @@ public enum Reservations: ServiceDomain {
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
         let settings: Settings
         do { settings = try Settings(options: options) } catch {
-            Flags.usageError(error.message, usage: "Run quad-reservations --help for the options.\n")
+            throw UsageError(error.message, usage: "Run quad-reservations --help for the options.\n")
         }
         try Campus.seedIfEmpty(db)
         try LiveLevels.publishAll(db)

@@ -27,10 +27,14 @@ extension ServiceDomain {
 }
 
 /// The whole `main` of a service executable: flags and environment, the
-/// store, migrations, the worker loop. Exit codes: 0 after a clean
-/// shutdown, 1 on failure, 64 on a usage error.
+/// store, migrations, the worker loop. Returns the exit code for main: 0
+/// after a clean shutdown (or `--help`), 1 on failure, 64 on a usage error.
 public enum ServiceMain {
-    public static func run<D: ServiceDomain>(_ domain: D.Type, arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Never {
+    public static func run<D: ServiceDomain>(_ domain: D.Type, arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Int32 {
+        do { return try start(domain, arguments: arguments) } catch { return error.report() }
+    }
+
+    static func start<D: ServiceDomain>(_ domain: D.Type, arguments: [String]) throws(UsageError) -> Int32 {
         let env = ProcessInfo.processInfo.environment
         let defaults = Endpoints.fromEnvironment()
         let home = env["QUAD_HOME"].map { $0 + "/db" } ?? "."
@@ -75,37 +79,37 @@ public enum ServiceMain {
             flags.option(name, help + " [\(variable)]", default: env[variable] ?? d)
         }
         for (name, help, d) in D.options { flags.option(name, help, default: d) }
-        flags.parse(arguments)
+        try flags.parse(arguments)
 
         let endpoints = Endpoints(frontend: flags["frontend"]!, backend: flags["backend"]!, eventsIn: flags["events-in"]!, eventsOut: flags["events-out"]!, internal: flags["internal"]!)
         let location = flags["db"]!
         let instance = flags["instance"]!
-        let heartbeat = flags.int("heartbeat-ms")
-        let maxBytes = flags.int("max-message-bytes")
-        guard heartbeat >= 10 else { Flags.usageError("--heartbeat-ms must be at least 10", usage: flags.usage) }
-        guard maxBytes >= 1024 else { Flags.usageError("--max-message-bytes must be at least 1024", usage: flags.usage) }
+        let heartbeat = try flags.int("heartbeat-ms")
+        let maxBytes = try flags.int("max-message-bytes")
+        guard heartbeat >= 10 else { throw UsageError("--heartbeat-ms must be at least 10", usage: flags.usage) }
+        guard maxBytes >= 1024 else { throw UsageError("--max-message-bytes must be at least 1024", usage: flags.usage) }
         var retention = Retention.defaults
-        retention.idempotencyMs = Int64(flags.int("idempotency-retention-ms"))
-        retention.outboxMs = Int64(flags.int("outbox-retention-ms"))
-        retention.outboxMaxRows = Int64(flags.int("outbox-max-rows"))
-        retention.everyMs = Int64(flags.int("prune-every-ms"))
-        retention.batch = flags.int("prune-batch")
-        guard retention.idempotencyMs >= 1 else { Flags.usageError("--idempotency-retention-ms must be at least 1", usage: flags.usage) }
-        guard retention.outboxMs >= 1 else { Flags.usageError("--outbox-retention-ms must be at least 1", usage: flags.usage) }
-        guard retention.outboxMaxRows >= 1 else { Flags.usageError("--outbox-max-rows must be at least 1", usage: flags.usage) }
-        guard retention.everyMs >= 10 else { Flags.usageError("--prune-every-ms must be at least 10", usage: flags.usage) }
-        let slowMs = flags.int("slow-handler-ms")
-        let maxCalls = flags.int("max-calls-in-flight")
-        guard slowMs >= 1 else { Flags.usageError("--slow-handler-ms must be at least 1", usage: flags.usage) }
-        guard maxCalls >= 1 else { Flags.usageError("--max-calls-in-flight must be at least 1", usage: flags.usage) }
-        guard (1...100_000).contains(retention.batch) else { Flags.usageError("--prune-batch must be from 1 to 100000", usage: flags.usage) }
+        retention.idempotencyMs = Int64(try flags.int("idempotency-retention-ms"))
+        retention.outboxMs = Int64(try flags.int("outbox-retention-ms"))
+        retention.outboxMaxRows = Int64(try flags.int("outbox-max-rows"))
+        retention.everyMs = Int64(try flags.int("prune-every-ms"))
+        retention.batch = try flags.int("prune-batch")
+        guard retention.idempotencyMs >= 1 else { throw UsageError("--idempotency-retention-ms must be at least 1", usage: flags.usage) }
+        guard retention.outboxMs >= 1 else { throw UsageError("--outbox-retention-ms must be at least 1", usage: flags.usage) }
+        guard retention.outboxMaxRows >= 1 else { throw UsageError("--outbox-max-rows must be at least 1", usage: flags.usage) }
+        guard retention.everyMs >= 10 else { throw UsageError("--prune-every-ms must be at least 10", usage: flags.usage) }
+        let slowMs = try flags.int("slow-handler-ms")
+        let maxCalls = try flags.int("max-calls-in-flight")
+        guard slowMs >= 1 else { throw UsageError("--slow-handler-ms must be at least 1", usage: flags.usage) }
+        guard maxCalls >= 1 else { throw UsageError("--max-calls-in-flight must be at least 1", usage: flags.usage) }
+        guard (1...100_000).contains(retention.batch) else { throw UsageError("--prune-batch must be from 1 to 100000", usage: flags.usage) }
         var store = StoreSettings()
-        store.busyTimeoutMs = Int32(clamping: flags.int("busy-timeout-ms"))
-        store.pgReconnectMaxMs = Int64(flags.int("pg-reconnect-max-ms"))
-        store.pgConnectTimeoutS = flags.int("pg-connect-timeout-s")
-        guard store.busyTimeoutMs >= 1 else { Flags.usageError("--busy-timeout-ms must be at least 1", usage: flags.usage) }
-        guard store.pgReconnectMaxMs >= 50 else { Flags.usageError("--pg-reconnect-max-ms must be at least 50", usage: flags.usage) }
-        guard store.pgConnectTimeoutS >= 2 else { Flags.usageError("--pg-connect-timeout-s must be at least 2 (libpq's minimum)", usage: flags.usage) }
+        store.busyTimeoutMs = Int32(clamping: try flags.int("busy-timeout-ms"))
+        store.pgReconnectMaxMs = Int64(try flags.int("pg-reconnect-max-ms"))
+        store.pgConnectTimeoutS = try flags.int("pg-connect-timeout-s")
+        guard store.busyTimeoutMs >= 1 else { throw UsageError("--busy-timeout-ms must be at least 1", usage: flags.usage) }
+        guard store.pgReconnectMaxMs >= 50 else { throw UsageError("--pg-reconnect-max-ms must be at least 50", usage: flags.usage) }
+        guard store.pgConnectTimeoutS >= 2 else { throw UsageError("--pg-connect-timeout-s must be at least 2 (libpq's minimum)", usage: flags.usage) }
         do {
             if let keys = try InternalCurve.fromEnvironment() {
                 Log.info(instance, "internal sockets: CURVE with the services' key \(Curve.encode(keys.publicKey) ?? "?") (QUAD_SERVICE_KEY_FILE)")
@@ -123,7 +127,7 @@ public enum ServiceMain {
             worker.retention = retention
             worker.maxCallsInFlight = maxCalls
             if let address = flags["metrics"], address != "off" {
-                do { _ = try MetricsServer.parse(address) } catch { Flags.usageError("\(error)", usage: flags.usage) }
+                do { _ = try MetricsServer.parse(address) } catch { throw UsageError("\(error)", usage: flags.usage) as Error }
                 worker.metricsAddress = address
             }
             handlers.metrics.slowHandlerMs = Int64(slowMs)
@@ -134,11 +138,13 @@ public enum ServiceMain {
                 throw QuadError.internal("handlers for types the contract does not declare: \(handlers.undeclared.joined(separator: ", "))")
             }
             Log.info(instance, "store \(location.contains("://") ? "postgres" : location)")
-            exit(worker.run())
+            return worker.run()
+        } catch let usage as UsageError {
+            throw usage
         } catch {
             Log.error(instance, "cannot start: \(error)")
             FileHandle.standardError.write(Data("quad-\(D.name): cannot start: \(error)\n".utf8))
-            exit(1)
+            return 1
         }
     }
 }

@@ -14,9 +14,12 @@ extension Telemetry {
         flags.option("db", "SQLite file (made fresh) or postgres:// URL (a schema of its own is made)", default: NSTemporaryDirectory() + "quad-telemetry-bench-\(getpid()).db")
         flags.option("events", "events to ingest", default: "100000")
         flags.option("batch", "events per batch", default: "500")
-        flags.parse(arguments)
-        let total = flags.int("events"), size = flags.int("batch")
-        guard total > 0, (1...maxBatchEvents).contains(size) else { Flags.usageError("--events must be > 0 and --batch 1 to \(maxBatchEvents)", usage: flags.usage) }
+        let total: Int, size: Int
+        do throws(UsageError) {
+            try flags.parse(arguments)
+            (total, size) = (try flags.int("events"), try flags.int("batch"))
+            guard total > 0, (1...maxBatchEvents).contains(size) else { throw UsageError("--events must be > 0 and --batch 1 to \(maxBatchEvents)", usage: flags.usage) }
+        } catch { return error.report() }
         do {
             var location = flags["db"]!
             if location.contains("://") {

@@ -1,4 +1,5 @@
+import Foundation
 import QuadAccounts
 import QuadRuntime
 
-ServiceMain.run(Accounts.self)
+exit(ServiceMain.run(Accounts.self))

@@ -1,4 +1,5 @@
+import Foundation
 import QuadAnalytics
 import QuadRuntime
 
-ServiceMain.run(Analytics.self)
+exit(ServiceMain.run(Analytics.self))

@@ -3,6 +3,11 @@ import QuadMessaging
 import QuadRuntime
 import QuadWire
 
+/// A refused command line: the error and the usage on stderr, exit 64.
+/// Only an executable's main exits; the libraries throw ``UsageError``.
+func usageError(_ message: String, usage: String) -> Never { exit(UsageError(message, usage: usage).report()) }
+extension Flags { func integer(_ name: String) -> Int { do { return try int(name) } catch { exit(error.report()) } } }
+
 /// quad-bench: Quad's side of the benchmarks; `deploy/bench` runs it next to
 /// the raw C baselines in bench/raw/ and prints the ratios.
 let defaults = Endpoints.fromEnvironment()
@@ -38,7 +43,7 @@ flags.option("service", "events: the publishing service", default: "favorites")
 flags.option("event-type", "events: the event type to count", default: "bench.event")
 flags.option("login", "sign in first as EMAIL:PASSWORD and send the token")
 flags.flag("register", "register a fresh account first, sign in, and send its token")
-flags.parse(allowPositional: true)
+do { try flags.parse(allowPositional: true) } catch { exit(error.report()) }
 
 func emit(_ fields: [String: JSON]) {
     // Unbuffered: deploy/bench waits for the events command's ready line.
@@ -51,7 +56,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
 
 @MainActor func number(_ name: String, _ range: ClosedRange<Int>) -> Int {
     guard let n = Int(flags[name] ?? ""), range.contains(n) else {
-        Flags.usageError("--\(name) must be an integer from \(range.lowerBound) to \(range.upperBound), got '\(flags[name] ?? "")'", usage: flags.usage)
+        usageError("--\(name) must be an integer from \(range.lowerBound) to \(range.upperBound), got '\(flags[name] ?? "")'", usage: flags.usage)
     }
     return n
 }
@@ -61,7 +66,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
         if let given = flags["broker-key"] { return try BrokerKey.parse(given) }
         return try BrokerKey.fromEnvironment()
     } catch {
-        Flags.usageError(error.message, usage: flags.usage)
+        usageError(error.message, usage: flags.usage)
     }
 }
 
@@ -69,7 +74,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
 @MainActor func sessionToken(_ key: [UInt8]?) throws -> String? {
     var credentials: (String, String)?
     if let login = flags["login"] {
-        guard let colon = login.firstIndex(of: ":") else { Flags.usageError("--login must be EMAIL:PASSWORD", usage: flags.usage) }
+        guard let colon = login.firstIndex(of: ":") else { usageError("--login must be EMAIL:PASSWORD", usage: flags.usage) }
         credentials = (String(login[..<colon]), String(login[login.index(after: colon)...]))
     }
     guard credentials != nil || flags.bool("register") else { return nil }
@@ -196,7 +201,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
 
 @MainActor func benchRequests() throws {
     let body: JSON
-    do { body = try JSON.parse(flags["body"]!) } catch { Flags.usageError("--body is not JSON: \(error)", usage: flags.usage) }
+    do { body = try JSON.parse(flags["body"]!) } catch { usageError("--body is not JSON: \(error)", usage: flags.usage) }
     _ = try runRequests(type: flags["type"]!, label: "quad_request") { _ in body }
 }
 
@@ -302,14 +307,14 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
 }
 
 do {
-    guard flags.positional.count <= 1 else { Flags.usageError("one command at a time, got '\(flags.positional.joined(separator: " "))'", usage: flags.usage) }
+    guard flags.positional.count <= 1 else { usageError("one command at a time, got '\(flags.positional.joined(separator: " "))'", usage: flags.usage) }
     switch flags.positional.first {
     case "request": try benchRequests()
     case "ingest": try benchIngest()
     case "events": try benchEvents()
     case "envelope": try benchEnvelope()
     case let other:
-        Flags.usageError(other.map { "unknown command '\($0)': expected request, ingest, events or envelope" } ?? "a command is required: request, ingest, events or envelope", usage: flags.usage)
+        usageError(other.map { "unknown command '\($0)': expected request, ingest, events or envelope" } ?? "a command is required: request, ingest, events or envelope", usage: flags.usage)
     }
 } catch let error as QuadError {
     FileHandle.standardError.write(Data("quad-bench: \(error.message)\n".utf8))

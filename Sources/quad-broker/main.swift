@@ -5,6 +5,11 @@ import QuadMetrics
 import QuadProcess
 import QuadWire
 
+/// A refused command line: the error and the usage on stderr, exit 64.
+/// Only an executable's main exits; the libraries throw ``UsageError``.
+func usageError(_ message: String, usage: String) -> Never { exit(UsageError(message, usage: usage).report()) }
+extension Flags { func integer(_ name: String) -> Int { do { return try int(name) } catch { exit(error.report()) } } }
+
 let defaults = Endpoints.fromEnvironment()
 let environment = ProcessInfo.processInfo.environment
 func env(_ name: String, _ fallback: String) -> String { environment[name].flatMap { $0.isEmpty ? nil : $0 } ?? fallback }
@@ -61,9 +66,9 @@ flags.option("accounts-key", "accounts' Ed25519 public key file that session tok
 flags.option("updates", "endpoint of the public updates socket (XPUB, CURVE as the frontend) where phones subscribe to public events and their own news; auto: the frontend's port + 9; off: none (env QUAD_UPDATES)",
              default: env("QUAD_UPDATES", "auto"))
 flags.option("max-public-topics", "distinct public topics the updates socket keeps subscriptions to (max_public_topics)", default: "100000")
-flags.parse()
+do { try flags.parse() } catch { exit(error.report()) }
 for name in ["frontend", "backend", "events-in", "events-out", "internal"] where flags[name]!.contains(",") {
-    Flags.usageError("--\(name) is one endpoint: each broker binds its own (a list '\(flags[name]!)' is for workers and clients; QUAD_\(name.uppercased().replacingOccurrences(of: "-", with: "_")) may hold one, pass the broker its own with --\(name))", usage: flags.usage)
+    usageError("--\(name) is one endpoint: each broker binds its own (a list '\(flags[name]!)' is for workers and clients; QUAD_\(name.uppercased().replacingOccurrences(of: "-", with: "_")) may hold one, pass the broker its own with --\(name))", usage: flags.usage)
 }
 
 var settings = BrokerSettings(endpoints: Endpoints(frontend: flags["frontend"]!, backend: flags["backend"]!,
@@ -76,51 +81,51 @@ case "auto":
     settings.updatesOptional = true
 case let endpoint: settings.updatesEndpoint = endpoint
 }
-settings.maxPublicTopics = flags.int("max-public-topics")
-guard settings.maxPublicTopics >= 1 else { Flags.usageError("--max-public-topics must be at least 1", usage: flags.usage) }
-settings.heartbeatMs = Int64(flags.int("heartbeat-ms"))
+settings.maxPublicTopics = flags.integer("max-public-topics")
+guard settings.maxPublicTopics >= 1 else { usageError("--max-public-topics must be at least 1", usage: flags.usage) }
+settings.heartbeatMs = Int64(flags.integer("heartbeat-ms"))
 if let address = flags["metrics"], address != "off" {
-    do { _ = try MetricsServer.parse(address) } catch { Flags.usageError("\(error)", usage: flags.usage) }
+    do { _ = try MetricsServer.parse(address) } catch { usageError("\(error)", usage: flags.usage) }
     settings.metricsAddress = address
 }
-settings.maxMessageBytes = flags.int("max-message-bytes")
-settings.maxQueue = flags.int("max-queue")
-settings.defaultDeadlineMs = Int64(flags.int("default-deadline-ms"))
+settings.maxMessageBytes = flags.integer("max-message-bytes")
+settings.maxQueue = flags.integer("max-queue")
+settings.defaultDeadlineMs = Int64(flags.integer("default-deadline-ms"))
 settings.accountsKeyPath = flags["accounts-key"]!
-guard settings.heartbeatMs >= 10 else { Flags.usageError("--heartbeat-ms must be at least 10", usage: flags.usage) }
-guard settings.maxMessageBytes >= 1024 else { Flags.usageError("--max-message-bytes must be at least 1024", usage: flags.usage) }
-guard settings.maxQueue >= 1 else { Flags.usageError("--max-queue must be at least 1", usage: flags.usage) }
+guard settings.heartbeatMs >= 10 else { usageError("--heartbeat-ms must be at least 10", usage: flags.usage) }
+guard settings.maxMessageBytes >= 1024 else { usageError("--max-message-bytes must be at least 1024", usage: flags.usage) }
+guard settings.maxQueue >= 1 else { usageError("--max-queue must be at least 1", usage: flags.usage) }
 switch flags["curve"]! {
 case "on": settings.curveKeyPath = flags["curve-key"]!
 case "off": settings.curveKeyPath = nil
-default: Flags.usageError("--curve must be on or off, got '\(flags["curve"]!)'", usage: flags.usage)
+default: usageError("--curve must be on or off, got '\(flags["curve"]!)'", usage: flags.usage)
 }
 settings.allowKeysPath = flags["allow-keys"]
 if settings.allowKeysPath != nil && settings.curveKeyPath == nil {
-    Flags.usageError("--allow-keys needs --curve on", usage: flags.usage)
+    usageError("--allow-keys needs --curve on", usage: flags.usage)
 }
 settings.trustedKeysPath = flags["trusted-keys"]
 if settings.trustedKeysPath != nil && settings.curveKeyPath == nil {
-    Flags.usageError("--trusted-keys needs --curve on", usage: flags.usage)
+    usageError("--trusted-keys needs --curve on", usage: flags.usage)
 }
 settings.serviceKeysPath = flags["service-keys"]
 if settings.serviceKeysPath != nil && settings.curveKeyPath == nil {
-    Flags.usageError("--service-keys needs --curve on", usage: flags.usage)
+    usageError("--service-keys needs --curve on", usage: flags.usage)
 }
 guard let rate = Double(flags["rate-per-second"]!), rate >= 0, rate <= 1_000_000 else {
-    Flags.usageError("--rate-per-second must be a number from 0 (no limit) to 1000000, got '\(flags["rate-per-second"]!)'", usage: flags.usage)
+    usageError("--rate-per-second must be a number from 0 (no limit) to 1000000, got '\(flags["rate-per-second"]!)'", usage: flags.usage)
 }
 guard let burst = Double(flags["rate-burst"]!), burst >= 1, burst <= 1_000_000 else {
-    Flags.usageError("--rate-burst must be a number from 1 to 1000000, got '\(flags["rate-burst"]!)'", usage: flags.usage)
+    usageError("--rate-burst must be a number from 1 to 1000000, got '\(flags["rate-burst"]!)'", usage: flags.usage)
 }
-settings.maxDeliveries = flags.int("max-deliveries")
-guard settings.maxDeliveries >= 1 else { Flags.usageError("--max-deliveries must be at least 1", usage: flags.usage) }
+settings.maxDeliveries = flags.integer("max-deliveries")
+guard settings.maxDeliveries >= 1 else { usageError("--max-deliveries must be at least 1", usage: flags.usage) }
 settings.ratePerSecond = rate
 settings.rateBurst = burst
 /// A number flag in `range`, or a usage error naming it.
 @MainActor func number(_ name: String, _ range: ClosedRange<Double>) -> Double {
     guard let v = Double(flags[name]!), range.contains(v) else {
-        Flags.usageError("--\(name) must be a number from \(range.lowerBound) to \(range.upperBound), got '\(flags[name]!)'", usage: flags.usage)
+        usageError("--\(name) must be a number from \(range.lowerBound) to \(range.upperBound), got '\(flags[name]!)'", usage: flags.usage)
     }
     return v
 }

@@ -1,4 +1,5 @@
+import Foundation
 import QuadCatalog
 import QuadRuntime
 
-ServiceMain.run(Catalog.self)
+exit(ServiceMain.run(Catalog.self))

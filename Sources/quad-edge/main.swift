@@ -4,6 +4,11 @@ import QuadMetrics
 import QuadRuntime
 import QuadWire
 
+/// A refused command line: the error and the usage on stderr, exit 64.
+/// Only an executable's main exits; the libraries throw ``UsageError``.
+func usageError(_ message: String, usage: String) -> Never { exit(UsageError(message, usage: usage).report()) }
+extension Flags { func integer(_ name: String) -> Int { do { return try int(name) } catch { exit(error.report()) } } }
+
 let env = ProcessInfo.processInfo.environment
 let defaults = Endpoints.fromEnvironment()
 var flags = Flags(program: "quad-edge", summary: """
@@ -76,16 +81,16 @@ flags.option("drain-timeout", "run: seconds to wait for the outboxes to drain af
 flags.option("report", "run: also write the JSON report to this file")
 flags.option("metrics", "HOST:PORT where GET /metrics serves Prometheus's text format: phones online, queued actions, actions sent, acknowledged and failed, requests by type and status (port 0: any free one, logged), or off [QUAD_EDGE_METRICS]",
              default: env["QUAD_EDGE_METRICS"] ?? "off")
-flags.parse(allowPositional: true)
+do { try flags.parse(allowPositional: true) } catch { exit(error.report()) }
 
 let command = flags.positional.first ?? "serve"
 guard ["serve", "run"].contains(command), flags.positional.count <= 1 else {
-    Flags.usageError("unknown command '\(flags.positional.joined(separator: " "))': expected serve or run", usage: flags.usage)
+    usageError("unknown command '\(flags.positional.joined(separator: " "))': expected serve or run", usage: flags.usage)
 }
 
 @MainActor func positive(_ name: String, _ range: ClosedRange<Int>) -> Int {
-    let n = flags.int(name)
-    guard range.contains(n) else { Flags.usageError("--\(name) must be from \(range.lowerBound) to \(range.upperBound), got \(n)", usage: flags.usage) }
+    let n = flags.integer(name)
+    guard range.contains(n) else { usageError("--\(name) must be from \(range.lowerBound) to \(range.upperBound), got \(n)", usage: flags.usage) }
     return n
 }
 
@@ -98,7 +103,7 @@ case let list: settings.updates = list
 do throws(QuadError) {
     if let given = flags["broker-key"] { settings.brokerKey = try BrokerKey.parse(given) } else { settings.brokerKey = try BrokerKey.fromEnvironment() }
 } catch {
-    Flags.usageError(error.message, usage: flags.usage)
+    usageError(error.message, usage: flags.usage)
 }
 settings.actionTimeoutMs = Int64(positive("action-timeout-ms", 50...600_000))
 settings.readTimeoutMs = Int64(positive("read-timeout-ms", 50...600_000))
@@ -108,7 +113,7 @@ settings.sendWindow = positive("send-window", 1...64)
 switch flags["file-locking"] {
 case "exclusive": settings.exclusiveFiles = true
 case "shared": settings.exclusiveFiles = false
-default: Flags.usageError("--file-locking must be exclusive or shared", usage: flags.usage)
+default: usageError("--file-locking must be exclusive or shared", usage: flags.usage)
 }
 settings.refreshBeforeMs = Int64(positive("refresh-before-ms", 1_000...86_400_000))
 if let file = flags["keychain-pin-file"] {
@@ -116,7 +121,7 @@ if let file = flags["keychain-pin-file"] {
         try KeyFile.requirePrivate(file, what: "the keychain PIN file")
         settings.keychainPIN = try KeyFile.readLine(file, what: "the keychain PIN file")
     } catch {
-        Flags.usageError("--keychain-pin-file: \(error.message)", usage: flags.usage)
+        usageError("--keychain-pin-file: \(error.message)", usage: flags.usage)
     }
 }
 settings.telemetryBatch = positive("telemetry-batch", 1...1000)
@@ -141,7 +146,7 @@ if command == "run" {
     var options = CampusDay.Options()
     options.seed = UInt64(seed)
     guard let speed = Double(flags["speed"]!), speed > 0, speed <= 10_000 else {
-        Flags.usageError("--speed must be a number above 0 and at most 10000", usage: flags.usage)
+        usageError("--speed must be a number above 0 and at most 10000", usage: flags.usage)
     }
     options.speed = speed
     options.durationMs = Int64(positive("duration", 0...86_400)) * 1000
@@ -153,19 +158,19 @@ if command == "run" {
         options.signInFirst = true
         settings.signInAtStart = false  // the day signs them in, a few at a time
     case "off": options.signInFirst = false
-    default: Flags.usageError("--sign-in-first must be on or off", usage: flags.usage)
+    default: usageError("--sign-in-first must be on or off", usage: flags.usage)
     }
     options.signInTimeoutMs = Int64(positive("sign-in-timeout", 1...86_400)) * 1000
     options.signInWindow = positive("sign-in-window", 1...1000)
     switch flags["listings"] {
     case "on": options.listings = true
     case "off": options.listings = false
-    default: Flags.usageError("--listings must be on or off", usage: flags.usage)
+    default: usageError("--listings must be on or off", usage: flags.usage)
     }
     switch flags["cart-edits"] {
     case "on": options.cartEdits = true
     case "off": options.cartEdits = false
-    default: Flags.usageError("--cart-edits must be on or off", usage: flags.usage)
+    default: usageError("--cart-edits must be on or off", usage: flags.usage)
     }
     day = CampusDay(options: options)
 }
@@ -184,7 +189,7 @@ do {
                           controlBindWaitMs: Int64(positive("control-bind-wait-ms", 0...600_000)))
     if let address = flags["metrics"], address != "off" {
         do { _ = try fleet.serveMetrics(address) } catch let error as MetricsError {
-            Flags.usageError(error.description, usage: flags.usage)
+            usageError(error.description, usage: flags.usage)
         }
     }
     exit(fleet.run(day: day))

@@ -1,4 +1,5 @@
+import Foundation
 import QuadFavorites
 import QuadRuntime
 
-ServiceMain.run(Favorites.self)
+exit(ServiceMain.run(Favorites.self))

@@ -1,4 +1,5 @@
+import Foundation
 import QuadNotifications
 import QuadRuntime
 
-ServiceMain.run(Notifications.self)
+exit(ServiceMain.run(Notifications.self))

@@ -1,4 +1,5 @@
+import Foundation
 import QuadOrders
 import QuadRuntime
 
-ServiceMain.run(Orders.self)
+exit(ServiceMain.run(Orders.self))

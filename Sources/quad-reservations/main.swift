@@ -1,4 +1,5 @@
+import Foundation
 import QuadReservations
 import QuadRuntime
 
-ServiceMain.run(Reservations.self)
+exit(ServiceMain.run(Reservations.self))

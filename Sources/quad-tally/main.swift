@@ -77,4 +77,4 @@ enum Tally: ServiceDomain {
     }
 }
 
-ServiceMain.run(Tally.self)
+exit(ServiceMain.run(Tally.self))

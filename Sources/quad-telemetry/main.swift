@@ -8,5 +8,5 @@ import QuadTelemetry
 switch CommandLine.arguments.dropFirst().first {
 case "validate": exit(Telemetry.validateCommand())
 case "bench": exit(Telemetry.benchCommand(Array(CommandLine.arguments.dropFirst(2))))
-default: ServiceMain.run(Telemetry.self)
+default: exit(ServiceMain.run(Telemetry.self))
 }

@@ -34,12 +34,12 @@ enum PhoneCommand {
         flags.option("timeout", "milliseconds to wait for the answer (wait: for the drain)", default: "5000")
         flags.flag("telemetry", "with wait: also wait for the telemetry queues")
         flags.flag("json", "print the control socket's answer as JSON")
-        flags.parse(arguments, allowPositional: true)
+        do { try flags.parse(arguments, allowPositional: true) } catch { exit(error.report()) }
         let args = flags.positional
-        guard let command = args.first else { Flags.usageError("a phone command is required", usage: flags.usage) }
-        let timeout = Int64(flags.int("timeout"))
+        guard let command = args.first else { usageError("a phone command is required", usage: flags.usage) }
+        let timeout = Int64(flags.integer("timeout"))
         func arg(_ k: Int, _ what: String) -> String {
-            guard args.count > k else { Flags.usageError("phone \(command) needs \(what)", usage: flags.usage) }
+            guard args.count > k else { usageError("phone \(command) needs \(what)", usage: flags.usage) }
             return args[k]
         }
         func body(_ k: Int) -> JSON {
@@ -52,7 +52,7 @@ enum PhoneCommand {
             (type, request) = ("edge.state", args.count > 1 ? ["phone": .string(args[1])] : [:])
         case "airplane":
             let mode = arg(1, "on or off")
-            guard mode == "on" || mode == "off" else { Flags.usageError("airplane takes on or off, got '\(mode)'", usage: flags.usage) }
+            guard mode == "on" || mode == "off" else { usageError("airplane takes on or off, got '\(mode)'", usage: flags.usage) }
             var b: [String: JSON] = ["on": .bool(mode == "on")]
             if args.count > 2 { b["phone"] = .string(args[2]) }
             (type, request) = ("edge.airplane", .object(b))
@@ -73,7 +73,7 @@ enum PhoneCommand {
         case "stop":
             (type, request) = ("edge.stop", [:])
         default:
-            Flags.usageError("unknown phone command '\(command)'", usage: flags.usage)
+            usageError("unknown phone command '\(command)'", usage: flags.usage)
         }
         let control = flags["control"]!
         let client: Client

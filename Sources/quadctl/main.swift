@@ -5,6 +5,11 @@ import QuadMessaging
 import QuadRuntime
 import QuadWire
 
+/// A refused command line: the error and the usage on stderr, exit 64.
+/// Only an executable's main exits; the libraries throw ``UsageError``.
+func usageError(_ message: String, usage: String) -> Never { exit(UsageError(message, usage: usage).report()) }
+extension Flags { func integer(_ name: String) -> Int { do { return try int(name) } catch { exit(error.report()) } } }
+
 let defaults = Endpoints.fromEnvironment()
 var flags = Flags(program: "quadctl", summary: """
     quadctl: the command line for Quad.
@@ -62,7 +67,7 @@ flags.flag("envelope", "with call: print the whole reply envelope, not only the 
 flags.flag("internal", "speak on the broker's internal frontend (QUAD_INTERNAL, the stack's own socket: no token, no rate limit, instances and pids shown), as deploy/stack does for health and status")
 // `quadctl phone ...` has flags of its own (the phones' control socket).
 if CommandLine.arguments.dropFirst().first == "phone" { PhoneCommand.run(Array(CommandLine.arguments.dropFirst(2))) }
-flags.parse(allowPositional: true)
+do { try flags.parse(allowPositional: true) } catch { exit(error.report()) }
 
 func fail(_ message: String, code: Int32) -> Never {
     FileHandle.standardError.write(Data("quadctl: \(message)\n".utf8))
@@ -147,7 +152,7 @@ func adminPassword(for email: String) -> String? {
 /// Sends `request` and exits: the reply body (0), the error body (1), or no answer (2).
 @MainActor func send(_ request: Envelope, with c: Client) -> Never {
     do {
-        let reply = try c.call(request, timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
+        let reply = try c.call(request, timeoutMs: Int64(flags.integer("timeout")), attempts: max(1, flags.integer("attempts")))
         print(flags.bool("envelope") ? reply.json.text : reply.body.text)
         exit(reply.kind == .error ? 1 : 0)
     } catch {
@@ -162,7 +167,7 @@ func adminPassword(for email: String) -> String? {
 @MainActor func login(_ email: String) -> JSON {
     let body: JSON = ["email": .string(email), "password": .string(password(for: email))]
     do {
-        return try client(signedIn: false).request("accounts.login", body, timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
+        return try client(signedIn: false).request("accounts.login", body, timeoutMs: Int64(flags.integer("timeout")), attempts: max(1, flags.integer("attempts")))
     } catch {
         if error.code == "timeout" { noAnswer(error.message) }
         fail("cannot log in as \(email): \(error.message)", code: 1)
@@ -182,24 +187,24 @@ func adminPassword(for email: String) -> String? {
 }
 
 let args = flags.positional
-guard let command = args.first else { Flags.usageError("a command is required", usage: flags.usage) }
+guard let command = args.first else { usageError("a command is required", usage: flags.usage) }
 switch command {
 case "call":
-    guard args.count >= 2 else { Flags.usageError("call needs a request type, e.g. quadctl call catalog.categories", usage: flags.usage) }
-    guard args.count <= 3 else { Flags.usageError("call takes TYPE and at most one JSON body", usage: flags.usage) }
+    guard args.count >= 2 else { usageError("call needs a request type, e.g. quadctl call catalog.categories", usage: flags.usage) }
+    guard args.count <= 3 else { usageError("call takes TYPE and at most one JSON body", usage: flags.usage) }
     var body: JSON = .object([:])
     if args.count == 3 {
         do { body = try JSON.parse(args[2]) } catch { fail("the body is not valid JSON: \(error.message)", code: 64) }
     }
     call(args[1], body)
 case "services":
-    guard args.count == 1 else { Flags.usageError("services takes no arguments (--json for JSON)", usage: flags.usage) }
+    guard args.count == 1 else { usageError("services takes no arguments (--json for JSON)", usage: flags.usage) }
     printServices()
 case "trace":
-    guard args.count == 2 else { Flags.usageError("trace takes one trace ID (quadctl call --trace prints it)", usage: flags.usage) }
+    guard args.count == 2 else { usageError("trace takes one trace ID (quadctl call --trace prints it)", usage: flags.usage) }
     printTrace(args[1])
 case "types":
-    guard args.count == 1 else { Flags.usageError("types takes no arguments (--json for JSON)", usage: flags.usage) }
+    guard args.count == 1 else { usageError("types takes no arguments (--json for JSON)", usage: flags.usage) }
     printTypes()
 case "contract":
     if args.count == 4, args[1] == "check" {
@@ -211,11 +216,11 @@ case "contract":
         exit(0)
     }
     guard args.count == 3, args[1] == "write" else {
-        Flags.usageError("contract takes: write DIR (quadctl contract write protos), or check TYPE JSON", usage: flags.usage)
+        usageError("contract takes: write DIR (quadctl contract write protos), or check TYPE JSON", usage: flags.usage)
     }
     writeContract(into: args[2])
 case "login":
-    guard args.count == 2 else { Flags.usageError("login takes one EMAIL, e.g. quadctl login ana@uni.edu", usage: flags.usage) }
+    guard args.count == 2 else { usageError("login takes one EMAIL, e.g. quadctl login ana@uni.edu", usage: flags.usage) }
     let session = login(args[1])
     let token = session["token"]?.string ?? ""
     print("export QUAD_TOKEN=\(token)")
@@ -223,12 +228,12 @@ case "login":
     FileHandle.standardError.write(Data("quadctl: logged in as \(args[1]) (user \(session["user"]?.string ?? "?"), role \(session["role"]?.string ?? "?")) until \(expires)\n".utf8))
     exit(0)
 case "refresh":
-    guard args.count == 1 else { Flags.usageError("refresh takes no arguments", usage: flags.usage) }
+    guard args.count == 1 else { usageError("refresh takes no arguments", usage: flags.usage) }
     let old = currentToken(for: "refresh")
     let c = client()
     c.token = old
     do {
-        let session = try c.request("accounts.refresh", ["token": .string(old)], timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
+        let session = try c.request("accounts.refresh", ["token": .string(old)], timeoutMs: Int64(flags.integer("timeout")), attempts: max(1, flags.integer("attempts")))
         print("export QUAD_TOKEN=\(session["token"]?.string ?? "")")
         let expires = session["expires_at"]?.int.map(iso) ?? "?"
         FileHandle.standardError.write(Data("quadctl: new session token for user \(session["user"]?.string ?? "?") until \(expires); the old one is ended\n".utf8))
@@ -238,14 +243,14 @@ case "refresh":
         fail("cannot refresh the session: \(error.message)", code: 1)
     }
 case "logout":
-    guard args.count == 1 || (args.count == 2 && args[1] == "all") else { Flags.usageError("logout takes nothing, or 'all'", usage: flags.usage) }
+    guard args.count == 1 || (args.count == 2 && args[1] == "all") else { usageError("logout takes nothing, or 'all'", usage: flags.usage) }
     let old = currentToken(for: "logout")
     let c = client()
     c.token = old
     var body: JSON = ["token": .string(old)]
     if args.count == 2 { body = ["token": .string(old), "all": true] }
     do {
-        _ = try c.request("accounts.logout", body, timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
+        _ = try c.request("accounts.logout", body, timeoutMs: Int64(flags.integer("timeout")), attempts: max(1, flags.integer("attempts")))
         print("unset QUAD_TOKEN")
         FileHandle.standardError.write(Data("quadctl: logged out\(args.count == 2 ? " of every session" : "")\n".utf8))
         exit(0)
@@ -255,7 +260,7 @@ case "logout":
     }
 case "register":
     guard args.count >= 4 else {
-        Flags.usageError("register takes EMAIL NAME SEMESTER [CATEGORY...], e.g. quadctl register ana@uni.edu \"Ana Ruiz\" 3 Tech Study", usage: flags.usage)
+        usageError("register takes EMAIL NAME SEMESTER [CATEGORY...], e.g. quadctl register ana@uni.edu \"Ana Ruiz\" 3 Tech Study", usage: flags.usage)
     }
     guard let semester = Int64(args[3]) else { fail("SEMESTER must be an integer from 1 to 12, got '\(args[3])'", code: 64) }
     let body: JSON = [
@@ -265,7 +270,7 @@ case "register":
     send(Envelope.request("accounts.register", body: body, id: flags["id"] ?? MessageID.make()), with: client(signedIn: false))
 case "watch":
     let topic = args.count > 1 ? args[1] : ""
-    let limit = flags.int("count")
+    let limit = flags.integer("count")
     do {
         let context = ZMQContext()
         let sub = try context.socket(.sub)
@@ -303,7 +308,7 @@ case "watch":
         fail("watch: \(error)", code: 1)
     }
 default:
-    Flags.usageError("unknown command '\(command)'", usage: flags.usage)
+    usageError("unknown command '\(command)'", usage: flags.usage)
 }
 
 /// Writes every schema of the contract under `dir` (making folders), and
@@ -329,7 +334,7 @@ func writeContract(into dir: String) -> Never {
 @MainActor func printServices() -> Never {
     let c = client()
     do {
-        let listed = try c.request("sys.services", .object([:]), timeoutMs: Int64(flags.int("timeout")), attempts: max(1, flags.int("attempts")))
+        let listed = try c.request("sys.services", .object([:]), timeoutMs: Int64(flags.integer("timeout")), attempts: max(1, flags.integer("attempts")))
         if flags.bool("json") { print(listed.text); exit(0) }
         let header = ["SERVICE", "WORKERS", "BUSY", "QUEUE", "ROUTED", "EXPIRED", "TIMED-OUT"]
         let table = (listed["services"]?.array ?? []).map { s -> [String] in
@@ -354,8 +359,8 @@ func writeContract(into dir: String) -> Never {
 
 @MainActor func printTypes() -> Never {
     let c = client()
-    let timeout = Int64(flags.int("timeout"))
-    let attempts = max(1, flags.int("attempts"))
+    let timeout = Int64(flags.integer("timeout"))
+    let attempts = max(1, flags.integer("attempts"))
     do {
         let listed = try c.request("sys.services", .object([:]), timeoutMs: timeout, attempts: attempts)
         let names = (listed["services"]?.array ?? []).compactMap { s -> String? in

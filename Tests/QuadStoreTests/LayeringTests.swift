@@ -94,6 +94,23 @@ struct LayeringTests {
         }
     }
 
+    /// Libraries never end the process: they throw (a command line refused
+    /// is a `UsageError`), and only an executable's main exits.
+    @Test func noLibraryCallsExit() throws {
+        let call = try NSRegularExpression(pattern: #"(^|[^A-Za-z_.])(exit|_exit|abort)\("#)
+        for t in try Self.targets() where t.kind == "target" {
+            guard let files = FileManager.default.enumerator(atPath: Self.root + "/" + t.folder) else { continue }
+            for case let file as String in files where file.hasSuffix(".swift") {
+                let text = try String(contentsOfFile: Self.root + "/" + t.folder + "/" + file, encoding: .utf8)
+                for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                    let code = String(line.split(separator: "//", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+                    let found = call.firstMatch(in: code, range: NSRange(code.startIndex..., in: code)) != nil
+                    #expect(!found, "\(t.folder)/\(file):\(n + 1) ends the process: \(line.trimmingCharacters(in: .whitespaces))")
+                }
+            }
+        }
+    }
+
     @Test func onlyItsWrapperImportsACLibrary() throws {
         let all = try Self.targets()
         #expect(Set(all.filter { $0.kind == "systemLibrary" }.map(\.name)) == Set(Self.wrapperOf.keys), "a C library without its wrapper named here")
