@@ -131,7 +131,8 @@ quad_install_deps() {
     # podman, runc, debootstrap: deploy/image and deploy/kube (Tests/e2e/test_kube.sh); runc
     # because crun fails here (deploy/containers.conf). python3-yaml: test_kube.sh
     # checks deploy/k8s against deploy/services (python3 -m quaddeploy.services check-manifest).
-    for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev nats-server supervisor nftables faketime podman runc debootstrap python3-yaml; do
+    # prometheus (with promtool): deploy/stack up --prometheus and the rules of deploy/prometheus.
+    for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev nats-server supervisor nftables faketime podman runc debootstrap python3-yaml prometheus; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || apt_missing+=("$pkg")
     done
     quad_pg_bindir >/dev/null || apt_missing+=(postgresql)

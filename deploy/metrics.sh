@@ -78,6 +78,31 @@ metrics_flags() {
     if hosts_enabled; then printf -- '--metrics\n0.0.0.0:%s\n' "$port"; else printf -- '--metrics\n127.0.0.1:%s\n' "$port"; fi
 }
 
+# The scrape targets of the running stack, JOB<TAB>INSTANCE<TAB>HOST:PORT a
+# line: every broker, every live worker, quad-edge when something serves on
+# its port, and each HOST:PORT of "$@" as another quad-edge.
+metrics_targets() {
+    local edges=("$@") k s n address
+    for ((k = 1; k <= BROKERS; k++)); do
+        printf 'quad-broker\t%s\t%s\n' "$(broker_prog "$k")" "$(metrics_address broker "$k")"
+    done
+    for s in "${SERVICES[@]}"; do
+        built "$s" || continue
+        for n in $(live_instances_of "$s"); do
+            address=$(metrics_address "$s" "$n") || continue
+            printf 'quad-%s\t%s/%s\t%s\n' "$s" "$s" "$n" "$address"
+        done
+    done
+    # quad-edge is not the stack's: listed when something serves on its port.
+    address=$(metrics_address edge)
+    if [[ " ${edges[*]} " != *" $address "* ]] && hosts_port_open "${address##*:}" "${address%:*}"; then
+        printf 'quad-edge\tedge\t%s\n' "$address"
+    fi
+    for ((k = 0; k < ${#edges[@]}; k++)); do
+        printf 'quad-edge\tedge-%s\t%s\n' $((k + 1)) "${edges[k]}"
+    done
+}
+
 metrics_usage() {
     cat <<EOF
 Usage: deploy/stack metrics [--edge HOST:PORT]... [--out FILE] [--json]
@@ -128,26 +153,107 @@ cmd_metrics() {
     require_running
     metrics_enabled ||
         quad_die "the stack in $QUAD_HOME was started without /metrics ports (QUAD_METRICS_BASE=off, or before they existed): start it again with deploy/stack down && deploy/stack up"
-    local s n address extra=()
+    local extra=()
     ((json)) && extra=(--json)
-    {
-        for ((k = 1; k <= BROKERS; k++)); do
-            printf 'quad-broker\t%s\t%s\n' "$(broker_prog "$k")" "$(metrics_address broker "$k")"
-        done
-        for s in "${SERVICES[@]}"; do
-            built "$s" || continue
-            for n in $(live_instances_of "$s"); do
-                address=$(metrics_address "$s" "$n") || continue
-                printf 'quad-%s\t%s/%s\t%s\n' "$s" "$s" "$n" "$address"
-            done
-        done
-        # quad-edge is not the stack's: listed when something serves on its port.
-        address=$(metrics_address edge)
-        if [[ " ${edges[*]} " != *" $address "* ]] && hosts_port_open "${address##*:}" "${address%:*}"; then
-            printf 'quad-edge\tedge\t%s\n' "$address"
+    metrics_targets "${edges[@]}" | PYTHONPATH="$ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.metrics --out "${out:-$QUAD_HOME/prometheus.yml}" "${extra[@]}"
+    # A Prometheus of up --prometheus scrapes the same targets (and these
+    # --edge ones from now on): its config follows.
+    prom_reload --edges "${edges[@]}"
+}
+
+# ------------------------------------------------------------ --prometheus
+# 'deploy/stack up --prometheus' runs Debian's Prometheus (package
+# prometheus) beside the stack, one more program of its supervisord
+# ('prometheus', started after the workers, stopped before them):
+#   $QUAD_HOME/prometheus/prometheus.yml   its config: the targets of
+#                                          'deploy/stack metrics', the rules
+#                                          of deploy/prometheus/rules/*.yml,
+#                                          scrape and evaluation every
+#                                          QUAD_PROMETHEUS_INTERVAL (5s)
+#   $QUAD_HOME/prometheus/data/            its TSDB (kept across down)
+#   $QUAD_HOME/logs/prometheus.log         its log
+# It listens on 127.0.0.1:PROMETHEUS_PORT, QUAD_PROMETHEUS_PORT at 'up'
+# (default QUAD_PORT_BASE+89, deploy/quaddeploy/ports.py), recorded with the
+# endpoints. 'scale' and 'metrics' rewrite its config and send it SIGHUP (it
+# reloads); a worker killed and kept down stays a target, reported down.
+# docs/alerts.md says what its alerts mean.
+
+PROM_DIR=$QUAD_HOME/prometheus
+PROM_RULES=$ROOT/deploy/prometheus/rules
+
+prom_enabled() { [[ -n ${PROMETHEUS_PORT:-} ]]; }
+
+prom_url() { printf 'http://127.0.0.1:%s/\n' "$PROMETHEUS_PORT"; }
+
+# Before 'up --prometheus' starts anything: what it needs is there.
+prom_preflight() {
+    command -v prometheus >/dev/null ||
+        quad_die "--prometheus runs Debian's Prometheus, which is not installed (apt-get install prometheus; deploy/quickstart installs it)"
+    sup_enabled || quad_die "--prometheus runs Prometheus under supervisord: not with QUAD_SUPERVISOR=bash"
+    [[ ${QUAD_METRICS_BASE:-} != off ]] || quad_die "--prometheus scrapes the /metrics ports, which QUAD_METRICS_BASE=off turns off"
+    local port=${QUAD_PROMETHEUS_PORT:-$((PORT_BASE + 89))}
+    [[ $port =~ ^[0-9]+$ ]] && ((port > 0 && port < 65536)) ||
+        usage_error "QUAD_PROMETHEUS_PORT must be a port number, got '$port'"
+    quad_port_free "$port" ||
+        quad_die "port $port on 127.0.0.1 (Prometheus) is in use: another stack? Choose another QUAD_PORT_BASE or QUAD_PROMETHEUS_PORT"
+    PROMETHEUS_PORT=$port
+}
+
+# Writes $PROM_DIR/prometheus.yml for the running stack's targets (and the
+# quad-edges of the last 'deploy/stack metrics --edge').
+prom_config() {
+    local edges=() e
+    if [[ -f $PROM_DIR/edges ]]; then
+        while read -r e; do [[ -n $e ]] && edges+=("$e"); done <"$PROM_DIR/edges"
+    fi
+    metrics_targets "${edges[@]}" |
+        PYTHONPATH="$ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.metrics \
+            --out "$PROM_DIR/prometheus.yml" --rules "$PROM_RULES/*.yml" --interval "${QUAD_PROMETHEUS_INTERVAL:-5s}" --quiet
+}
+
+# Starts Prometheus under supervisord and waits until it is ready; records
+# its port with the endpoints.
+prom_start() {
+    mkdir -p "$PROM_DIR/data"
+    chmod 700 "$PROM_DIR"
+    printf 'PROMETHEUS_PORT=%q\n' "$PROMETHEUS_PORT" >>"$RUN/endpoints"
+    prom_config
+    sup_add prometheus "$RUN/prometheus.pid" "$LOGS/prometheus.log" 200 -- prometheus \
+        --config.file="$PROM_DIR/prometheus.yml" --storage.tsdb.path="$PROM_DIR/data" \
+        --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" --web.page-title="Quad stack $QUAD_HOME"
+    local deadline=$((SECONDS + HEALTH_TIMEOUT))
+    until python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "$(prom_url)-/ready" 2>/dev/null; do
+        if ((SECONDS >= deadline)) || [[ $(sup_state prometheus) == FATAL ]]; then
+            fail_with_log "Prometheus did not become ready on $(prom_url) within ${HEALTH_TIMEOUT} s" "$LOGS/prometheus.log"
         fi
-        for ((k = 0; k < ${#edges[@]}; k++)); do
-            printf 'quad-edge\tedge-%s\t%s\n' $((k + 1)) "${edges[k]}"
-        done
-    } | PYTHONPATH="$ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.metrics --out "${out:-$QUAD_HOME/prometheus.yml}" "${extra[@]}"
+        sleep 0.2
+    done
+    # And supervisord counts it started (QUAD_START_SECS), as 'status' shows.
+    deadline=$((SECONDS + ${QUAD_START_SECS:-2} + 10))
+    while [[ $(sup_state prometheus) != RUNNING ]] && ((SECONDS < deadline)); do sleep 0.2; done
+}
+
+# After the targets changed (scale, metrics): a new config, and SIGHUP so
+# that Prometheus reloads it. '--edges E...' first sets the quad-edges.
+prom_reload() {
+    prom_enabled && sup_enabled && [[ $(sup_state prometheus) == RUNNING ]] || return 0
+    if [[ ${1:-} == --edges ]]; then
+        shift
+        printf '%s\n' "$@" >"$PROM_DIR/edges"
+    fi
+    prom_config
+    sup_ctl signal HUP prometheus >/dev/null 2>&1 || true
+}
+
+prom_line() {
+    prom_enabled || return 0
+    quad_say "  prometheus $(prom_url)   (targets: $(prom_url)targets, alerts: $(prom_url)alerts; docs/alerts.md)"
+}
+
+# A Prometheus that a stack whose supervisord died left running.
+prom_stop_orphan() {
+    local pid
+    pid=$(live_pid "$RUN/prometheus.pid" prometheus) || return 0
+    quad_say "Stopping Prometheus (pid $pid) left by a stack whose supervisord is gone"
+    stop_all "prometheus:$pid"
 }

@@ -6,6 +6,10 @@ quad-edge; instance broker, broker-2, catalog/1, edge), prints them (a table,
 or JSON with --json) and writes the file of --out: one scrape config per job,
 one static config per process so that each carries its own ``instance``
 label (the process's name, not its address).
+
+For the Prometheus of `deploy/stack up --prometheus` (deploy/metrics.sh) the
+same file gets its rule files (--rules, deploy/prometheus/rules/*.yml), a
+shorter scrape and evaluation interval (--interval) and no table (--quiet).
 """
 
 import argparse
@@ -34,7 +38,7 @@ def quoted(text):
     return json.dumps(text)
 
 
-def prometheus_yml(targets, interval="15s"):
+def prometheus_yml(targets, interval="15s", rules=()):
     jobs = {}
     for t in targets:
         jobs.setdefault(t["job"], []).append(t)
@@ -42,8 +46,12 @@ def prometheus_yml(targets, interval="15s"):
         "# Written by deploy/stack metrics: the scrape targets of this Quad stack.",
         "global:",
         f"  scrape_interval: {interval}",
-        "scrape_configs:",
     ]
+    if rules:
+        out.append(f"  evaluation_interval: {interval}")
+        out.append("rule_files:")
+        out += [f"  - {quoted(r)}" for r in rules]
+    out.append("scrape_configs:")
     for job, members in jobs.items():
         out += [f"  - job_name: {quoted(job)}", "    metrics_path: /metrics", "    static_configs:"]
         for t in members:
@@ -59,13 +67,19 @@ def main(argv=None):
     parser = cli.Parser(prog="deploy/stack metrics", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="where prometheus.yml goes")
     parser.add_argument("--json", action="store_true", help="print the targets as JSON")
+    parser.add_argument("--rules", action="append", default=[], metavar="GLOB",
+                        help="a rule file (or glob) for rule_files, with evaluation_interval = --interval")
+    parser.add_argument("--interval", default="15s", help="scrape_interval (default 15s)")
+    parser.add_argument("--quiet", action="store_true", help="print nothing")
     args = parser.parse_args(argv)
     targets = read_targets(sys.stdin)
-    text = prometheus_yml(targets)
+    text = prometheus_yml(targets, args.interval, args.rules)
     new = args.out + ".new"
     with open(new, "w") as f:
         f.write(text)
     os.replace(new, args.out)
+    if args.quiet:
+        return 0
     if args.json:
         print(json.dumps({"prometheus_yml": args.out, "targets": targets}, indent=2))
     else:

@@ -32,6 +32,8 @@ deploy/services order):
     B+86                  reservations' images (QUAD_RESERVATIONS_IMAGES_HTTP)
     B+88                  the phones' control socket (quad-edge --control,
                           QUAD_EDGE_CONTROL)
+    B+89                  Prometheus of `deploy/stack up --prometheus`: its
+                          web page and HTTP API (QUAD_PROMETHEUS_PORT)
     B+90..B+99            PostgreSQL of `deploy/stack up --postgres`: the first
                           free from B+90 (QUAD_PG_PORT)
     M = B+100             QUAD_METRICS_BASE, the first /metrics port:
@@ -65,6 +67,7 @@ DASHBOARD = 80
 CATALOG_IMAGES = 85
 RESERVATIONS_IMAGES = 86
 EDGE_CONTROL = 88
+PROMETHEUS = 89             # deploy/stack up --prometheus: Prometheus's web page and API
 PG_FIRST, PG_TRIES = 90, 10  # PostgreSQL: the first free of B+90..B+99
 METRICS = 100               # QUAD_METRICS_BASE's default: B + 100
 METRICS_EDGE = 9            # quad-edge's /metrics at M + 9
@@ -110,6 +113,7 @@ def stack(base=DEFAULT_BASE, brokers=2, services=None, metrics_base=None):
     out.append(Port("catalog.images", base + CATALOG_IMAGES, "catalog's images"))
     out.append(Port("reservations.images", base + RESERVATIONS_IMAGES, "reservations' images"))
     out.append(Port("edge.control", base + EDGE_CONTROL, "the phones' control socket (quad-edge)"))
+    out.append(Port("prometheus", base + PROMETHEUS, "Prometheus of up --prometheus (web page, HTTP API)"))
     for j in range(PG_TRIES):
         out.append(Port(f"postgres.{j + 1}", base + PG_FIRST + j, "PostgreSQL of --postgres: the first free of these (QUAD_PG_PORT)"))
     m = base + METRICS if metrics_base is None else metrics_base
@@ -281,7 +285,8 @@ def _main(argv):
         return 64
     extra = {"port_base": args.base, "brokers": args.brokers, "span": span(names),
              "metrics_base": args.base + METRICS if metrics is None else metrics,
-             "edge_control": f"tcp://127.0.0.1:{args.base + EDGE_CONTROL}"}
+             "edge_control": f"tcp://127.0.0.1:{args.base + EDGE_CONTROL}",
+             "prometheus": f"http://127.0.0.1:{args.base + PROMETHEUS}/"}
     _print(ports, args.fmt or "table", extra)
     return 0
 
