@@ -142,7 +142,21 @@ public enum Accounts: ServiceDomain {
         }
     }
 
-    public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
+    /// The options accounts reads, checked (``check(options:)``) before the
+    /// worker opens its store.
+    struct Options {
+        var ttl: Int64
+        var refreshTTL: Int64
+        var hashing: PasswordHash.Strength
+        var limits: Settings.Limits
+        var admin: (email: String, password: String)?
+    }
+
+    public static func check(options: [String: String]) throws(UsageError) {
+        _ = try read(options)
+    }
+
+    static func read(_ options: [String: String]) throws(UsageError) -> Options {
         let usage = "Try: quad-accounts --help"
         let ttl = Int64(options["token-ttl-seconds"] ?? "") ?? -1
         guard (1...maxTokenTTLSeconds).contains(ttl) else {
@@ -169,6 +183,12 @@ public enum Accounts: ServiceDomain {
         limits.hashMsPerSecond = try number("hash-ms-per-second", 1...1000)
         limits.maxRefreshTokensPerUser = Int(try number("max-refresh-tokens-per-user", 1...1000))
         let admin = try adminAccount(options, usage: usage)
+        return Options(ttl: ttl, refreshTTL: refreshTTL, hashing: hashing, limits: limits, admin: admin)
+    }
+
+    public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
+        let o = try read(options)
+        let (ttl, refreshTTL, hashing, limits, admin) = (o.ttl, o.refreshTTL, o.hashing, o.limits, o.admin)
         let keyPath = options["signing-key"] ?? KeyFiles.defaultSecretKeyPath()
         let (key, created) = try KeyFiles.loadOrCreateSigningKey(at: keyPath)
         Log.info(worker.handlers.instance, "\(created ? "created" : "loaded") signing key \(keyPath), public key \(KeyFiles.publicKeyPath(forSecretKey: keyPath))")

@@ -167,11 +167,18 @@ public enum Reservations: ServiceDomain {
             """),
     ] + Photos.migrations + LiveLevels.migrations
 
-    public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
-        let settings: Settings
-        do { settings = try Settings(options: options) } catch {
+    public static func check(options: [String: String]) throws(UsageError) {
+        _ = try settings(options)
+    }
+
+    static func settings(_ options: [String: String]) throws(UsageError) -> Settings {
+        do { return try Settings(options: options) } catch {
             throw UsageError(error.message, usage: "Run quad-reservations --help for the options.\n")
         }
+    }
+
+    public static func install(on worker: Worker, db: Database, options: [String: String]) throws {
+        let settings = try settings(options)
         try Campus.seedIfEmpty(db)
         try LiveLevels.publishAll(db)
         try Photos.install(on: worker, db: db, options: options)

@@ -14,6 +14,9 @@ public protocol ServiceDomain {
     static var migrations: [Migration] { get }
     /// Extra command-line options, as (name, help, default).
     static var options: [(String, String, String?)] { get }
+    /// Refuses options that are out of range, before the worker opens its
+    /// store or connects: a command line refused leaves nothing behind.
+    static func check(options: [String: String]) throws(UsageError)
     /// Registers handlers and timers. Runs once per worker, after migrations.
     static func install(on worker: Worker, db: Database, options: [String: String]) throws
     /// Whether every type it answers must be declared in the contract
@@ -22,6 +25,7 @@ public protocol ServiceDomain {
 }
 
 extension ServiceDomain {
+    public static func check(options: [String: String]) throws(UsageError) {}
     public static var options: [(String, String, String?)] { [] }
     public static var isInContract: Bool { true }
 }
@@ -110,6 +114,7 @@ public enum ServiceMain {
         guard store.busyTimeoutMs >= 1 else { throw UsageError("--busy-timeout-ms must be at least 1", usage: flags.usage) }
         guard store.pgReconnectMaxMs >= 50 else { throw UsageError("--pg-reconnect-max-ms must be at least 50", usage: flags.usage) }
         guard store.pgConnectTimeoutS >= 2 else { throw UsageError("--pg-connect-timeout-s must be at least 2 (libpq's minimum)", usage: flags.usage) }
+        try D.check(options: flags.values)
         do {
             if let keys = try InternalCurve.fromEnvironment() {
                 Log.info(instance, "internal sockets: CURVE with the services' key \(Curve.encode(keys.publicKey) ?? "?") (QUAD_SERVICE_KEY_FILE)")

@@ -39,3 +39,42 @@ def test_scale_takes_1_to_16_workers(tmp_path):
         p = subprocess.run([os.path.join(ROOT, "deploy", "stack"), "scale", "catalog", n], capture_output=True, text=True,
                            timeout=60, env=dict(os.environ, QUAD_HOME=str(tmp_path / "home")))
         assert p.returncode == 64 and "from 1 to 16" in p.stderr, (n, p.returncode, p.stderr)
+
+
+# The executables, as a user runs them: --help exits 0 with the usage on
+# stdout; a refused option exits 64 naming it, from the executable's main
+# (the libraries throw), and a worker refused so leaves no store behind.
+BIN = os.environ.get("QUAD_BIN_DIR", os.path.join(ROOT, ".build", "release"))
+EXECUTABLES = ["quad-broker", "quad-accounts", "quad-catalog", "quad-favorites", "quad-orders", "quad-reservations",
+               "quad-telemetry", "quad-analytics", "quad-notifications", "quad-edge", "quadctl"]
+REFUSED = [
+    ("quad-catalog", ["--heartbeat-ms", "1"], "--heartbeat-ms must be at least 10"),
+    ("quad-accounts", ["--token-ttl-seconds", "0"], "--token-ttl-seconds must be an integer from 1"),
+    ("quad-accounts", ["--admin", "no-colon"], "--admin must be EMAIL:PASSWORD"),
+    ("quad-reservations", ["--sim-speed", "x"], "--sim-speed must be a number"),
+    ("quad-edge", ["--phones", "x"], "option --phones must be an integer, got 'x'"),
+    ("quad-broker", ["--max-queue", "0"], "--max-queue must be at least 1"),
+    ("quad-telemetry", ["bench", "--batch", "0"], "--batch 1 to"),
+]
+
+
+def run_exe(name, args, tmp_path):
+    env = dict(os.environ, QUAD_HOME=str(tmp_path / "home"))
+    env.pop("QUAD_CATALOG_DB", None)
+    return subprocess.run([os.path.join(BIN, name)] + args, capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path))
+
+
+@pytest.mark.parametrize("name", EXECUTABLES)
+def test_an_executables_help_exits_0_and_an_unknown_option_64(name, tmp_path):
+    p = run_exe(name, ["--help"], tmp_path)
+    assert p.returncode == 0 and "--help" in p.stdout, (name, p.returncode, p.stdout[:300], p.stderr[-300:])
+    p = run_exe(name, ["--no-such-option"], tmp_path)
+    assert p.returncode == 64 and "unknown option --no-such-option" in p.stderr, (name, p.returncode, p.stderr[-300:])
+
+
+@pytest.mark.parametrize("name,args,said", REFUSED)
+def test_a_refused_option_exits_64_and_leaves_nothing_behind(name, args, said, tmp_path):
+    p = run_exe(name, args, tmp_path)
+    assert p.returncode == 64 and said in p.stderr, (name, args, p.returncode, p.stderr[-400:])
+    stores = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs if ".db" in f]
+    assert stores == [], (name, args, stores)
