@@ -108,6 +108,21 @@ def test_rules_read_only_metrics_the_processes_export():
         assert name in exported or base in exported, f"the rules read {name}, which no Quad process exports"
 
 
+def test_kubernetes_prometheus_is_optional_and_carries_the_rules():
+    """deploy/k8s/optional/prometheus.yaml: not a resource of the
+    kustomization, and its ConfigMap holds the rules as they are."""
+    k8s = ROOT / "deploy/k8s"
+    assert "prometheus" not in (k8s / "kustomization.yaml").read_text()
+    docs = list(yaml.safe_load_all((k8s / "optional/prometheus.yaml").read_text()))
+    kinds = [d["kind"] for d in docs]
+    assert {"ConfigMap", "Deployment", "Service", "Role", "RoleBinding", "ServiceAccount"} <= set(kinds), kinds
+    data = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    for f in RULES:
+        assert data.get(Path(f).name) == Path(f).read_text(), f"{Path(f).name} differs: run deploy/kube manifests"
+    config = yaml.safe_load(data["prometheus.yml"])
+    assert config["rule_files"] == ["/etc/prometheus/quad-*.yml"]
+
+
 # ---------------------------------------------------------- a real stack
 
 

@@ -233,6 +233,79 @@ def manifests():
     return files
 
 
+# The optional Prometheus of deploy/k8s/optional/prometheus.yaml: not in the
+# kustomization; `kubectl apply -f deploy/k8s/optional/prometheus.yaml` beside
+# the stack. It finds every broker and worker pod of its namespace (the
+# container port named "metrics") and loads the rules of deploy/prometheus.
+PROMETHEUS_IMAGE = os.environ.get("QUAD_PROMETHEUS_IMAGE", "docker.io/prom/prometheus:v2.42.0")
+PROMETHEUS_PORT = 9090
+RULES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "prometheus", "rules")
+
+
+def prometheus_config():
+    """prometheus.yml: pods of its own namespace that are part of Quad and
+    have a port named metrics; job quad-broker for a broker, quad-SERVICE
+    for a service's workers (the jobs the rules read), instance the pod."""
+    return "\n".join([
+        "global:",
+        "  scrape_interval: 15s",
+        "  evaluation_interval: 15s",
+        "rule_files:",
+        "  - /etc/prometheus/quad-*.yml",
+        "scrape_configs:",
+        "  - job_name: quad",
+        "    kubernetes_sd_configs:",
+        "      - role: pod",
+        "        namespaces:",
+        "          own_namespace: true",
+        "    relabel_configs:",
+        "      - source_labels: [__meta_kubernetes_pod_label_app_kubernetes_io_part_of, __meta_kubernetes_pod_container_port_name]",
+        "        regex: quad;metrics",
+        "        action: keep",
+        "      - source_labels: [__meta_kubernetes_pod_label_app_kubernetes_io_name]",
+        "        target_label: job",
+        "      - source_labels: [__meta_kubernetes_pod_label_app_kubernetes_io_name]",
+        "        regex: quad-broker-[0-9]+",
+        "        target_label: job",
+        "        replacement: quad-broker",
+        "      - source_labels: [__meta_kubernetes_pod_name]",
+        "        target_label: instance",
+    ]) + "\n"
+
+
+def prometheus_manifests():
+    name = "quad-prometheus"
+    rules = {f: open(os.path.join(RULES_DIR, f)).read() for f in sorted(os.listdir(RULES_DIR)) if f.endswith(".yml")}
+    labels = {"app.kubernetes.io/name": name}
+    container = {"name": "prometheus", "image": PROMETHEUS_IMAGE, "imagePullPolicy": "IfNotPresent",
+                 "args": ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus",
+                          f"--web.listen-address=0.0.0.0:{PROMETHEUS_PORT}"],
+                 "ports": [{"name": "web", "containerPort": PROMETHEUS_PORT}],
+                 "resources": resources("100m", "256Mi", "1", "1Gi"),
+                 "readinessProbe": {"httpGet": {"path": "/-/ready", "port": PROMETHEUS_PORT}, "periodSeconds": 5},
+                 "livenessProbe": {"httpGet": {"path": "/-/healthy", "port": PROMETHEUS_PORT}, "periodSeconds": 10,
+                                   "failureThreshold": 6},
+                 "volumeMounts": [{"name": "config", "mountPath": "/etc/prometheus", "readOnly": True},
+                                  {"name": "data", "mountPath": "/prometheus"}]}
+    spec = pod_spec([container], [{"name": "config", "configMap": {"name": name}}, {"name": "data", "emptyDir": {}}])
+    spec["serviceAccountName"] = name
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "labels": labels}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "labels": labels},
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "labels": labels},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name}]},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels},
+         "data": dict({"prometheus.yml": prometheus_config()}, **rules)},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+         "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels}, "spec": spec}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+         "spec": {"selector": labels, "ports": [{"name": "web", "port": PROMETHEUS_PORT, "targetPort": PROMETHEUS_PORT}]}},
+    ]
+
+
 def kustomization(files):
     return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
             "resources": [f for f, _ in files],
@@ -298,12 +371,15 @@ def cmd_manifests(out):
     for name, docs in files:
         write_docs(os.path.join(out, name), docs)
     write_docs(os.path.join(out, "kustomization.yaml"), [kustomization(files)])
-    for name in [f for f, _ in files] + ["kustomization.yaml"]:
+    # Not a resource of the kustomization: applied on its own, when wanted.
+    os.makedirs(os.path.join(out, "optional"), exist_ok=True)
+    write_docs(os.path.join(out, "optional", "prometheus.yaml"), prometheus_manifests())
+    for name in [f for f, _ in files] + ["kustomization.yaml", os.path.join("optional", "prometheus.yaml")]:
         p = os.path.join(out, name)
         text = open(p).read()
         with open(p, "w") as f:
             f.write(HEADER + text)
-    print(f"wrote {len(files) + 1} files in {out}")
+    print(f"wrote {len(files) + 2} files in {out}")
 
 
 # ------------------------------------------------------------------ keys
