@@ -862,7 +862,12 @@ public final class Broker {
                 let bytes = bodies.count == 1 ? bodies[0] : Envelope.error(
                     .internal("the worker answered with \(bodies.count) body frames; an answer is one envelope frame"),
                     corr: bodies.first.flatMap { Envelope.salvageID($0) }, src: name).encoded()
-                event = .workerReply(identity: identity, client: client, bytes: bytes)
+                // Whose answer it is, read from its header only when the
+                // worker holds deferred requests (one may share a client).
+                let corr = routing.workers[identity]?.deferred.isEmpty == false ? (try? Envelope.decodeHeader(bytes, maxBytes: .max))?.corr : nil
+                event = .workerReply(identity: identity, client: client, bytes: bytes, corr: corr)
+            case let .deferral(client):
+                event = .workerDefer(identity: identity, client: client)
             case .heartbeat:
                 event = .workerHeartbeat(identity: identity)
             case .disconnect:

@@ -88,8 +88,13 @@ struct Routing {
     enum Event: Sendable {
         /// READY: a worker offers `service`.
         case workerReady(identity: [UInt8], service: String, instance: String, pid: Int64)
-        /// REPLY: a worker answered the client at `client`.
-        case workerReply(identity: [UInt8], client: [UInt8], bytes: [UInt8])
+        /// REPLY: a worker answered the client at `client`; `corr`, when
+        /// the broker read it from the answer's header, is the id of the
+        /// request it answers (read when the worker holds deferred requests).
+        case workerReply(identity: [UInt8], client: [UInt8], bytes: [UInt8], corr: String? = nil)
+        /// DEFER: a worker took the request it holds for `client` and will
+        /// answer it later; it is free for its next request meanwhile.
+        case workerDefer(identity: [UInt8], client: [UInt8])
         case workerHeartbeat(identity: [UInt8])
         /// DISCONNECT: a worker leaves (it is not dead: what it held is not
         /// counted against the request).
@@ -214,6 +219,10 @@ struct Routing {
         /// When it is taken for dead unless it says something.
         var expires: Int64
         var current: Pending?
+        /// Requests it took to answer later (DEFER), with their deadlines:
+        /// answered 504 at the deadline, requeued or refused if it dies,
+        /// as ``current`` is.
+        var deferred: [Pending] = []
         var served: Int64 = 0
     }
 
@@ -246,8 +255,10 @@ struct Routing {
         switch event {
         case let .workerReady(identity, service, instance, pid):
             register(identity, service: service, instance: instance, pid: pid, now: now, &out)
-        case let .workerReply(identity, client, bytes):
-            reply(identity, client: client, bytes: bytes, now: now, &out)
+        case let .workerReply(identity, client, bytes, corr):
+            reply(identity, client: client, bytes: bytes, corr: corr, now: now, &out)
+        case let .workerDefer(identity, client):
+            deferCurrent(identity, client: client, now: now, &out)
         case let .workerHeartbeat(identity):
             if workers[identity] == nil {
                 out.append(.disconnectWorker(identity: identity))
@@ -297,7 +308,7 @@ struct Routing {
         dispatch(name, &out)
     }
 
-    private mutating func reply(_ identity: [UInt8], client: [UInt8], bytes: [UInt8], now: Int64, _ out: inout [Action]) {
+    private mutating func reply(_ identity: [UInt8], client: [UInt8], bytes: [UInt8], corr: String?, now: Int64, _ out: inout [Action]) {
         guard var w = workers[identity], services[w.service] != nil else {
             // A reply from a worker we dropped: still deliver it.
             out.append(.sendToClient(route: client, bytes: bytes, service: nil, corr: nil))
@@ -305,6 +316,28 @@ struct Routing {
             return
         }
         w.expires = now + limits.heartbeatMs * limits.liveness
+        // The answer to a deferred request: the worker's slot is not its.
+        let answersCurrent = w.current.map { $0.request.client == client && (corr == nil || corr == $0.request.id) } ?? false
+        if !answersCurrent, let k = w.deferred.firstIndex(where: { $0.request.client == client && (corr == nil || corr == $0.request.id) }) {
+            let p = w.deferred.remove(at: k)
+            if p.timedOut {
+                lateReplies += 1
+                out.append(.log(["level": "info", "msg": "late reply dropped", "service": .string(w.service), "instance": .string(w.instance),
+                                 "id": .string(p.request.id), "type": .string(p.request.type), "late_ms": .int(now - p.expires)]))
+            } else {
+                out.append(.sendToClient(route: client, bytes: bytes, service: w.service, corr: p.request.id))
+            }
+            casualties[p.request.id] = nil
+            w.served += 1
+            workers[identity] = w
+            return
+        }
+        if w.current == nil {
+            // Nothing of this worker's answers it: delivered as it is.
+            workers[identity] = w
+            out.append(.sendToClient(route: client, bytes: bytes, service: w.service, corr: nil))
+            return
+        }
         if let p = w.current, p.timedOut {
             // The client was answered 504 at the deadline: this reply is
             // late; the worker is free again.
@@ -322,6 +355,27 @@ struct Routing {
         dispatch(w.service, &out)
     }
 
+    /// DEFER: the worker keeps the request it holds for `client` to answer
+    /// later, under the same deadline, and takes its next one now.
+    private mutating func deferCurrent(_ identity: [UInt8], client: [UInt8], now: Int64, _ out: inout [Action]) {
+        guard var w = workers[identity], services[w.service] != nil else {
+            out.append(.disconnectWorker(identity: identity))
+            return
+        }
+        w.expires = now + limits.heartbeatMs * limits.liveness
+        guard let p = w.current, p.request.client == client else {
+            workers[identity] = w
+            out.append(.log(["level": "error", "msg": "DEFER of a request the worker does not hold: ignored", "service": .string(w.service),
+                             "instance": .string(w.instance)]))
+            return
+        }
+        w.deferred.append(p)
+        w.current = nil
+        workers[identity] = w
+        services[w.service]!.idle.append(identity)
+        dispatch(w.service, &out)
+    }
+
     /// Drops a worker. A request it held goes back to the front of its
     /// queue: the client's id makes a second delivery safe; unless workers
     /// died holding it `max_deliveries` times, when it is answered 500.
@@ -330,7 +384,7 @@ struct Routing {
         guard services[w.service] != nil else { return }
         services[w.service]!.idle.removeAll { $0 == w.identity }
         out.append(.log(["level": "info", "msg": "worker removed", "service": .string(w.service), "instance": .string(w.instance), "reason": .string(reason)]))
-        if let p = w.current {
+        for p in (w.current.map { [$0] } ?? []) + w.deferred {
             // A worker that leaves (DISCONNECT) still answers what it holds:
             // only one that died counts.
             var count = casualties[p.request.id]?.count ?? 0
@@ -490,19 +544,36 @@ struct Routing {
     }
 
     /// Requests a worker holds past their deadline: the client gets 504 now
-    /// (not silence), the worker keeps the request until it answers.
+    /// (not silence), the worker keeps the request until it answers. A
+    /// deferred request is answered so too, and forgotten once its late
+    /// answer is no longer expected (``Limits/maxDeadlineMs`` after it).
     private mutating func expireInFlight(now: Int64, _ out: inout [Action]) {
+        for identity in workers.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) where !workers[identity]!.deferred.isEmpty {
+            let w = workers[identity]!
+            for k in w.deferred.indices where !w.deferred[k].timedOut && w.deferred[k].expires <= now {
+                let p = w.deferred[k]
+                workers[identity]!.deferred[k].timedOut = true
+                services[w.service]?.timedOut += 1
+                timeout(p, worker: w, &out)
+            }
+            workers[identity]!.deferred.removeAll { $0.timedOut && $0.expires + limits.maxDeadlineMs <= now }
+        }
         let late = workers.values.filter { w in w.current.map { !$0.timedOut && $0.expires <= now } ?? false }
         for w in late.sorted(by: { $0.identity.lexicographicallyPrecedes($1.identity) }) {
             guard let p = w.current else { continue }
             workers[w.identity]!.current!.timedOut = true
             services[w.service]?.timedOut += 1
-            let error = QuadError(code: "timeout", status: 504,
-                                  message: "service '\(w.service)' did not answer \(p.request.type) within its deadline of \(p.deadlineMs) ms",
-                                  details: ["service": .string(w.service), "deadline_ms": .int(p.deadlineMs)])
-            out.append(.replyError(route: p.request.client, error: error, corr: p.request.id, type: p.request.type))
-            out.append(.log(["level": "info", "msg": "request timed out in its worker", "service": .string(w.service), "instance": .string(w.instance),
-                             "id": .string(p.request.id), "type": .string(p.request.type), "deadline_ms": .int(p.deadlineMs)]))
+            timeout(p, worker: w, &out)
         }
+    }
+
+    /// The 504 of a request `w` held past its deadline.
+    private func timeout(_ p: Pending, worker w: Worker, _ out: inout [Action]) {
+        let error = QuadError(code: "timeout", status: 504,
+                              message: "service '\(w.service)' did not answer \(p.request.type) within its deadline of \(p.deadlineMs) ms",
+                              details: ["service": .string(w.service), "deadline_ms": .int(p.deadlineMs)])
+        out.append(.replyError(route: p.request.client, error: error, corr: p.request.id, type: p.request.type))
+        out.append(.log(["level": "info", "msg": "request timed out in its worker", "service": .string(w.service), "instance": .string(w.instance),
+                         "id": .string(p.request.id), "type": .string(p.request.type), "deadline_ms": .int(p.deadlineMs)]))
     }
 }

@@ -16,6 +16,7 @@ import QuadWire
 ///     broker -> worker  ["MDPW02", 0x02 REQUEST, client, "", envelope]
 ///     worker -> broker  ["MDPW02", 0x03 PARTIAL | 0x04 FINAL, client, "", envelope]
 ///     either way        ["MDPW02", 0x05 HEARTBEAT], ["MDPW02", 0x06 DISCONNECT]
+///     worker -> broker  ["MDPW02", 0x07 DEFER, client]   (Quad's extension: answered later)
 ///
 /// A peer that emulates REQ on its DEALER (majortomo does) puts an empty
 /// delimiter frame first; the broker accepts both forms and answers each
@@ -32,6 +33,8 @@ public enum Majordomo {
     /// client's REQUEST too (majortomo's `Client` sends it).
     public enum Command: UInt8, Sendable {
         case ready = 0x01, request = 0x02, partial = 0x03, final = 0x04, heartbeat = 0x05, disconnect = 0x06
+        /// Quad's extension (protos/README.md): the worker answers later.
+        case deferral = 0x07
         public static let clientRequest: UInt8 = 0x01
         static let clientRequests: Set<[UInt8]> = [[0x01], [0x02]]
     }
@@ -148,6 +151,11 @@ public enum Majordomo {
         case request(client: [UInt8], bodies: [[UInt8]])
         case partial(client: [UInt8], bodies: [[UInt8]])
         case final(client: [UInt8], bodies: [[UInt8]])
+        /// DEFER (0x07, Quad's extension of MDP/0.2): the worker took the
+        /// request it holds for `client` and will answer it later with a
+        /// FINAL; the broker gives it its next request meanwhile, and keeps
+        /// the deadline, the 504 and the poison-pill rule for the one deferred.
+        case deferral(client: [UInt8])
         case heartbeat
         case disconnect
     }
@@ -169,6 +177,9 @@ public enum Majordomo {
         case let .final(client, bodies):
             command = .final
             args = [client, []] + bodies
+        case let .deferral(client):
+            command = .deferral
+            args = [client]
         case .heartbeat: command = .heartbeat
         case .disconnect: command = .disconnect
         }
@@ -197,6 +208,8 @@ public enum Majordomo {
             case .partial: return (form, .partial(client: client, bodies: bodies))
             default: return (form, .final(client: client, bodies: bodies))
             }
+        case .deferral:
+            return args.count == 1 ? (form, .deferral(client: args[args.startIndex])) : nil
         case .heartbeat:
             return args.isEmpty ? (form, .heartbeat) : nil
         case .disconnect:

@@ -342,15 +342,11 @@ extension Worker {
 
     /// Serves a request whose handler answers later. An answer given before
     /// the handler returned goes out as any reply. Otherwise the worker
-    /// gives its place at the broker back at once (a REPLY with no client
-    /// route, which the broker delivers to no one, so it sends this worker
-    /// the next request) and keeps the client's route; the answer goes out
-    /// when it comes, on a socket of its own to the broker's backend that
-    /// never says READY: the broker delivers a reply from a worker it does
-    /// not know (as from one it dropped) and tells it DISCONNECT, which
-    /// that socket ignores. A request answered this way is no longer the
-    /// broker's to requeue if this worker dies: the client's retry under the
-    /// same id, and the saga's recovery, cover it.
+    /// says DEFER (MDP/0.2 as Quad extends it, protos/README.md): the
+    /// broker gives it its next request, keeps this one under its deadline
+    /// (a 504 when it passes), and requeues it, or refuses it past
+    /// `max_deliveries`, if this worker dies first; the answer goes out when
+    /// it comes, as a FINAL on the worker's own socket.
     func serveLater(client: [UInt8], request: Envelope, link: BrokerLink) {
         var inLine = true
         var early: Reply?
@@ -365,39 +361,25 @@ extension Worker {
         if let early {
             try? link.socket.send(Majordomo.frames(.final(client: client, bodies: [early.bytes])), dontWait: true)
         } else {
-            // A FINAL to no client: the broker frees this worker's slot.
-            try? link.socket.send(Majordomo.frames(.final(client: [], bodies: [[]])), dontWait: true)
+            // DEFER: the broker gives this worker its next request and
+            // keeps this one's deadline until the answer comes.
+            try? link.socket.send(Majordomo.frames(.deferral(client: client)), dontWait: true)
         }
         relayOutbox()
     }
 
-    /// Sends a late answer to the broker its request came from: only that
-    /// broker holds the client's route.
+    /// Sends a late answer to the broker its request came from (only that
+    /// broker holds the client's route), as a FINAL on the worker's own
+    /// socket: the broker matches it to the deferred request by the client
+    /// and the answer's id.
     func sendLate(client: [UInt8], _ bytes: [UInt8], link: BrokerLink) {
-        if link.lateReplies == nil {
-            do {
-                let s = try context.socket(.dealer)
-                try s.setLinger(1000)
-                try InternalCurve.secure(s)
-                try s.connect(link.endpoint)
-                link.lateReplies = s
-                reactor.register(s) { [unowned self] s in self.drainLateReplies(s) }
-            } catch {
-                Log.error(handlers.instance, "late reply not sent (no socket to \(link.endpoint)): \(error)")
-                return
-            }
-        }
-        try? link.lateReplies?.send(Majordomo.frames(.final(client: client, bodies: [bytes])), dontWait: true)
+        try? link.socket.send(Majordomo.frames(.final(client: client, bodies: [bytes])), dontWait: true)
     }
 
-    /// What the loop does when the calls' or the late replies' socket is readable.
+    /// What the loop does when the calls' socket is readable.
     func receiveCalls(_ calls: ServiceCalls) {
         calls.receive()
         relayOutbox()
     }
 
-    func drainLateReplies(_ socket: Socket) {
-        // Only the broker's DISCONNECT to a worker it does not know comes here.
-        while (try? socket.receive(dontWait: true)) != nil {}
-    }
 }

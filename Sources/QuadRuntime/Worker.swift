@@ -33,9 +33,6 @@ public final class Worker {
         var heard = false
         /// The broker confirmed our DISCONNECT while leaving.
         var confirmed = false
-        /// Answers given after their handler returned go out on a socket of
-        /// their own to this broker's backend (``Worker/serveLater(client:request:link:)``).
-        var lateReplies: Socket?
 
         init(endpoint: String, socket: Socket) {
             self.endpoint = endpoint
@@ -62,8 +59,7 @@ public final class Worker {
     var reconnects: Int { brokers.reduce(0) { $0 + $1.reconnects } }
     var feeds: [(EventFeed, Socket)] = []
     /// Calls to other services waiting on the loop (``send(_:timeoutMs:attempts:_:)``),
-    /// and the socket that sends answers given after their handler returned
-    /// (``serveLater(client:request:)``); both made on first use.
+    /// made on first use.
     var calls: ServiceCalls?
     /// Where `/metrics` is served (`--metrics HOST:PORT`); nil: nowhere.
     public var metricsAddress: String?

@@ -45,6 +45,16 @@ struct Harness {
         handle(.workerReply(identity: Array(worker.utf8), client: Array(client.utf8), bytes: Array(body.utf8)))
     }
 
+    @discardableResult
+    mutating func answerLater(_ worker: String, to client: String = "c", id: String, _ body: String = "later") -> [Routing.Action] {
+        handle(.workerReply(identity: Array(worker.utf8), client: Array(client.utf8), bytes: Array(body.utf8), corr: id))
+    }
+
+    @discardableResult
+    mutating func deferral(_ worker: String, for client: String = "c") -> [Routing.Action] {
+        handle(.workerDefer(identity: Array(worker.utf8), client: Array(client.utf8)))
+    }
+
     func request(_ id: String, type: String = "cat.get", from client: String = "c", owner: String = "conn:01",
                  deadline: Int64? = nil, size: Int = 10) -> Routing.Request {
         Routing.Request(client: Array(client.utf8), id: id, type: type, bytes: Array(repeating: UInt8(ascii: "x"), count: size),
@@ -78,6 +88,83 @@ extension [Routing.Action] {
 
 @Suite("Routing")
 struct RoutingTests {
+    // MARK: Deferral (DEFER, protos/README.md)
+
+    @Test func aDeferredRequestFreesTheWorkerAndItsLaterAnswerGoesToItsClient() {
+        var h = Harness()
+        h.ready("A")
+        h.ask("saga", from: "phone", deadline: 10_000)
+        h.ask("next", from: "phone")
+        // DEFER: A takes its next request at once; the first is still A's.
+        let taken = h.deferral("A", for: "phone")
+        #expect(taken.sent.map(\.0) == ["A"] && taken.sentIDs == ["next"])
+        #expect(h.routing.workers[Array("A".utf8)]?.deferred.map(\.request.id) == ["saga"])
+        // The same client has two requests at A: each answer goes by its id.
+        let later = h.answerLater("A", to: "phone", id: "saga", "saga done")
+        #expect(later.delivered == ["saga done"])
+        #expect(later.contains { if case let .sendToClient(_, _, _, corr) = $0 { corr == "saga" } else { false } })
+        #expect(h.routing.workers[Array("A".utf8)]?.current?.request.id == "next", "the deferred answer is not the one A holds")
+        #expect(h.answerLater("A", to: "phone", id: "next", "next done").delivered == ["next done"])
+        #expect(h.routing.workers[Array("A".utf8)]?.deferred.isEmpty == true)
+        #expect(h.routing.workers[Array("A".utf8)]?.current == nil)
+    }
+
+    @Test func aDeferredRequestPastItsDeadlineIsAnswered504AndItsLateAnswerDropped() throws {
+        var h = Harness { $0.maxDeadlineMs = 30_000 }
+        h.ready("A")
+        h.ask("saga", deadline: 2000)
+        h.deferral("A")
+        #expect(h.tick(at: 1999).errors.isEmpty)
+        let timedOut = try #require(h.tick(at: 2000).errors.first)
+        #expect(timedOut.code == "timeout" && timedOut.corr == "saga" && timedOut.error.status == 504)
+        #expect(h.tick(at: 2500).errors.isEmpty, "answered once")
+        h.now = 3000
+        let late = h.answerLater("A", id: "saga")
+        #expect(late.delivered.isEmpty)
+        #expect(h.routing.lateReplies == 1)
+        // One whose answer never comes is forgotten max_deadline_ms after its 504.
+        h.ask("gone", deadline: 1000)  // until 4000
+        h.deferral("A")
+        #expect(h.tick(at: 4000).errors.map(\.corr) == ["gone"])
+        #expect(h.routing.workers[Array("A".utf8)]?.deferred.map(\.request.id) == ["gone"])
+        h.now = 33_000
+        h.handle(.workerHeartbeat(identity: Array("A".utf8)))
+        h.tick(at: 33_999)
+        #expect(h.routing.workers[Array("A".utf8)]?.deferred.map(\.request.id) == ["gone"])
+        h.tick(at: 34_000)
+        #expect(h.routing.workers[Array("A".utf8)]?.deferred.isEmpty == true)
+    }
+
+    @Test func aWorkerThatDiesHoldingDeferredRequestsHasThemRequeuedThenRefusedPastMaxDeliveries() throws {
+        var h = Harness { $0.maxDeliveries = 2 }
+        h.ready("A")
+        h.ask("pill", deadline: 30_000)
+        h.deferral("A")
+        h.ask("held", deadline: 30_000)  // A's current
+        // A goes silent: both come back to the queue, the next worker takes them.
+        #expect(h.tick(at: 3001).errors.isEmpty)
+        h.ready("B")
+        let first = h.routing.workers[Array("B".utf8)]?.current?.request.id
+        #expect(first == "pill" || first == "held")
+        h.deferral("B")
+        #expect(h.routing.workers[Array("B".utf8)]?.deferred.count == 1 && h.routing.workers[Array("B".utf8)]?.current != nil)
+        // B dies too: both have now killed two workers; refused 500, not given to a third.
+        let refused = h.tick(at: 3001 + 3001).errors
+        #expect(Set(refused.map(\.corr)) == ["pill", "held"] && refused.allSatisfy { $0.code == "internal" })
+        #expect(refused.first?.error.message.contains("max_deliveries=2") == true)
+        h.ready("C")
+        #expect(h.routing.workers[Array("C".utf8)]?.current == nil)
+    }
+
+    @Test func aDeferOfARequestTheWorkerDoesNotHoldIsIgnored() {
+        var h = Harness()
+        h.ready("A")
+        let stray = h.deferral("A", for: "nobody")
+        #expect(stray.sent.isEmpty && stray.errors.isEmpty)
+        #expect(h.routing.workers[Array("A".utf8)]?.deferred.isEmpty == true)
+        #expect(h.deferral("Z").disconnected == ["Z"])
+    }
+
     // MARK: Least recently used
 
     @Test func aRequestGoesToTheLeastRecentlyUsedIdleWorker() {
