@@ -120,6 +120,11 @@ off: no process serves /metrics); broker K at METRICS_BASE+K-1, quad-edge at
 METRICS_BASE+9 (quad-edge --metrics 127.0.0.1:PORT), worker N of the I-th
 service at METRICS_BASE+10+20*I+N-1 (N up to 20). On --hosts each process
 serves on its own host's address.
+
+With a Prometheus of 'deploy/stack up --prometheus' running, its config
+(\$QUAD_HOME/prometheus/prometheus.yml) gets the same targets, these --edge
+ones included, and it reloads: run it after starting quad-edge so that
+Prometheus scrapes the phones too.
 EOF
 }
 
