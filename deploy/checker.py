@@ -55,6 +55,10 @@ them), and checks, in Jepsen's terms:
                in quad-telemetry's store exactly once (none missing, none twice,
                none stored that no phone recorded, each under the phone that
                recorded it), none left on a phone, no id with two payloads
+  alerts       only with --alerts (deploy/chaos run --prometheus): every fault
+               that a metric sees raised its alert within the stated time,
+               every alert resolved after its fault healed, none fired with
+               no fault in force (deploy/quaddeploy/alerts.py: the table)
 
 The phones' history: a phone deletes an action from its outbox and an event
 from its telemetry queue once answered, so `deploy/chaos run` records what
@@ -1184,9 +1188,11 @@ def fault_windows(path, restart_s=2.0):
     return windows
 
 
-def html_report(path, checker, windows, t0_ms, title):
+def html_report(path, checker, windows, t0_ms, title, alerts_doc=None):
     """An HTML page: the verdict, and an SVG plot of action latency and
-    throughput over time with the fault windows shaded (as Jepsen's plots)."""
+    throughput over time with the fault windows shaded (as Jepsen's plots);
+    with alerts_doc (alerts.json), a third panel: each alert's firings as
+    bars, one row an alert, beside the same fault windows."""
     import html
     points = []  # (finish s, latency ms, outcome)
     made = []
@@ -1195,8 +1201,14 @@ def html_report(path, checker, windows, t0_ms, title):
             made.append((int(a["created_ms"]) - t0_ms) / 1000.0)
             if a["finished_ms"] is not None and a["code"] != "dropped":
                 points.append(((int(a["finished_ms"]) - t0_ms) / 1000.0, max(1, int(a["finished_ms"]) - int(a["created_ms"])), a["outcome"]))
-    end = max([x for x, _, _ in points] + made + [w["end"] or 0 for w in windows] + [1])
+    firings = []  # (alert, what, start s, stop s)
+    for a in (alerts_doc or {}).get("alerts", []):
+        what = a["alert"] + "".join(" " + a["labels"][k] for k in ("instance", "service") if k in a["labels"])
+        firings.append((a["alert"], what, a["first"] - t0_ms / 1000.0, a["last"] - t0_ms / 1000.0))
+    rows_a = sorted({f[0] for f in firings})
+    end = max([x for x, _, _ in points] + made + [w["end"] or 0 for w in windows] + [f[3] for f in firings] + [1])
     W, L, R, H1, H2, T, G = 960, 60, 20, 260, 140, 30, 40
+    HA = (16 * max(1, len(rows_a)) + 40) if alerts_doc is not None else 0
     pw = W - L - R
     def X(t):
         return L + pw * max(0.0, t) / end
@@ -1207,10 +1219,11 @@ def html_report(path, checker, windows, t0_ms, title):
         return T + H1 - H1 * math.log10(ms) / ly
     colors = {"partition": "#f4a3a3", "kill": "#9fc5e8", "pause": "#ffe599", "scale": "#b6d7a8",
               "broker": "#c27ba0", "pg": "#8e7cc3", "edge": "#e69138", "clock": "#76a5af"}
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (W, T + H1 + G + H2 + 40)]
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (W, T + H1 + G + H2 + 40 + HA)]
+    ya = T + H1 + G + H2 + 40 + 24  # the alerts panel, under the legend
     for k, w in enumerate(windows):
         x1, x2 = X(w["start"]), X(w["end"] if w["end"] is not None else end)
-        for y0, h in ((T, H1), (T + H1 + G, H2)):
+        for y0, h in ((T, H1), (T + H1 + G, H2)) + (((ya, HA - 40),) if HA else ()):
             out.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" opacity="0.55"><title>%s, %s to %s s</title></rect>' % (
                 x1, y0, max(1.5, x2 - x1), h, colors.get(w["kind"], "#ddd"), html.escape(w["what"]), w["start"], w["end"]))
     # Latency panel (log scale).
@@ -1247,6 +1260,19 @@ def html_report(path, checker, windows, t0_ms, title):
     for kind, c in colors.items():
         out.append('<rect x="%d" y="%d" width="12" height="10" fill="%s"/><text x="%d" y="%d">%s</text>' % (lx, y0 + H2 + 24, c, lx + 16, y0 + H2 + 33, kind))
         lx += 80
+    if HA:
+        # The alerts: a row an alert, a red bar a firing, over the fault windows.
+        out.append('<text x="%d" y="%d" font-weight="bold">alerts firing (Prometheus, ALERTS{alertstate="firing"}), over the same fault windows</text>' % (L, ya - 8))
+        out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333"/>' % (L, ya, pw, HA - 40))
+        for i, name in enumerate(rows_a):
+            y = ya + 4 + 16 * i
+            out.append('<text x="%d" y="%d" font-size="10">%s</text>' % (L + 4, y + 10, html.escape(name)))
+            for alert, what, a, b in firings:
+                if alert == name:
+                    out.append('<rect x="%.1f" y="%d" width="%.1f" height="12" fill="#cc0000" opacity="0.8"><title>%s, %.0f to %.0f s</title></rect>' % (
+                        X(a), y, max(2.0, X(b + 1) - X(a)), html.escape(what), a, b))
+        if not rows_a:
+            out.append('<text x="%d" y="%d">no alert fired</text>' % (L + 4, ya + 14))
     out.append("</svg>")
     ok, text = checker.verdict()
     rows = "".join('<tr><td>%s</td><td class="%s">%s</td><td>%s</td></tr>' % (
@@ -1257,10 +1283,28 @@ def html_report(path, checker, windows, t0_ms, title):
 <style>body{font-family:sans-serif;margin:24px;max-width:1000px} td{padding:2px 10px} .ok{color:#080} .fail{color:#c00;font-weight:bold}
 pre{background:#f6f6f6;padding:8px}</style></head><body>
 <h1>%s</h1><p><b>Verdict: %s</b></p><pre>%s</pre>%s
-<h2>Checks</h2><table>%s</table><h2>Faults</h2><ul>%s</ul></body></html>
-""" % (html.escape(title), html.escape(title), "PASS" if ok else "FAIL", html.escape(text.split("\n\n")[0]), "\n".join(out), rows, faults or "<li>none</li>")
+<h2>Checks</h2><table>%s</table><h2>Faults</h2><ul>%s</ul>%s</body></html>
+""" % (html.escape(title), html.escape(title), "PASS" if ok else "FAIL", html.escape(text.split("\n\n")[0]), "\n".join(out), rows, faults or "<li>none</li>",
+       ("<h2>Alerts</h2><ul>%s</ul>" % ("".join("<li>%s: %.0f to %.0f s</li>" % (html.escape(w), a, b) for _, w, a, b in firings) or "<li>none fired</li>"))
+       if alerts_doc is not None else "")
     with open(path, "w") as f:
         f.write(page)
+
+
+def check_alerts(checker, path, windows):
+    """The alerts check, from the run's alerts.json and fault windows
+    (deploy/quaddeploy/alerts.py). Returns (the record, the result)."""
+    from quaddeploy import alerts as alerts_mod
+    try:
+        doc = json.load(open(path))
+    except (OSError, ValueError) as e:
+        checker.check("alerts", False, "no alert record: %s" % e)
+        return None, {"ok": False, "figure": str(e)}
+    r = alerts_mod.check(doc, windows)
+    checker.check("alerts", r["ok"], r["figure"])
+    for e in r["examples"]:
+        checker.example("alerts", e)
+    return doc, r
 
 
 def main():
@@ -1277,6 +1321,8 @@ def main():
     ap.add_argument("--skew-tolerance", type=float, default=5, metavar="S",
                     help="seconds two clocks may disagree by (the run's largest clock offset plus 5 s; default 5): "
                          "the holds and deadlines checks allow it")
+    ap.add_argument("--alerts", metavar="FILE",
+                    help="the run's alerts.json (deploy/chaos run --prometheus): adds the alerts check, and the alerts to the plot")
     ap.add_argument("--title", default="Quad chaos run", help="the HTML report's title")
     ap.add_argument("--install-history", type=int, metavar="N", help="install the history recorder in N phone files of --phones, then exit")
     ap.add_argument("--wait", type=float, default=120, help="--install-history: seconds to wait for the phone files (default 120)")
@@ -1291,20 +1337,25 @@ def main():
     except (RuntimeError, sqlite3.DatabaseError, OSError, subprocess.TimeoutExpired) as e:
         print("checker: cannot read the stores: %s" % e, file=sys.stderr)
         return 2
+    windows = fault_windows(args.faults)
+    alerts_doc = alerts_result = None
+    if args.alerts:
+        alerts_doc, alerts_result = check_alerts(c, args.alerts, windows)
     ok, text = c.verdict()
     print(text)
-    windows = fault_windows(args.faults)
     t0 = args.t0
     if t0 is None:
         t0 = min([int(a["created_ms"]) for p in c.phones.values() for a in p["actions"]] or [0])
     if args.json:
         verdict = c.json()
         verdict["faults"] = windows
+        if alerts_result is not None:
+            verdict["alerts"] = alerts_result
         with open(args.json, "w") as f:
             json.dump(verdict, f, indent=2)
             f.write("\n")
     if args.html:
-        html_report(args.html, c, windows, t0, args.title)
+        html_report(args.html, c, windows, t0, args.title, alerts_doc)
     return 0 if ok else 1
 
 

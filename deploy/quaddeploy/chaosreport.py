@@ -1,7 +1,8 @@
 """The summary of a `deploy/chaos run`: run.json in the run's folder (the
 phones, the seed, the exits of quad-edge and of the checker, the faults as
 they ran and counted by kind, the edge and checker reports, when the phones'
-outboxes drained) and two lines on standard output. deploy/chaos calls
+outboxes drained; with --prometheus the alerts fired, by name, and the
+alerts check) and two or three lines on standard output. deploy/chaos calls
 
     python3 -m quaddeploy.chaosreport RUN_DIR PHONES DURATION SEED EDGE_EXIT CHECKER_EXIT
 
@@ -55,6 +56,14 @@ def summarize(d, phones, duration, seed, edge_rc, check_rc):
     run["converged_ms"] = drain
     if drain is not None:
         print("converged: every phone's outbox drained %d ms after the last heal (end of the day)" % drain)
+    # --prometheus: the alerts that fired (alerts.json) and the alerts check.
+    alerts = load("alerts.json")
+    if alerts is not None:
+        fired = Counter(a["alert"] for a in alerts.get("alerts", []))
+        run["alerts_fired"] = dict(fired)
+        run["alerts_check"] = (run["check"] or {}).get("alerts")
+        print("alerts fired: " + (", ".join("%s %d" % kv for kv in sorted(fired.items())) or "none")
+              + " (alerts.json; report.html draws them beside the fault windows)")
     json.dump(run, open(os.path.join(d, "run.json"), "w"), indent=2)
     return run
 
