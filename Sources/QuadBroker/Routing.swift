@@ -317,8 +317,8 @@ struct Routing {
         }
         w.expires = now + limits.heartbeatMs * limits.liveness
         // The answer to a deferred request: the worker's slot is not its.
-        let answersCurrent = w.current.map { $0.request.client == client && (corr == nil || corr == $0.request.id) } ?? false
-        if !answersCurrent, let k = w.deferred.firstIndex(where: { $0.request.client == client && (corr == nil || corr == $0.request.id) }) {
+        func answers(_ p: Pending) -> Bool { p.request.client == client && (corr == nil || corr == p.request.id) }
+        if !(w.current.map(answers) ?? false), let k = w.deferred.firstIndex(where: answers) {
             let p = w.deferred.remove(at: k)
             if p.timedOut {
                 lateReplies += 1
@@ -548,7 +548,8 @@ struct Routing {
     /// deferred request is answered so too, and forgotten once its late
     /// answer is no longer expected (``Limits/maxDeadlineMs`` after it).
     private mutating func expireInFlight(now: Int64, _ out: inout [Action]) {
-        for identity in workers.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) where !workers[identity]!.deferred.isEmpty {
+        let holding = workers.compactMap { $0.value.deferred.isEmpty ? nil : $0.key }
+        for identity in holding.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
             let w = workers[identity]!
             for k in w.deferred.indices where !w.deferred[k].timedOut && w.deferred[k].expires <= now {
                 let p = w.deferred[k]

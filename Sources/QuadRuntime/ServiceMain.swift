@@ -114,6 +114,10 @@ public enum ServiceMain {
         guard store.busyTimeoutMs >= 1 else { throw UsageError("--busy-timeout-ms must be at least 1", usage: flags.usage) }
         guard store.pgReconnectMaxMs >= 50 else { throw UsageError("--pg-reconnect-max-ms must be at least 50", usage: flags.usage) }
         guard store.pgConnectTimeoutS >= 2 else { throw UsageError("--pg-connect-timeout-s must be at least 2 (libpq's minimum)", usage: flags.usage) }
+        let metricsAddress = flags["metrics"].flatMap { $0 == "off" ? nil : $0 }
+        if let address = metricsAddress {
+            do { _ = try MetricsServer.parse(address) } catch { throw UsageError("\(error)", usage: flags.usage) }
+        }
         try D.check(options: flags.values)
         do {
             if let keys = try InternalCurve.fromEnvironment() {
@@ -131,10 +135,7 @@ public enum ServiceMain {
             worker.maxMessageBytes = maxBytes
             worker.retention = retention
             worker.maxCallsInFlight = maxCalls
-            if let address = flags["metrics"], address != "off" {
-                do { _ = try MetricsServer.parse(address) } catch { throw UsageError("\(error)", usage: flags.usage) as Error }
-                worker.metricsAddress = address
-            }
+            if let address = metricsAddress { worker.metricsAddress = address }
             handlers.metrics.slowHandlerMs = Int64(slowMs)
             try D.install(on: worker, db: db, options: flags.values)
             // Every type a worker answers is in the contract (Sources/QuadContract):

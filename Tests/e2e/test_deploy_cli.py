@@ -49,6 +49,7 @@ EXECUTABLES = ["quad-broker", "quad-accounts", "quad-catalog", "quad-favorites",
                "quad-telemetry", "quad-analytics", "quad-notifications", "quad-edge", "quadctl"]
 REFUSED = [
     ("quad-catalog", ["--heartbeat-ms", "1"], "--heartbeat-ms must be at least 10"),
+    ("quad-catalog", ["--metrics", "bogus"], "--metrics must be HOST:PORT"),
     ("quad-accounts", ["--token-ttl-seconds", "0"], "--token-ttl-seconds must be an integer from 1"),
     ("quad-accounts", ["--admin", "no-colon"], "--admin must be EMAIL:PASSWORD"),
     ("quad-reservations", ["--sim-speed", "x"], "--sim-speed must be a number"),
