@@ -90,7 +90,11 @@ cleanup() {
         done
         ip link del "$PREFIX" 2>/dev/null && { printf 'test_chaos: veth %s left after down\n' "$PREFIX" >&2; rc=1; }
     fi
-    rm -rf "$QUAD_HOME"
+    if ((rc != 0)) && [[ -n ${QUAD_TEST_KEEP:-} ]]; then
+        printf 'test_chaos: kept %s (QUAD_TEST_KEEP)\n' "$QUAD_HOME" >&2
+    else
+        rm -rf "$QUAD_HOME"
+    fi
     exit "$rc"
 }
 trap cleanup EXIT
@@ -381,7 +385,7 @@ if [[ -x $edge_bin ]] && [[ $("$edge_bin" --help 2>&1 || true) == *--duration* ]
         fail "a production build honoured QUAD_FAULT_SKIP_IDEMPOTENCY"
     # Every check ran on real figures and passed: the telemetry matched event
     # by event, the cart ledger balanced, and the faults really happened.
-    python3 - "$rundir" <<'PY' || fail "deploy/chaos run's check.json: see above"
+    python3 - "$rundir" 2>"$QUAD_HOME/chaos-checks.txt" <<'PY' || fail "deploy/chaos run's checks: $(tr '\n' ';' <"$QUAD_HOME/chaos-checks.txt")"
 import json, re, sys
 d = sys.argv[1]
 v = json.load(open(d + "/check.json"))
