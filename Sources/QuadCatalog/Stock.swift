@@ -84,8 +84,11 @@ extension Catalog {
                 throw QuadError.conflict("not enough stock: \(names.joined(separator: ", "))", details: ["short": .array(short)])
             }
             let now = Int64(Clock.nowMillis())
-            try db.execute("INSERT INTO holds (order_id, status, created_ms, expires_ms, user_id, mode) VALUES ($1, 'held', $2, $3, $4, $5)",
-                           .text(order), .int(now), .int(now + holdTTLms), .text(req.user ?? ""), .text(mode))
+            // With confirm, held and confirmed at once: the saga's one call when it needs no pause between the two.
+            let confirmed = body.confirm == true
+            try db.execute("INSERT INTO holds (order_id, status, created_ms, expires_ms, user_id, mode, confirmed_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                           .text(order), .text(confirmed ? "confirmed" : "held"), .int(now), .int(now + holdTTLms), .text(req.user ?? ""), .text(mode),
+                           confirmed ? .int(now) : .null)
             for (product, q) in wanted {
                 let row = try db.queryOne("SELECT price_value, category, stock, trade_mode, rent_rate FROM products WHERE id = $1", .text(product))!
                 // A rental is held at the rate of now, as a sale at the price of now: a later edit of the listing changes neither.

@@ -7,7 +7,7 @@ import QuadWire
 /// The orders service: a cart per user, and orders to buy or rent (rentals
 /// priced by the day and returned: ``Rentals``), placed
 /// from the cart or as Buy Now of one product, with the catalog holding and
-/// then confirming the stock (``OrderSaga``). An order records the screen
+/// confirming the stock in one call (``OrderSaga``). An order records the screen
 /// it was placed from, the buyer's semester (from accounts' events) and the
 /// transaction fee, a percentage by category (``FeeSchedule``).
 public enum Orders: ServiceDomain {

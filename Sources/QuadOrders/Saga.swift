@@ -12,12 +12,15 @@ import QuadWire
 ///
 /// 1. record the order `pending`, in its own committed transaction, before
 ///    asking the catalog anything;
-/// 2. `catalog.stock.hold` under the order id (all items or none): the order
-///    becomes `held`, priced at the catalog's prices, and `orders.placed` is
-///    published;
-/// 3. `catalog.stock.confirm`: the order becomes `confirmed`, the bought
-///    units leave the cart, `orders.confirmed` is published and the reply
-///    is stored as the answer to the order id, in the same transaction.
+/// 2. `catalog.stock.hold` under the order id (all items or none), with
+///    `confirm`: the catalog takes the units and confirms the hold in one
+///    transaction. The order becomes `held`, priced at the catalog's prices,
+///    and `orders.placed` is published;
+/// 3. then `confirmed`: the bought units leave the cart, `orders.confirmed`
+///    is published and the reply is stored as the answer to the order id,
+///    in the same transaction. An order found `held` (a hold made in two
+///    steps, under the fault injection's pause or before a crash) asks
+///    `catalog.stock.confirm` first.
 ///
 /// A refusal of the catalog (409 not enough stock, 404 unknown product, a
 /// hold that expired) rejects the order with the catalog's reason and
@@ -258,7 +261,12 @@ final class OrderSaga {
         let id = order.id
         let items: JSON = .array(order.items.map { ["product": .string($0.product), "quantity": .int($0.quantity)] })
         // The mode lets the catalog refuse a listing not traded so (a rent-only one bought) and hold a rental at its rent rate.
-        ask("catalog.stock.hold", ["order": .string(id), "items": items, "mode": .string(order.mode)], order: order) { [self] held in
+        // One call when nothing waits between hold and confirmation: the
+        // catalog takes the units and confirms in one transaction. Only the
+        // fault injection's pause needs the two steps apart.
+        var body: [String: JSON] = ["order": .string(id), "items": items, "mode": .string(order.mode)]
+        if settings.pauseAfterHoldMs == 0 { body["confirm"] = .bool(true) }
+        ask("catalog.stock.hold", .object(body), order: order) { [self] held in
             guard let held else { return finish(id, nil) }
             guarded(id) {
                 switch held {
@@ -274,6 +282,7 @@ final class OrderSaga {
                         guard unpriced.isEmpty else { return refuseUnpriced(order, unpriced) }
                         let held = try recordHeld(order, hold)
                         guard held.status == "held" else { return finish(id, try finalAnswer(held)) }
+                        if hold["status"]?.string == "confirmed" { return finish(id, try recordConfirmed(held)) }
                         if settings.pauseAfterHoldMs > 0 {
                             Log.info(source, "fault injection: pausing \(settings.pauseAfterHoldMs) ms between hold and confirm of order \(id)")
                             after(settings.pauseAfterHoldMs) { self.confirm(held) }

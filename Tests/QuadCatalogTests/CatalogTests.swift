@@ -126,6 +126,35 @@ struct StockTests {
         #expect(try stock(h, p) == s0)
     }
 
+    /// The saga's one call: held and confirmed in one transaction, so a
+    /// hold with confirm never expires, answers itself on a retry, and
+    /// gives its units back once when released.
+    @Test(arguments: [false, true])
+    func aHoldWithConfirmIsConfirmedInTheSameCall(postgres: Bool) throws {
+        if postgres && ProcessInfo.processInfo.environment["QUAD_TEST_PG"] == nil { return }
+        let (h, db) = try catalog(postgres: postgres, holdTTLms: 150)
+        let p = "p-0005"
+        let s0 = try stock(h, p)
+        try #require(s0 >= 2)
+        let held = try h.call("catalog.stock.hold", ["order": "one-call", "items": [["product": .string(p), "quantity": 2]], "confirm": true], role: "service")
+        #expect(held["status"]?.string == "confirmed", "\(held)")
+        #expect(held["items"]?.array?.first?["price"]?.double ?? 0 > 0, "the hold is priced: \(held)")
+        #expect(try stock(h, p) == s0 - 2)
+        let again = try h.call("catalog.stock.hold", ["order": "one-call", "items": [["product": .string(p), "quantity": 2]], "confirm": true], role: "service")
+        #expect(again["status"]?.string == "confirmed" && again["items"] == held["items"], "a retry answers the same hold: \(again)")
+        #expect(try stock(h, p) == s0 - 2, "a retry takes nothing more")
+        usleep(250_000)
+        try db.transaction { try Catalog.expireDue(db) }
+        #expect(try stock(h, p) == s0 - 2, "a confirmed hold never expires")
+        #expect(try h.call("catalog.stock.confirm", ["order": "one-call"], role: "service")["status"]?.string == "confirmed")
+        #expect(try h.call("catalog.stock.release", ["order": "one-call"], role: "service")["status"]?.string == "released")
+        #expect(try h.call("catalog.stock.release", ["order": "one-call"], role: "service")["status"]?.string == "released")
+        #expect(try stock(h, p) == s0)
+        #expect { try h.call("catalog.stock.hold", ["order": "bad", "items": [["product": .string(p), "quantity": 1]], "confirm": "yes"], role: "service") } throws: {
+            ($0 as? QuadError)?.status == 400 && ($0 as? QuadError)?.message.contains("confirm") == true
+        }
+    }
+
     /// Every stock move is published with what moved it: the body the
     /// catalog writes is its contract type, and fits the event's schema
     /// (which once left out reason and order and refused them).

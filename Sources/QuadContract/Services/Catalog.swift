@@ -195,13 +195,18 @@ extension Contract.Catalog {
             public var order = ""
             public var items: [Line] = []
             public var mode: String?
+            public var confirm: Bool?
             public init() {}
-            public init(order: String, items: [Line], mode: String? = nil) { (self.order, self.items, self.mode) = (order, items, mode) }
+            public init(order: String, items: [Line], mode: String? = nil, confirm: Bool? = nil) {
+                (self.order, self.items, self.mode, self.confirm) = (order, items, mode, confirm)
+            }
             public static let fields: [Field<Self>] = [
                 .field(\.order, "order", .string(1...64).described("The order id the hold is for; holding again answers the hold as it is.")),
                 .field(\.items, "items", .array(of: Line.shape, min: 1, max: maxHoldItems).limit("max_hold_items")),
                 .field(\.mode, "mode", .choice(["buy", "rent"])
                     .described("What the order does with the units: buy (the default) or rent. A listing for sale only cannot be rented, one for rent only cannot be bought (conflict, 409); a rental is held at the product's rent_rate.").optional),
+                .field(\.confirm, "confirm", .bool
+                    .described("True: the units are taken and the hold confirmed in the same transaction (status confirmed), what catalog.stock.hold then catalog.stock.confirm do in two calls. A hold that already exists is answered as it is.").optional),
             ]
         }
 
