@@ -121,11 +121,12 @@ hosts_endpoints() {
     QUAD_FRONTEND="" QUAD_BACKEND="" QUAD_EVENTS_IN="" QUAD_EVENTS_OUT="" QUAD_INTERNAL=""
     for ((k = 1; k <= ${BROKERS:-1}; k++)); do
         if ((k == 1)); then ip=$(hosts_ip_of broker); else ip=$(hosts_ip_of "broker-$k"); fi
-        QUAD_FRONTEND+=$sep"tcp://$ip:$PORT_BASE"
-        QUAD_BACKEND+=$sep"tcp://$ip:$((PORT_BASE + 1))"
-        QUAD_EVENTS_IN+=$sep"tcp://$ip:$((PORT_BASE + 2))"
-        QUAD_EVENTS_OUT+=$sep"tcp://$ip:$((PORT_BASE + 3))"
-        QUAD_INTERNAL+=$sep"tcp://$ip:$((PORT_BASE + 4))"
+        # Every broker on broker 1's ports of the table, at its own address.
+        QUAD_FRONTEND+=$sep"tcp://$ip:$QUAD_PORT_BROKER1_FRONTEND"
+        QUAD_BACKEND+=$sep"tcp://$ip:$QUAD_PORT_BROKER1_BACKEND"
+        QUAD_EVENTS_IN+=$sep"tcp://$ip:$QUAD_PORT_BROKER1_EVENTS_IN"
+        QUAD_EVENTS_OUT+=$sep"tcp://$ip:$QUAD_PORT_BROKER1_EVENTS_OUT"
+        QUAD_INTERNAL+=$sep"tcp://$ip:$QUAD_PORT_BROKER1_INTERNAL"
         sep=,
     done
     # Each analytics worker serves the dashboard on its own host's address.

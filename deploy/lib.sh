@@ -47,6 +47,27 @@ quad_ports() {
     PYTHONPATH="$QUAD_ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.ports "$@"
 }
 
+# Sets QUAD_PORT_<NAME> for every port of the table of a stack at port base
+# $1 with $2 brokers (/metrics from ${3:-base+100}, or off): deploy/stack and
+# the scripts it sources read each port from these, never compute it.
+quad_ports_load() {
+    local table
+    table=$(quad_ports --base "$1" --brokers "$2" ${3:+--metrics-base "$3"} --shell) ||
+        quad_die "the table of ports (deploy/quaddeploy/ports.py) refused port base $1 with $2 broker(s)${3:+ and /metrics from $3}"
+    eval "$(grep '^QUAD_PORT_[A-Z0-9_]*=[0-9]*$' <<<"$table")"
+}
+
+# The port of QUAD_PORT_$1 (quad_ports_load set it); fails when the table has none.
+quad_port() {
+    local v=QUAD_PORT_$1
+    [[ -n ${!v:-} ]] || return 1
+    printf '%s\n' "${!v}"
+}
+
+# A broker's updates socket, from its frontend's port $1: the broker's own
+# rule (its frontend + QUAD_PORT_UPDATES_OFFSET, 9), for any frontend.
+updates_port() { printf '%s\n' $(($1 + QUAD_PORT_UPDATES_OFFSET)); }
+
 # Prints the first port base from ${1:-17700}, in steps of 100, at which
 # every port of the table (${2:-8} brokers, the metrics range included) is
 # free on 127.0.0.1 now: what a test that starts a stack passes as

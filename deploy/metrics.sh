@@ -3,29 +3,27 @@
 # targets. Sourced by deploy/stack (which defines SERVICES, PORT_BASE,
 # BROKERS, RUN, QUAD_HOME and the hosts_* functions).
 #
-# Ports, from METRICS_BASE (QUAD_METRICS_BASE at 'up', default
-# QUAD_PORT_BASE + 100; off: no process serves /metrics):
-#   broker K            METRICS_BASE + K - 1          (K = 1..8)
-#   quad-edge           METRICS_BASE + 9              (run it with --metrics on it)
-#   worker N of the     METRICS_BASE + 10 + 20*I + N - 1
-#   I-th service                                      (N = 1..20; I from 0, in SERVICES order)
-# On loopback each process serves on 127.0.0.1; on --hosts on 0.0.0.0 of
+# Ports: the table's (deploy/quaddeploy/ports.py, QUAD_PORT_METRICS_*,
+# which quad_ports_load sets), moved to METRICS_BASE (QUAD_METRICS_BASE at
+# 'up', default the table's; off: no process serves /metrics): broker K,
+# quad-edge (run it with --metrics on its port), worker N (1 to 20) of each
+# service. On loopback each process serves on 127.0.0.1; on --hosts on 0.0.0.0 of
 # its own host, scraped at that host's address. A worker numbered past 20
 # ('scale' beyond) serves no /metrics.
 
-METRICS_WORKERS_PER_SERVICE=20
-
-# 'up': picks METRICS_BASE and records it with the endpoints, so that
-# 'scale', 'restart' and 'metrics' use the stack's own.
-metrics_record() {
-    local base=${QUAD_METRICS_BASE:-$((PORT_BASE + 100))}
+# 'up': picks METRICS_BASE (before its ports are checked free) ...
+metrics_choose() {
+    local base=${QUAD_METRICS_BASE:-$QUAD_PORT_METRICS_BROKER_1}
     if [[ $base != off ]]; then
-        [[ $base =~ ^[0-9]+$ ]] && ((base > 0 && base + 10 + METRICS_WORKERS_PER_SERVICE * ${#SERVICES[@]} < 65536)) ||
-            usage_error "QUAD_METRICS_BASE must be a port number (the first of $((10 + METRICS_WORKERS_PER_SERVICE * ${#SERVICES[@]})) ports) or off, got '$base'"
+        [[ $base =~ ^[0-9]+$ ]] && ((base > 0 && base + QUAD_PORT_METRICS_WIDTH <= 65536)) ||
+            usage_error "QUAD_METRICS_BASE must be a port number (the first of $QUAD_PORT_METRICS_WIDTH ports) or off, got '$base'"
     fi
     METRICS_BASE=$base
-    printf 'METRICS_BASE=%q\n' "$METRICS_BASE" >>"$RUN/endpoints"
 }
+
+# ... and records it with the endpoints, so that 'scale', 'restart' and
+# 'metrics' use the stack's own.
+metrics_record() { printf 'METRICS_BASE=%q\n' "$METRICS_BASE" >>"$RUN/endpoints"; }
 
 metrics_enabled() { [[ -n ${METRICS_BASE:-} && $METRICS_BASE != off ]]; }
 
@@ -33,21 +31,15 @@ metrics_enabled() { [[ -n ${METRICS_BASE:-} && $METRICS_BASE != off ]]; }
 # of quad-edge ($1 = edge); fails when the process has none.
 metrics_port() {
     metrics_enabled || return 1
+    local name port
     case $1 in
-        broker) printf '%s\n' $((METRICS_BASE + $2 - 1)) ;;
-        edge) printf '%s\n' $((METRICS_BASE + 9)) ;;
-        *)
-            local i
-            (($2 >= 1 && $2 <= METRICS_WORKERS_PER_SERVICE)) || return 1
-            for i in "${!SERVICES[@]}"; do
-                if [[ ${SERVICES[i]} == "$1" ]]; then
-                    printf '%s\n' $((METRICS_BASE + 10 + METRICS_WORKERS_PER_SERVICE * i + $2 - 1))
-                    return 0
-                fi
-            done
-            return 1
-            ;;
+        broker) name=METRICS_BROKER_$2 ;;
+        edge) name=METRICS_EDGE ;;
+        *) name=METRICS_${1^^}_$2 ;;
     esac
+    port=$(quad_port "${name//[^A-Z0-9]/_}") || return 1
+    # The table's port, moved with the stack's METRICS_BASE.
+    printf '%s\n' $((port - QUAD_PORT_METRICS_BROKER_1 + METRICS_BASE))
 }
 
 # The host name (deploy/hosts.sh) of broker K, worker SERVICE N, or edge.
@@ -196,7 +188,7 @@ prom_preflight() {
         quad_die "--prometheus runs Debian's Prometheus, which is not installed (apt-get install prometheus; deploy/quickstart installs it)"
     sup_enabled || quad_die "--prometheus runs Prometheus under supervisord: not with QUAD_SUPERVISOR=bash"
     [[ ${QUAD_METRICS_BASE:-} != off ]] || quad_die "--prometheus scrapes the /metrics ports, which QUAD_METRICS_BASE=off turns off"
-    local port=${QUAD_PROMETHEUS_PORT:-$((PORT_BASE + 89))}
+    local port=${QUAD_PROMETHEUS_PORT:-$QUAD_PORT_PROMETHEUS}
     [[ $port =~ ^[0-9]+$ ]] && ((port > 0 && port < 65536)) ||
         usage_error "QUAD_PROMETHEUS_PORT must be a port number, got '$port'"
     quad_port_free "$port" ||

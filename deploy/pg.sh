@@ -69,9 +69,9 @@ pg_up() {
     fi
     port=${QUAD_PG_PORT:-}
     if [[ -z $port ]]; then
-        # base+90..base+99, the table's (deploy/quaddeploy/ports.py): past it are the /metrics ports.
-        port=$(quad_free_port $((PORT_BASE + 90)) 1 1 10) ||
-            quad_die "no free port for PostgreSQL in $((PORT_BASE + 90))-$((PORT_BASE + 99)); set QUAD_PG_PORT"
+        # The table's ten (deploy/quaddeploy/ports.py): past them are the /metrics ports.
+        port=$(quad_free_port "$QUAD_PORT_POSTGRES_1" 1 1 10) ||
+            quad_die "no free port for PostgreSQL in $QUAD_PORT_POSTGRES_1-$QUAD_PORT_POSTGRES_10; set QUAD_PG_PORT"
     elif ! quad_port_free "$port"; then
         quad_die "QUAD_PG_PORT $port on 127.0.0.1 is in use"
     fi

@@ -124,7 +124,9 @@ step="deploy/kube down"
 podman pod exists quad-kube && fail "the pod quad-kube still exists after down"
 left=$(podman ps -a --format '{{.Names}}' | grep '^quad-kube' || true)
 [[ -z $left ]] || fail "containers left after down: $left"
-for port in $BASE $((BASE + 10)) $((BASE + 80)) $((BASE + 90)) $((BASE + 100)); do
+# Every port of the table at that base (deploy/quaddeploy/ports.py, which deploy/kube reads).
+eval "$(quad_ports --base "$BASE" --brokers 2 --shell | grep '^QUAD_PORTS=')"
+for port in $QUAD_PORTS; do
     quad_port_free "$port" || fail "port $port is still open after down"
 done
 ok "deploy/kube down: no pod, container or port of it is left"

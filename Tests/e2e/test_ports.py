@@ -16,6 +16,9 @@ tools agree with the table.
   .build/release).
 - deploy/bench's plan: its peers' ports and its stacks' spans come from the
   table, below the kernel's ephemeral ports where the raw baselines bind.
+- The description changed (a service added and one gone, worker counts, a
+  port base, a broker count): the table, `deploy/stack env`,
+  deploy/metrics.sh and the Kubernetes manifests of deploy/kube all follow.
 
 Seconds; starts nothing.
 """
@@ -143,11 +146,15 @@ def test_the_table_prints_for_bash():
 
 
 def test_deploy_metrics_sh_agrees_with_the_table():
-    """metrics_port of deploy/metrics.sh for every broker, quad-edge and worker."""
+    """metrics_port of deploy/metrics.sh for every broker, quad-edge and
+    worker: the table's port, moved with the stack's METRICS_BASE (the
+    table is read at another base, 7700, and moved to 17800)."""
     base = 17700
     script = f"""
+        source "{ROOT}/deploy/lib.sh"
         usage_error() {{ echo "$*" >&2; exit 64; }}
         source "{ROOT}/deploy/metrics.sh"
+        quad_ports_load 7700 8
         SERVICES=({' '.join(SERVICES)})
         METRICS_BASE={base + 100}
         for k in 1 2 3 4 5 6 7 8; do echo "metrics.broker.$k $(metrics_port broker $k)"; done
@@ -214,3 +221,74 @@ def test_the_docs_show_the_table():
     page = open(os.path.join(ROOT, "docs", "operations.md")).read()
     assert "```text\n" + r.stdout + "```" in page, \
         "docs/operations.md's table of ports differs from (cd deploy && python3 -m quaddeploy.ports --base 7700 --brokers 2): paste its output"
+
+
+# A description unlike the real one: a service added (occupancy, host 8),
+# favorites gone, worker counts changed.
+CHANGED = """\
+reservations  quad-reservations  sqlite    5  1  kill,pause
+accounts      quad-accounts      sqlite    1  2  kill,pause,partition,pg
+catalog       quad-catalog       sqlite    2  3  kill,clock
+orders        quad-orders        postgres  4  1  kill,pause,partition,pg,clock
+occupancy     quad-occupancy     postgres  8  1  -
+"""
+
+
+@pytest.mark.parametrize("base,brokers", [(7700, 2), (41000, 3)])
+def test_every_artefact_follows_the_description(tmp_path, base, brokers):
+    """The stack's description changed (services, workers, port base,
+    brokers): the table, `deploy/stack env`, deploy/metrics.sh and the
+    Kubernetes manifests all follow it, and no two ports collide."""
+    changed = tmp_path / "services"
+    changed.write_text(CHANGED)
+    names = services.names(file=str(changed))
+    assert names == ["reservations", "accounts", "catalog", "orders", "occupancy"]
+    table = ports.stack(base, brokers, names)
+    t = by_name(table)
+    assert ports.collisions(table) == []
+    assert "metrics.occupancy.1" in t and not any(n.startswith("metrics.favorites.") for n in t)
+
+    # deploy/stack env: the frontends, updates sockets, dashboard and control socket of the table.
+    exports, notes = stack_env(base, brokers, QUAD_SERVICES_FILE=str(changed))
+    assert exports["QUAD_FRONTEND"] == ",".join(f"tcp://127.0.0.1:{t[f'broker{k}.frontend']}" for k in range(1, brokers + 1))
+    assert notes["updates"] == ",".join(f"tcp://127.0.0.1:{t[f'broker{k}.updates']}" for k in range(1, brokers + 1))
+    assert exports["QUAD_EDGE_CONTROL"] == f"tcp://127.0.0.1:{t['edge.control']}"
+
+    # deploy/metrics.sh: every worker 'up' starts (the description's count) has the table's port.
+    script = f"""
+        set -euo pipefail
+        ROOT="{ROOT}"
+        source "{ROOT}/deploy/lib.sh"
+        usage_error() {{ echo "$*" >&2; exit 64; }}
+        source "{ROOT}/deploy/metrics.sh"
+        quad_services_read
+        quad_ports_load {base} {brokers}
+        metrics_choose
+        for s in "${{SERVICES[@]}}"; do
+            for ((n = 1; n <= SERVICE_WORKERS[$s]; n++)); do echo "metrics.$s.$n $(metrics_port "$s" "$n")"; done
+        done
+    """
+    r = subprocess.run(["bash", "-c", script], env=dict(os.environ, QUAD_SERVICES_FILE=str(changed), QUAD_HOME=str(tmp_path / "home")),
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split() for line in r.stdout.splitlines())
+    workers = {s.name: s.workers for s in services.load(str(changed)).values()}
+    assert got == {f"metrics.{s}.{n}": str(t[f"metrics.{s}.{n}"]) for s in names for n in range(1, workers[s] + 1)}
+    assert len(got) == 8  # 1 + 2 + 3 + 1 + 1
+
+    # The Kubernetes manifests (two brokers there): a Deployment for the
+    # added service, none for the one gone, every port the table's.
+    out = tmp_path / "k8s"
+    r = subprocess.run([os.path.join(ROOT, "deploy", "kube"), "manifests", str(out)],
+                       env=dict(os.environ, QUAD_SERVICES_FILE=str(changed), QUAD_KUBE_PORT_BASE=str(base)),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (out / "occupancy.yaml").exists() and not (out / "favorites.yaml").exists()
+    k2 = by_name(ports.stack(base, 2, names))
+    occupancy = (out / "occupancy.yaml").read_text()
+    assert f"containerPort: {k2['metrics.occupancy.1']}" in occupancy
+    broker2 = (out / "broker-2.yaml").read_text()
+    for name in ("frontend", "backend", "events-in", "events-out", "internal", "updates"):
+        assert f"containerPort: {k2[f'broker2.{name}']}" in broker2, name
+    assert f"containerPort: {k2['metrics.broker.2']}" in broker2
+    assert f"postgres://quad@quad-postgres:{k2['postgres.1']}/quad_occupancy" in occupancy

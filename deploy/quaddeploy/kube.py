@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.request
 
+from . import ports as port_table
 from . import services as services_list
 
 # The services in start order, and those on PostgreSQL: deploy/services.
@@ -39,19 +40,25 @@ KEY_FILES = ["broker.key", "broker.pub", "services.key", "services.pub", "accoun
              "admin.password", "pgpass", "pg.password"]
 
 
+# Every port from the one table (deploy/quaddeploy/ports.py), at BASE: the
+# same names, and the same layout, as a stack of deploy/stack at that base.
+PORTS = {p.name: p.port for p in port_table.stack(BASE, BROKERS, SERVICES)}
+
+
 def broker_ports(k):
     """Broker k's ports (from 1): frontend, backend, events in, events out, internal, metrics, updates."""
-    p = BASE + 10 * (k - 1)
-    return {"frontend": p, "backend": p + 1, "events-in": p + 2, "events-out": p + 3, "internal": p + 4, "metrics": p + 5,
-            "updates": p + 9}
+    return {"frontend": PORTS[f"broker{k}.frontend"], "backend": PORTS[f"broker{k}.backend"],
+            "events-in": PORTS[f"broker{k}.events-in"], "events-out": PORTS[f"broker{k}.events-out"],
+            "internal": PORTS[f"broker{k}.internal"], "metrics": PORTS[f"metrics.broker.{k}"], "updates": PORTS[f"broker{k}.updates"]}
 
 
 def metrics_port(service):
-    return BASE + 100 + SERVICES.index(service)
+    """The /metrics port of a service's container: its first worker's."""
+    return PORTS[f"metrics.{service}.1"]
 
 
-PG_PORT = BASE + 90
-DASHBOARD_PORT = BASE + 80
+PG_PORT = PORTS["postgres.1"]
+DASHBOARD_PORT = PORTS["dashboard"]
 
 
 def broker_host(k, local):
@@ -607,7 +614,7 @@ def cmd_up(timeout):
     state = state_dir()
     play = prepare_state(state)
     started = time.monotonic()
-    print(f"Playing {play} with podman kube play (pod {POD}, host network, 127.0.0.1:{BASE}-{BASE + 199}) ...", flush=True)
+    print(f"Playing {play} with podman kube play (pod {POD}, host network, 127.0.0.1:{min(PORTS.values())}-{max(PORTS.values())}) ...", flush=True)
     podman("kube", "play", play)
     deadline = started + timeout
     exports = dict(line[len("export "):].split("=", 1) for line in env_exports(state) if line.startswith("export QUAD_"))

@@ -2,8 +2,10 @@
 
 Every port a stack takes, from its port base (QUAD_PORT_BASE, default 7700),
 its brokers (1 to 8) and the services of deploy/services; and the ports
-deploy/bench takes for its own stacks and peers. deploy/stack, deploy/lib.sh
-(quad_free_port_base), deploy/bench and the e2e tests read it;
+deploy/bench takes for its own stacks and peers. No other file computes a
+port: deploy/stack and the scripts it sources read QUAD_PORT_<NAME> from
+`--shell` (deploy/lib.sh's quad_ports_load), deploy/kube's manifests and
+deploy/bench import it, and the e2e tests check the tools against it;
 Tests/e2e/test_ports.py checks that no two of them collide and that
 `deploy/stack env` agrees.
 
@@ -214,11 +216,26 @@ def _print(ports, fmt, extra=None):
         print(json.dumps({"ports": [p._asdict() for p in ports], **(extra or {})}, indent=1))
     elif fmt == "shell":
         for key, value in (extra or {}).items():
-            print(f"{key.upper().replace('.', '_').replace('-', '_')}={value}")
+            print(f"{shell_name(key)}={value}")
+        # Each port by its name (QUAD_PORT_BROKER1_FRONTEND=7700, ...): what
+        # deploy/stack and its scripts read, so that no port is computed twice.
+        for p in ports:
+            print(f"QUAD_PORT_{shell_name(p.name)}={p.port}")
+        # Not ports: the broker's updates socket is its frontend's port + this,
+        # and the /metrics range's width from its first port.
+        print(f"QUAD_PORT_UPDATES_OFFSET={UPDATES}")
+        metrics = [p.port for p in ports if p.name.startswith("metrics.")]
+        if metrics:
+            print(f"QUAD_PORT_METRICS_WIDTH={max(metrics) - min(metrics) + 1}")
         print("QUAD_PORTS=\"%s\"" % " ".join(str(p.port) for p in ports))
     else:
         for line in table_lines(ports):
             print(line)
+
+
+def shell_name(name):
+    """A port's name as bash spells a variable: metrics.catalog.1 -> METRICS_CATALOG_1."""
+    return re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
 def table_lines(ports):
