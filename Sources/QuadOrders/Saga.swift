@@ -105,13 +105,12 @@ final class OrderSaga {
         let user = try req.requireUser()
         let id = req.id
         let owner = Self.owner(user)
-        // Someone else's id, or an id of another type, is a 409 here, before
-        // anything of its order is read.
-        if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return answer.send(Reply(stored)) }
         let start: Start
         do {
             let plan = try PlacePlan(body, maxRentDays: settings.maxRentDays, today: Date(timeIntervalSince1970: Double(Self.now) / 1000))
             start = try db.transaction { () throws -> Start in
+                // The record is claimed once: someone else's id, or an id of
+                // another type, is a 409 here, before anything of its order is read.
                 if let stored = try Idempotency.claim(db, id: id, type: "orders.place", owner: owner) { return .answered(stored) }
                 if let existing = try OrderRecord.load(db, id) {
                     guard existing.user == user else { return .foreign }
@@ -453,9 +452,10 @@ final class OrderSaga {
 
     /// The stored answer of a finished order; built from the order if none is
     /// stored (an order finished by a worker that died before storing it).
+    /// ``remember(_:_:owner:)`` claims the record once: the answer stored
+    /// first wins, this one is built only for an order that ended without it.
     func finalAnswer(_ order: OrderRecord) throws -> Envelope? {
         let owner = Self.owner(order.user)
-        if let stored = try Idempotency.claim(db, id: order.id, type: "orders.place", owner: owner) { return stored }
         let request = Envelope.request("orders.place", id: order.id)
         switch order.status {
         case "confirmed", "cancelled":
