@@ -527,7 +527,7 @@ public final class Broker {
         if let error = answer.quadError {
             throttled.error("revocations-error", "accounts.revocations failed: \(error.message); revocations known so far stay in force")
             // An accounts that does not know the question has none to tell.
-            if error.code == "not_found" { revocationsLoaded = true }
+            if error.code == .notFound { revocationsLoaded = true }
             return
         }
         guard let list = answer.body["revocations"]?.array else {
@@ -607,7 +607,7 @@ public final class Broker {
     /// An error envelope from the broker; its FINAL names `service`, or
     /// else the service of `type`.
     func replyError(_ client: [UInt8], _ error: QuadError, corr: String?, type: String = "error", service: String? = nil) {
-        if metricsServer != nil { metrics.add("quad_broker_errors_total", ["code": error.code]) }
+        if metricsServer != nil { metrics.add("quad_broker_errors_total", ["code": error.code.wire]) }
         deliver(client, Envelope.error(error, corr: corr, type: type, src: name).encoded(),
                 service: service ?? (type == "error" ? "" : String(type.split(separator: ".", maxSplits: 1).first ?? "")))
         if let corr { closeSpan(client, corr: corr, status: error.status) }

@@ -570,7 +570,7 @@ struct Routing {
 
     /// The 504 of a request `w` held past its deadline.
     private func timeout(_ p: Pending, worker w: Worker, _ out: inout [Action]) {
-        let error = QuadError(code: "timeout", status: 504,
+        let error = QuadError(code: .timeout, status: 504,
                               message: "service '\(w.service)' did not answer \(p.request.type) within its deadline of \(p.deadlineMs) ms",
                               details: ["service": .string(w.service), "deadline_ms": .int(p.deadlineMs)])
         out.append(.replyError(route: p.request.client, error: error, corr: p.request.id, type: p.request.type))

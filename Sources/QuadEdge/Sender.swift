@@ -398,7 +398,7 @@ extension Phone {
                 try Actions.rollback(db, action, error: error)
                 try db.execute("DELETE FROM outbox WHERE id = $1", .text(action.id))
                 try db.execute("UPDATE action_log SET outcome = 'rejected', finished_ms = $2, code = $3, reason = $4 WHERE id = $1",
-                               .text(action.id), .int(now), .text(error.code), .text(error.message))
+                               .text(action.id), .int(now), .text(error.code.wire), .text(error.message))
                 try db.setMeta("last_sync", String(now))
                 if let reservation = Actions.reservation(of: action) {
                     dropped = try db.query("SELECT * FROM outbox WHERE after_id = $1 AND seq > $2 ORDER BY seq", .text(reservation), .int(action.seq))
@@ -425,8 +425,8 @@ extension Phone {
     func leaveMessage(action: String, type: String, body: JSON, error: QuadError) {
         let text = "\(Actions.describe(type, body)) was not accepted: \(error.message)"
         _ = try? db.execute("INSERT INTO messages (ts, action, type, code, status, reason, text) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                        .int(now), .text(action), .text(type), .text(error.code), .int(Int64(error.status)), .text(error.message), .text(text))
-        onMessage(self, ["action": .string(action), "type": .string(type), "code": .string(error.code), "text": .string(text)])
+                        .int(now), .text(action), .text(type), .text(error.code.wire), .int(Int64(error.status)), .text(error.message), .text(text))
+        onMessage(self, ["action": .string(action), "type": .string(type), "code": .string(error.code.wire), "text": .string(text)])
     }
 
     /// The messages left for the user, oldest first.

@@ -425,7 +425,7 @@ final class OrderSaga {
             let current = try OrderRecord.load(db, order.id)!
             if moved == 1 {
                 try Outbox.append(db, type: Contract.Orders.rejected.type,
-                                  body: Contract.Orders.Rejected(order: order.id, user: order.user, reason: refusal.message, code: refusal.code).json)
+                                  body: Contract.Orders.Rejected(order: order.id, user: order.user, reason: refusal.message, code: refusal.code.wire).json)
                 var details = refusal.details.object ?? [:]
                 details["order"] = .string(order.id)
                 var answer = refusal

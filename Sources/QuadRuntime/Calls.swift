@@ -272,7 +272,7 @@ extension Handlers {
             let error = reply.envelope.quadError
             let us = Clock.monotonicMicros() - started
             self.metrics.record(micros: us, errorCode: error?.code, type: self.label(envelope.type), status: error?.status ?? 200)
-            Handlers.logSpan(span, envelope, status: error?.status ?? 200, error: error?.code, startMicros: startMicros, micros: us,
+            Handlers.logSpan(span, envelope, status: error?.status ?? 200, error: error?.code.wire, startMicros: startMicros, micros: us,
                              src: self.instance, deferred: true)
             deliver(reply)
         }

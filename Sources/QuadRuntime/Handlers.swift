@@ -179,7 +179,7 @@ public final class Handlers {
         let us = Clock.monotonicMicros() - started
         metrics.record(micros: us, errorCode: error?.code, type: label(envelope.type), status: error?.status ?? 200)
         metrics.ran(envelope.type, micros: us, src: instance)
-        Handlers.logSpan(span, envelope, status: error?.status ?? 200, error: error?.code, startMicros: startMicros, micros: us, src: instance)
+        Handlers.logSpan(span, envelope, status: error?.status ?? 200, error: error?.code.wire, startMicros: startMicros, micros: us, src: instance)
         return reply
     }
 

@@ -61,9 +61,9 @@ public final class Metrics {
     /// Counts one answer; `type` is the label it is counted under (the
     /// request's type when the worker answers it, else "other": a label
     /// per unknown type would let any client grow the series).
-    public func record(micros: Int64, errorCode: String?, type: String = "other", status: Int = 200) {
+    public func record(micros: Int64, errorCode: QuadError.Code?, type: String = "other", status: Int = 200) {
         served += 1
-        if let errorCode { errorsByCode[errorCode, default: 0] += 1 }
+        if let errorCode { errorsByCode[errorCode.wire, default: 0] += 1 }
         if latencies.count < window { latencies.append(micros) } else {
             latencies[next] = micros
             next = (next + 1) % window
@@ -71,7 +71,7 @@ public final class Metrics {
         guard exported else { return }
         registry.add("quad_requests_total", ["service": service, "type": type, "status": String(status)])
         registry.observe("quad_request_duration_seconds", ["service": service, "type": type], Double(micros) / 1_000_000)
-        if errorCode == "unavailable", status == 503 { registry.add("quad_store_errors_total", ["service": service]) }
+        if errorCode == .unavailable, status == 503 { registry.add("quad_store_errors_total", ["service": service]) }
     }
 
     /// The q-quantile (0...1) of the recent latencies, in microseconds.

@@ -84,7 +84,7 @@ enum PhoneCommand {
             let attemptMs = type == "edge.wait" ? timeout + 2000 : timeout
             reply = try client.request(type, request, timeoutMs: attemptMs, attempts: type == "edge.wait" ? 1 : 2)
         } catch {
-            if error.code == "timeout" { quit("no answer from quad-edge at \(control): is it running with --control \(control)?", 2) }
+            if error.code == .timeout { quit("no answer from quad-edge at \(control): is it running with --control \(control)?", 2) }
             if flags.bool("json") { print(error.body.text) } else { FileHandle.standardError.write(Data("quadctl phone: \(error.message)\n".utf8)) }
             exit(1)
         }

@@ -156,7 +156,7 @@ func adminPassword(for email: String) -> String? {
         print(flags.bool("envelope") ? reply.json.text : reply.body.text)
         exit(reply.kind == .error ? 1 : 0)
     } catch {
-        if error.code == "timeout" { noAnswer(error.message) }
+        if error.code == .timeout { noAnswer(error.message) }
         print(error.body.text)
         exit(1)
     }
@@ -169,7 +169,7 @@ func adminPassword(for email: String) -> String? {
     do {
         return try client(signedIn: false).request("accounts.login", body, timeoutMs: Int64(flags.integer("timeout")), attempts: max(1, flags.integer("attempts")))
     } catch {
-        if error.code == "timeout" { noAnswer(error.message) }
+        if error.code == .timeout { noAnswer(error.message) }
         fail("cannot log in as \(email): \(error.message)", code: 1)
     }
 }
@@ -239,7 +239,7 @@ case "refresh":
         FileHandle.standardError.write(Data("quadctl: new session token for user \(session["user"]?.string ?? "?") until \(expires); the old one is ended\n".utf8))
         exit(0)
     } catch {
-        if error.code == "timeout" { noAnswer(error.message) }
+        if error.code == .timeout { noAnswer(error.message) }
         fail("cannot refresh the session: \(error.message)", code: 1)
     }
 case "logout":
@@ -255,7 +255,7 @@ case "logout":
         FileHandle.standardError.write(Data("quadctl: logged out\(args.count == 2 ? " of every session" : "")\n".utf8))
         exit(0)
     } catch {
-        if error.code == "timeout" { noAnswer(error.message) }
+        if error.code == .timeout { noAnswer(error.message) }
         fail("cannot log out: \(error.message)", code: 1)
     }
 case "register":
@@ -352,7 +352,7 @@ func writeContract(into dir: String) -> Never {
             """)
         exit(0)
     } catch {
-        if error.code == "timeout" { noAnswer(error.message) }
+        if error.code == .timeout { noAnswer(error.message) }
         fail("services: \(error.message)", code: 1)
     }
 }
@@ -392,7 +392,7 @@ func writeContract(into dir: String) -> Never {
         }
         exit(failures.isEmpty ? 0 : 1)
     } catch {
-        if error.code == "timeout" { noAnswer(error.message) }
+        if error.code == .timeout { noAnswer(error.message) }
         fail("types: \(error.message)", code: 1)
     }
 }

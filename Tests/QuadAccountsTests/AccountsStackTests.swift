@@ -95,7 +95,7 @@ struct AccountsStackTests {
         for (bad, why) in cases {
             let reply = try client(stack, token: bad).call(.request("accounts.profile.get"))
             let error = try #require(reply.quadError, "accepted a bad token (\(why))")
-            #expect(error.status == 401 && error.code == "unauthorized")
+            #expect(error.status == 401 && error.code == .unauthorized)
             #expect(error.message.hasPrefix(why), "\(error.message)")
             #expect(reply.src == "broker", "the broker answers; accounts is never asked")
         }

@@ -70,7 +70,7 @@ struct GuessingTests {
             #expect(guess().quadError?.status == 401, "a failure past the free ones is still answered 401")
             let refused = guess()
             let error = try #require(refused.quadError)
-            #expect(error.status == 429 && error.code == "too_many_requests")
+            #expect(error.status == 429 && error.code == .tooManyRequests)
             #expect(error.message.contains("login_account_max_delay_ms"))
             let wait = try #require(error.details["retry_after_ms"]?.int)
             waits.append(wait)

@@ -89,7 +89,7 @@ struct DashboardTests {
         #expect(throws: QuadError.forbidden("")) { try p.handlers.call("analytics.summary", user: alice, role: "student") }
         #expect(throws: QuadError.unauthorized("")) { try p.handlers.call("analytics.question", ["id": "fee_per_week"]) }
         #expect { try p.handlers.call("analytics.question", ["id": "nope"], role: "admin") } throws: {
-            ($0 as? QuadError)?.code == "bad_request" && ($0 as? QuadError)?.message.hasPrefix("body.id must be one of buy_vs_rent, ") == true
+            ($0 as? QuadError)?.code == .badRequest && ($0 as? QuadError)?.message.hasPrefix("body.id must be one of buy_vs_rent, ") == true
                 && ($0 as? QuadError)?.message.hasSuffix("got 'nope'") == true
         }
         #expect { try p.handlers.call("analytics.question", ["id": "fee_per_week", "from": 10, "to": 5], role: "admin") } throws: {

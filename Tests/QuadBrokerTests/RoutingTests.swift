@@ -72,7 +72,7 @@ extension [Routing.Action] {
     }
     var sentIDs: [String] { sent.map(\.1) }
     /// (code, corr) of each error answered to a client.
-    var errors: [(code: String, corr: String?, error: QuadError)] {
+    var errors: [(code: QuadError.Code, corr: String?, error: QuadError)] {
         compactMap { if case let .replyError(_, error, corr, _) = $0 { (error.code, corr, error) } else { nil } }
     }
     var delivered: [String] {
@@ -116,7 +116,7 @@ struct RoutingTests {
         h.deferral("A")
         #expect(h.tick(at: 1999).errors.isEmpty)
         let timedOut = try #require(h.tick(at: 2000).errors.first)
-        #expect(timedOut.code == "timeout" && timedOut.corr == "saga" && timedOut.error.status == 504)
+        #expect(timedOut.code == .timeout && timedOut.corr == "saga" && timedOut.error.status == 504)
         #expect(h.tick(at: 2500).errors.isEmpty, "answered once")
         h.now = 3000
         let late = h.answerLater("A", id: "saga")
@@ -150,7 +150,7 @@ struct RoutingTests {
         #expect(h.routing.workers[Array("B".utf8)]?.deferred.count == 1 && h.routing.workers[Array("B".utf8)]?.current != nil)
         // B dies too: both have now killed two workers; refused 500, not given to a third.
         let refused = h.tick(at: 3001 + 3001).errors
-        #expect(Set(refused.map(\.corr)) == ["pill", "held"] && refused.allSatisfy { $0.code == "internal" })
+        #expect(Set(refused.map(\.corr)) == ["pill", "held"] && refused.allSatisfy { $0.code == .`internal` })
         #expect(refused.first?.error.message.contains("max_deliveries=2") == true)
         h.ready("C")
         #expect(h.routing.workers[Array("C".utf8)]?.current == nil)
@@ -221,7 +221,7 @@ struct RoutingTests {
         h.ask("q1")
         h.ask("q2")
         let refused = h.ask("q3").errors
-        #expect(refused.map(\.code) == ["unavailable"])
+        #expect(refused.map(\.code) == [.unavailable])
         #expect(refused.first?.error.status == 503)
         #expect(refused.first?.error.message.contains("max_queue=2") == true)
         #expect(h.routing.services["cat"]?.queue.count == 2)
@@ -235,13 +235,13 @@ struct RoutingTests {
         h.ask("anon2", owner: "key:abc")
         // The newest anonymous request gives its place, answered 503.
         let made = h.ask("user1", owner: "user:u1").errors
-        #expect(made.map(\.code) == ["unavailable"])
+        #expect(made.map(\.code) == [.unavailable])
         #expect(made.first?.error.message.contains("max_queue=2") == true)
         #expect(h.routing.services["cat"]?.queue.items.map(\.request.id) == ["user1", "anon1"])
         // A full queue of first-class requests still refuses the next one.
         h.ask("user2", owner: "user:u2")
         #expect(h.routing.services["cat"]?.queue.items.map(\.request.id) == ["user1", "user2"])
-        #expect(h.ask("user3", owner: "user:u3").errors.map(\.code) == ["unavailable"])
+        #expect(h.ask("user3", owner: "user:u3").errors.map(\.code) == [.unavailable])
         // And bytes: anonymous requests make room by size too.
         var b = Harness { $0.maxQueueBytes = 100 }
         b.ready("A")
@@ -259,7 +259,7 @@ struct RoutingTests {
         h.ask("busy", size: 90)  // in flight: no longer queued
         #expect(h.ask("q1", size: 60).errors.isEmpty)
         let refused = h.ask("q2", size: 41).errors
-        #expect(refused.map(\.code) == ["unavailable"])
+        #expect(refused.map(\.code) == [.unavailable])
         #expect(refused.first?.error.message.contains("max_queue_bytes=100") == true)
         #expect(h.ask("q3", size: 40).errors.isEmpty)
         #expect(h.routing.services["cat"]?.queue.bytes == 100)
@@ -269,7 +269,7 @@ struct RoutingTests {
         var h = Harness { $0.maxMessageBytes = 64 }
         h.ready("A")
         let refused = h.ask("big", size: 65)
-        #expect(refused.errors.map(\.code) == ["too_large"])
+        #expect(refused.errors.map(\.code) == [.tooLarge])
         #expect(refused.sent.isEmpty)
         #expect(h.ask("fits", size: 64).sentIDs == ["fits"])
     }
@@ -298,7 +298,7 @@ struct RoutingTests {
         h.ask("busy")
         h.ask("r1", owner: "user:u1", size: 10)
         let refused = h.ask("r1", from: "intruder", owner: "user:u2", size: 20).errors
-        #expect(refused.map(\.code) == ["conflict"])
+        #expect(refused.map(\.code) == [.conflict])
         #expect(h.routing.services["cat"]?.queue.items.first?.request.owner == "user:u1")
         #expect(h.routing.services["cat"]?.queue.bytes == 10)
     }
@@ -312,7 +312,7 @@ struct RoutingTests {
         h.ask("late", deadline: 1000)
         #expect(h.tick(at: 999).errors.isEmpty)
         let expired = h.tick(at: 1000).errors
-        #expect(expired.map(\.code) == ["unavailable"])
+        #expect(expired.map(\.code) == [.unavailable])
         #expect(expired.map(\.corr) == ["late"])
         #expect(expired.first?.error.message.contains("all 1 workers of service 'cat' busy before the request's deadline") == true)
         #expect(h.routing.services["cat"]?.expired == 1)
@@ -329,7 +329,7 @@ struct RoutingTests {
         #expect(h.tick(at: 1500).errors.map(\.corr) == ["default"])
         #expect(h.tick(at: 1999).errors.isEmpty)
         let capped = h.tick(at: 2000).errors
-        #expect(capped.map(\.code) == ["unavailable", "timeout"])
+        #expect(capped.map(\.code) == [.unavailable, .timeout])
         #expect(capped.map(\.corr) == ["capped", "busy"])
     }
 
@@ -342,7 +342,7 @@ struct RoutingTests {
         let timedOut = h.tick(at: 2000).errors
         let error = try #require(timedOut.first)
         #expect(timedOut.count == 1)
-        #expect(error.code == "timeout")
+        #expect(error.code == .timeout)
         #expect(error.corr == "slow")
         #expect(error.error.status == 504)
         #expect(error.error.message.contains("'cat'") && error.error.message.contains("2000 ms"))
@@ -366,7 +366,7 @@ struct RoutingTests {
         var h = Harness()
         h.ready("A")
         h.ask("slow", deadline: 1000)
-        #expect(h.tick(at: 1000).errors.map(\.code) == ["timeout"])
+        #expect(h.tick(at: 1000).errors.map(\.code) == [.timeout])
         let dead = h.tick(at: 3001)  // A silent for 3 heartbeats
         #expect(dead.errors.isEmpty)
         #expect(h.routing.services["cat"]?.queue.isEmpty == true)
@@ -454,7 +454,7 @@ struct RoutingTests {
     @Test func aRequestThatKilledMaxDeliveriesWorkersIsRefusedAndSoAreItsRetries() throws {
         var h = Harness { $0.maxDeliveries = 3 }
         var t: Int64 = 0
-        var refused: [(code: String, corr: String?, error: QuadError)] = []
+        var refused: [(code: QuadError.Code, corr: String?, error: QuadError)] = []
         h.ask("pill", deadline: 30_000)  // queued: no worker yet (grace)
         for k in 1...3 {
             h.now = t
@@ -464,12 +464,12 @@ struct RoutingTests {
             if k < 3 { #expect(refused.isEmpty) }
         }
         let error = try #require(refused.first)
-        #expect(error.code == "internal")
+        #expect(error.code == .`internal`)
         #expect(error.corr == "pill")
         #expect(error.error.message.contains("max_deliveries=3"))
         h.ready("W4")
         let retry = h.ask("pill", deadline: 30_000)
-        #expect(retry.errors.map(\.code) == ["internal"])
+        #expect(retry.errors.map(\.code) == [.`internal`])
         #expect(retry.sent.isEmpty)
         // Another request still goes to the live worker.
         #expect(h.ask("fine").sent.map(\.0) == ["W4"])
@@ -494,10 +494,10 @@ struct RoutingTests {
         var h = Harness { $0.maxDeliveries = 1; $0.casualtyMemoryMs = 600_000 }
         h.ready("W1")
         h.ask("pill", deadline: 30_000)
-        #expect(h.tick(at: 3001).errors.map(\.code) == ["internal"])
+        #expect(h.tick(at: 3001).errors.map(\.code) == [.`internal`])
         h.now = 3001
         h.ready("W2")
-        #expect(h.ask("pill").errors.map(\.code) == ["internal"])
+        #expect(h.ask("pill").errors.map(\.code) == [.`internal`])
         h.handle(.workerHeartbeat(identity: Array("W2".utf8)))
         var t: Int64 = 3001
         while t < 604_000 {
@@ -522,10 +522,10 @@ struct RoutingTests {
         var h = Harness { $0.serviceGraceMs = 5000 }
         h.ask("waiting", type: "ghost.get", deadline: 30_000)
         let ended = h.tick(at: 5000).errors
-        #expect(ended.map(\.code) == ["not_found"])
+        #expect(ended.map(\.code) == [.notFound])
         #expect(ended.first?.error.message.contains("service_grace_ms=5000") == true)
         let refused = h.ask("after", type: "ghost.get").errors
-        #expect(refused.map(\.code) == ["not_found"])
+        #expect(refused.map(\.code) == [.notFound])
         #expect(refused.first?.error.message.contains("no worker of it ever registered") == true)
     }
 
@@ -536,7 +536,7 @@ struct RoutingTests {
         // Known service, no worker: queued, then 503 at the deadline.
         #expect(h.ask("r", deadline: 1000).errors.isEmpty)
         let expired = h.tick(at: 1000).errors
-        #expect(expired.map(\.code) == ["unavailable"])
+        #expect(expired.map(\.code) == [.unavailable])
         #expect(expired.first?.error.message.contains("no live worker of service 'cat'") == true)
     }
 

@@ -69,7 +69,7 @@ struct CatalogTests {
     func badListingsAreRefusedByName(_ body: JSON, _ message: String) throws {
         let (h, _) = try catalog()
         #expect { try h.call("catalog.products.list", body) } throws: { error in
-            (error as? QuadError)?.code == "bad_request" && (error as? QuadError)?.message.contains(message) == true
+            (error as? QuadError)?.code == .badRequest && (error as? QuadError)?.message.contains(message) == true
         }
     }
 

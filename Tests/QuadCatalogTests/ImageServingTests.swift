@@ -72,7 +72,7 @@ struct ImageServingTests {
 
         // Text is refused through the broker too, by name, and the worker lives on.
         let text = try Self.put(client, Array("not a picture".utf8))
-        #expect(text.quadError?.code == "bad_request")
+        #expect(text.quadError?.code == .badRequest)
         #expect(text.quadError?.message.contains("is not a JPEG, PNG or WebP image") == true)
         #expect(stack.process("catalog/1")?.isRunning == true)
     }
@@ -100,7 +100,7 @@ struct ImageServingTests {
         #expect(fits.body["bytes"]?.int == Int64(most))
         #expect(fits.body["url"]?.string?.hasPrefix("https://img.campus.example/images/") == true)
         let over = try Self.put(client, Pictures.png(bytes: most + 1))
-        #expect(over.quadError?.code == "too_large")
+        #expect(over.quadError?.code == .tooLarge)
         #expect(over.quadError?.message.contains("max_image_bytes=\(most)") == true, "\(over.body.text)")
         // The base URL is what every product's imageUrl starts with.
         let product = try client.call(.request("catalog.product.get", body: ["id": "p-0002"]), timeoutMs: 10_000, attempts: 2)

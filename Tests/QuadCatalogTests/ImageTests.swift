@@ -99,7 +99,7 @@ struct ImageTests {
         for size in [1001, 5000] {
             #expect { try h.call("catalog.images.put", ["data": Pictures.base64(Pictures.png(bytes: size))], user: "u") } throws: { error in
                 let e = error as? QuadError
-                return e?.code == "too_large" && e?.status == 413 && e?.message.contains("max_image_bytes=1000") == true
+                return e?.code == .tooLarge && e?.status == 413 && e?.message.contains("max_image_bytes=1000") == true
             }
         }
         #expect(try h.call("catalog.images.put", ["data": Pictures.base64(Pictures.png(bytes: 1000))], user: "u")["bytes"]?.int == 1000)
@@ -133,7 +133,7 @@ struct ImageTests {
         let (h, db) = try images()
         #expect { try h.call("catalog.images.put", ["data": Pictures.base64(bytes)], user: "u") } throws: { error in
             let e = error as? QuadError
-            return e?.code == "bad_request" && e?.message.contains("is not a JPEG, PNG or WebP image") == true
+            return e?.code == .badRequest && e?.message.contains("is not a JPEG, PNG or WebP image") == true
         }
         #expect(try db.queryOne("SELECT COUNT(*) AS n FROM images WHERE uploader = 'u'")?.int("n") == 0)
     }
@@ -147,9 +147,9 @@ struct ImageTests {
             ($0 as? QuadError)?.message == "body.content_type is 'image/jpeg' but the bytes are image/png"
         }
         #expect { try h.call("catalog.images.put", ["data": Pictures.base64(Pictures.png), "content_type": "image/gif"], user: "u") } throws: {
-            ($0 as? QuadError)?.code == "bad_request"
+            ($0 as? QuadError)?.code == .badRequest
         }
-        #expect { try h.call("catalog.images.put", ["data": ""], user: "u") } throws: { ($0 as? QuadError)?.code == "bad_request" }
+        #expect { try h.call("catalog.images.put", ["data": ""], user: "u") } throws: { ($0 as? QuadError)?.code == .badRequest }
     }
 
     @Test func theServerAnswersWithCachingHeaders304And404() throws {

@@ -41,7 +41,7 @@ import Testing
         do {
             _ = try edge.act("orders.cart.set", ["product": "p-0004", "quantity": 100])
         } catch let error as QuadError {
-            #expect(error.code == "bad_request" && error.message.contains("max_quantity"), "\(error)")
+            #expect(error.code == .badRequest && error.message.contains("max_quantity"), "\(error)")
         }
         #expect(try edge.state()["pending"]?.int == 4)
 

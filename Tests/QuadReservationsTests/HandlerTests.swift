@@ -374,7 +374,7 @@ struct HandlerTests {
     func badInputIs400NamingTheField(type: String, body: JSON, message: String) throws {
         let desk = try Desk()
         let error = try #require(desk.error(type, body))
-        #expect(error.status == 400 && error.code == "bad_request")
+        #expect(error.status == 400 && error.code == .badRequest)
         #expect(error.message.hasPrefix(message), "\(error.message)")
     }
 

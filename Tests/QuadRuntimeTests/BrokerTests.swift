@@ -60,7 +60,7 @@ struct BrokerTests {
         let reply = try client.call(.request("tally.whoami"), timeoutMs: 400, attempts: 1)
         let elapsed = Clock.monotonicMillis() - start
         let error = try #require(reply.quadError)
-        #expect(error.status == 503 && error.code == "unavailable")
+        #expect(error.status == 503 && error.code == .unavailable)
         #expect(error.message.contains("no live worker of service 'tally'"))
         #expect(elapsed >= 400 && elapsed < 1500, "answered after \(elapsed) ms")
     }
@@ -107,8 +107,8 @@ struct BrokerTests {
         #expect(state["adds"]?.int == 1)
         // A refusal is remembered too: the same id gets the same 400.
         let bad = Envelope.request("tally.add", body: ["key": "k", "n": 0])
-        #expect(try client.call(bad).quadError?.code == "bad_request")
-        #expect(try client.call(bad).quadError?.code == "bad_request")
+        #expect(try client.call(bad).quadError?.code == .badRequest)
+        #expect(try client.call(bad).quadError?.code == .badRequest)
     }
 
     @Test func aWorkerRestartedUnderLoadLosesNoRetriedRequest() throws {
@@ -189,7 +189,7 @@ struct BrokerTests {
             let reply = try #require(try raw.receive(), "no reply to a malformed message")
             let e = try Envelope.decode(reply.last ?? [])
             #expect(e.kind == .error)
-            #expect(e.quadError?.code == code, "\(e.body)")
+            #expect(e.quadError?.code.wire == code, "\(e.body)")
         }
         // The worker gets a bad body and answers 400 by name.
         let client = try stack.client()

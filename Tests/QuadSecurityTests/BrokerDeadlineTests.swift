@@ -23,7 +23,7 @@ struct BrokerDeadlineTests {
         let slow = Envelope.request("tally.slow", body: ["ms": 1500], deadline: 400)
         let answer = try #require(try peer.call(slow, within: 30_000), "no answer at all")
         let error = try #require(answer.quadError, "the worker's late reply reached the client, not the broker's 504: \(answer.body)")
-        #expect(error.status == 504 && error.code == "timeout" && answer.src == "broker", "\(error)")
+        #expect(error.status == 504 && error.code == .timeout && answer.src == "broker", "\(error)")
         #expect(error.message.contains("'tally'") && error.message.contains("400 ms"), "\(error)")
         // The reply comes after 1.5 s: dropped, counted.
         let service = try stack.internalClient()

@@ -140,7 +140,7 @@ struct BrokerLimitsTests {
             let started = Clock.monotonicMillis()
             let answer = try client.call(.request("nobody\(n).here"), timeoutMs: 3000, attempts: 1)
             let error = try #require(answer.quadError)
-            #expect(error.status == 404 && error.code == "not_found" && error.message.contains("no service named nobody\(n)"), "\(error)")
+            #expect(error.status == 404 && error.code == .notFound && error.message.contains("no service named nobody\(n)"), "\(error)")
             #expect(Clock.monotonicMillis() - started < 1000, "not answered at once")
         }
         let listed = try stack.internalClient().request("sys.services")["services"]?.array ?? []
@@ -194,7 +194,7 @@ struct BrokerLimitsTests {
         var stolen = request
         stolen.body = ["key": "mine", "n": 1000]
         let refused = try #require(try mallory.call(stolen, within: 3000), "no answer to the second caller")
-        #expect(refused.quadError?.code == "conflict" && refused.quadError?.message == "this request id was used by another caller", "\(refused.body)")
+        #expect(refused.quadError?.code == .conflict && refused.quadError?.message == "this request id was used by another caller", "\(refused.body)")
         // Alice's own retry still replaces hers, and she gets her reply.
         try alice.socket.send(Majordomo.request(request))
         var replies: [Envelope] = []

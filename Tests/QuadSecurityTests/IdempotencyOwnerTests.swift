@@ -74,7 +74,7 @@ struct IdempotencyOwnerTests {
                     // Not signed in: 409 (the id is taken) or 401, never her reply.
                     #expect(error?.status == 409 || error?.status == 401, "\(m.type) repeated by \(who): \(text)")
                 } else {
-                    #expect(error?.status == 409 && error?.code == "conflict", "\(m.type) repeated by \(who): \(text)")
+                    #expect(error?.status == 409 && error?.code == .conflict, "\(m.type) repeated by \(who): \(text)")
                     #expect(error?.message.contains("this request id was used by another caller") == true, "\(text)")
                 }
                 #expect(!text.contains(alice.user), "\(m.type): \(who) learnt Alice's user id: \(text)")

@@ -167,7 +167,7 @@ struct MalformedTrafficTests {
         }
         // Just over max_message_bytes: answered with 413.
         let tooLarge = try raw.call(.request("catalog.search", body: ["q": .string(String(repeating: "x", count: 1_100_000))]))
-        #expect(tooLarge?.quadError?.code == "too_large")
+        #expect(tooLarge?.quadError?.code == .tooLarge)
 
         // 3. Every type of every service, with hostile bodies, as a student and as an admin.
         let student = try full.client(token: nil)

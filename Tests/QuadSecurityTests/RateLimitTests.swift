@@ -49,7 +49,7 @@ struct RateLimitTests {
         // The burst, plus what refilled while the burst was being sent.
         #expect(served >= Self.burst && served <= Self.burst + 4, "served \(served) before the first 429")
         let error = try #require(answer.quadError)
-        #expect(error.code == "too_many_requests" && error.status == 429)
+        #expect(error.code == .tooManyRequests && error.status == 429)
         #expect(answer.src == "broker", "refused by the broker, not a service")
         #expect(error.message.contains(who), "\(error.message)")
         #expect(error.message.contains("(rate_per_second, rate_burst)") && error.message.contains("\(Self.rate) per second"))

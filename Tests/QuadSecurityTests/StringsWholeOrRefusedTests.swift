@@ -33,7 +33,7 @@ struct StringsWholeOrRefusedTests {
 
         let placed = try me.call(.request("orders.place", body: ["source": "buy_now", "product": .string(id + "\u{0}"), "quantity": 1]),
                                  timeoutMs: 8000, attempts: 1)
-        #expect(placed.quadError?.status == 400 && placed.quadError?.code == "bad_request", "\(placed.kind) \(placed.body.text)")
+        #expect(placed.quadError?.status == 400 && placed.quadError?.code == .badRequest, "\(placed.kind) \(placed.body.text)")
         #expect(placed.quadError?.message.contains("U+0000") == true, "\(placed.body.text)")
         #expect(placed.body["total"] == nil && placed.body["order"] == nil && placed.body["items"] == nil)
         #expect(try me.request("orders.mine", [:], timeoutMs: 8000, attempts: 1)["total"]?.int == 0)

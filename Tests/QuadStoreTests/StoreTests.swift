@@ -172,7 +172,7 @@ struct StoreTests {
                     _ = try Idempotency.claim(db, id: request.id, type: type, owner: owner)
                     Issue.record("\(owner) got \(type)'s record")
                 } catch let e as QuadError {
-                    #expect(e.code == "conflict" && e.status == 409 && e.message.contains(says))
+                    #expect(e.code == .conflict && e.status == 409 && e.message.contains(says))
                     #expect(!"\(e.message) \(e.details)".contains("alice's"))
                 }
             }

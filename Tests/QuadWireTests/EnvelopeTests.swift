@@ -41,7 +41,7 @@ struct EnvelopeTests {
         do {
             _ = try Envelope.decode(c.1)
         } catch {
-            #expect(error.code == c.2, "\(c.0): \(error)")
+            #expect(error.code.wire == c.2 && error.code.isKnown, "\(c.0): \(error)")
             #expect(error.message.contains(c.3), "\(c.0): '\(error.message)' should contain '\(c.3)'")
         }
     }
@@ -52,7 +52,7 @@ struct EnvelopeTests {
             _ = try Envelope.decode(big)
             Issue.record("an envelope over 1 MiB was accepted")
         } catch {
-            #expect(error.code == "too_large")
+            #expect(error.code == .tooLarge)
             #expect(error.status == 413)
             #expect(error.message.contains("max_message_bytes=1048576"))
         }
@@ -65,7 +65,7 @@ struct EnvelopeTests {
         #expect(decoded.kind == .error)
         #expect(decoded.corr == request.id)
         let e = try #require(decoded.quadError)
-        #expect(e.status == 404 && e.code == "not_found" && e.message == "no product with id 'nope'")
+        #expect(e.status == 404 && e.code == .notFound && e.message == "no product with id 'nope'")
     }
 
     @Test func salvagesTheIDOfAnUndecodableEnvelope() {
@@ -125,7 +125,7 @@ struct NULStringTests {
             _ = try Envelope.decode(Array(text.utf8))
             Issue.record("accepted \(text)")
         } catch {
-            #expect(error.code == "bad_request" && error.status == 400)
+            #expect(error.code == .badRequest && error.status == 400)
             #expect(error.message.contains("U+0000 (NUL)"), "\(error.message)")
             #expect(error.message.contains("at byte"), "\(error.message)")
         }
