@@ -109,7 +109,7 @@ extension Catalog {
             if try db.execute("UPDATE holds SET status = 'confirmed', confirmed_ms = $2 WHERE order_id = $1 AND status = 'held' AND expires_ms > $2", .text(order), .int(now)) == 0 {
                 try expireDue(db, order: order)
                 guard let state = try holdState(db, order) else { throw QuadError.notFound("no stock hold for order '\(order)'") }
-                if state.status != "confirmed" { throw QuadError.conflict("the stock hold for order '\(order)' has \(state.status == "expired" ? "expired" : "been released")") }
+                if state.status != .confirmed { throw QuadError.conflict("the stock hold for order '\(order)' has \(state.status == .expired ? "expired" : "been released")") }
                 return state
             }
             return try holdState(db, order)!
@@ -136,7 +136,10 @@ extension Catalog {
     static func holdState(_ db: Database, _ order: String) throws -> Contract.Catalog.Stock.Hold? {
         guard let hold = try db.queryOne("SELECT status, expires_ms FROM holds WHERE order_id = $1", .text(order)) else { return nil }
         let items = try db.query("SELECT product, quantity, price, category, rent_rate FROM hold_items WHERE order_id = $1 ORDER BY product", .text(order))
-        return .init(order: order, status: hold.string("status"), expiresAt: hold.int("expires_ms"), items: items.map {
+        guard let status = Contract.Catalog.Stock.Hold.Status(rawValue: hold.string("status")) else {
+            throw QuadError.internal("the stock hold of order '\(order)' has the status '\(hold.string("status"))' in the store, which this build does not know")
+        }
+        return .init(order: order, status: status, expiresAt: hold.int("expires_ms"), items: items.map {
             .init(product: $0.string("product"), quantity: $0.int("quantity"), price: $0.double("price"), category: $0.string("category"),
                   rentRate: $0["rent_rate"].double)
         })

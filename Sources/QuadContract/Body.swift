@@ -136,6 +136,26 @@ extension Bool: WireValue {
     public var wire: JSON? { .bool(self) }
 }
 
+/// A state a body carries (an order's status, a hold's): one of a few
+/// words on the wire, a case in the code. The field's shape is
+/// `.choice(Self.words)`; reading any other word is refused naming them.
+public protocol WireEnum: WireValue, RawRepresentable, CaseIterable, Hashable where RawValue == String {}
+
+extension WireEnum {
+    /// Every word of the state, in the order of its cases.
+    public static var words: [String] { allCases.map(\.rawValue) }
+
+    public init(wire: JSON?) throws(QuadError) {
+        guard let word = wire?.string else { throw .badRequest(wire == nil ? "is required" : "must be a string") }
+        guard let value = Self(rawValue: word) else {
+            throw .badRequest("must be one of \(Self.words.joined(separator: ", ")), got '\(word.prefix(64))'")
+        }
+        self = value
+    }
+
+    public var wire: JSON? { .string(rawValue) }
+}
+
 /// The escape hatch: a part of a body the contract leaves open (an
 /// analytics answer, a product's free-form attributes), kept as it came.
 extension JSON: WireValue {

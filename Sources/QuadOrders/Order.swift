@@ -51,7 +51,7 @@ struct OrderItem: Equatable {
 struct OrderRecord {
     var id: String
     var user: String
-    var status: String
+    var status: Contract.Orders.Status
     var source: String
     var mode: String
     var screen: String
@@ -106,17 +106,21 @@ struct OrderRecord {
         CREATE INDEX orders_rentals ON orders (user_id, mode, created_ms);
         """
 
-    static let open: Set<String> = ["pending", "held"]
-    var isOpen: Bool { OrderRecord.open.contains(status) }
+    var isOpen: Bool { status.isOpen }
 
     static func load(_ db: Database, _ id: String) throws -> OrderRecord? {
-        try db.queryOne("SELECT * FROM orders WHERE id = $1", .text(id)).map(OrderRecord.init)
+        try db.queryOne("SELECT * FROM orders WHERE id = $1", .text(id)).map { try OrderRecord($0) }
     }
 
-    init(_ r: Row) {
+    /// A row of the store; a status the contract does not name is a store
+    /// this build cannot read, and says which order.
+    init(_ r: Row) throws {
         id = r.string("id")
         user = r.string("user_id")
-        status = r.string("status")
+        guard let status = Contract.Orders.Status(rawValue: r.string("status")) else {
+            throw QuadError.internal("order '\(r.string("id"))' has the status '\(r.string("status"))' in the store, which this build does not know")
+        }
+        self.status = status
         source = r.string("source")
         mode = r.string("mode")
         screen = r.string("screen")

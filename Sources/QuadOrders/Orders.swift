@@ -94,7 +94,7 @@ public enum Orders: ServiceDomain {
             var filter = "user_id = $1"
             var params: [SQLValue] = [.text(user)]
             if let status = body.status {
-                params.append(.text(status))
+                params.append(.text(status.rawValue))
                 filter += " AND status = $2"
             }
             let total = try db.queryOne("SELECT COUNT(*) AS n FROM orders WHERE \(filter)", params)?.int("n") ?? 0
@@ -102,7 +102,7 @@ public enum Orders: ServiceDomain {
             let rows = try db.query("""
                 SELECT * FROM orders WHERE \(filter) ORDER BY created_ms DESC, id DESC LIMIT $\(params.count - 1) OFFSET $\(params.count)
                 """, params)
-            return C.Mine.Reply(orders: rows.map { OrderRecord($0).reply }, total: total, offset: offset, limit: limit)
+            return C.Mine.Reply(orders: try rows.map { try OrderRecord($0).reply }, total: total, offset: offset, limit: limit)
         }
     }
 }

@@ -23,9 +23,9 @@ enum Rentals {
     /// A rental as `orders.rentals` shows it on `today` (a day number).
     static func rental(_ order: OrderRecord, today: Int64) -> Contract.Orders.Rentals.Rental {
         let due = order.returnDate ?? ""
-        guard order.status != "returned" else { return .init(order: order.reply, state: "returned", dueDate: due, dueInDays: nil) }
+        guard order.status != .returned else { return .init(order: order.reply, state: .returned, dueDate: due, dueInDays: nil) }
         let left = (day(of: due) ?? today) - today
-        return .init(order: order.reply, state: left < 0 ? "overdue" : "active", dueDate: due, dueInDays: left)
+        return .init(order: order.reply, state: left < 0 ? .overdue : .active, dueDate: due, dueInDays: left)
     }
 
     /// The late charge of returning `order` on `today`: every day after its
@@ -45,7 +45,7 @@ enum Rentals {
             let rows = try db.query("SELECT * FROM orders WHERE \(filter) ORDER BY created_ms DESC, id DESC LIMIT $2 OFFSET $3",
                                     .text(user), .int(body.limit), .int(body.offset))
             let today = day(ms: OrderSaga.now)
-            return C.Rentals.Reply(rentals: rows.map { rental(OrderRecord($0), today: today) }, total: total, offset: body.offset, limit: body.limit)
+            return C.Rentals.Reply(rentals: try rows.map { rental(try OrderRecord($0), today: today) }, total: total, offset: body.offset, limit: body.limit)
         }
         h.query(C.returnRental) { req, body in try saga.returnRental(req, body) }
     }
@@ -70,9 +70,9 @@ extension OrderSaga {
                 throw QuadError.conflict("order '\(id)' was bought, not rented: there is nothing to return")
             }
             switch order.status {
-            case "returned":
+            case .returned:
                 return (order, false)
-            case "confirmed":
+            case .confirmed:
                 let now = Self.now
                 let late = Rentals.late(order, today: Rentals.day(ms: now))
                 let changed = try db.execute("""
@@ -88,9 +88,9 @@ extension OrderSaga {
                     try Outbox.append(db, type: Contract.Orders.returned.type, body: e.json)
                 }
                 return (current, changed == 1)
-            case "cancelled":
+            case .cancelled:
                 throw QuadError.conflict("order '\(id)' was cancelled: its stock is back already, there is nothing to return")
-            case "rejected":
+            case .rejected:
                 throw QuadError.conflict("order '\(id)' was rejected (\(order.reason ?? "no reason")): there is nothing to return")
             default:
                 throw QuadError.conflict("order '\(id)' is still being placed: return it once it is confirmed")

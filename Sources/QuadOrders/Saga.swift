@@ -78,6 +78,12 @@ final class OrderSaga {
     var driving: [String: [Answer]] = [:]
     /// Cancelled orders whose release is on its way to the catalog.
     var releasing: Set<String> = []
+    /// Whether the catalog takes `confirm` in `catalog.stock.hold`. A
+    /// catalog of an older build refuses the field (400, "body.confirm is
+    /// not a field"): this worker then holds and confirms in two calls, as
+    /// before, for as long as it runs (a rolling upgrade that reached
+    /// orders before catalog places its orders all the same).
+    var catalogConfirmsInHold = true
 
     init(db: Database, settings: Settings, source: String, after: @escaping Schedule, call: @escaping Call) {
         self.db = db
@@ -249,8 +255,8 @@ final class OrderSaga {
             guard let order = try OrderRecord.load(db, id) else { return finish(id, nil) }
             if abandon && order.isOpen { return giveUp(order) }
             switch order.status {
-            case "pending": hold(order)
-            case "held": confirm(order)
+            case .pending: hold(order)
+            case .held: confirm(order)
             default: finish(id, try finalAnswer(order))
             }
         }
@@ -264,32 +270,38 @@ final class OrderSaga {
         // catalog takes the units and confirms in one transaction. Only the
         // fault injection's pause needs the two steps apart.
         var body: [String: JSON] = ["order": .string(id), "items": items, "mode": .string(order.mode)]
-        if settings.pauseAfterHoldMs == 0 { body["confirm"] = .bool(true) }
+        let oneCall = settings.pauseAfterHoldMs == 0 && catalogConfirmsInHold
+        if oneCall { body["confirm"] = .bool(true) }
         ask("catalog.stock.hold", .object(body), order: order) { [self] held in
             guard let held else { return finish(id, nil) }
             guarded(id) {
                 switch held {
+                case .failure(let refusal) where oneCall && refusal.status == 400 && refusal.message.contains("body.confirm is not a field"):
+                    Log.info(source, "the catalog does not take confirm in catalog.stock.hold (an older build): orders are held and confirmed in two calls")
+                    catalogConfirmsInHold = false
+                    hold(order)
                 case .failure(let refusal):
                     finish(id, try reject(order, refusal))
                 case .success(let hold):
-                    switch hold["status"]?.string {
-                    case "held", "confirmed":
+                    let status = Contract.Catalog.Stock.Hold.Status(rawValue: hold["status"]?.string ?? "")
+                    switch status {
+                    case .held?, .confirmed?:
                         // Every line must come back priced: a line the hold did
                         // not price is refused, never sold at 0. What the hold
                         // took goes back first.
                         let unpriced = Self.unpriced(order.items, hold)
                         guard unpriced.isEmpty else { return refuseUnpriced(order, unpriced) }
                         let held = try recordHeld(order, hold)
-                        guard held.status == "held" else { return finish(id, try finalAnswer(held)) }
-                        if hold["status"]?.string == "confirmed" { return finish(id, try recordConfirmed(held)) }
+                        guard held.status == .held else { return finish(id, try finalAnswer(held)) }
+                        if status == .confirmed { return finish(id, try recordConfirmed(held)) }
                         if settings.pauseAfterHoldMs > 0 {
                             Log.info(source, "fault injection: pausing \(settings.pauseAfterHoldMs) ms between hold and confirm of order \(id)")
                             after(settings.pauseAfterHoldMs) { self.confirm(held) }
                         } else {
                             confirm(held)
                         }
-                    case let status:
-                        finish(id, try reject(order, .conflict("the stock hold for order '\(id)' has \(status == "expired" ? "expired" : "been released")")))
+                    case .released?, .expired?, nil:
+                        finish(id, try reject(order, .conflict("the stock hold for order '\(id)' has \(status == .expired ? "expired" : "been released")")))
                     }
                 }
             }
@@ -458,9 +470,9 @@ final class OrderSaga {
         let owner = Self.owner(order.user)
         let request = Envelope.request("orders.place", id: order.id)
         switch order.status {
-        case "confirmed", "cancelled":
+        case .confirmed, .cancelled:
             return try remember(order.id, request.reply(order.reply.json, src: source), owner: owner)
-        case "rejected":
+        case .rejected:
             return try remember(order.id, request.error(.conflict(order.reason ?? "rejected", details: ["order": .string(order.id)]), src: source), owner: owner)
         default:
             return nil
@@ -487,7 +499,7 @@ final class OrderSaga {
                 if let stored = try Idempotency.claim(db, id: req.id, type: type, owner: owner) { return stored }
                 guard let order = try OrderRecord.load(db, id), order.user == user else { throw QuadError.notFound("you have no order '\(id)'") }
                 switch order.status {
-                case "confirmed":
+                case .confirmed:
                     let now = Self.now
                     try db.execute("""
                         UPDATE orders SET status = 'cancelled', release_pending = 1, updated_ms = $2, lease_until = $3
@@ -497,11 +509,11 @@ final class OrderSaga {
                     let answer = req.envelope.reply(try OrderRecord.load(db, id)!.reply.json, src: source)
                     try Idempotency.store(db, id: req.id, type: type, owner: owner, reply: answer)
                     return answer
-                case "cancelled":
+                case .cancelled:
                     throw QuadError.conflict("order '\(id)' is already cancelled")
-                case "returned":
+                case .returned:
                     throw QuadError.conflict("order '\(id)' was rented and returned: there is nothing to cancel")
-                case "rejected":
+                case .rejected:
                     throw QuadError.conflict("order '\(id)' was rejected (\(order.reason ?? "no reason")): there is nothing to cancel")
                 default:
                     throw QuadError.conflict("order '\(id)' is still being placed: cancel it once it is confirmed")

@@ -118,7 +118,7 @@ extension BodyTests {
         #expect(Contract.validateReply("accounts.logout", A.Revocation(user: "0192f3a4-5b6c-7d8e-9f01-23456789abcd", jti: nil, beforeMs: 1, untilMs: 2).json) == nil)
 
         typealias S = Contract.Catalog.Stock
-        let hold = S.Hold(order: "o-1", status: "held", expiresAt: 5, items: [.init(product: "p-1", quantity: 2, price: 12, category: "Lab")])
+        let hold = S.Hold(order: "o-1", status: .held, expiresAt: 5, items: [.init(product: "p-1", quantity: 2, price: 12, category: "Lab")])
         for type in ["catalog.stock.hold", "catalog.stock.confirm", "catalog.stock.release", "catalog.stock.get"] {
             #expect(Contract.validateReply(type, hold.json) == nil, "\(type)")
         }

@@ -240,17 +240,21 @@ extension Contract.Catalog {
 
         /// The stock hold of one order: the reply of every stock.* call but adjust.
         public struct Hold: Body, Equatable {
+            /// held (the units taken until it expires), confirmed (sold or
+            /// rented), released (given back by the order), expired (given
+            /// back when its time ran out).
+            public enum Status: String, WireEnum, Sendable { case held, confirmed, released, expired }
             public var order = ""
-            public var status = ""
+            public var status: Status = .held
             public var expiresAt: Int64 = 0
             public var items: [HeldItem] = []
             public init() {}
-            public init(order: String, status: String, expiresAt: Int64, items: [HeldItem]) {
+            public init(order: String, status: Status, expiresAt: Int64, items: [HeldItem]) {
                 (self.order, self.status, self.expiresAt, self.items) = (order, status, expiresAt, items)
             }
             public static let fields: [Field<Self>] = [
                 .field(\.order, "order", .string(1...64)),
-                .field(\.status, "status", .choice(["held", "confirmed", "released", "expired"])),
+                .field(\.status, "status", .choice(Status.words)),
                 .field(\.expiresAt, "expires_at", .int(min: 0).described("When a held hold expires, ms since epoch.")),
                 .field(\.items, "items", .array(of: HeldItem.shape, max: maxHoldItems)),
             ]

@@ -15,8 +15,19 @@ extension Contract.Orders {
     public static let maxRentDays: Int64 = 90
     public static let maxRentDaysCap: Int64 = 365
 
-    /// The statuses of an order, in the order it may take them.
-    static let statuses = ["pending", "held", "confirmed", "rejected", "cancelled", "returned"]
+    /// The statuses of an order, in the order it may take them: pending
+    /// (recorded, the catalog not asked yet), held (the catalog took the
+    /// units), then confirmed (bought or rented), rejected (refused, with a
+    /// reason), cancelled (a confirmed order undone) or returned (a rental
+    /// given back).
+    public enum Status: String, WireEnum, Sendable {
+        case pending, held, confirmed, rejected, cancelled, returned
+
+        /// Still in the saga: the catalog's answer decides it.
+        public var isOpen: Bool { self == .pending || self == .held }
+    }
+
+    static let statuses = Status.words
 
     /// The caller's cart (``Cart``, defined once as ``cartSchema``) as
     /// every cart operation answers it.
@@ -116,7 +127,7 @@ extension Contract.Orders {
             static let schema = shape.keyword("dependentRequired", json: ["price": ["category", "line_total", "fee"]])
         }
         public var order = ""
-        public var status = "pending"
+        public var status: Status = .pending
         public var source = "cart"
         public var mode = "buy"
         public var screen = "cart"
@@ -293,7 +304,7 @@ extension Contract.Orders {
         public struct Request: Body {
             public var offset: Int64 = 0
             public var limit: Int64 = 20
-            public var status: String?
+            public var status: Status?
             public init() {}
             public static let fields: [Field<Self>] = [
                 .field(\.offset, "offset", .int(min: 0, default: 0).optional),
@@ -356,17 +367,19 @@ extension Contract.Orders {
         }
         /// One rental: the order, and where it stands today (UTC days).
         public struct Rental: Body {
+            /// Where a rental stands today.
+            public enum State: String, WireEnum, Sendable { case active, overdue, returned }
             public var order = Order()
-            public var state = "active"
+            public var state: State = .active
             public var dueDate = ""
             public var dueInDays: Int64?
             public init() {}
-            public init(order: Order, state: String, dueDate: String, dueInDays: Int64?) {
+            public init(order: Order, state: State, dueDate: String, dueInDays: Int64?) {
                 (self.order, self.state, self.dueDate, self.dueInDays) = (order, state, dueDate, dueInDays)
             }
             public static let fields: [Field<Self>] = [
                 .field(\.order, "order", .ref("order.schema.json")),
-                .field(\.state, "state", .choice(["active", "overdue", "returned"])
+                .field(\.state, "state", .choice(State.words)
                     .described("active: due today or later; overdue: past its due date and not returned; returned.")),
                 .field(\.dueDate, "due_date", .string(pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", format: "date")),
                 .field(\.dueInDays, "due_in_days", .int()
