@@ -140,14 +140,14 @@ extension Catalog {
         h.mutation(C.listingsWithdraw) { req, body in
             let user = try req.requireUser()
             _ = try sellersListing(db, body.listing, seller: user)
-            return try closeListing(db, body.listing, status: "withdrawn", reason: nil)
+            return try closeListing(db, body.listing, status: .withdrawn, reason: nil)
         }
         h.mutation(C.listingsTakedown) { req, body in
             try req.requireAdmin()
             guard try db.queryOne("SELECT 1 AS x FROM listings WHERE id = $1", .text(body.listing)) != nil else {
                 throw QuadError.notFound("no listing '\(body.listing)'")
             }
-            return try closeListing(db, body.listing, status: "taken_down", reason: body.reason)
+            return try closeListing(db, body.listing, status: .takenDown, reason: body.reason)
         }
         h.query(C.listingsMine) { req, body in
             let user = try req.requireUser()
@@ -269,9 +269,9 @@ extension Catalog {
                               settings s: ListingSettings) throws -> Contract.Catalog.ListingOps.Listing {
         let id = b.listing
         let kept = try sellersListing(db, id, seller: seller)
-        let status = kept.string("status")
-        guard status == "active" else {
-            throw QuadError.conflict("listing '\(id)' is \(status == "withdrawn" ? "withdrawn" : "taken down"): it cannot change")
+        let status = try listingStatus(kept, id)
+        guard status == .active else {
+            throw QuadError.conflict("listing '\(id)' is \(status == .withdrawn ? "withdrawn" : "taken down"): it cannot change")
         }
         let p = try db.queryOne("SELECT * FROM products WHERE id = $1", .text(id))!
         if let price = b.price { try checkPrice(price, s) }
@@ -316,18 +316,18 @@ extension Catalog {
     /// Withdraws or takes down a listing: what is in stock is unlisted, the
     /// product leaves listing and search; holds and sales stand. A second
     /// call answers it as it is.
-    static func closeListing(_ db: Database, _ id: String, status: String, reason: String?) throws -> Contract.Catalog.ListingOps.Listing {
+    static func closeListing(_ db: Database, _ id: String, status: Contract.Catalog.ListingStatus, reason: String?) throws -> Contract.Catalog.ListingOps.Listing {
         let kept = try db.queryOne("SELECT status FROM listings WHERE id = $1", .text(id))!
-        switch (kept.string("status"), status) {
-        case ("active", _):
+        switch (try listingStatus(kept, id), status) {
+        case (.active, _):
             break
-        case ("withdrawn", "taken_down"):
+        case (.withdrawn, .takenDown):
             // An admin may still take down what its seller withdrew: the reason is for the seller.
             try db.execute("UPDATE listings SET status = 'taken_down', reason = $2, updated_ms = $3 WHERE id = $1 AND status = 'withdrawn'",
                            .text(id), .text(reason ?? ""), .int(Int64(Clock.nowMillis())))
             try closedEvent(db, id, status: status, reason: reason)
             return try listing(db, id)
-        case ("taken_down", "withdrawn"):
+        case (.takenDown, .withdrawn):
             throw QuadError.conflict("listing '\(id)' was taken down by an admin: there is nothing to withdraw")
         default:
             return try listing(db, id)
@@ -347,17 +347,26 @@ extension Catalog {
         try db.execute("""
             UPDATE listings SET status = $2, reason = $3, quantity = quantity - $4, unlisted = unlisted + $4, updated_ms = $5, closed_ms = $5
             WHERE id = $1
-            """, .text(id), .text(status), .of(reason), .int(unlisted), .int(now))
+            """, .text(id), .text(status.rawValue), .of(reason), .int(unlisted), .int(now))
         if unlisted > 0 { try stockChanged(db, product: id, stock: 0, delta: -unlisted, reason: "listing", order: nil) }
         try closedEvent(db, id, status: status, reason: reason)
         try productChanged(db, id)
         return try listing(db, id)
     }
 
-    static func closedEvent(_ db: Database, _ id: String, status: String, reason: String?) throws {
+    /// The status a listing's row keeps (active, withdrawn or taken_down;
+    /// sold_out is what a seller is shown of an active one with none in stock).
+    static func listingStatus(_ row: Row, _ id: String) throws -> Contract.Catalog.ListingStatus {
+        guard let status = Contract.Catalog.ListingStatus(rawValue: row.string("status")) else {
+            throw QuadError.internal("listing '\(id)' has the status '\(row.string("status"))' in the store, which this build does not know")
+        }
+        return status
+    }
+
+    static func closedEvent(_ db: Database, _ id: String, status: Contract.Catalog.ListingStatus, reason: String?) throws {
         var e = Contract.Catalog.Listings.Closed()
         let category = try db.queryOne("SELECT category FROM products WHERE id = $1", .text(id))?.string("category") ?? "Others"
-        (e.listing, e.category, e.reason, e.note, e.closedAt) = (id, category, status, reason, Int64(Clock.nowMillis()))
+        (e.listing, e.category, e.reason, e.note, e.closedAt) = (id, category, status.rawValue, reason, Int64(Clock.nowMillis()))
         try Outbox.append(db, type: Contract.Catalog.listingClosed.type, body: e.json)
     }
 
@@ -401,8 +410,8 @@ extension Catalog {
             default: break
             }
         }
-        let status = l.string("status")
-        out.status = status == "active" && out.inStock == 0 ? "sold_out" : status
+        let status = try listingStatus(l, id)
+        out.status = status == .active && out.inStock == 0 ? .soldOut : status
         let category = p.string("category")
         out.feeRate = Contract.Catalog.listingFeeRates[category] ?? Contract.Catalog.listingFeeRates["Others"] ?? 10
         var revenue: Int64 = 0, fee: Int64 = 0
@@ -417,7 +426,7 @@ extension Catalog {
         }
         (out.revenue, out.fee, out.currency) = (Double(revenue) / 100, Double(fee) / 100, p.string("currency"))
         out.images = storedImages(p)
-        out.reason = status == "taken_down" ? l.optionalString("reason") : nil
+        out.reason = status == .takenDown ? l.optionalString("reason") : nil
         out.closedAt = l["closed_ms"].int
         out.updatedAt = l.int("updated_ms")
         return out
@@ -498,9 +507,9 @@ extension Catalog {
             throw QuadError.conflict("listing '\(product)' is your own: a seller cannot \(mode == "rent" ? "rent" : "buy") their own listing",
                                      details: ["listing": .string(product), "reason": "own_listing"])
         }
-        switch l.string("status") {
-        case "withdrawn": throw QuadError.conflict("listing '\(product)' was withdrawn by its seller", details: ["listing": .string(product), "reason": "withdrawn"])
-        case "taken_down": throw QuadError.conflict("listing '\(product)' was taken down", details: ["listing": .string(product), "reason": "taken_down"])
+        switch try listingStatus(l, product) {
+        case .withdrawn: throw QuadError.conflict("listing '\(product)' was withdrawn by its seller", details: ["listing": .string(product), "reason": "withdrawn"])
+        case .takenDown: throw QuadError.conflict("listing '\(product)' was taken down", details: ["listing": .string(product), "reason": "taken_down"])
         default: break
         }
         switch (l.string("trade_mode"), mode) {

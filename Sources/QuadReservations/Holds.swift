@@ -121,8 +121,8 @@ enum Holds {
             let stays = try db.queryOne("""
                 SELECT COUNT(*) AS n, COALESCE(SUM(ended_ms - checked_in_ms), 0) AS ms FROM reservations WHERE user_id = $1 AND status = 'checked_out'
                 """, .text(user))
-            return C.Mine.Reply(active: active.map { json($0, now: now, clock: clock) },
-                                history: history.map { json($0, now: now, clock: clock) },
+            return C.Mine.Reply(active: try active.map { try json($0, now: now, clock: clock) },
+                                history: try history.map { try json($0, now: now, clock: clock) },
                                 stays: C.Mine.Stays(count: stays?.int("n") ?? 0, seconds: (stays?.int("ms") ?? 0) / 1000))
         }
     }
@@ -190,19 +190,24 @@ enum Holds {
 
     static func load(_ db: Database, id: String, user: String, now: Int64, clock: CampusTime) throws -> C.Reservation {
         guard let row = try db.queryOne("\(selectSQL) WHERE r.id = $1", .text(id)) else { throw QuadError.internal("reservation \(id) vanished") }
-        return json(row, now: now, clock: clock)
+        return try json(row, now: now, clock: clock)
     }
 
-    static func json(_ r: Row, now: Int64, clock: CampusTime) -> C.Reservation {
+    /// A row of the store; a status the contract does not name is a store
+    /// this build cannot read, and says which reservation.
+    static func json(_ r: Row, now: Int64, clock: CampusTime) throws -> C.Reservation {
         var out = C.Reservation()
         (out.id, out.spot, out.lot) = (r.string("id"), r.string("spot"), r.string("lot"))
         (out.level, out.signal, out.kind) = (r.string("level_name"), r.string("signal"), r.string("kind"))
-        out.status = r.string("status")
+        guard let status = C.Reservation.Status(rawValue: r.string("status")) else {
+            throw QuadError.internal("reservation '\(r.string("id"))' has the status '\(r.string("status"))' in the store, which this build does not know")
+        }
+        out.status = status
         (out.heldAt, out.deadline) = (r.int("held_ms"), r.int("deadline_ms"))
         out.deadlineLocal = clock.iso(out.deadline)
-        out.secondsLeft = out.status == "held" ? max(0, (out.deadline - now + 999) / 1000) : 0
+        out.secondsLeft = out.status == .held ? max(0, (out.deadline - now + 999) / 1000) : 0
         (out.checkedInAt, out.endedAt) = (r["checked_in_ms"].int, r["ended_ms"].int)
-        if out.status == "checked_out", let checkedIn = out.checkedInAt, let ended = out.endedAt { out.staySeconds = (ended - checkedIn) / 1000 }
+        if out.status == .checkedOut, let checkedIn = out.checkedInAt, let ended = out.endedAt { out.staySeconds = (ended - checkedIn) / 1000 }
         return out
     }
 

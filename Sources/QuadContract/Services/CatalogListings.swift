@@ -94,7 +94,10 @@ extension Contract.Catalog {
     /// The conditions a listed item may be in (UniTrade's).
     public static let listingConditions = ["New", "Like new", "Good", "Used"]
     /// What a listing is, as its seller sees it in catalog.listings.mine.
-    public static let listingStatuses = ["active", "sold_out", "withdrawn", "taken_down"]
+    public enum ListingStatus: String, WireEnum, Sendable {
+        case active, soldOut = "sold_out", withdrawn, takenDown = "taken_down"
+    }
+    public static let listingStatuses = ListingStatus.words
 
     /// The bounds of a listing. The numeric ones are catalog settings (a
     /// flag each, at most the cap beside it); the text lengths are fixed by
@@ -244,7 +247,7 @@ extension Contract.Catalog {
         public struct Listing: Body, Equatable {
             public var id = ""
             public var product = Product()
-            public var status = "active"
+            public var status: ListingStatus = .active
             public var quantity: Int64 = 0
             public var inStock: Int64 = 0
             public var held: Int64 = 0

@@ -147,13 +147,18 @@ extension Contract.Reservations {
     /// A reservation (``reservationSchema``): a hold on a spot and what
     /// became of it.
     public struct Reservation: Body {
+        /// held (the countdown runs), checked_in, checked_out, expired (the
+        /// countdown ran out first; a check-in is 409), cancelled.
+        public enum Status: String, WireEnum, Sendable {
+            case held, checkedIn = "checked_in", checkedOut = "checked_out", expired, cancelled
+        }
         public var id = ""
         public var spot = ""
         public var lot = ""
         public var level = ""
         public var signal = ""
         public var kind = ""
-        public var status = ""
+        public var status: Status = .held
         public var heldAt: Int64 = 0
         public var deadline: Int64 = 0
         public var deadlineLocal = ""
@@ -170,7 +175,7 @@ extension Contract.Reservations {
             .field(\.level, "level", .ref("parking.schema.json#/$defs/levelName")),
             .field(\.signal, "signal", .ref("parking.schema.json#/$defs/signal")),
             .field(\.kind, "kind", .ref("parking.schema.json#/$defs/kind")),
-            .field(\.status, "status", .choice(["held", "checked_in", "checked_out", "expired", "cancelled"])),
+            .field(\.status, "status", .choice(Status.words)),
             .field(\.heldAt, "held_at", .int(min: 0)
                 .described("Epoch milliseconds.")),
             .field(\.deadline, "deadline", .int(min: 0)
