@@ -47,6 +47,12 @@ quad_ports() {
     PYTHONPATH="$QUAD_ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.ports "$@"
 }
 
+# python3 -m quaddeploy.stackinfo "$@": what a running stack's JSON, /proc,
+# HTTP and supervisord say (deploy/quaddeploy/stackinfo.py; --help says more).
+quad_stackinfo() {
+    PYTHONPATH="$QUAD_ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.stackinfo "$@"
+}
+
 # Sets QUAD_PORT_<NAME> for every port of the table of a stack at port base
 # $1 with $2 brokers (/metrics from ${3:-base+100}, or off): deploy/stack and
 # the scripts it sources read each port from these, never compute it.
@@ -236,27 +242,5 @@ quad_services_with_fault() {
 # (PostgreSQL on its data folder too). "pid program" lines, by pid; the
 # tests check that none is left after a kill or a down.
 quad_stack_processes() {
-    python3 - "$QUAD_HOME" "$$" <<'PY'
-import os, sys
-home, me = sys.argv[1].encode(), int(sys.argv[2])
-mine = os.getsid(me)
-wanted = b"QUAD_HOME=" + home
-for entry in sorted(os.listdir("/proc"), key=lambda e: int(e) if e.isdigit() else 0):
-    if not entry.isdigit():
-        continue
-    try:
-        with open(f"/proc/{entry}/stat", "rb") as f:
-            fields = f.read().rsplit(b") ", 1)[1].split()
-        if fields[0] == b"Z" or int(fields[3]) == mine:
-            continue
-        with open(f"/proc/{entry}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        with open(f"/proc/{entry}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-        if wanted not in env and not any(home in a for a in argv):
-            continue
-    except (OSError, IndexError, ValueError):
-        continue
-    print(entry, os.path.basename(argv[0].decode(errors="replace")) or "?")
-PY
+    quad_stackinfo processes "$QUAD_HOME" "$$"
 }

@@ -219,7 +219,7 @@ prom_start() {
         --config.file="$PROM_DIR/prometheus.yml" --storage.tsdb.path="$PROM_DIR/data" \
         --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" --web.page-title="Quad stack $QUAD_HOME"
     local deadline=$((SECONDS + HEALTH_TIMEOUT))
-    until python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "$(prom_url)-/ready" 2>/dev/null; do
+    until quad_stackinfo ready "$(prom_url)-/ready"; do
         if ((SECONDS >= deadline)) || [[ $(sup_state prometheus) == FATAL ]]; then
             fail_with_log "Prometheus did not become ready on $(prom_url) within ${HEALTH_TIMEOUT} s" "$LOGS/prometheus.log"
         fi

@@ -234,14 +234,7 @@ sup_info() {
     local python
     python=$(head -n 1 "$(command -v supervisorctl)")
     python=${python#\#!}
-    "${python:-python3}" - "$SUP_SOCK" <<'PY' 2>/dev/null
-import sys, xmlrpc.client
-from supervisor.xmlrpc import SupervisorTransport
-server = xmlrpc.client.ServerProxy("http://127.0.0.1", transport=SupervisorTransport(None, None, "unix://" + sys.argv[1]))
-for p in server.supervisor.getAllProcessInfo():
-    alive = p["pid"] and p["statename"] in ("STARTING", "RUNNING", "STOPPING")
-    print(p["name"], p["statename"], p["pid"] if alive else "-", max(0, p["now"] - p["start"]) if alive else "-")
-PY
+    PYTHONPATH="$QUAD_ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" "${python:-python3}" -m quaddeploy.stackinfo supervised "$SUP_SOCK" 2>/dev/null
 }
 
 # Stops every program and supervisord itself; what is still alive after that
