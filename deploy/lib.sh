@@ -54,12 +54,13 @@ quad_stackinfo() {
 }
 
 # Sets QUAD_PORT_<NAME> for every port of the table of a stack at port base
-# $1 with $2 brokers (/metrics from ${3:-base+100}, or off): deploy/stack and
-# the scripts it sources read each port from these, never compute it.
+# $1 with $2 brokers: deploy/stack and the scripts it sources read each port
+# from these, never compute it (a stack's own METRICS_BASE moves the
+# /metrics ones: metrics_port in deploy/metrics.sh).
 quad_ports_load() {
     local table
-    table=$(quad_ports --base "$1" --brokers "$2" ${3:+--metrics-base "$3"} --shell) ||
-        quad_die "the table of ports (deploy/quaddeploy/ports.py) refused port base $1 with $2 broker(s)${3:+ and /metrics from $3}"
+    table=$(quad_ports --base "$1" --brokers "$2" --shell) ||
+        quad_die "the table of ports (deploy/quaddeploy/ports.py) refused port base $1 with $2 broker(s)"
     eval "$(grep '^QUAD_PORT_[A-Z0-9_]*=[0-9]*$' <<<"$table")"
 }
 

@@ -25,33 +25,6 @@ QUAD_PORT_BASE=$(quad_free_port_base "${QUAD_TEST_PORT_BASE:-17700}") || fail "n
 export QUAD_HOME QUAD_PORT_BASE
 unset QUAD_FRONTEND QUAD_BACKEND QUAD_EVENTS_IN QUAD_EVENTS_OUT QUAD_INTERNAL QUAD_BROKERS
 
-# Every process of another session (the stack starts each in a session of
-# its own) that has this QUAD_HOME in its environment belongs to the stack
-# under test: deploy/stack passes QUAD_HOME to all it starts.
-stack_processes() {
-    python3 - "$QUAD_HOME" "$$" <<'PY'
-import os, sys
-home, me = sys.argv[1].encode(), int(sys.argv[2])
-mine = os.getsid(me)
-wanted = b"QUAD_HOME=" + home
-for entry in os.listdir("/proc"):
-    if not entry.isdigit():
-        continue
-    try:
-        with open(f"/proc/{entry}/stat", "rb") as f:
-            fields = f.read().rsplit(b") ", 1)[1].split()
-        if fields[0] == b"Z" or int(fields[3]) == mine:
-            continue
-        with open(f"/proc/{entry}/environ", "rb") as f:
-            if wanted not in f.read().split(b"\0"):
-                continue
-        with open(f"/proc/{entry}/cmdline", "rb") as f:
-            argv0 = f.read().split(b"\0")[0].decode(errors="replace")
-    except (OSError, IndexError, ValueError):
-        continue
-    print(entry, os.path.basename(argv0) or "?")
-PY
-}
 
 cleanup() {
     local rc=$?
@@ -68,7 +41,7 @@ cleanup() {
     fi
     "$STACK" down >/dev/null 2>&1 || true
     local left
-    left=$(stack_processes)
+    left=$(quad_stack_processes)
     if [[ -n $left ]]; then
         printf 'test_stack: processes left after down, killing them:\n%s\n' "$left" >&2
         awk '{print $1}' <<<"$left" | xargs -r kill -KILL 2>/dev/null || true
@@ -261,7 +234,7 @@ step="down"
 pids=$(cat "$QUAD_HOME"/run/*.pid)
 "$STACK" down || fail "deploy/stack down exited $?"
 for pid in $pids; do quad_alive "$pid" && fail "pid $pid still runs after down"; done
-left=$(stack_processes)
+left=$(quad_stack_processes)
 [[ -z $left ]] || fail "processes of the stack remain after down: $left"
 [[ -z $(ls "$QUAD_HOME"/run/*.pid 2>/dev/null) ]] || fail "pid files remain after down: $(ls "$QUAD_HOME/run")"
 for port in $(seq "$QUAD_PORT_BASE" $((QUAD_PORT_BASE + 4))); do
