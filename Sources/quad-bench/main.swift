@@ -50,6 +50,11 @@ func emit(_ fields: [String: JSON]) {
     FileHandle.standardOutput.write(Data((JSON.object(fields).text + "\n").utf8))
 }
 
+/// A progress line on stderr, unbuffered.
+func progress(_ line: String) {
+    FileHandle.standardError.write(Data("quad-bench: \(line)\n".utf8))
+}
+
 func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
     sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * q + 0.5))]
 }
@@ -164,6 +169,9 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
             }
         }
     }
+    // A long run says how far it is on stderr, a line at each tenth (a test
+    // that kills a broker under load waits for the first).
+    let progressStep = total >= 10_000 ? total / 10 : Int.max
     while sent < min(inflight, total) { try send() }
     let waitMs = Int(max(10_000, deadline + 1_000))
     while done < total {
@@ -181,6 +189,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
             }
             if done == warmup { started = Clock.monotonicMicros() }
             if done > warmup { latencies.append(Clock.monotonicMicros() - t0) }
+            if done % progressStep == 0 && done < total { progress("\(done) of \(total) answered, \(errors) errors") }
             if sent < total { try send() }
         } }
     }

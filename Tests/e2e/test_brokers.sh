@@ -63,13 +63,27 @@ ok "up --brokers 2: broker and broker-2 under supervisord, env exports lists"
 
 BIN=${QUAD_BIN_DIR:-${QUAD_BUILD_DIR:-$ROOT/.build}/release}
 
+# Waits until the quad-bench $1 (pid) has said it got its first tenth of
+# answers on stderr (file $2): requests are then in flight through both
+# brokers, and nine tenths are still to come. A fixed sleep was too short
+# on a loaded machine (the kill came before the bench had sent anything).
+wait_for_progress() {
+    local pid=$1 err=$2 t
+    for ((t = 0; t < 600; t++)); do
+        grep -q " answered," "$err" 2>/dev/null && return 0
+        kill -0 "$pid" 2>/dev/null || fail "quad-bench ended before it said it had answers: $(tail -n 3 "$err")"
+        sleep 0.1
+    done
+    fail "quad-bench said nothing of its progress in 60 s: $(tail -n 3 "$err")"
+}
+
 # quad-bench with 200 in flight through both frontends; broker $1 is
-# killed once a second of it has passed.
+# killed once a tenth of its 40,000 requests are answered.
 bench_through_kill() {
     local k=$1 out=$QUAD_HOME/bench-$1.json
-    "$BIN/quad-bench" request --n 20000 --inflight 200 --warmup 0 --deadline 10000 >"$out" 2>"$QUAD_HOME/bench-$k.err" &
+    "$BIN/quad-bench" request --n 40000 --inflight 200 --warmup 0 --deadline 10000 >"$out" 2>"$QUAD_HOME/bench-$k.err" &
     local bench=$!
-    sleep 1
+    wait_for_progress "$bench" "$QUAD_HOME/bench-$k.err"
     "$STACK" kill broker "$k" >/dev/null || fail "deploy/stack kill broker $k exited $?"
     wait "$bench" || fail "quad-bench exited $? after broker $k was killed: $(tail -n 3 "$QUAD_HOME/bench-$k.err")"
     python3 - "$out" <<'PY' || fail "quad-bench through the kill of broker $k: $(cat "$out")"
@@ -105,9 +119,9 @@ events_held() {
 before=$(events_held) || fail "telemetry.stats did not answer"
 "$STACK" status >/dev/null
 out=$QUAD_HOME/bench-ingest.json
-"$BIN/quad-bench" ingest --n 5000 --batch 10 --inflight 200 --warmup 0 --deadline 10000 >"$out" 2>"$QUAD_HOME/bench-ingest.err" &
+"$BIN/quad-bench" ingest --n 10000 --batch 10 --inflight 200 --warmup 0 --deadline 10000 >"$out" 2>"$QUAD_HOME/bench-ingest.err" &
 bench=$!
-sleep 1
+wait_for_progress "$bench" "$QUAD_HOME/bench-ingest.err"
 "$STACK" kill broker 1 >/dev/null || fail "deploy/stack kill broker 1 exited $?"
 wait "$bench" || fail "quad-bench ingest exited $? after broker 1 was killed: $(tail -n 3 "$QUAD_HOME/bench-ingest.err")"
 after=$(events_held) || fail "telemetry.stats did not answer after the kill"
@@ -118,8 +132,8 @@ line = next(l for l in lines if "errors" in l)
 stored = int(sys.argv[3]) - int(sys.argv[2])
 assert line["errors"] == 0, f"{line['errors']} errors: {line.get('first_error')}"
 assert line["resent"] > 0, "no batch was waiting on the killed broker: the kill came too late to prove anything"
-assert stored == 50000, f"the collector holds {stored} more events, 50000 were sent (10 in each of 5000 batches)"
-print(f"test_brokers:      5000 batches of 10 events, 200 in flight, 0 errors, {line['resent']} resent through broker 2, 50000 events stored once each")
+assert stored == 100000, f"the collector holds {stored} more events, 100000 were sent (10 in each of 10000 batches)"
+print(f"test_brokers:      10000 batches of 10 events, 200 in flight, 0 errors, {line['resent']} resent through broker 2, 100000 events stored once each")
 PY
 ok "kill broker 1 under telemetry.ingest: every batch answered, every event stored once"
 
