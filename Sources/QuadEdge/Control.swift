@@ -14,7 +14,7 @@ import QuadWire
 /// | `edge.messages` | `{phone, limit?}` | `{phone, messages}` |
 /// | `edge.act` | `{phone, type, body}` | `{phone, id, outcome: "queued" \| "sent"}`, or the refusal as an error |
 /// | `edge.view` | `{phone, view, params?, refresh?}` | what the view shows, `{view, source, age_ms?, body, notice?, error?}` |
-/// | `edge.wait` | `{phone?, timeout_ms?, telemetry?}` | `{drained, pending, telemetry_queued, waited_ms}` once drained or at the timeout |
+/// | `edge.wait` | `{phone?, timeout_ms?, telemetry?}` | `{drained, pending, telemetry_queued, waited_ms, sync?}` once drained or at the timeout (`sync`, the phone's sync status, when one phone is named) |
 /// | `edge.log` | `{phone, limit?}` | `{phone, actions: [{id, type, outcome, code?, reason?, attempts}]}` oldest first |
 /// | `edge.report` | `{}` | the campus day's report so far (or the fleet's totals) |
 /// | `edge.stop` | `{}` | `{stopping: true}`; the process stops its phones and exits 0 |

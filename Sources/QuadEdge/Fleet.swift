@@ -260,11 +260,14 @@ public final class Fleet {
             let pending = w.phones.reduce(0) { $0 + $1.queueLength }
             let telemetry = w.telemetry ? w.phones.reduce(0) { $0 + $1.telemetryQueued } : 0
             if pending == 0 && telemetry == 0 || now >= w.until {
-                w.answer([
+                var answer: [String: JSON] = [
                     "drained": .bool(pending == 0 && telemetry == 0), "pending": .int(Int64(pending)),
                     "telemetry_queued": .int(Int64(w.phones.reduce(0) { $0 + $1.telemetryQueued })),
                     "waited_ms": .int(now - w.started),
-                ])
+                ]
+                // One phone waited for: what it is synced through.
+                if w.phones.count == 1, let p = w.phones.first { answer["sync"] = p.syncStatus }
+                w.answer(.object(answer))
             } else {
                 keep.append(w)
             }
@@ -299,6 +302,8 @@ extension Phone {
             "messages": .int(Int64((try? db.count("SELECT COUNT(*) AS n FROM messages")) ?? 0)),
             "sender": .string(senderText), "session": .string(sessionID),
             "catalog_saved_age_ms": catalogAgeMs.map { .int($0) } ?? .null,
+            // All changes saved, or how many wait and since when; the last acknowledged action.
+            "sync": syncStatus,
             // This phone's own image counters (the report and /metrics sum them).
             "images": images.stats.json,
         ]

@@ -93,6 +93,11 @@ final class LiveFeed {
         // A peer gone without a word (a cut cable, a firewall) is found
         // by ZMTP's heartbeats and dialed again.
         try s.setHeartbeat(intervalMs: 2_000, timeoutMs: 6_000)
+        // No pipe before the handshake: a phone whose broker cannot be
+        // reached does not hold libzmq's two 16 KiB pipe chunks for nothing
+        // (33 KiB of its ~116 KiB). XSUB keeps the subscriptions sent below
+        // and gives them to the pipe when it comes.
+        try s.setImmediate(true)
         try Link.secure(s, serverKey: serverKey, clientKeys: clientKeys)
         try s.connect(endpoints[target])
         socket = s

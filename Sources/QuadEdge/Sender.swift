@@ -371,6 +371,7 @@ extension Phone {
                 try db.execute("UPDATE action_log SET outcome = 'done', finished_ms = $2, cart = $3 WHERE id = $1",
                                .text(action.id), .int(now), .of(Actions.answeredCart(action, reply: reply)))
                 try db.setMeta("last_sync", String(now))
+                try db.setMeta(Phone.syncedThroughKey, Phone.syncedThrough(action, reply: reply, at: now).text)
             }
         } catch {
             Log.error("edge/\(name)", "cannot record the reply to \(action.type) \(action.id): \(error)")

@@ -28,9 +28,13 @@ struct ViewResult {
     /// The pictures the view shows, each with where it came from (network,
     /// disk, memory, or placeholder with the reason).
     var images: [ShownImage]?
+    /// Whether the student's changes are all saved (``Phone/syncStatus``),
+    /// set on every view as it is shown.
+    var sync: JSON?
 
     var json: JSON {
         var f: [String: JSON] = ["view": .string(view), "source": .string(source.rawValue), "body": body]
+        if let sync { f["sync"] = sync }
         if let images { f["images"] = .array(images.map(\.json)) }
         if let ageMs { f["age_ms"] = .int(ageMs) }
         if let notice { f["notice"] = .string(notice) }
@@ -58,8 +62,11 @@ extension Phone {
         // Another view on screen: the Reserve screen closed, its mark goes.
         if view != "reservation" { leaveFlow() }
         let finish: (ViewResult) -> Void = { [weak self] result in
-            self?.stats.reads[result.view + "/" + result.source.rawValue, default: 0] += 1
-            done(result)
+            guard let self else { return done(result) }
+            self.stats.reads[result.view + "/" + result.source.rawValue, default: 0] += 1
+            var shown = result
+            shown.sync = self.syncStatus
+            done(shown)
         }
         switch view {
         case "home":

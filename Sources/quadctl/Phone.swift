@@ -21,6 +21,9 @@ enum PhoneCommand {
                                    (network, saved copy with its age, memory, local)
           log PHONE                every action the phone made and what became of it
           wait [PHONE]             until the outboxes are empty (--timeout); exit 1 if not
+          synced PHONE             until all the phone's changes are saved (--timeout), then
+                                   what it is synced through: the last action acknowledged
+                                   and what its answer made; exit 1 if changes still wait
           report                   the campus day's report so far
           stop                     stop the quad-edge process (its phones keep their files)
 
@@ -68,6 +71,8 @@ enum PhoneCommand {
             var b: [String: JSON] = ["timeout_ms": .int(timeout), "telemetry": .bool(flags.bool("telemetry"))]
             if args.count > 1 { b["phone"] = .string(args[1]) }
             (type, request) = ("edge.wait", .object(b))
+        case "synced":
+            (type, request) = ("edge.wait", ["phone": .string(arg(1, "a PHONE")), "timeout_ms": .int(timeout)])
         case "report":
             (type, request) = ("edge.report", [:])
         case "stop":
@@ -109,6 +114,7 @@ enum PhoneCommand {
             if let age = reply["age_ms"]?.int, reply["source"]?.string != "network" { head += ", \(age / 1000) s old" }
             print(head)
             if let notice = reply["notice"]?.string { print("notice: \(notice)") }
+            if let sync = reply["sync"]?["text"]?.string { print("sync: \(sync)") }
             if let error = reply["error"], let message = error["message"]?.string { print("refused: \(message)") }
             // Each picture with where it came from: network, disk, memory, or the placeholder and why.
             for image in reply["images"]?.array ?? [] {
@@ -124,6 +130,23 @@ enum PhoneCommand {
                 if let reason = a["reason"]?.string { line += ": \(reason)" }
                 print(line)
             }
+        case "edge.wait" where command == "synced":
+            let sync = reply["sync"] ?? [:]
+            let synced = sync["synced"]?.bool == true
+            print("\(args[1]): \(sync["text"]?.string ?? (synced ? "All changes saved" : "changes wait")) (waited \(reply["waited_ms"]?.int ?? 0) ms)")
+            if let through = sync["synced_through"], through != .null {
+                var line = "synced through \(through["type"]?.string ?? "?") \(through["action"]?.string ?? "?") at \(time(through["at"]?.int))"
+                if case .object(let made)? = through["made"], !made.isEmpty {
+                    line += ": " + made.keys.sorted().map { k in
+                        let o = made[k]!
+                        return "\(k) \(o["id"]?.string ?? "?")" + (o["status"]?.string.map { " \($0)" } ?? "")
+                    }.joined(separator: ", ")
+                }
+                print(line)
+            } else {
+                print("no action acknowledged yet")
+            }
+            exit(synced ? 0 : 1)
         case "edge.wait":
             let drained = reply["drained"]?.bool == true
             print(drained ? "drained in \(reply["waited_ms"]?.int ?? 0) ms" :

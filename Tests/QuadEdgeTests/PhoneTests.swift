@@ -510,3 +510,56 @@ struct PhoneTests {
         #expect(try rig.phone.db.count("SELECT COUNT(*) AS n FROM action_log WHERE outcome = 'done'") == 4)
     }
 }
+
+/// "Synced" as the student sees it (issue 30): every view says whether all
+/// changes are saved or how many wait since when, and the phone keeps what
+/// it is synced through.
+@Suite("A phone's sync status", .serialized)
+struct SyncStatusTests {
+    @Test func everyViewSaysWhatWaitsAndTheLastAcknowledgedActionIsKept() throws {
+        let rig = try PhoneRig()
+        rig.broker.answer = { request, _ in
+            switch request.type {
+            case "orders.place": return .success(["id": .string(request.id), "status": "confirmed", "total": 40])
+            default: return .success([:])
+            }
+        }
+        rig.phone.airplane = true
+        rig.phone.start()
+        func view(_ name: String) -> ViewResult? {
+            var shown: ViewResult?
+            rig.phone.open(name) { shown = $0 }
+            rig.run(forMs: 5000) { shown != nil }
+            return shown
+        }
+        let before = try #require(view("cart")?.sync)
+        #expect(before["synced"] == true && before["waiting"] == 0 && before["waiting_since"] == .null, "\(before)")
+        #expect(before["text"]?.string == "All changes saved" && before["synced_through"] == .null)
+
+        guard case .queued(let fav) = rig.phone.act("favorites.add", ["product": "p-0001"]),
+              case .queued = rig.phone.act("orders.cart.add", ["product": "p-0002", "quantity": 2]),
+              case .queued(let place) = rig.phone.act("orders.place", ["source": "cart", "mode": "buy", "screen": "cart"]) else {
+            Issue.record("not queued"); return
+        }
+        for name in ["cart", "orders", "favorites", "messages"] {
+            let sync = try #require(view(name)?.sync, "the \(name) view has no sync status")
+            #expect(sync["synced"] == false && sync["waiting"] == 3, "\(name): \(sync)")
+            #expect(sync["waiting_since"]?.int != nil, "\(name): \(sync)")
+            let text = sync["text"]?.string ?? ""
+            #expect(text.hasPrefix("3 changes not saved yet") && text.contains("airplane mode is on"), "\(name): \(text)")
+        }
+        #expect(rig.phone.state["sync"]?["waiting"] == 3)
+
+        rig.phone.setAirplane(false)
+        rig.run(forMs: 10_000) { rig.outbox == 0 }
+        #expect(rig.outbox == 0)
+        let after = try #require(view("cart")?.sync)
+        #expect(after["synced"] == true && after["waiting"] == 0 && after["text"]?.string == "All changes saved", "\(after)")
+        let through = try #require(after["synced_through"])
+        #expect(through["action"]?.string == place && through["type"] == "orders.place", "\(through)")
+        #expect(through["made"]?["order"]?["id"]?.string == place && through["made"]?["order"]?["status"] == "confirmed", "\(through)")
+        #expect(rig.broker.actions.map(\.id).first == fav)
+        // Kept in the phone's file, written with the action's confirmation.
+        #expect(try rig.phone.db.meta(Phone.syncedThroughKey)?.contains(place) == true)
+    }
+}

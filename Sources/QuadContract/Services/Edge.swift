@@ -55,8 +55,30 @@ extension Contract.Edge {
                         .described("How old the catalog saved on the phone is (search and filters offline use it), null while none is saved.").optional,
                     "images": .object(open: true)
                         .described("This phone's image caches since the process started: hits {memory, disk}, misses, fetched, bytes_fetched, bytes_from_cache, evictions, refused, placeholders, revalidated.").optional,
+                    "sync": .ref("#/$defs/sync").optional,
                 ])
                     .described("One phone as the control socket reports it."),
+                "sync": .object([
+                    "synced": .bool
+                        .described("No change of the student's waits in the outbox: all are saved with the services."),
+                    "waiting": .int(min: 0)
+                        .described("The changes not acknowledged yet."),
+                    "waiting_since": .int(min: 0).nullable
+                        .described("When the oldest waiting change was made, ms since 1970; null when none waits."),
+                    "text": .string()
+                        .described("What the app shows: 'All changes saved', or how many wait, for how long, and why (airplane mode, no signal, the services not answering, sending)."),
+                    "synced_through": .object([
+                        "action": .string()
+                            .described("The action's envelope id."),
+                        "type": .string(),
+                        "at": .int(min: 0)
+                            .described("When the phone recorded the answer, ms since 1970."),
+                        "made": .object(open: true)
+                            .described("What the answer made: each object of the reply with an id (the reply itself under its service's name, e.g. order), as {id, status?, seq?, version?}."),
+                    ]).nullable
+                        .described("The last action a service acknowledged, null before the first."),
+                ])
+                    .described("Whether the student's changes are saved: in every view, in each phone's state, and in a wait for one phone."),
                 "message": .object([
                     "ts": .int(min: 0),
                     "action": .string(),
@@ -148,6 +170,7 @@ extension Contract.Edge {
                             .described("An expired disk copy the server confirmed with 304 (If-None-Match).").optional,
                     ]))
                         .described("The pictures the view shows (product, home, parking), each with where it came from.").optional,
+                    "sync": .ref("#/$defs/sync").optional,
                 ]),
                 "wait.request": .object([
                     "phone": .string(1...64)
@@ -162,6 +185,8 @@ extension Contract.Edge {
                     "pending": .int(min: 0),
                     "telemetry_queued": .int(min: 0),
                     "waited_ms": .int(min: 0),
+                    "sync": .ref("#/$defs/sync")
+                        .described("With one phone named: its sync status once the wait ends.").optional,
                 ]),
                 "log.request": .object([
                     "phone": .string(1...64)
