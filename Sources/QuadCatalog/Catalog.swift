@@ -21,7 +21,18 @@ public enum Catalog: ServiceDomain {
         ("hold-ttl-seconds", "how long a stock hold lasts unless confirmed or released", "120"),
     ] + imageOptions + listingOptions
 
-    public static var migrations: [Migration] { productMigrations + stockMigrations + forYouMigrations + imageMigrations + listingMigrations }
+    public static var migrations: [Migration] {
+        productMigrations + stockMigrations + forYouMigrations + imageMigrations + listingMigrations + versionMigrations
+    }
+
+    /// A product's version: the seq of the last event the catalog's outbox
+    /// published about it (``stockChanged``, ``productChanged``), written in
+    /// the transaction that changed it. Replies carry it and live updates
+    /// carry it as their seq, so a phone can tell which of two copies of a
+    /// product is newer whichever way each came. 0: unchanged since seeded.
+    static let versionMigrations: [Migration] = [
+        Migration(53, "ALTER TABLE products ADD COLUMN version BIGINT NOT NULL DEFAULT 0"),
+    ]
 
     static let productMigrations: [Migration] = [
         Migration(1, """
@@ -168,6 +179,7 @@ public enum Catalog: ServiceDomain {
             p.rentRate = Contract.Catalog.seedRentRate(price: p.price.value)
         }
         p.listedAt = r["listed_ms"].int
+        p.version = r["version"].int
         return p
     }
 }

@@ -372,7 +372,11 @@ extension Catalog {
 
     static func productChanged(_ db: Database, _ id: String) throws {
         guard let row = try db.queryOne("SELECT * FROM products WHERE id = $1", .text(id)) else { return }
-        try Outbox.append(db, type: Contract.Catalog.productChanged.type, body: product(row).json)
+        // The event's seq is the product's new version (the body's would be the old one).
+        var changed = product(row)
+        changed.version = nil
+        let seq = try Outbox.append(db, type: Contract.Catalog.productChanged.type, body: changed.json)
+        try db.execute("UPDATE products SET version = $2 WHERE id = $1", .text(id), .int(seq))
     }
 
     static func storedImages(_ r: Row) -> [String] {

@@ -172,6 +172,7 @@ extension Catalog {
     static func stockChanged(_ db: Database, product: String, stock: Int64, delta: Int64, reason: String, order: String?) throws {
         let body = Contract.Catalog.Stock.Changed(product: product, stock: stock, delta: delta, reason: reason, order: order)
         try Outbox.append(db, type: Contract.Catalog.stockChanged.type, body: body.json)
-        try Outbox.append(db, type: Contract.Catalog.productStock.type, body: Contract.Catalog.Stock.Live(product: product, stock: stock).json)
+        let seq = try Outbox.append(db, type: Contract.Catalog.productStock.type, body: Contract.Catalog.Stock.Live(product: product, stock: stock).json)
+        try db.execute("UPDATE products SET version = $2 WHERE id = $1", .text(product), .int(seq))
     }
 }

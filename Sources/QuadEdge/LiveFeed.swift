@@ -227,15 +227,10 @@ extension Phone {
         case "catalog.product.stock", "catalog.product.changed":
             let id = event.body["product"]?.string ?? event.body["id"]?.string
             guard let seq = event.seq, let id, let stock = event.body["stock"]?.int else { return }
-            let held = productSeqs[id] ?? 0
-            guard seq > held else { if seq == held { liveStats.duplicates += 1 } else { liveStats.stale += 1 }; return }
-            productSeqs[id] = seq
-            _ = try? db.execute("UPDATE catalog SET stock = $2 WHERE id = $1", .text(id), .int(stock))
-            let key = Phone.key("catalog.product.get", ["id": .string(id)])
-            if let copy = saved(key), case .object(var product) = copy.body {
-                product["stock"] = .int(stock)
-                save(key, .object(product))
-            }
+            // Against the newest version the phone holds, from any source
+            // (a reply or the saved catalog may be newer than the feed's last).
+            let (applied, held) = applyProductStock(id, stock: stock, seq: seq)
+            guard applied else { if seq == held { liveStats.duplicates += 1 } else { liveStats.stale += 1 }; return }
             liveStats.applied += 1
         default:
             guard event.type.hasSuffix(".news") else { return }

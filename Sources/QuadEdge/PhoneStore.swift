@@ -195,6 +195,12 @@ enum PhoneStore {
         Migration(51, """
             ALTER TABLE catalog ADD COLUMN rest TEXT NOT NULL DEFAULT '{}';
             """),
+        // Issue 30 point 1: each saved product's version (the catalog's
+        // `version`, the seq of its last event), so that no copy goes back
+        // to an older one (Versions.swift).
+        Migration(53, """
+            ALTER TABLE catalog ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+            """),
     ]
     static let keychainVersion = 50
 

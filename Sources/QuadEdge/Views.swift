@@ -259,6 +259,16 @@ extension Phone {
             guard let self else { return }
             switch outcome {
             case .answered(let reply):
+                if type == "catalog.product.get" {
+                    // A product older than the copy the phone holds (a live
+                    // update came first) is not shown over it.
+                    let kept = self.saveProduct(key, reply)
+                    onNetwork?(kept.body)
+                    done(kept.isReply ? ViewResult(view: view, source: .network, ageMs: 0, body: reply)
+                                      : ViewResult(view: view, source: .live, ageMs: self.saved(key)?.ageMs, body: kept.body,
+                                                   notice: "a live update newer than the service's answer is shown"))
+                    return
+                }
                 self.save(key, reply)
                 onNetwork?(reply)
                 done(ViewResult(view: view, source: .network, ageMs: 0, body: reply))
@@ -352,8 +362,13 @@ extension Phone {
             }
             self.catalogFetching = false
             try? self.db.transaction {
+                let held = self.savedCatalogVersions()
                 try self.db.execute("DELETE FROM catalog")
                 for p in all {
+                    // A product the phone holds at a newer version (a live
+                    // update after the list was read) keeps its stock.
+                    var (stock, version) = (p["stock"]?.int ?? 0, p["version"]?.int ?? 0)
+                    if let id = p["id"]?.string, let h = held[id], h.version > version { (stock, version) = (h.stock, h.version) }
                     let name = p["name"]?.string ?? ""
                     // The words the service searches: name, type, category,
                     // collection, specifications and a listing's condition.
@@ -362,12 +377,12 @@ extension Phone {
                     if let condition = p["condition"]?.string { words.append(condition) }
                     let search = words.joined(separator: " ").lowercased()
                     try self.db.execute("""
-                        INSERT INTO catalog (id, name, price, currency, category, collection, stock, search, image_url, rest)
-                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                        INSERT INTO catalog (id, name, price, currency, category, collection, stock, search, image_url, rest, version)
+                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                         """, .text(p["id"]?.string ?? ""), .text(name), .double(p["price"]?["value"]?.double ?? 0),
                         .text(p["price"]?["currency"]?.string ?? "USD"), .text(p["category"]?.string ?? "Others"),
-                        .text(p["collection"]?.string ?? ""), .int(p["stock"]?.int ?? 0), .text(search), .text(p["imageUrl"]?.string ?? ""),
-                        .text(Phone.productRest(p)))
+                        .text(p["collection"]?.string ?? ""), .int(stock), .text(search), .text(p["imageUrl"]?.string ?? ""),
+                        .text(Phone.productRest(p)), .int(version))
                 }
                 try self.db.setMeta("catalog_saved_ms", String(self.now))
             }
@@ -408,6 +423,7 @@ extension Phone {
         p["category"] = .string(r.string("category"))
         p["collection"] = .string(r.string("collection"))
         p["stock"] = .int(r.int("stock"))
+        p["version"] = .int(r.int("version"))
         if let url = r.optionalString("image_url"), !url.isEmpty { p["imageUrl"] = .string(url) }
         return .object(p)
     }
@@ -416,7 +432,7 @@ extension Phone {
     /// as JSON text (the `rest` column).
     static func productRest(_ p: JSON) -> String {
         guard case .object(var fields) = p else { return "{}" }
-        for k in ["id", "name", "price", "category", "collection", "stock", "imageUrl"] { fields[k] = nil }
+        for k in ["id", "name", "price", "category", "collection", "stock", "imageUrl", "version"] { fields[k] = nil }
         return JSON.object(fields).text
     }
 

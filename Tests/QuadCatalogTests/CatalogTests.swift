@@ -158,6 +158,36 @@ struct StockTests {
     /// Every stock move is published with what moved it: the body the
     /// catalog writes is its contract type, and fits the event's schema
     /// (which once left out reason and order and refused them).
+    /// A product's version is the seq of its last event about it (issue
+    /// 30 pt 1): each stock move and each change of a listing raises it to
+    /// the seq of the event phones get, in the same transaction, and every
+    /// read (get, list, search) gives it.
+    @Test(arguments: [false, true])
+    func aProductsVersionIsTheSeqOfItsLastEvent(postgres: Bool) throws {
+        if postgres && ProcessInfo.processInfo.environment["QUAD_TEST_PG"] == nil { return }
+        let (h, _) = try catalog(postgres: postgres, holdTTLms: 150)
+        let p = "p-0006"
+        func version() throws -> Int64 { try #require(try h.call("catalog.product.get", ["id": .string(p)])["version"]?.int) }
+        func lastStockEvent() throws -> Int64 {
+            var (after, last): (Int64, Int64) = (0, -1)
+            while let page = try h.call("catalog.events.since", ["after": .int(after), "limit": 1000], role: "admin")["events"]?.array, let end = page.last?["seq"]?.int {
+                for e in page where e["type"] == "catalog.product.stock" && e["body"]?["product"] == .string(p) { last = e["seq"]?.int ?? -1 }
+                after = end
+            }
+            return last
+        }
+        #expect(try version() == 0, "unchanged since seeded")
+        _ = try h.call("catalog.stock.hold", ["order": "o-v1", "items": [["product": .string(p), "quantity": 1]]], role: "service")
+        let v1 = try version(), e1 = try lastStockEvent()
+        #expect(v1 > 0 && v1 == e1, "the hold's catalog.product.stock seq")
+        _ = try h.call("catalog.stock.release", ["order": "o-v1"], role: "service")
+        let v2 = try version(), e2 = try lastStockEvent()
+        #expect(v2 > v1 && v2 == e2)
+        let name = try #require(try h.call("catalog.product.get", ["id": .string(p)])["name"]?.string)
+        let listed = try h.call("catalog.products.list", ["q": .string(name), "limit": 50])["products"]?.array?.first { $0["id"] == .string(p) }
+        #expect(listed != nil && listed?["version"]?.int == v2, "the list gives the same version: \(listed?.text ?? "not listed")")
+    }
+
     @Test func stockEventsAreTheirContractType() throws {
         let (h, db) = try catalog(holdTTLms: 150)
         let p = "p-0004"

@@ -563,3 +563,78 @@ struct SyncStatusTests {
         #expect(try rig.phone.db.meta(Phone.syncedThroughKey)?.contains(place) == true)
     }
 }
+
+/// A phone never shows an older product than one it held (issue 30 pt 1):
+/// the reply, the saved catalog and the live feed are compared by the
+/// catalog's version (its last event's seq), whichever comes first.
+@Suite("Versions on a phone's saved products", .serialized)
+struct ProductVersionTests {
+    static func stock(_ id: String, _ stock: Int64, seq: Int64) -> Envelope {
+        var e = Envelope(id: MessageID.make(), type: "catalog.product.stock", kind: .event, ts: 0, src: "catalog",
+                         body: ["product": .string(id), "stock": .int(stock)])
+        e.seq = seq
+        return e
+    }
+
+    @Test func anOlderReplyListOrUpdateNeverReplacesANewerCopy() throws {
+        let rig = try PhoneRig()
+        // What the service answers a read of the product (its stock and version).
+        func answer(version: Int64, stock: Int64) {
+            rig.broker.queries["catalog.product.get"] = ["id": "p-0001", "name": "Lamp", "stock": .int(stock), "version": .int(version)]
+        }
+        answer(version: 5, stock: 9)
+        rig.phone.start()
+        func view() -> ViewResult? {
+            var shown: ViewResult?
+            rig.phone.open("product", ["id": "p-0001"]) { shown = $0 }
+            rig.run(forMs: 5000) { shown != nil }
+            return shown
+        }
+        let first = try #require(view())
+        #expect(first.source == .network && first.body["version"] == 5, "\(first.json)")
+
+        // A live update at seq 7 (the stock went to 4), then the service
+        // answers a read it made before it: version 6, stock 5.
+        rig.phone.applyLive(Self.stock("p-0001", 4, seq: 7))
+        #expect(rig.phone.liveStats.applied == 1)
+        answer(version: 6, stock: 5)
+        let second = try #require(view())
+        #expect(second.source == .live && second.body["stock"] == 4 && second.body["version"] == 7, "\(second.json)")
+        #expect(rig.phone.savedProduct("p-0001")?["version"] == 7)
+
+        // The same update again (through the other broker), and an older one.
+        rig.phone.applyLive(Self.stock("p-0001", 4, seq: 7))
+        rig.phone.applyLive(Self.stock("p-0001", 8, seq: 6))
+        #expect(rig.phone.liveStats.duplicates == 1 && rig.phone.liveStats.stale == 1)
+        #expect(rig.phone.savedProduct("p-0001")?["stock"] == 4)
+
+        // A newer answer replaces it.
+        answer(version: 8, stock: 3)
+        let third = try #require(view())
+        #expect(third.source == .network && third.body["stock"] == 3)
+        #expect(rig.phone.productVersion("p-0001") == 8)
+        // And a live update older than that answer is dropped.
+        rig.phone.applyLive(Self.stock("p-0001", 7, seq: 8))
+        #expect(rig.phone.savedProduct("p-0001")?["stock"] == 3 && rig.phone.liveStats.duplicates == 2)
+    }
+
+    @Test func theSavedCatalogKeepsAStockNewerThanTheListItSaves() throws {
+        let rig = try PhoneRig()
+        let db = rig.phone.db
+        try db.execute("INSERT INTO catalog (id, name, price, currency, category, collection, stock, search, version) VALUES ('p-0002', 'Pen', 2, 'USD', 'Study', 'Desk', 10, 'pen', 3)")
+        rig.phone.start()
+        rig.phone.applyLive(Self.stock("p-0002", 1, seq: 12))
+        #expect(try db.queryOne("SELECT stock, version FROM catalog WHERE id = 'p-0002'").map { [$0.int("stock"), $0.int("version")] } == [1, 12])
+        // The list the service gave before that update: version 11, stock 2.
+        rig.broker.queries["catalog.products.list"] = [
+            "products": [["id": "p-0002", "name": "Pen", "price": ["value": 2, "currency": "USD"], "category": "Study",
+                          "collection": "Desk", "stock": 2, "version": 11],
+                         ["id": "p-0003", "name": "Cup", "price": ["value": 3, "currency": "USD"], "category": "Study",
+                          "collection": "Desk", "stock": 5, "version": 4]], "total": 2]
+        rig.phone.fetchCatalogPage(offset: 0, rows: [])
+        rig.run(forMs: 5000) { (try? db.count("SELECT COUNT(*) AS n FROM catalog WHERE id = 'p-0003'")) == 1 }
+        #expect(try db.queryOne("SELECT stock, version FROM catalog WHERE id = 'p-0002'").map { [$0.int("stock"), $0.int("version")] } == [1, 12],
+                "the newer stock stays")
+        #expect(try db.queryOne("SELECT stock, version FROM catalog WHERE id = 'p-0003'").map { [$0.int("stock"), $0.int("version")] } == [5, 4])
+    }
+}

@@ -392,6 +392,8 @@ extension Contract.Catalog {
         /// A listing's pictures, as URLs like imageUrl; the first is imageUrl.
         public var images: [String]?
         public var listedAt: Int64?
+        /// The seq of the catalog's last event about it (see `version`'s description).
+        public var version: Int64?
         public init() {}
         public static let fields: [Field<Self>] = [
             .field(\.id, "id", .string(1...64)),
@@ -420,6 +422,7 @@ extension Contract.Catalog {
             .field(\.images, "images", .array(of: .string(min: 1), max: 16)
                 .described("A student's listing only: the URLs of its pictures (as imageUrl's), in order.").optional),
             .field(\.listedAt, "listed_at", .int(min: 0).described("When it was listed, ms since epoch: a student's listing when its seller made it, a product of the demo catalog when the catalog was seeded (older than every listing). The newest sort's key.").optional),
+            .field(\.version, "version", .int(min: 0).described("The product's version: the seq of the catalog's last event about it (catalog.product.stock or catalog.product.changed, whose envelope seq is the new version), 0 while unchanged since seeded. Of two copies of a product, the one with the higher version is the newer, whichever way each came (a reply, a list, a live update, a catch-up).").optional),
         ]
     }
 
