@@ -75,7 +75,7 @@ struct WriteGeneration: Equatable {
 }
 
 /// What a phone found wrong with its file when it opened it.
-struct StorageFault {
+struct StorageFault: Equatable {
     enum Kind: String { case corrupt, rolledBack = "rolled_back" }
     var kind: Kind
     /// SQLite's words, or how far the file was behind.
