@@ -58,6 +58,23 @@ struct StorageFaultFileTests {
         #expect(WriteGeneration(keychain[.writeGeneration]) == WriteGeneration(queued: 0, finished: 0), "the keychain follows the new file")
     }
 
+    /// A page the phone does not read when it opens its file (the saved
+    /// catalog's last leaf): SQLite's quick_check finds it, nothing else would.
+    @Test func aDamagedPageTheOpenNeverReadsIsFoundByTheCheck() throws {
+        try makeFile(queued: 1, finished: 0)
+        // The catalog's last leaf page (SQLite's dbstat table), overwritten whole.
+        let reader = try SQLiteDatabase(path: file, journalMode: nil)
+        let leaf = try #require(try reader.queryOne("SELECT MAX(pageno) AS n FROM dbstat WHERE name = 'catalog' AND pagetype = 'leaf'")?.int("n"))
+        reader.close()
+        let handle = try #require(FileHandle(forUpdatingAtPath: file))
+        try handle.seek(toOffset: UInt64(leaf - 1) * 4096)
+        try handle.write(contentsOf: Data((0..<4096).map { _ in UInt8.random(in: 0...255) }))
+        try handle.close()
+        let (db, fault) = try PhoneStore.openChecked(file, keychain: keychain, students: students)
+        db.close()
+        #expect(fault?.kind == .corrupt, "the damaged page is found at open")
+    }
+
     @Test func aFileBehindItsKeychainIsFoundRolledBackWithWhatItLost() throws {
         try makeFile(queued: 2, finished: 0)
         try FileDamage.snapshot.apply(to: file)
