@@ -181,6 +181,8 @@ final class Phone {
     }
     /// The write generation last copied to the keychain.
     var keptGeneration: WriteGeneration?
+    /// The copy of answers' generation to the keychain, soon (``keepWriteGeneration()``).
+    var generationTimer: Int?
     /// What the phone's file lost so far, as its keychain counts it.
     var storageFaults = StorageFaultCounts()
     /// A fault was found at open: the saved copies are fetched again at start.
@@ -809,6 +811,7 @@ final class Phone {
     /// The phone is put away: no more sending, the file closed.
     func close() {
         writeHeldLevels()
+        writeGeneration()
         stopped = true
         agenda.cancel(refreshTimer)
         refreshTimer = nil

@@ -169,9 +169,17 @@ struct StorageFaultStackTests {
         try edge.airplane(true)
         let id = try edge.act("orders.cart.add", ["product": "p-0020", "quantity": 1])
         try edge.edge("edge.fault", ["phone": "phone-001", "kind": "snapshot"])
+        let keychain = edge.phonesDir + "/phone-001.keychain"
+        let queued = try #require(WriteGeneration(try Keychain(path: keychain)[.writeGeneration]), "the queued action's generation is in the keychain")
         try edge.airplane(false)
         #expect(try edge.waitDrained()["drained"]?.bool == true)
         #expect(try edge.cartQuantity(user: user, product: "p-0020") == 1)
+        // The answer's generation reaches the keychain within Phone.generationLagMs.
+        let until = Clock.monotonicMillis() + 30_000
+        while (WriteGeneration(try Keychain(path: keychain)[.writeGeneration])?.finished ?? 0) <= queued.finished {
+            try #require(Clock.monotonicMillis() < until, "the answer's write generation never reached the keychain")
+            usleep(100_000)
+        }
         #expect(try edge.state()["storage_faults"] == nil, "no fault yet")
 
         // Back to the copy: the answered action is queued again.
