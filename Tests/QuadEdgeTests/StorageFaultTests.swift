@@ -9,7 +9,7 @@ import Testing
 /// cut short, not a database) or rolled back (its last writes lost) is
 /// found when the phone opens it. Real SQLite files in a temporary folder.
 @Suite("a phone's file damaged or rolled back")
-struct StorageFaultFileTests {
+final class StorageFaultFileTests {
     let dir: String
     let keychain: Keychain
     let students: Students
@@ -19,6 +19,12 @@ struct StorageFaultFileTests {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         keychain = try Keychain(path: dir + "/phone.keychain")
         students = try Students(path: dir + ".students")
+    }
+
+    deinit {
+        try? FileManager.default.removeItem(atPath: dir)
+        try? FileManager.default.removeItem(atPath: dir + ".students")
+        try? FileManager.default.removeItem(atPath: dir + ".students-key")
     }
 
     var file: String { dir + "/phone.db" }
