@@ -18,6 +18,7 @@ import QuadWire
 /// | `edge.log` | `{phone, limit?}` | `{phone, actions: [{id, type, outcome, code?, reason?, attempts}]}` oldest first |
 /// | `edge.report` | `{}` | the campus day's report so far (or the fleet's totals) |
 /// | `edge.stop` | `{}` | `{stopping: true}`; the process stops its phones and exits 0 |
+/// | `edge.fault` | `{phone, kind}` | damages the phone's file (``FileDamage``) and starts it again: `{phone, kind, state}` |
 extension Fleet {
     func serveControl() {
         guard let control else { return }
@@ -104,12 +105,14 @@ extension Fleet {
             })]))
         case "edge.report":
             answer(.success(day?.report(self, final: false) ?? Report.make(self, since: startedMs, final: false, day: nil)))
+        case "edge.fault":
+            try phone(body["phone"]?.string).injectFault(body["kind"]?.string, answer)
         case "edge.stop":
             answer(.success(["stopping": true]))
             // After this turn of the loop, so the answer leaves first.
             agenda.after(50) { [weak self] in self?.stop() }
         default:
-            throw .notFound("unknown request type '\(request.type)': the edge answers edge.state, edge.airplane, edge.messages, edge.act, edge.view, edge.wait, edge.log, edge.report, edge.stop")
+            throw .notFound("unknown request type '\(request.type)': the edge answers edge.state, edge.airplane, edge.messages, edge.act, edge.view, edge.wait, edge.log, edge.report, edge.stop, edge.fault")
         }
     }
 

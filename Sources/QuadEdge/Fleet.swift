@@ -294,7 +294,7 @@ extension Phone {
         case .sending: "sending"
         case .backingOff: "backing_off"
         }
-        return [
+        var state: JSON = [
             "phone": .string(name), "user": user.map { .string($0) } ?? .null, "online": .bool(isOnline),
             "airplane": .bool(airplane), "signal": .bool(signal), "reachable": .bool(reachable),
             "pending": .int(Int64(queueLength)), "oldest_pending_age_ms": oldest.map { .int(max(0, now - $0)) } ?? .null,
@@ -307,5 +307,9 @@ extension Phone {
             // This phone's own image counters (the report and /metrics sum them).
             "images": images.stats.json,
         ]
+        // What the phone's file lost (StorageFaults.swift), once it lost
+        // something: not in protos/edge/control.schema.json's phone_state yet.
+        if storageFaults.any { state = state.setting("storage_faults", storageFaults.json) }
+        return state
     }
 }

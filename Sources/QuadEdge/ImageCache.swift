@@ -92,7 +92,8 @@ struct ImageStats {
 final class ImageCache {
     enum Tier: String { case unitrade, parkwise }
 
-    let db: SQLiteDatabase
+    /// The phone's file; a new connection after the phone opened its file again (StorageFaults.swift).
+    var db: SQLiteDatabase
     let folder: String
     var limits: ImageCacheLimits
     /// Wall-clock milliseconds: tests move it to expire files without waiting 30 days.

@@ -30,6 +30,14 @@ final class Keychain {
         case refreshToken = "refresh_token"
         /// The phone's CURVE secret key, Z85 (its public key follows from it).
         case curveSecretKey = "curve_secret_key"
+        /// Who the phone signs in as (`{email, user}`): what lets a phone
+        /// whose file was damaged sign in again to the same account.
+        case account
+        /// The outbox's write generation as the file last committed it
+        /// (``WriteGeneration``): a file found behind it lost its last writes.
+        case writeGeneration = "write_generation"
+        /// What the phone's file lost so far (``StorageFaultCounts``).
+        case storageFaults = "storage_faults"
     }
 
     let path: String

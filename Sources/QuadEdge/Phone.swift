@@ -84,7 +84,9 @@ final class Phone {
     let name: String
     /// The phone's SQLite file.
     let file: String
-    let db: SQLiteDatabase
+    /// Its connection; a new one when the phone opens its file again after
+    /// damage to it (StorageFaults.swift).
+    var db: SQLiteDatabase
     let link: Link
     let agenda: Timers
     let settings: EdgeSettings
@@ -172,7 +174,19 @@ final class Phone {
     /// every tick of a phone with nothing queued, were together about a
     /// fifth of the edge's loop with 1,000 phones (perf). Only this phone
     /// writes these two tables while it runs.
-    var outboxCount: Int?
+    var outboxCount: Int? {
+        // Set after every commit that changed the outbox: its write
+        // generation goes to the keychain (StorageFaults.swift).
+        didSet { keepWriteGeneration() }
+    }
+    /// The write generation last copied to the keychain.
+    var keptGeneration: WriteGeneration?
+    /// The copy of answers' generation to the keychain, soon (``keepWriteGeneration()``).
+    var generationTimer: Int?
+    /// What the phone's file lost so far, as its keychain counts it.
+    var storageFaults = StorageFaultCounts()
+    /// A fault was found at open: the saved copies are fetched again at start.
+    var rebuildAfterFault = false
     var telemetryCount: Int?
     /// The crash mark as the file holds it (``flowMark``): nil, not read yet.
     var flowMarkKnown: JSON??
@@ -261,7 +275,8 @@ final class Phone {
         self.students = try students ?? Students(path: Students.path(forPhonesDir: (path as NSString).deletingLastPathComponent))
         let (keychain, unreadable) = try Phone.openKeychain(Keychain.path(forPhoneFile: path), pin: settings.keychainPIN)
         self.keychain = keychain
-        db = try PhoneStore.open(path, keychain: keychain, students: self.students, exclusive: settings.exclusiveFiles)
+        let (opened, fault) = try PhoneStore.openChecked(path, keychain: keychain, students: self.students, exclusive: settings.exclusiveFiles)
+        db = opened
         let folder = (path.hasSuffix(".db") ? String(path.dropLast(3)) : path) + ".images"
         images = try ImageCache(db: db, folder: folder, agenda: reactor.timers, limits: settings.images)
         var curveKey = keychain[.curveSecretKey]
@@ -277,7 +292,10 @@ final class Phone {
             live = feed
             feed.onEvent = { [unowned self] in self.applyLive($0) }
         }
+        storageFaults = StorageFaultCounts(keychain[.storageFaults])
+        keptGeneration = try WriteGeneration.read(db)
         try loadSession()
+        if let fault { noteStorageFault(fault) }
         if let unreadable {
             Log.error("edge/\(name)", unreadable.message)
             leaveSignInMessage(unreadable.message)
@@ -323,7 +341,31 @@ final class Phone {
             refreshToken = keychain[.refreshToken]
             expiresAt = token == nil ? 0 : s.int("expires_at")
             lastSyncMs = (try db.meta("last_sync")).flatMap { Int64($0) }
+            if user == nil, let kept = keptAccount, kept.email == email, let id = kept.user {
+                // A file rolled back to before its first session: the account is known.
+                user = id
+                registered = true
+                try db.execute("UPDATE session SET user_id = $1, registered = 1 WHERE one = 1", .text(id))
+            }
+            keepAccount()
             scheduleRefresh()
+            return
+        }
+        if let kept = keptAccount {
+            // A new file (the last one was damaged, or lost) on a phone whose
+            // keychain names its account: the same account, signed in again
+            // with the keychain's tokens or the student's password.
+            email = kept.email
+            displayName = "Student \(name)"
+            registerID = MessageID.make()
+            user = kept.user
+            registered = kept.user != nil
+            token = keychain[.sessionToken]
+            refreshToken = keychain[.refreshToken]
+            expiresAt = 0
+            try db.execute("INSERT INTO session (one, phone, email, name, register_id, registered, user_id) VALUES (1, $1, $2, $3, $4, $5, $6)",
+                           .text(name), .text(email), .text(displayName), .text(registerID), .of(registered), .of(user))
+            Log.info("edge/\(name)", "a new file for the account \(email) its keychain names: signing in again")
             return
         }
         // A new phone: an account of its own, remembered in its file.
@@ -334,6 +376,13 @@ final class Phone {
         _ = try students.password(for: email)
         try db.execute("INSERT INTO session (one, phone, email, name, register_id) VALUES (1, $1, $2, $3, $4)",
                        .text(name), .text(email), .text(displayName), .text(registerID))
+        keepAccount()
+    }
+
+    /// The account the keychain names (``keepAccount()``).
+    var keptAccount: (email: String, user: String?)? {
+        guard let text = keychain[.account], let json = try? JSON.parse(text), let email = json["email"]?.string, !email.isEmpty else { return nil }
+        return (email, json["user"]?.string)
     }
 
     /// The student's password, asked for only to register or sign in again.
@@ -475,6 +524,7 @@ final class Phone {
         user = body["user"]?.string ?? user
         expiresAt = Phone.localExpiry(token: token, expiresAt: body["expires_at"]?.int ?? 0, now: now)
         keepTokens()
+        keepAccount()
         forgetRefresh()
         _ = try? db.execute("UPDATE session SET user_id = $1, expires_at = $2 WHERE one = 1", .of(user), .int(expiresAt))
         scheduleRefresh()
@@ -688,6 +738,7 @@ final class Phone {
             }
             trigger(radioCameBack ? .networkBack : .reachable)
             refreshIfDue()
+            rebuildSavedCopies()
             // Whatever backoff a batch drew while the network was gone.
             flushTelemetry(force: true)
             // At once, whether or not a feed will hear its broker soon: a
@@ -738,6 +789,7 @@ final class Phone {
         record("session.started", [:])
         wasOnline = offlineSinceMs == nil
         applyRadio()
+        rebuildSavedCopies()
         trigger(.phoneStarted)
         // Signed in at once, not at the first action: a phone that then
         // loses its signal already has the session its queue needs when
@@ -759,6 +811,7 @@ final class Phone {
     /// The phone is put away: no more sending, the file closed.
     func close() {
         writeHeldLevels()
+        writeGeneration()
         stopped = true
         agenda.cancel(refreshTimer)
         refreshTimer = nil

@@ -195,6 +195,18 @@ enum PhoneStore {
         Migration(51, """
             ALTER TABLE catalog ADD COLUMN rest TEXT NOT NULL DEFAULT '{}';
             """),
+        // Issue 30 point 5: the outbox's write generation (StorageFaults.swift),
+        // counted by the file itself in the transaction that changes the
+        // outbox: an action queued, an action answered (done or refused).
+        Migration(52, """
+            INSERT OR IGNORE INTO meta (key, value) VALUES ('outbox_queued', '0'), ('outbox_finished', '0');
+            CREATE TRIGGER outbox_queued AFTER INSERT ON outbox BEGIN
+                UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'outbox_queued';
+            END;
+            CREATE TRIGGER outbox_finished AFTER DELETE ON outbox BEGIN
+                UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'outbox_finished';
+            END;
+            """),
         // Issue 30 point 1: each saved product's version (the catalog's
         // `version`, the seq of its last event), so that no copy goes back
         // to an older one (Versions.swift).
@@ -280,6 +292,7 @@ enum PhoneStore {
             // has open is refused at start, naming it.
             do { try db.executeScript("PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE; COMMIT") } catch {
                 db.close()
+                if let error = error as? StoreError, error.kind == .corrupt { throw error }
                 throw inUse(path, error)
             }
         }

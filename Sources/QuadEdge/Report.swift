@@ -135,6 +135,12 @@ enum Report {
             "answers": .int(Int64(fleet.phones.map(\.stats.driverAnswersLast).max() ?? 0)),
         ]
         f["cart_edits"] = edits.json
+        // Issue 30 point 5: what a device lost (its file damaged or rolled
+        // back: StorageFaults.swift), apart from what the system lost (the
+        // actions above and the checkers' counts, which stay whole). Over
+        // each phone's life, from its keychain; only once a phone lost
+        // something (not in protos/edge/control.schema.json's report yet).
+        if let lost = Report.deviceLost(fleet.phones) { f["device_lost"] = lost }
         // Issue 17 point 5: no phone's file holds a secret (KeychainCheck).
         if final { f["keychain_check"] = KeychainCheck.report(fleet.phones) }
         if let day {
@@ -162,6 +168,14 @@ enum Report {
                    "rate_limited": .int(Int64(day.signInRateLimited)), "failed_tries": .int(Int64(day.signInFailures))] : .null
         }
         return .object(f)
+    }
+
+    /// The phones' storage faults summed, with how many phones had one; nil when none had.
+    static func deviceLost(_ phones: [Phone]) -> JSON? {
+        let hit = phones.filter { $0.storageFaults.any }
+        guard !hit.isEmpty else { return nil }
+        let sum = hit.reduce(StorageFaultCounts()) { $0 + $1.storageFaults }
+        return sum.json.setting("phones", .int(Int64(hit.count)))
     }
 
     /// The report's figures that a process keeps in memory only, so a

@@ -71,8 +71,10 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
     /// `busy`: locked past the busy timeout, or a serialization failure;
     /// `connection`: the server is away; `full`: no room left on disk or
     /// under SQLite's `max_page_count`. The three are temporary: a caller
-    /// answers 503 and the client's retry may succeed.
-    public enum Kind: Sendable { case constraint, busy, other, connection, full }
+    /// answers 503 and the client's retry may succeed. `corrupt`: the file
+    /// is damaged or is not a database (SQLite's SQLITE_CORRUPT,
+    /// SQLITE_NOTADB, a failed `PRAGMA quick_check`): no retry mends it.
+    public enum Kind: Sendable { case constraint, busy, other, connection, full, corrupt }
     public let kind: Kind
     public let message: String
     public init(_ kind: Kind, _ message: String) { self.kind = kind; self.message = message }

@@ -29,7 +29,7 @@ public final class SQLiteDatabase: Database {
         guard rc == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             if let handle { sqlite3_close(handle) }
-            throw StoreError(.connection, "sqlite open \(path): \(message)")
+            throw StoreError(SQLiteDatabase.isCorrupt(rc) ? .corrupt : .connection, "sqlite open \(path): \(message)")
         }
         self.db = handle
         self.path = path
@@ -92,12 +92,19 @@ public final class SQLiteDatabase: Database {
         }
     }
 
-    var closed = false
+    /// Whether ``close()`` ran: every statement after it is an error.
+    public private(set) var closed = false
     public func close() {
         if closed { return }
         closed = true
         for s in statements.removeAll() { sqlite3_finalize(s) }
         sqlite3_close_v2(db)
+    }
+
+    /// A statement on a closed connection is an error, not a use of freed
+    /// memory (an owner's late callback after it closed its file).
+    func checkOpen() throws {
+        if closed { throw StoreError(.other, "sqlite: \(path) is closed") }
     }
 
     func error(_ what: String, _ rc: Int32) -> StoreError { error(what, rc, message: String(cString: sqlite3_errmsg(db))) }
@@ -112,7 +119,22 @@ public final class SQLiteDatabase: Database {
         case SQLITE_BUSY, SQLITE_LOCKED:
             return StoreError(.busy, "\(what): database is locked past busy_timeout_ms \(busyTimeoutMs) (sqlite: \(message))")
         case SQLITE_FULL: return StoreError(.full, "\(what): database is full (sqlite: \(message))")
+        case SQLITE_CORRUPT, SQLITE_NOTADB:
+            return StoreError(.corrupt, "\(what): the file \(path) is damaged or not a database (sqlite: \(message))")
         default: return StoreError(.other, "\(what): \(message)")
+        }
+    }
+
+    static func isCorrupt(_ rc: Int32) -> Bool { rc & 0xFF == SQLITE_CORRUPT || rc & 0xFF == SQLITE_NOTADB }
+
+    /// SQLite's `PRAGMA quick_check`: every page and record readable, the
+    /// b-trees well formed (not the indexes against their tables: that is
+    /// `integrity_check`, which costs much more). Throws `corrupt` with
+    /// SQLite's first findings when the file is damaged.
+    public func quickCheck() throws {
+        let findings = try query("PRAGMA quick_check(5)").map { $0.values.first?.string ?? "?" }
+        guard findings == ["ok"] else {
+            throw StoreError(.corrupt, "quick_check of \(path): \(findings.joined(separator: "; "))")
         }
     }
 
@@ -141,6 +163,7 @@ public final class SQLiteDatabase: Database {
     /// A statement for `sql`, from the cache or prepared now (and kept).
     /// ``release(_:)`` resets it after use.
     func prepare(_ sql: String) throws -> OpaquePointer {
+        try checkOpen()
         statementsRun &+= 1
         if let s = statements.get(sql) { return s }
         var stmt: OpaquePointer?
@@ -246,6 +269,7 @@ public final class SQLiteDatabase: Database {
     }
 
     public func executeScript(_ sql: String) throws {
+        try checkOpen()
         var message: UnsafeMutablePointer<CChar>?
         let rc = sqlite3_exec(db, sql, nil, nil, &message)
         if rc != SQLITE_OK {

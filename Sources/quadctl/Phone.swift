@@ -24,6 +24,8 @@ enum PhoneCommand {
           synced PHONE             until all the phone's changes are saved (--timeout), then
                                    what it is synced through: the last action acknowledged
                                    and what its answer made; exit 1 if changes still wait
+          fault PHONE KIND         a storage fault on the phone's file: snapshot, rollback (to the
+                                   snapshot), corrupt, truncate or garbage; the phone restarts on it
           report                   the campus day's report so far
           stop                     stop the quad-edge process (its phones keep their files)
 
@@ -73,6 +75,8 @@ enum PhoneCommand {
             (type, request) = ("edge.wait", .object(b))
         case "synced":
             (type, request) = ("edge.wait", ["phone": .string(arg(1, "a PHONE")), "timeout_ms": .int(timeout)])
+        case "fault":
+            (type, request) = ("edge.fault", ["phone": .string(arg(1, "a PHONE")), "kind": .string(arg(2, "a KIND: snapshot, rollback, corrupt, truncate or garbage"))])
         case "report":
             (type, request) = ("edge.report", [:])
         case "stop":
@@ -109,6 +113,12 @@ enum PhoneCommand {
             for m in list { print("\(time(m["ts"]?.int))  \(m["text"]?.string ?? "")") }
         case "edge.act":
             print("\(reply["outcome"]?.string ?? "queued") \(reply["id"]?.string ?? "")")
+        case "edge.fault":
+            if let snapshot = reply["snapshot"]?.string { print("\(reply["phone"]?.string ?? ""): file copied to \(snapshot)") }
+            if let state = reply["state"] {
+                let lost = state["storage_faults"].map { " (the file lost so far: \($0.text))" } ?? ""
+                print("\(reply["phone"]?.string ?? ""): \(reply["kind"]?.string ?? "") applied, the phone started again\(lost)")
+            }
         case "edge.view":
             var head = "\(reply["view"]?.string ?? "") from \(reply["source"]?.string ?? "?")"
             if let age = reply["age_ms"]?.int, reply["source"]?.string != "network" { head += ", \(age / 1000) s old" }

@@ -8,7 +8,7 @@ extension Contract {
 extension Contract.Edge {
     public static let controlSchema = Definition("edge/control.schema.json", title: "quad-edge control socket", .allOf([
             .ref("../envelope.schema.json"),
-            .any.keyword("properties", json: ["type": ["enum": ["edge.state", "edge.airplane", "edge.messages", "edge.act", "edge.view", "edge.wait", "edge.log", "edge.report", "edge.stop"]], "kind": ["enum": ["request", "reply", "error"]]]),
+            .any.keyword("properties", json: ["type": ["enum": ["edge.state", "edge.airplane", "edge.messages", "edge.act", "edge.view", "edge.wait", "edge.log", "edge.report", "edge.stop", "edge.fault"]], "kind": ["enum": ["request", "reply", "error"]]]),
             .when(.any.keyword("properties", json: ["type": ["const": "edge.state"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/state.request"]])),
             .when(.any.keyword("properties", json: ["type": ["const": "edge.state"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/state.reply"]])),
             .when(.any.keyword("properties", json: ["type": ["const": "edge.airplane"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/airplane.request"]])),
@@ -27,6 +27,8 @@ extension Contract.Edge {
             .when(.any.keyword("properties", json: ["type": ["const": "edge.report"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/report.reply"]])),
             .when(.any.keyword("properties", json: ["type": ["const": "edge.stop"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/stop.request"]])),
             .when(.any.keyword("properties", json: ["type": ["const": "edge.stop"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/stop.reply"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.fault"], "kind": ["const": "request"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/fault.request"]])),
+            .when(.any.keyword("properties", json: ["type": ["const": "edge.fault"], "kind": ["const": "reply"]]).keyword("required", json: ["type", "kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "#/$defs/fault.reply"]])),
             .when(.any.keyword("properties", json: ["kind": ["const": "error"]]).keyword("required", json: ["kind"]), then: .any.keyword("properties", json: ["body": ["$ref": "../error.schema.json"]])),
         ])
             .described("What a harness (a test, quadctl phone) and a quad-edge process say on its control socket (--control, a ROUTER; a DEALER or REQ asks). Each message is a whole Quad envelope of type edge.<op>: a request, and its reply or error with corr set. The socket is the edge process's own, not behind the broker. edge.view and edge.wait are answered when the view has something to show or the drain ends; the others at once. Errors: bad_request (a missing or wrong field), not_found (no such phone), unavailable (an online-only action without network), conflict (an action the phone refuses at once: one active reservation, empty cart).")
@@ -56,6 +58,13 @@ extension Contract.Edge {
                     "images": .object(open: true)
                         .described("This phone's image caches since the process started: hits {memory, disk}, misses, fetched, bytes_fetched, bytes_from_cache, evictions, refused, placeholders, revalidated.").optional,
                     "sync": .ref("#/$defs/sync").optional,
+                    "storage_faults": .object([
+                        "corrupt": .int(min: 0).described("files found damaged or not a database at open, moved aside as FILE.damaged-MS"),
+                        "rolled_back": .int(min: 0).described("files found behind the write generation the keychain keeps: writes lost"),
+                        "generations_lost": .int(min: 0).described("outbox writes (an action queued or answered) the files lost"),
+                        "actions_lost": .int(min: 0).described("queued actions the files lost before they were sent: what the device lost, not the system"),
+                    ])
+                        .described("What the phone's file lost over the phone's life (counted in its keychain), present once it lost something.").optional,
                 ])
                     .described("One phone as the control socket reports it."),
                 "sync": .object([
@@ -323,10 +332,31 @@ extension Contract.Edge {
                         .null,
                     ])
                         .described("quad-edge run --sign-in-first on (the default): how long every phone took to sign in (register) before the day's clock started, how many had a session then, each phone's time and the 429s seen; null with --sign-in-first off.").optional,
+                    "device_lost": .object([
+                        "corrupt": .int(min: 0),
+                        "rolled_back": .int(min: 0),
+                        "generations_lost": .int(min: 0),
+                        "actions_lost": .int(min: 0),
+                        "phones": .int(min: 0),
+                    ])
+                        .described("What the phones' files lost (storage faults: a damaged or rolled-back file), summed over the phones that lost something, apart from what the system lost (which must stay 0); absent when none did.").optional,
                     "histograms": .object(open: true)
                         .described("The samples behind the percentiles, as counts by value in ms ({\"ms\": count}; exact below 1,000 ms, above rounded up to three significant digits), so that several processes' reports merge into exact percentiles (deploy/campus): drain_after_reconnect_ms, drain_without_session_ms, live_latency_ms, news_latency_ms, sign_in_ms.").optional,
                 ])
                     .described("What quad-edge run prints as JSON at the end of a campus day (and writes to --report)."),
+                "fault.request": .object([
+                    "phone": .string(1...64)
+                        .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
+                    "kind": .choice(["snapshot", "rollback", "corrupt", "truncate", "garbage"])
+                        .described("snapshot: copy the phone's file aside (it keeps running); rollback: stop the phone, put the snapshot back (writes since it are lost, as a power loss without fsync loses them) and start it again; corrupt, truncate, garbage: stop it, overwrite pages with random bytes, cut the file short or replace it with bytes that are not a database, and start it again. The phone finds the damage at open, moves a damaged file aside, signs in again to its account and rebuilds from the services."),
+                ])
+                    .described("A storage fault on one phone's file, for tests and chaos runs."),
+                "fault.reply": .object([
+                    "phone": .string(),
+                    "kind": .string(),
+                    "snapshot": .string().described("snapshot: where the copy is.").optional,
+                    "state": .ref("#/$defs/phone_state").described("The phone's state once started again.").optional,
+                ]),
                 "stop.request": .object(),
                 "stop.reply": .object([
                     "stopping": .const(true),
