@@ -1,4 +1,5 @@
 import QuadContract
+import QuadRuntime
 import QuadStore
 import QuadWire
 
@@ -70,6 +71,9 @@ struct OrderRecord {
     var returnedMs: Int64?
     var lateDays: Int64
     var lateCents: Int64
+    /// The seq of the last event the outbox published about it
+    /// (``publish(_:_:type:body:)``); 0 while nothing was (pending).
+    var version: Int64
 
     static let migration = """
         CREATE TABLE orders (
@@ -106,6 +110,21 @@ struct OrderRecord {
         CREATE INDEX orders_rentals ON orders (user_id, mode, created_ms);
         """
 
+    /// An order's version (issue 30 pt 1): the seq of the last event
+    /// published about it, written in the transaction that changed it, so
+    /// that a phone can tell which of two copies of an order is newer
+    /// whichever way each came (a reply, orders.mine, orders.rentals).
+    static let versionMigration = "ALTER TABLE orders ADD COLUMN version BIGINT NOT NULL DEFAULT 0"
+
+    /// Appends an event about order `id` to the outbox and makes its seq
+    /// the order's version, in the caller's transaction.
+    @discardableResult
+    static func publish(_ db: Database, _ id: String, type: String, body: JSON) throws -> Int64 {
+        let seq = try Outbox.append(db, type: type, body: body)
+        try db.execute("UPDATE orders SET version = $2 WHERE id = $1", .text(id), .int(seq))
+        return seq
+    }
+
     var isOpen: Bool { status.isOpen }
 
     static func load(_ db: Database, _ id: String) throws -> OrderRecord? {
@@ -138,6 +157,7 @@ struct OrderRecord {
         returnedMs = r["returned_ms"].int
         lateDays = r.int("late_days")
         lateCents = r.int("late_cents")
+        version = r["version"].int ?? 0
     }
 
     /// An order as `orders.get`, `orders.mine`, `orders.cancel` and
@@ -148,7 +168,7 @@ struct OrderRecord {
         (o.order, o.status, o.source, o.mode, o.screen, o.semester) = (id, status, source, mode, screen, semester)
         (o.returnDate, o.reason, o.items) = (returnDate, reason, items.map(\.reply))
         (o.createdAt, o.updatedAt) = (createdMs, updatedMs)
-        o.days = days
+        (o.days, o.version) = (days, version)
         if let returnedMs {
             (o.returnedAt, o.lateDays, o.lateCharge) = (returnedMs, lateDays, Cents.amount(lateCents))
         }

@@ -30,6 +30,7 @@ public enum Orders: ServiceDomain {
     public static let migrations: [Migration] = [
         Migration(1, OrderRecord.migration + Cart.migration + CatalogCopy.migration + Buyers.migration),
         Migration(2, OrderRecord.rentalMigration),
+        Migration(3, OrderRecord.versionMigration),
     ]
 
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {

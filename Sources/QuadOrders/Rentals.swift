@@ -80,12 +80,12 @@ extension OrderSaga {
                         release_pending = 1, updated_ms = $2, lease_until = $5
                     WHERE id = $1 AND status = 'confirmed'
                     """, .text(id), .int(now), .int(late.days), .int(late.cents), .int(now + settings.leaseMs))
-                let current = try OrderRecord.load(db, id)!
+                var current = try OrderRecord.load(db, id)!
                 if changed == 1 {
                     var e = Contract.Orders.Returned()
                     (e.order, e.user, e.items, e.currency) = (id, user, current.items.map(\.event), current.currency ?? "USD")
                     (e.returnDate, e.returnedAt, e.lateDays, e.lateCharge) = (current.returnDate ?? "", now, late.days, Cents.amount(late.cents))
-                    try Outbox.append(db, type: Contract.Orders.returned.type, body: e.json)
+                    current.version = try OrderRecord.publish(db, id, type: Contract.Orders.returned.type, body: e.json)
                 }
                 return (current, changed == 1)
             case .cancelled:

@@ -408,9 +408,10 @@ final class OrderSaga {
                 WHERE id = $1 AND status = 'pending'
                 """, .text(order.id), .text(OrderRecord.itemsText(priced)), .text(currency), .int(subtotal), .int(fee), .int(subtotal + fee),
                 .int(now), .int(now + settings.leaseMs))
-            let current = try OrderRecord.load(db, order.id)!
-            if moved == 1 { try Outbox.append(db, type: Contract.Orders.placed.type, body: current.event.json) }
-            return current
+            if moved == 1 {
+                try OrderRecord.publish(db, order.id, type: Contract.Orders.placed.type, body: try OrderRecord.load(db, order.id)!.event.json)
+            }
+            return try OrderRecord.load(db, order.id)!
         }
     }
 
@@ -419,12 +420,12 @@ final class OrderSaga {
         try db.transaction {
             let moved = try db.execute("UPDATE orders SET status = 'confirmed', updated_ms = $2 WHERE id = $1 AND status = 'held'",
                                        .text(order.id), .int(Self.now))
-            let current = try OrderRecord.load(db, order.id)!
             if moved == 1 {
-                try Outbox.append(db, type: Contract.Orders.confirmed.type, body: current.event.json)
-                if current.source == "cart" { try Cart.takeOut(db, user: current.user, items: current.items) }
+                let confirmed = try OrderRecord.load(db, order.id)!
+                try OrderRecord.publish(db, order.id, type: Contract.Orders.confirmed.type, body: confirmed.event.json)
+                if confirmed.source == "cart" { try Cart.takeOut(db, user: confirmed.user, items: confirmed.items) }
             }
-            return try finalAnswer(current)
+            return try finalAnswer(try OrderRecord.load(db, order.id)!)
         }
     }
 
@@ -434,9 +435,8 @@ final class OrderSaga {
             let moved = try db.execute("""
                 UPDATE orders SET status = 'rejected', reason = $2, updated_ms = $3 WHERE id = $1 AND status IN ('pending', 'held')
                 """, .text(order.id), .text(refusal.message), .int(Self.now))
-            let current = try OrderRecord.load(db, order.id)!
             if moved == 1 {
-                try Outbox.append(db, type: Contract.Orders.rejected.type,
+                try OrderRecord.publish(db, order.id, type: Contract.Orders.rejected.type,
                                   body: Contract.Orders.Rejected(order: order.id, user: order.user, reason: refusal.message, code: refusal.code.wire).json)
                 var details = refusal.details.object ?? [:]
                 details["order"] = .string(order.id)
@@ -444,7 +444,7 @@ final class OrderSaga {
                 answer.details = .object(details)
                 return try remember(order.id, Envelope.request("orders.place", id: order.id).error(answer, src: source), owner: Self.owner(order.user))
             }
-            return try finalAnswer(current)
+            return try finalAnswer(try OrderRecord.load(db, order.id)!)
         }
     }
 
@@ -505,7 +505,7 @@ final class OrderSaga {
                         UPDATE orders SET status = 'cancelled', release_pending = 1, updated_ms = $2, lease_until = $3
                         WHERE id = $1 AND status = 'confirmed'
                         """, .text(id), .int(now), .int(now + settings.leaseMs))
-                    try Outbox.append(db, type: Contract.Orders.cancelled.type, body: Contract.Orders.Cancelled(order: id, user: user).json)
+                    try OrderRecord.publish(db, id, type: Contract.Orders.cancelled.type, body: Contract.Orders.Cancelled(order: id, user: user).json)
                     let answer = req.envelope.reply(try OrderRecord.load(db, id)!.reply.json, src: source)
                     try Idempotency.store(db, id: req.id, type: type, owner: owner, reply: answer)
                     return answer

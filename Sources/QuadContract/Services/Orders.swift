@@ -146,6 +146,8 @@ extension Contract.Orders {
         public var lateCharge: Double?
         public var createdAt: Int64 = 0
         public var updatedAt: Int64 = 0
+        /// The seq of the orders service's last event about it (see `version`'s description).
+        public var version: Int64?
         public init() {}
         public static let fields: [Field<Self>] = [
             .field(\.order, "order", .string(1...64)),
@@ -177,6 +179,7 @@ extension Contract.Orders {
             .field(\.createdAt, "created_at", .int(min: 0)
                 .described("ms since epoch.")),
             .field(\.updatedAt, "updated_at", .int(min: 0)),
+            .field(\.version, "version", .int(min: 0).described("The order's version: the seq of the orders service's last event about it (orders.placed, orders.confirmed, orders.rejected, orders.cancelled or orders.returned, whose envelope seq is the new version), 0 while pending. Of two copies of an order, the one with the higher version is the newer, whichever way each came (the reply to an action, orders.get, orders.mine, orders.rentals).").optional),
         ]
     }
 
