@@ -229,13 +229,19 @@ enum Actions {
         case "orders.cart.add", "orders.cart.set", "orders.cart.remove", "orders.cart.clear":
             try takeServiceCart(db, a, reply: reply)
         case "orders.place":
+            // A reply older than the phone's copy of the order settles the action only (OrderVersions.swift).
+            guard try !SavedOrders.holdsNewer(db, a.id, than: reply) else {
+                try db.execute("UPDATE orders SET pending = NULL WHERE id = $1", .text(a.id))
+                try SpendingWindow.record(db, order: a.id)
+                break
+            }
             let total = reply["total"]?.double
             try db.execute("""
                 UPDATE orders SET status = $2, pending = NULL, total = COALESCE($3, total), currency = COALESCE($4, currency),
-                    estimated = CASE WHEN $3 IS NULL THEN estimated ELSE 0 END, items = COALESCE($5, items)
+                    estimated = CASE WHEN $3 IS NULL THEN estimated ELSE 0 END, items = COALESCE($5, items), version = $6, body = $7
                 WHERE id = $1
                 """, .text(a.id), .text(reply["status"]?.string ?? "confirmed"), .of(total), .of(reply["currency"]?.string),
-                .of(reply["items"].map { $0.text }))
+                .of(reply["items"].map { $0.text }), .int(SavedOrders.version(reply)), .text(reply.text))
             try SpendingWindow.record(db, order: a.id)
         case "orders.return":
             let rental = a.body["order"]?.string ?? ""
@@ -243,8 +249,10 @@ enum Actions {
                 UPDATE returns SET status = 'returned', pending = NULL, reason = NULL, returned_ms = $2, late_days = $3, late_charge = $4
                 WHERE rental = $1
                 """, .text(rental), .of(reply["returned_at"]?.int), .of(reply["late_days"]?.int), .of(reply["late_charge"]?.double))
-            try db.execute("UPDATE orders SET status = 'returned', total = COALESCE($2, total) WHERE id = $1 AND pending IS NULL",
-                           .text(rental), .of(reply["total"]?.double))
+            if try !SavedOrders.holdsNewer(db, rental, than: reply) {
+                try db.execute("UPDATE orders SET status = 'returned', total = COALESCE($2, total), version = $3, body = $4 WHERE id = $1 AND pending IS NULL",
+                               .text(rental), .of(reply["total"]?.double), .int(SavedOrders.version(reply)), .text(reply.text))
+            }
             try SpendingWindow.recordReturn(db, rental: rental, lateCharge: reply["late_charge"]?.double, at: reply["returned_at"]?.int ?? a.createdMs)
         case "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel":
             let r = reply["reservation"] ?? .null

@@ -213,6 +213,13 @@ enum PhoneStore {
         Migration(53, """
             ALTER TABLE catalog ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
             """),
+        // Issue 30 point 1: each saved order's version (the orders service's
+        // `version`, the seq of its last event) and the order as the service
+        // last gave it, so that no copy goes back to an older one (OrderVersions.swift).
+        Migration(54, """
+            ALTER TABLE orders ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+            ALTER TABLE orders ADD COLUMN body TEXT;
+            """),
     ]
     static let keychainVersion = 50
 

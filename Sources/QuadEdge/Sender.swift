@@ -76,7 +76,11 @@ extension Phone {
             switch result {
             case .success(let reply):
                 if let error = reply.quadError { self.leaveMessage(action: id, type: type, body: body, error: error) }
-                else { try? self.db.setMeta("draft:\(type)", nil) }
+                else {
+                    try? self.db.setMeta("draft:\(type)", nil)
+                    // An orders.cancel answers the order cancelled: the phone's copy takes it (OrderVersions.swift).
+                    if type == "orders.cancel" { _ = try? SavedOrders.take(self.db, reply.body) }
+                }
             case .failure(let failure):
                 self.leaveMessage(action: id, type: type, body: body, error: Phone.error(failure))
             }

@@ -258,7 +258,9 @@ extension Phone {
         read(type, body, authed: authed) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
-            case .answered(let reply):
+            case .answered(var reply):
+                // No order in it older than the phone's copy (OrderVersions.swift).
+                reply = self.newestOrders(type, key, reply)
                 if type == "catalog.product.get" {
                     // A product older than the copy the phone holds (a live
                     // update came first) is not shown over it.
@@ -542,19 +544,22 @@ extension Phone {
                 for o in body["orders"]?.array ?? [] {
                     guard let id = o["order"]?.string else { continue }
                     try self.db.execute("""
-                        INSERT INTO orders (id, status, source, mode, screen, items, total, currency, estimated, created_ms)
-                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9)
-                        ON CONFLICT (id) DO UPDATE SET status = excluded.status, total = excluded.total, currency = excluded.currency, estimated = 0
-                        WHERE orders.pending IS NULL
+                        INSERT INTO orders (id, status, source, mode, screen, items, total, currency, estimated, created_ms, version, body)
+                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10, $11)
+                        ON CONFLICT (id) DO UPDATE SET status = excluded.status, total = excluded.total, currency = excluded.currency, estimated = 0,
+                            version = excluded.version, body = excluded.body
+                        WHERE orders.pending IS NULL AND orders.version <= excluded.version
                         """, .text(id), .text(o["status"]?.string ?? "confirmed"), .text(o["source"]?.string ?? "buy_now"),
                         .text(o["mode"]?.string ?? "buy"), .text(o["screen"]?.string ?? "home"), .text((o["items"] ?? .array([])).text),
-                        .double(o["total"]?.double ?? 0), .text(o["currency"]?.string ?? "USD"), .int(o["created_at"]?.int ?? self.now))
+                        .double(o["total"]?.double ?? 0), .text(o["currency"]?.string ?? "USD"), .int(o["created_at"]?.int ?? self.now),
+                        .int(SavedOrders.version(o)), .text(o.text))
                 }
             }
         }) { [weak self] r in
             guard let self else { return }
             let pending = ((try? self.db.query("SELECT * FROM orders WHERE pending IS NOT NULL ORDER BY created_ms")) ?? []).map(Phone.order)
-            var body = r.body.object ?? [:]
+            // A saved list shows the phone's newer copies (an answer to an action since) (OrderVersions.swift).
+            var body = (r.source == .saved ? SavedOrders.newest(self.db, "orders.mine", r.body, saved: nil).body : r.body).object ?? [:]
             body["queued"] = .array(pending)
             done(ViewResult(view: r.view, source: r.source, ageMs: r.ageMs, body: .object(body), notice: r.notice, error: r.error))
         }
@@ -723,7 +728,8 @@ extension Phone {
             guard let self else { return }
             let today = Phone.utcDay(self.now)
             var list: [JSON] = []
-            for item in r.body["rentals"]?.array ?? [] {
+            let shown = r.source == .saved ? SavedOrders.newest(self.db, "orders.rentals", r.body, saved: nil).body : r.body
+            for item in shown["rentals"]?.array ?? [] {
                 let order = item["order"]?["order"]?.string ?? ""
                 let due = item["due_date"]?.string ?? item["order"]?["return_date"]?.string ?? ""
                 var f = item.object ?? [:]
