@@ -408,10 +408,9 @@ final class OrderSaga {
                 WHERE id = $1 AND status = 'pending'
                 """, .text(order.id), .text(OrderRecord.itemsText(priced)), .text(currency), .int(subtotal), .int(fee), .int(subtotal + fee),
                 .int(now), .int(now + settings.leaseMs))
-            if moved == 1 {
-                try OrderRecord.publish(db, order.id, type: Contract.Orders.placed.type, body: try OrderRecord.load(db, order.id)!.event.json)
-            }
-            return try OrderRecord.load(db, order.id)!
+            var current = try OrderRecord.load(db, order.id)!
+            if moved == 1 { current.version = try OrderRecord.publish(db, order.id, type: Contract.Orders.placed.type, body: current.event.json) }
+            return current
         }
     }
 
@@ -420,12 +419,12 @@ final class OrderSaga {
         try db.transaction {
             let moved = try db.execute("UPDATE orders SET status = 'confirmed', updated_ms = $2 WHERE id = $1 AND status = 'held'",
                                        .text(order.id), .int(Self.now))
+            var current = try OrderRecord.load(db, order.id)!
             if moved == 1 {
-                let confirmed = try OrderRecord.load(db, order.id)!
-                try OrderRecord.publish(db, order.id, type: Contract.Orders.confirmed.type, body: confirmed.event.json)
-                if confirmed.source == "cart" { try Cart.takeOut(db, user: confirmed.user, items: confirmed.items) }
+                current.version = try OrderRecord.publish(db, order.id, type: Contract.Orders.confirmed.type, body: current.event.json)
+                if current.source == "cart" { try Cart.takeOut(db, user: current.user, items: current.items) }
             }
-            return try finalAnswer(try OrderRecord.load(db, order.id)!)
+            return try finalAnswer(current)
         }
     }
 
