@@ -82,13 +82,16 @@ final class Keychain {
 
     subscript(_ item: Item) -> String? { items[item.rawValue] }
 
-    /// Sets (nil: removes) items, in one write.
-    func set(_ changes: [Item: String?]) throws(KeychainError) {
+    /// Sets (nil: removes) items, in one write; `durable: false` skips the
+    /// two fsyncs (a crash of the machine may then keep the keychain as it
+    /// was before, never torn), for a figure written often that a lost
+    /// write only makes less precise (the phone's write generation).
+    func set(_ changes: [Item: String?], durable: Bool = true) throws(KeychainError) {
         var next = items
         for (item, value) in changes { next[item.rawValue] = value }
         guard next != items || !FileManager.default.fileExists(atPath: path) else { return }
         items = next
-        try write()
+        try write(durable: durable)
     }
 
     /// Empties the keychain (a tampered one, before the phone signs in
@@ -114,11 +117,11 @@ final class Keychain {
         return object.compactMapValues(\.string)
     }
 
-    func write() throws(KeychainError) {
+    func write(durable: Bool = true) throws(KeychainError) {
         let plain = Array(JSON.object(items.mapValues { .string($0) }).text.utf8)
         do {
             let sealed = try SecretBox.seal(plain, key: key)
-            try KeyFile.writeReplacing(path, Keychain.header + Data(sealed).base64EncodedString() + "\n", mode: 0o600)
+            try KeyFile.writeReplacing(path, Keychain.header + Data(sealed).base64EncodedString() + "\n", mode: 0o600, durable: durable)
         } catch let error as AuthError {
             throw KeychainError(kind: .io, message: "cannot seal the keychain \(path): \(error.message)")
         } catch {

@@ -175,9 +175,11 @@ final class Phone {
     /// fifth of the edge's loop with 1,000 phones (perf). Only this phone
     /// writes these two tables while it runs.
     var outboxCount: Int? {
-        // Set after every commit that changed the outbox: its write
-        // generation goes to the keychain (StorageFaults.swift).
-        didSet { keepWriteGeneration() }
+        // Changed after every commit that changed the outbox (counted up,
+        // or emptied): its write generation goes to the keychain
+        // (StorageFaults.swift). Not when ``queueLength`` reads the count
+        // again and keeps it (nil to a number: nothing was written).
+        didSet { if !(oldValue == nil && outboxCount != nil) { keepWriteGeneration() } }
     }
     /// The write generation last copied to the keychain.
     var keptGeneration: WriteGeneration?

@@ -47,6 +47,9 @@ extension Phone {
     /// `seq` or newer (a repeat through the other broker, or a late one),
     /// with the version held.
     func applyProductStock(_ id: String, stock: Int64, seq: Int64) -> (applied: Bool, held: Int64) {
+        // The feed's last seq first, in memory: the same update heard
+        // through the other broker costs no read of the file.
+        if let last = productSeqs[id], seq <= last { return (false, last) }
         let held = productVersion(id)
         guard seq > held else { return (false, held) }
         productSeqs[id] = seq

@@ -120,17 +120,20 @@ public enum KeyFile {
         return true
     }
 
-    /// Replaces `path` atomically with `text`.
-    public static func writeReplacing(_ path: String, _ text: String, mode: mode_t) throws(KeyFileError) {
+    /// Replaces `path` atomically with `text`; `durable` (the default)
+    /// syncs the file and its folder before it returns, without it a crash
+    /// of the machine may leave the old file (never a torn one: the rename
+    /// is atomic).
+    public static func writeReplacing(_ path: String, _ text: String, mode: mode_t, durable: Bool = true) throws(KeyFileError) {
         let dir = (path as NSString).deletingLastPathComponent
         try makeDirectory(dir)
-        let temporary = try writeTemporary(beside: path, text, mode: mode)
+        let temporary = try writeTemporary(beside: path, text, mode: mode, sync: durable)
         guard rename(temporary, path) == 0 else {
             let why = String(cString: strerror(errno))
             unlink(temporary)
             throw KeyFileError("cannot write \(path): \(why)")
         }
-        syncDirectory(dir)
+        if durable { syncDirectory(dir) }
     }
 
     /// Refuses a secret key file that others may read, saying how to fix it.
@@ -161,14 +164,14 @@ public enum KeyFile {
 
     /// A new file beside `path` holding `text`, with `mode` whatever the
     /// umask, flushed to disk. Returns its path.
-    static func writeTemporary(beside path: String, _ text: String, mode: mode_t) throws(KeyFileError) -> String {
+    static func writeTemporary(beside path: String, _ text: String, mode: mode_t, sync: Bool = true) throws(KeyFileError) -> String {
         let temporary = "\(path).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard fd >= 0 else { throw KeyFileError("cannot create \(temporary): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         let bytes = Array(text.utf8)
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        guard written == bytes.count, fchmod(fd, mode) == 0, fsync(fd) == 0 else {
+        guard written == bytes.count, fchmod(fd, mode) == 0, !sync || fsync(fd) == 0 else {
             let why = String(cString: strerror(errno))
             unlink(temporary)
             throw KeyFileError("cannot write \(temporary): \(why)")
