@@ -71,8 +71,11 @@ metrics_flags() {
 }
 
 # The scrape targets of the running stack, JOB<TAB>INSTANCE<TAB>HOST:PORT a
-# line: every broker, every live worker, quad-edge when something serves on
-# its port, and each HOST:PORT of "$@" as another quad-edge.
+# line: every broker, every worker the stack runs (its pid file is there:
+# one dead or being restarted stays a target, so that its alert fires; a
+# list of the live ones written while a killed worker restarted dropped it
+# from Prometheus for the rest of a chaos run), quad-edge when something
+# serves on its port, and each HOST:PORT of "$@" as another quad-edge.
 metrics_targets() {
     local edges=("$@") k s n address
     for ((k = 1; k <= BROKERS; k++)); do
@@ -80,7 +83,7 @@ metrics_targets() {
     done
     for s in "${SERVICES[@]}"; do
         built "$s" || continue
-        for n in $(live_instances_of "$s"); do
+        for n in $(instances_of "$s"); do
             address=$(metrics_address "$s" "$n") || continue
             printf 'quad-%s\t%s/%s\t%s\n' "$s" "$s" "$n" "$address"
         done
@@ -100,7 +103,7 @@ metrics_usage() {
 Usage: deploy/stack metrics [--edge HOST:PORT]... [--out FILE] [--json]
 
 Lists the Prometheus scrape targets of the running stack: every broker,
-every live worker, and quad-edge when it serves /metrics (on its port
+every worker it runs (one being restarted too), and quad-edge when it serves /metrics (on its port
 METRICS_BASE+9, or each --edge HOST:PORT given), one line each:
 JOB INSTANCE URL. Writes a prometheus.yml for them (scrape_configs with
 static_configs, a job per program, an instance label per process) to
