@@ -20,10 +20,10 @@ extension Phone {
         return v
     }
 
-    func savedProduct(_ id: String) -> JSON? {
-        guard let r = try? db.queryOne("SELECT body FROM saved WHERE key = $1", .text(Phone.key("catalog.product.get", ["id": .string(id)]))) else { return nil }
-        return .stored(r.string("body"))
-    }
+    /// The product view's saved copy of `id` (``saved(_:)`` under its key).
+    func savedProduct(_ id: String) -> JSON? { saved(Phone.productKey(id))?.body }
+
+    static func productKey(_ id: String) -> String { key("catalog.product.get", ["id": .string(id)]) }
 
     /// Saves a product the service answered, unless the phone holds a newer
     /// version of it; returns what the phone now holds (the answer, or the
@@ -54,11 +54,10 @@ extension Phone {
         guard seq > held else { return (false, held) }
         productSeqs[id] = seq
         _ = try? db.execute("UPDATE catalog SET stock = $2, version = $3 WHERE id = $1", .text(id), .int(stock), .int(seq))
-        let key = Phone.key("catalog.product.get", ["id": .string(id)])
-        if let copy = saved(key), case .object(var product) = copy.body {
+        if case .object(var product)? = savedProduct(id) {
             product["stock"] = .int(stock)
             product["version"] = .int(seq)
-            write(key, .object(product))
+            write(Phone.productKey(id), .object(product))
         }
         return (true, held)
     }
@@ -70,10 +69,6 @@ extension Phone {
         var held: [String: (version: Int64, stock: Int64)] = [:]
         for r in (try? db.query("SELECT id, version, stock FROM catalog WHERE version > 0")) ?? [] {
             held[r.string("id")] = (r.int("version"), r.int("stock"))
-        }
-        for (id, seq) in productSeqs where seq > (held[id]?.version ?? 0) {
-            // The feed applied it; its row was written with it, so this is only a guard.
-            held[id] = (seq, held[id]?.stock ?? 0)
         }
         return held
     }
