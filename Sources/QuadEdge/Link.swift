@@ -39,6 +39,9 @@ final class Link {
         /// What was sent, to send again elsewhere, and on which frontend.
         var frames: [[UInt8]]
         var via: Int
+        /// Not on the wire yet: the socket had no connection to take it
+        /// (``unsent``).
+        var unsent = false
     }
 
     let context: ZMQContext
@@ -55,6 +58,13 @@ final class Link {
     private(set) var moves = 0
     private(set) var failovers = 0
     private var calls: [String: Call] = [:]
+    /// The calls waiting for the socket to take them, in the order they
+    /// were made. The socket is ZMQ_IMMEDIATE: it queues nothing while it
+    /// has no connection (a phone with no connection to a broker keeps no
+    /// pipe, ~32 KiB of libzmq's queues), so a request made before the
+    /// connection is up, or while it is down, waits here under its
+    /// deadline and goes when the reactor says the socket can take it.
+    private var unsent: [String] = []
     /// The phone's session token, put on every request.
     var token: String?
     /// Called for every answer that arrives, matched or not.
@@ -117,6 +127,7 @@ final class Link {
         // A handshake the broker holds back (too many new connections from
         // this address) is given up and tried again after 5 s, not 30.
         try s.setHandshakeInterval(5000)
+        try s.setImmediate(true)
         try Link.secure(s, serverKey: serverKey, clientKeys: clientKeys)
         try s.connect(endpoints[index])
         socket = s
@@ -126,6 +137,7 @@ final class Link {
 
     private func close() {
         guard let s = socket else { return }
+        unsent = []
         reactor.unregister(s)
         // The last reference: the socket closes (linger 0) as it goes.
         socket = nil
@@ -156,10 +168,12 @@ final class Link {
         moves += 1
         for (id, var call) in calls {
             call.via = target
-            try? socket?.send(call.frames, dontWait: true)
+            call.unsent = true
             calls[id] = call
+            unsent.append(id)
             failovers += 1
         }
+        flush()
         onMove(target)
     }
 
@@ -196,8 +210,14 @@ final class Link {
             agenda.after(0) { earlier.completion(.failure(.timeout)) }
         }
         let frames = Majordomo.request(request)
+        var waits = false
         do {
-            try socket.send(frames, dontWait: true)
+            // Behind calls still waiting for the socket: after them, in order.
+            if unsent.isEmpty { try socket.send(frames, dontWait: true) } else { waits = true }
+        } catch where error.wouldBlock {
+            // No connection yet, or its queue is full: sent when the socket
+            // can take it, under the same deadline.
+            waits = true
         } catch {
             agenda.after(0) { completion(.failure(.sendFailed("\(error)"))) }
             return
@@ -215,11 +235,43 @@ final class Link {
             }
             call.completion(.failure(.timeout))
         }
-        calls[id] = Call(timer: timer, completion: completion, frames: frames, via: current)
+        calls[id] = Call(timer: timer, completion: completion, frames: frames, via: current, unsent: waits)
+        if waits {
+            unsent.append(id)
+            flush()
+        }
     }
+
+    /// Sends the calls waiting for the socket, in order, while it takes
+    /// them; asks the reactor to wake it when it can take the rest.
+    private func flush() {
+        guard let socket else { return }
+        var k = 0
+        while k < unsent.count {
+            let id = unsent[k]
+            guard var call = calls[id], call.unsent else { k += 1; continue }
+            do {
+                try socket.send(call.frames, dontWait: true)
+            } catch {
+                // Still no connection (or a full queue): the rest wait too.
+                // Another error leaves it to its deadline.
+                if !error.wouldBlock { k += 1; continue }
+                break
+            }
+            call.unsent = false
+            calls[id] = call
+            k += 1
+        }
+        unsent.removeFirst(k)
+        reactor.wantWritable(socket, !unsent.isEmpty)
+    }
+
+    /// Requests waiting for the socket to take them (no connection yet).
+    var waitingToSend: Int { unsent.count }
 
     /// Reads every answer waiting on `socket`.
     func receive(_ socket: Socket) {
+        if !unsent.isEmpty && self.socket === socket { flush() }
         while self.socket === socket, let frames = try? socket.receive(dontWait: true) {
             guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max) else { continue }
             onAnswer()

@@ -29,6 +29,10 @@ public final class Reactor {
         let handler: (Socket) -> Void
     }
 
+    /// The sockets whose handler also runs when they become writable
+    /// (``wantWritable(_:_:)``).
+    private var writers: Set<ObjectIdentifier> = []
+
     private var registrations: [Registration] = []
     /// The poll items of `registrations`; nil when they changed since.
     private var items: [zmq_pollitem_t]?
@@ -94,8 +98,34 @@ public final class Reactor {
         changed()
     }
 
+    /// Whether `socket`'s handler also runs on a turn where the socket
+    /// can take a message (ZMQ_POLLOUT), as well as when one waits: a
+    /// sender whose socket refused a message (ZMQ_IMMEDIATE with no
+    /// connection yet, a full queue) sends it then, instead of polling.
+    /// Off again once it has nothing waiting, or a writable socket would
+    /// wake every turn.
+    public func wantWritable(_ socket: Socket, _ on: Bool) {
+        let id = ObjectIdentifier(socket)
+        guard on != writers.contains(id) else { return }
+        if on { writers.insert(id) } else { writers.remove(id) }
+        if epoll != nil {
+            // Asked in the next turn: it may be writable already.
+            if on { epoll!.touched.append(socket) }
+        } else {
+            changed()
+        }
+    }
+
+    /// Whether `socket`'s handler has something to do now: a message to
+    /// read, or room to send one it asked to be woken for.
+    private func ready(_ socket: Socket) -> Bool {
+        let wanted = writers.contains(ObjectIdentifier(socket)) ? Int32(ZMQ_POLLIN | ZMQ_POLLOUT) : Int32(ZMQ_POLLIN)
+        return socket.events & wanted != 0
+    }
+
     /// Stops polling `socket`; a socket not registered is ignored.
     public func unregister(_ socket: Socket) {
+        writers.remove(ObjectIdentifier(socket))
         if epoll != nil { scalableUnregister(socket); return }
         guard let k = registrations.firstIndex(where: { $0.socket === socket }) else { return }
         registrations.remove(at: k)
@@ -125,7 +155,10 @@ public final class Reactor {
         if items == nil {
             polled = registrations
             builds += 1
-            items = polled.map { zmq_pollitem_t(socket: $0.socket.handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0) }
+            items = polled.map {
+                let events = writers.contains(ObjectIdentifier($0.socket)) ? ZMQ_POLLIN | ZMQ_POLLOUT : ZMQ_POLLIN
+                return zmq_pollitem_t(socket: $0.socket.handle, fd: 0, events: Int16(events), revents: 0)
+            }
         }
         let timeout = Int(timers.timeout(cap: timeoutCap))
         let rc = items!.withUnsafeMutableBufferPointer { zmq_poll($0.baseAddress, Int32($0.count), timeout) }
@@ -134,7 +167,7 @@ public final class Reactor {
             if !e.interrupted { throw e }
         } else if rc > 0, let ready = items {
             let startGeneration = generation
-            for k in ready.indices where (ready[k].revents & Int16(ZMQ_POLLIN)) != 0 {
+            for k in ready.indices where ready[k].revents != 0 {
                 let r = polled[k]
                 // An earlier handler of this turn may have unregistered it.
                 if generation != startGeneration && !isRegistered(r.socket) { continue }
@@ -194,7 +227,7 @@ extension Reactor {
         var candidates = Set<UInt64>()
         let touched = epoll!.touched
         epoll!.touched = []
-        for s in touched { if let tag = epoll!.tags[ObjectIdentifier(s)], s.readable { candidates.insert(tag) } }
+        for s in touched { if let tag = epoll!.tags[ObjectIdentifier(s)], ready(s) { candidates.insert(tag) } }
         let timeout = candidates.isEmpty ? Int32(timers.timeout(cap: timeoutCap)) : 0
         let ep = epoll!.fd
         let n = epoll!.buffer.withUnsafeMutableBufferPointer { quad_epoll_wait(ep, $0.baseAddress, Int32($0.count), timeout) }
@@ -205,7 +238,7 @@ extension Reactor {
         }
         for tag in candidates.sorted() {
             // An earlier handler of this turn may have unregistered it.
-            guard let r = epoll?.byTag[tag], r.socket.readable else { continue }
+            guard let r = epoll?.byTag[tag], ready(r.socket) else { continue }
             r.handler(r.socket)
         }
         #endif

@@ -93,14 +93,18 @@ public final class Socket {
         return fd
     }
 
-    /// `ZMQ_EVENTS`: whether a message can be read now (the socket's
-    /// pending commands are taken first).
-    var readable: Bool {
+    /// `ZMQ_EVENTS`: what the socket can do now, `ZMQ_POLLIN` and
+    /// `ZMQ_POLLOUT` (the socket's pending commands are taken first); 0 when
+    /// it cannot be asked.
+    var events: Int32 {
         var events: Int32 = 0
         var size = MemoryLayout<Int32>.size
-        guard zmq_getsockopt(handle, ZMQ_EVENTS, &events, &size) == 0 else { return false }
-        return events & Int32(ZMQ_POLLIN) != 0
+        guard zmq_getsockopt(handle, ZMQ_EVENTS, &events, &size) == 0 else { return 0 }
+        return events
     }
+
+    /// Whether a message can be read now.
+    var readable: Bool { events & Int32(ZMQ_POLLIN) != 0 }
 
     init(context: ZMQContext, type: SocketType) throws(ZMQError) {
         guard let h = zmq_socket(context.handle, type.raw) else { throw ZMQError("zmq_socket") }

@@ -150,6 +150,49 @@ struct ReactorTests {
         #expect(who == ["second"])
     }
 
+    /// A DEALER with ZMQ_IMMEDIATE refuses a message (EAGAIN) until its
+    /// connection is up; asked to, the loop wakes its handler when it can
+    /// take one, and stops when the asking ends.
+    @Test(arguments: [false, true]) func aSocketThatAsksIsWokenWhenItCanSend(scalable: Bool) throws {
+        let context = ZMQContext()
+        // An IPC path nothing listens on yet (inproc attaches a connection
+        // to an endpoint not bound yet at once).
+        let path = NSTemporaryDirectory() + "quad-reactor-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).sock"
+        defer { unlink(path) }
+        let endpoint = "ipc://" + path
+        let dealer = try context.socket(.dealer)
+        try dealer.setImmediate(true)
+        try dealer.connect(endpoint)
+        let reactor = Reactor(now: monotonicMillis, scalable: scalable)
+        var wakes = 0
+        var sent = false
+        reactor.register(dealer) { s in
+            wakes += 1
+            _ = drain(s)
+            if !sent, (try? s.send([[1]], dontWait: true)) != nil {
+                sent = true
+                reactor.wantWritable(s, false)
+            }
+        }
+        // No peer yet: the message is refused, not queued.
+        #expect(throws: ZMQError.self) { try dealer.send([[1]], dontWait: true) }
+        reactor.wantWritable(dealer, true)
+        for _ in 0..<3 { try reactor.turn(timeoutCap: 20) }
+        #expect(wakes == 0 && !sent)
+        let router = try context.socket(.router)
+        let deadline = monotonicMillis() + 30_000
+        try router.bind(endpoint)
+        while !sent, monotonicMillis() < deadline { try reactor.turn(timeoutCap: 1000) }
+        #expect(sent)
+        var got: [[UInt8]]?
+        while got == nil, monotonicMillis() < deadline { got = try router.receive(dontWait: true); if got == nil { usleep(1000) } }
+        #expect(got?.last == [1])
+        // Writable still, but no longer asked: no more wakes.
+        let before = wakes
+        for _ in 0..<3 { try reactor.turn(timeoutCap: 20) }
+        #expect(wakes == before)
+    }
+
     @Test func thePollSetIsBuiltOnlyWhenRegistrationsChange() throws {
         let pipes = try Pipes(3)
         let reactor = Reactor(now: monotonicMillis)
