@@ -1,6 +1,13 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+// Deliberate faults (Sources/QuadRuntime/Faults.swift, Sources/QuadEdge/
+// SessionFaults.swift), so the chaos checker is shown to fail on a broken
+// build: compiled into debug builds only (what `swift test` and
+// Tests/e2e/test_chaos_faults.py run), never into a release build, whatever
+// the environment says (the test checks the release binaries hold none).
+let faultSwitches: [SwiftSetting] = [.define("QUAD_FAULTS", .when(configuration: .debug))]
+
 let package = Package(
     name: "Quad",
     platforms: [.macOS(.v13)],
@@ -51,7 +58,7 @@ let package = Package(
         .target(name: "QuadMetrics", dependencies: ["QuadHTTP"]),
         // The service runtime (worker loop, outbox relay, the event envelope
         // the outbox keeps) and the client. Re-exports QuadProcess.
-        .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadContract", "QuadMessaging", "QuadStore", "QuadProcess", "QuadMetrics"]),
+        .target(name: "QuadRuntime", dependencies: ["QuadWire", "QuadContract", "QuadMessaging", "QuadStore", "QuadProcess", "QuadMetrics"], swiftSettings: faultSwitches),
         // Session tokens (Ed25519), key files and password hashes: the only
         // module that imports CSodium.
         .target(name: "QuadAuth", dependencies: ["CSodium", "QuadWire"]),
@@ -68,12 +75,12 @@ let package = Package(
         .target(name: "QuadCatalogCopy", dependencies: ["QuadContract", "QuadWire", "QuadStore"]),
         .target(name: "QuadFavorites", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
         .target(name: "QuadNotifications", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
-        .target(name: "QuadOrders", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"]),
+        .target(name: "QuadOrders", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime", "QuadCatalogCopy"], swiftSettings: faultSwitches),
         .target(name: "QuadAccounts", dependencies: ["QuadContract", "QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadReservations", dependencies: ["QuadImages", "QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadTelemetry", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         // The edge agent: emulated phones, one SQLite file each, on one poll loop.
-        .target(name: "QuadEdge", dependencies: ["QuadAuth", "QuadImages", "QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"]),
+        .target(name: "QuadEdge", dependencies: ["QuadAuth", "QuadImages", "QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"], swiftSettings: faultSwitches),
         // The business questions are SQL files, copied as resources.
         .target(name: "QuadAnalytics", dependencies: ["QuadHTTP", "QuadAuth", "QuadContract", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
                 resources: [.copy("questions")]),

@@ -55,6 +55,15 @@ them), and checks, in Jepsen's terms:
                in quad-telemetry's store exactly once (none missing, none twice,
                none stored that no phone recorded, each under the phone that
                recorded it), none left on a phone, no id with two payloads
+  monotonic    session guarantees, from each phone's session log (quad-edge
+  ryw          --record-views on, which deploy/chaos run sets): no view goes
+  wfr          back to an older version of an object; once an action is
+  converged    acknowledged no view shows what it made older, and every
+               orders view lists every order acknowledged before it; an
+               action on an object is answered at a version newer than the
+               one the phone held when it made it; after the final read each
+               phone's saved orders and products are at the services'
+               versions (n/a without the log)
   alerts       only with --alerts (deploy/chaos run --prometheus): every fault
                that a metric sees raised its alert within the stated time,
                every alert resolved after its fault healed, none fired with
@@ -253,6 +262,20 @@ class Checker:
                 # returns (the last return of each rental), then the history.
                 # The user's news as the phone keeps it (Messages.swift).
                 inbox = [dict(r) for r in db.execute("SELECT id, user_id FROM inbox")] if "inbox" in tables else None
+                # The session log (quad-edge --record-views on) and the
+                # saved copies it is compared with.
+                shown = saved_orders = saved_products = None
+                if "shown" in tables:
+                    shown = [dict(r) for r in db.execute("SELECT n, at_ms, kind, view, object, version, action FROM shown ORDER BY n")]
+                    saved_orders = {r["id"]: int(r["version"]) for r in db.execute(
+                        "SELECT id, version FROM orders WHERE pending IS NULL AND version > 0")}
+                    saved_products = {}
+                    for r in db.execute("SELECT body FROM saved WHERE key LIKE 'catalog.product.get %'"):
+                        try:
+                            body = json.loads(r["body"])
+                            saved_products[body["id"]] = int(body.get("version") or 0)
+                        except (ValueError, KeyError, TypeError):
+                            pass
                 returns = {}
                 if "returns" in tables:
                     cols = {r[1] for r in db.execute("PRAGMA table_info(returns)")}
@@ -268,7 +291,7 @@ class Checker:
                 raise RuntimeError("%s: %s" % (f, e))
             phones[name] = {"actions": actions, "outbox": outbox, "telemetry_queued": telemetry_queued,
                             "user": user[0] if user else None, "recorded": recorded, "made": made, "returns": returns,
-                            "inbox": inbox}
+                            "inbox": inbox, "shown": shown, "saved_orders": saved_orders, "saved_products": saved_products}
         return phones
 
     # ------------------------------------------------------------ run
@@ -388,6 +411,7 @@ class Checker:
         self.check_analytics(stores)
         self.check_brokers(phones, applied)
         self.check_holds(stores, phones)
+        self.check_sessions(stores, phones)
         self.phones = phones
         waits = sorted(int(a["finished_ms"]) - int(a["created_ms"]) for p in phones.values() for a in p["actions"]
                        if a["finished_ms"] is not None and a["code"] != "dropped")
@@ -923,6 +947,114 @@ class Checker:
         self.check("news", foreign == 0, "%d sent to the phones' users, %d delivered, %d not yet, %d to another user's phone" % (
             len(sent), len(sent & delivered), waiting, foreign))
 
+    def check_sessions(self, stores, phones):
+        """The session guarantees, per phone, from its session log (the
+        `shown` table, Sources/QuadEdge/SessionLog.swift), in the order the
+        phone did things:
+
+          monotonic  no view shows an object (a product, an order) at a
+                     version older than one a view of this phone showed before
+          ryw        read-your-writes: once an action is acknowledged, no later
+                     view shows what it made at an older version, and every
+                     orders view lists every order acknowledged before it
+          wfr        writes-follow-reads: an action on an object (an order
+                     returned or cancelled) is applied after the version the
+                     phone held when it made it (the version its answer gives
+                     is newer)
+          converged  after the last heal and the day's final read, each
+                     phone's saved copies (its orders, its saved product
+                     views) are at the services' versions
+
+        A phone whose file was found damaged and rebuilt (a device loss)
+        starts a new log: what it showed before is in the file moved aside."""
+        logged = {n: p for n, p in phones.items() if p["shown"] is not None}
+        names = ("monotonic", "ryw", "wfr", "converged")
+        if not logged:
+            for n in names:
+                self.check(n, True, "n/a (no session log: quad-edge run --record-views on)")
+            self.sessions = None
+            return
+        reads = mono_bad = ryw_checked = ryw_bad = listed = unlisted = 0
+        writes = wfr_bad = 0
+        for name, p in sorted(logged.items()):
+            newest = {}    # object -> (version, n, view): the newest version shown so far
+            acked = {}     # object -> (version, action type): made by an acknowledged action
+            acted = {}     # action id -> (object, version held when it was made)
+            for r in p["shown"]:
+                obj, v, kind = r["object"], int(r["version"]), r["kind"]
+                if kind == "view":
+                    reads += 1
+                    seen = newest.get(obj)
+                    if seen is not None and v < seen[0]:
+                        mono_bad += 1
+                        self.example("monotonic", "%s: the %s view showed %s at version %d after the %s view showed %d" % (
+                            name, r["view"], obj, v, seen[2], seen[0]))
+                    if seen is None or v > seen[0]:
+                        newest[obj] = (v, r["n"], r["view"])
+                    made = acked.get(obj)
+                    if made is not None:
+                        ryw_checked += 1
+                        if v < made[0]:
+                            ryw_bad += 1
+                            self.example("ryw", "%s: the %s view showed %s at version %d after %s made version %d" % (
+                                name, r["view"], obj, v, made[1], made[0]))
+                elif kind == "act":
+                    acted[r["action"]] = (obj, v)
+                elif kind == "ack":
+                    if obj not in acked or v > acked[obj][0]:
+                        acked[obj] = (v, r["view"])
+                    before = acted.get(r["action"])
+                    if before is not None and before[0] == obj:
+                        writes += 1
+                        if v <= before[1]:
+                            wfr_bad += 1
+                            self.example("wfr", "%s: %s %s on %s held at version %d was answered at version %d" % (
+                                name, r["view"], r["action"], obj, before[1], v))
+            # Each orders view lists every order acknowledged before it. The
+            # rows of one view share its time, and each orders view logs a
+            # row `view:orders` even when it lists nothing.
+            views, first_n = defaultdict(set), {}
+            for r in p["shown"]:
+                if r["kind"] == "view" and r["view"] == "orders":
+                    key = r["at_ms"]
+                    views[key].add(r["object"])
+                    first_n.setdefault(key, r["n"])
+            acks = [(r["n"], r["object"]) for r in p["shown"]
+                    if r["kind"] == "ack" and r["view"] == "orders.place" and r["object"].startswith("order:")]
+            for key, objs in views.items():
+                before = {o for n, o in acks if n < first_n[key]}
+                listed += len(before & objs)
+                missing = before - objs
+                unlisted += len(missing)
+                for o in sorted(missing)[:1]:
+                    self.example("ryw", "%s: an orders view at %d did not list %s, acknowledged before it" % (name, key, o))
+        ryw_bad += unlisted
+        # Convergence: the saved copies against the services' stores.
+        conv_checked = conv_bad = 0
+        orders = stores.get("orders")
+        catalog = stores.get("catalog")
+        service_orders = {r["id"]: int(r["version"]) for r in orders.rows("SELECT id, version FROM orders")} \
+            if orders is not None and orders.has_table("orders") else {}
+        service_products = {r["id"]: int(r["version"]) for r in catalog.rows("SELECT id, version FROM products")} \
+            if catalog is not None and catalog.has_table("products") else {}
+        for name, p in sorted(logged.items()):
+            for kind, saved, truth in (("order", p["saved_orders"], service_orders), ("product", p["saved_products"], service_products)):
+                for ident, v in (saved or {}).items():
+                    if ident not in truth:
+                        continue
+                    conv_checked += 1
+                    if v != truth[ident]:
+                        conv_bad += 1
+                        self.example("converged", "%s keeps %s %s at version %d; the service has %d" % (name, kind, ident, v, truth[ident]))
+        self.sessions = {"phones": len(logged), "reads": reads, "monotonic_violations": mono_bad,
+                         "ryw_reads": ryw_checked, "orders_listed": listed, "ryw_violations": ryw_bad,
+                         "writes": writes, "wfr_violations": wfr_bad, "converged_copies": conv_checked, "not_converged": conv_bad}
+        self.check("monotonic", mono_bad == 0, "%d reads on %d phones, %d went back to an older version" % (reads, len(logged), mono_bad))
+        self.check("ryw", ryw_bad == 0, "%d reads of objects the phone's acknowledged actions made, %d older; %d acknowledged orders listed, %d missing" % (
+            ryw_checked, ryw_bad - unlisted, listed, unlisted))
+        self.check("wfr", wfr_bad == 0, "%d writes on objects the phone had read, %d answered at a version not newer than the one read" % (writes, wfr_bad))
+        self.check("converged", conv_bad == 0, "%d saved copies after the final read, %d not at the service's version" % (conv_checked, conv_bad))
+
     def check_telemetry(self, stores, phones):
         queued = sum(p["telemetry_queued"] for p in phones.values())
         st = stores.get("telemetry")
@@ -1053,6 +1185,7 @@ class Checker:
             "latency": getattr(self, "latency", None),
             "telemetry": getattr(self, "telemetry", None),
             "stock_units": getattr(self, "stock_units", None),
+            "sessions": getattr(self, "sessions", None),
             "checks": [{"name": n, "ok": g, "figures": f, "examples": self.examples.get(n, [])} for n, g, f, _ in self.results],
         }
 

@@ -54,6 +54,9 @@ public final class CampusDay {
     var startedMono: Int64 = 0
     var drainStarted: Int64?
     var finalDrainMs: Int64?
+    /// The final read (``finalRead(_:)``): not started, reads left, done.
+    var finalReadsLeft: Int?
+    var finalReadDone = false
     var maxTotalPending = 0
     /// The sign-in before the day: how long it took, and how many phones had a session then.
     var signInStarted: Int64?
@@ -223,11 +226,45 @@ public final class CampusDay {
             if self.finalDrainMs == nil && pending == 0 { self.finalDrainMs = waited }
             if pending == 0 && telemetry == 0 || waited >= self.options.drainTimeoutMs {
                 if self.finalDrainMs == nil { self.finalDrainMs = waited }
+                // With the session log on: every phone reads again what it
+                // keeps before the day is reported (convergence).
+                if pending == 0 && self.fleet.settings.recordShown && !self.finalReadDone && waited < self.options.drainTimeoutMs {
+                    if self.finalReadsLeft == nil { self.finalRead { [weak self] in self?.finalReadDone = true } }
+                    return true
+                }
                 self.finish(drained: pending == 0)
                 return false
             }
             return true
         }
+    }
+
+    /// After the last heal and the drain, each phone reads again, from the
+    /// services, what it keeps a copy of: its orders, its rentals, and each
+    /// product it saved a view of. The session log's convergence check
+    /// (deploy/checker.py) then compares the phones' saved copies with the
+    /// services' stores. No telemetry is recorded for these reads (the
+    /// telemetry check's count is final).
+    func finalRead(_ done: @escaping () -> Void) {
+        var left = 0
+        let one: (ViewResult) -> Void = { [weak self] _ in
+            guard let self, let n = self.finalReadsLeft else { return }
+            self.finalReadsLeft = n - 1
+            if n - 1 == 0 { done() }
+        }
+        var opens: [() -> Void] = []
+        for s in students {
+            let phone = s.phone
+            phone.recording = false
+            opens.append { phone.open("orders", [:], one) }
+            opens.append { phone.open("rentals", [:], one) }
+            for id in phone.savedProductIDs() { opens.append { phone.open("product", ["id": .string(id)], one) } }
+        }
+        left = opens.count
+        finalReadsLeft = left
+        FileHandle.standardError.write(Data("campus final read: \(left) views on \(students.count) phones\n".utf8))
+        if left == 0 { done(); return }
+        for open in opens { open() }
     }
 
     func finish(drained: Bool) {

@@ -67,6 +67,23 @@ enum SavedOrders {
         return body
     }
 
+    /// An orders.mine list with every order the phone holds an answer of
+    /// (acknowledged, not queued) and the list lacks, newest first: an
+    /// order placed and acknowledged after the list was saved, or after
+    /// the service read it. A full list (`limit` orders) gets only those
+    /// newer than the oldest it has.
+    static func withAcknowledged(_ db: Database, _ listed: [JSON], limit: Int) -> [JSON] {
+        let ids = Set(listed.compactMap { $0["order"]?.string })
+        let oldest: Int64 = listed.count >= limit ? listed.compactMap { $0["created_at"]?.int }.min() ?? 0 : 0
+        let rows = (try? db.query("SELECT id, body FROM orders WHERE pending IS NULL AND body IS NOT NULL AND created_ms >= $1 ORDER BY created_ms DESC",
+                                  .int(oldest))) ?? []
+        let missing = rows.filter { !ids.contains($0.string("id")) }.compactMap { r -> JSON? in
+            guard let text = r.optionalString("body") else { return nil }
+            return .stored(text)
+        }
+        return missing + listed
+    }
+
     /// `answer` of orders.mine or orders.rentals with each order older than
     /// the phone's copy replaced by that copy (from the phone's orders, or
     /// `saved`, the previous answer of the same read); with how many were.

@@ -53,6 +53,11 @@ public struct EdgeSettings: Sendable {
     /// The phone's image caches (ImageCache.swift): image_cache_files,
     /// image_cache_days, image_memory_entries, image_memory_bytes, max_image_bytes.
     public var images = ImageCacheLimits()
+    /// Each phone logs what its views showed and what its actions read and
+    /// made, with versions, in its file's `shown` table, for the chaos
+    /// checker's session guarantees (`--record-views`; SessionLog.swift);
+    /// a campus day then ends with a final read (``CampusDay/finalRead(_:)``).
+    public var recordShown = false
 
     /// The brokers' updates sockets (comma-separated; LiveFeed.swift);
     /// empty: none, the phone polls.
@@ -119,6 +124,9 @@ final class Phone {
     /// runs in the loop's last turn then writes no event that nothing
     /// would send.
     var recording = true
+    /// A deliberately broken phone's first copies (SessionFaults.swift).
+    var faultFirstShown: [String: JSON] = [:]
+    var faultTurn = 0
     var signInWaiters: [(QuadError?) -> Void] = []
     var refreshing = false
     var refreshWaiters: [(QuadError?) -> Void] = []
@@ -279,6 +287,7 @@ final class Phone {
         self.keychain = keychain
         let (opened, fault) = try PhoneStore.openChecked(path, keychain: keychain, students: self.students, exclusive: settings.exclusiveFiles)
         db = opened
+        if settings.recordShown { try Phone.prepareShown(db) }
         let folder = (path.hasSuffix(".db") ? String(path.dropLast(3)) : path) + ".images"
         images = try ImageCache(db: db, folder: folder, agenda: reactor.timers, limits: settings.images)
         var curveKey = keychain[.curveSecretKey]

@@ -47,6 +47,7 @@ extension Phone {
         }
         let id = MessageID.make()
         let now = self.now
+        logAct(id, type, body)
         do {
             try db.transaction {
                 let (send, undo, after) = try Actions.prepare(db, id: id, type: type, body: body, now: now)
@@ -71,6 +72,7 @@ extension Phone {
     /// An online-only action, sent at once; its answer becomes a message.
     func sendNow(_ type: String, _ body: JSON) -> String {
         let id = MessageID.make()
+        logAct(id, type, body)
         request(type, body, id: id, timeoutMs: settings.actionTimeoutMs) { [weak self] result in
             guard let self else { return }
             switch result {
@@ -78,6 +80,7 @@ extension Phone {
                 if let error = reply.quadError { self.leaveMessage(action: id, type: type, body: body, error: error) }
                 else {
                     try? self.db.setMeta("draft:\(type)", nil)
+                    self.logAck(id, type, reply: reply.body)
                     // An orders.cancel answers the order cancelled: the phone's copy takes it (OrderVersions.swift).
                     if type == "orders.cancel" { _ = try? SavedOrders.take(self.db, reply.body) }
                 }
@@ -380,6 +383,7 @@ extension Phone {
         } catch {
             Log.error("edge/\(name)", "cannot record the reply to \(action.type) \(action.id): \(error)")
         }
+        logAck(action.id, action.type, reply: reply)
         outboxCount = nil
         lastSyncMs = now
         stats.done += 1

@@ -377,6 +377,7 @@ extension Phone {
         try damage.apply(to: file)
         let (reopened, fault) = try PhoneStore.openChecked(file, keychain: keychain, students: students, exclusive: settings.exclusiveFiles)
         db = reopened
+        if settings.recordShown { try Phone.prepareShown(db) }
         images.db = reopened
         draining = false
         outboxCount = nil

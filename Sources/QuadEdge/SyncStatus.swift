@@ -60,7 +60,8 @@ extension Phone {
     static func syncedThrough(_ action: QueuedAction, reply: JSON, at now: Int64) -> JSON {
         var made: [String: JSON] = [:]
         func summary(_ object: JSON) -> JSON? {
-            guard let id = object["id"]?.string else { return nil }
+            // An order's id is its `order` field.
+            guard let id = object["id"]?.string ?? object["order"]?.string else { return nil }
             var s: [String: JSON] = ["id": .string(id)]
             for k in ["status", "seq", "version"] { if let v = object[k], v != .null { s[k] = v } }
             return .object(s)

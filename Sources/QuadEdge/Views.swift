@@ -64,8 +64,12 @@ extension Phone {
         let finish: (ViewResult) -> Void = { [weak self] result in
             guard let self else { return done(result) }
             self.stats.reads[result.view + "/" + result.source.rawValue, default: 0] += 1
-            var shown = result
+            // A list the service answered: the saved catalog takes its newer
+            // versions, so an offline view later never shows older ones.
+            if result.source == .network { self.takeListedProducts(result.body) }
+            var shown = self.faultyView(result, key: view + " " + params.text)
             shown.sync = self.syncStatus
+            self.logView(shown)
             done(shown)
         }
         switch view {
@@ -278,7 +282,9 @@ extension Phone {
                 done(ViewResult(view: view, source: .none, body: [:], error: error))
             case .unreachable(let why):
                 if let copy = self.saved(key) {
-                    done(ViewResult(view: view, source: .saved, ageMs: copy.ageMs, body: copy.body,
+                    // Its products at the newest versions the phone holds (a
+                    // live update or a product read since it was saved).
+                    done(ViewResult(view: view, source: .saved, ageMs: copy.ageMs, body: self.withNewestProducts(copy.body),
                                     notice: "\(why): showing the copy saved \(Phone.age(copy.ageMs)) ago"))
                 } else {
                     done(ViewResult(view: view, source: .none, body: [:], notice: "\(why), and nothing is saved on this phone yet"))
@@ -560,6 +566,13 @@ extension Phone {
             let pending = ((try? self.db.query("SELECT * FROM orders WHERE pending IS NOT NULL ORDER BY created_ms")) ?? []).map(Phone.order)
             // A saved list shows the phone's newer copies (an answer to an action since) (OrderVersions.swift).
             var body = (r.source == .saved ? SavedOrders.newest(self.db, "orders.mine", r.body, saved: nil).body : r.body).object ?? [:]
+            if r.error == nil {
+                // And the orders acknowledged that it lacks (a list saved
+                // before, or read by the service before an order's answer
+                // came; none at all, offline with nothing saved): the
+                // student's own writes are never missing from it.
+                body["orders"] = .array(SavedOrders.withAcknowledged(self.db, body["orders"]?.array ?? [], limit: 100))
+            }
             body["queued"] = .array(pending)
             done(ViewResult(view: r.view, source: r.source, ageMs: r.ageMs, body: .object(body), notice: r.notice, error: r.error))
         }

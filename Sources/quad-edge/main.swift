@@ -49,6 +49,7 @@ flags.option("control", "control socket (ROUTER) for the harness and quadctl pho
              default: env["QUAD_EDGE_CONTROL"].flatMap { $0.isEmpty ? nil : $0 } ?? "tcp://127.0.0.1:7788")
 flags.option("file-locking", "exclusive: each phone's file is locked by this process while it runs (no lock, journal or cache check per transaction; another process cannot open it meanwhile); shared: other processes may read and write the files while the phones run, each transaction taking its locks (a harness's history recorder) [QUAD_EDGE_FILE_LOCKING]",
              default: env["QUAD_EDGE_FILE_LOCKING"].flatMap { $0.isEmpty ? nil : $0 } ?? "exclusive")
+flags.option("record-views", "on: each phone logs what its views showed, and what its actions read and made, with versions, in its file's shown table, and a campus day ends with a final read (deploy/checker.py's session guarantees; deploy/chaos run sets it); off: no log", default: "off")
 flags.option("control-bind-wait-ms", "how long to keep trying to bind --control when it is taken (a killed process's endpoint, control_bind_wait_ms)", default: "5000")
 flags.option("action-timeout-ms", "how long each attempt of an action waits for an answer", default: "2500")
 flags.option("read-timeout-ms", "how long a view waits for the network before its saved copy", default: "1500")
@@ -116,6 +117,11 @@ case "shared": settings.exclusiveFiles = false
 default: usageError("--file-locking must be exclusive or shared", usage: flags.usage)
 }
 settings.refreshBeforeMs = Int64(positive("refresh-before-ms", 1_000...86_400_000))
+switch flags["record-views"] {
+case "on": settings.recordShown = true
+case "off": settings.recordShown = false
+default: usageError("--record-views must be on or off", usage: flags.usage)
+}
 if let file = flags["keychain-pin-file"] {
     do {
         try KeyFile.requirePrivate(file, what: "the keychain PIN file")

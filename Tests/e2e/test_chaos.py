@@ -716,3 +716,96 @@ def test_a_return_is_found_through_the_phones_returns_without_a_history(world):
     world.phone.execute("DROP TABLE chaos_telemetry")
     rc, out, verdict = world.check()
     assert rc == 0, out
+
+
+# The session guarantees (issue 30): a phone's session log (the `shown`
+# table, quad-edge --record-views on) and its saved copies, against the
+# orders' and products' versions in the stores.
+
+SESSION_SCHEMA = """
+CREATE TABLE shown (n INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, kind TEXT NOT NULL,
+                    view TEXT NOT NULL, object TEXT NOT NULL, version INTEGER NOT NULL, action TEXT);
+CREATE TABLE orders (id TEXT PRIMARY KEY, version INTEGER NOT NULL DEFAULT 0, pending TEXT);
+CREATE TABLE saved (key TEXT PRIMARY KEY, body TEXT NOT NULL);
+"""
+
+
+def with_sessions(world):
+    """The world's phone with a consistent session log: it viewed p-0002 at
+    versions 3 then 5, placed order o1 (acknowledged at version 7), saw it
+    listed, returned rental o9 read at version 4 (answered at 6), and keeps
+    o1, o9 and p-0002 at the stores' versions."""
+    world.phone.executescript(SESSION_SCHEMA)
+    world.db["orders"].executescript("ALTER TABLE orders ADD COLUMN version BIGINT NOT NULL DEFAULT 0;"
+                                     "INSERT INTO orders VALUES ('o9', 'u1', 'returned', 'buy_now', '[]', 1, 6);"
+                                     "UPDATE orders SET version = 7 WHERE id = 'o1';")
+    world.db["catalog"].executescript("ALTER TABLE products ADD COLUMN version BIGINT NOT NULL DEFAULT 0;"
+                                      "UPDATE products SET version = 5 WHERE id = 'p-0002';"
+                                      "INSERT INTO holds VALUES ('o9', 'released', 1, 2);")
+    rows = [(10, "view", "product", "product:p-0002", 3, None), (11, "view", "home", "product:p-0002", 5, None),
+            (12, "act", "orders.place", "product:p-0002", 5, "o1"), (13, "ack", "orders.place", "order:o1", 7, "o1"),
+            (14, "view", "orders", "order:o1", 7, None), (14, "view", "orders", "view:orders", 0, None),
+            (15, "view", "rentals", "order:o9", 4, None), (16, "act", "orders.return", "order:o9", 4, "r1"),
+            (17, "ack", "orders.return", "order:o9", 6, "r1"), (18, "view", "orders", "order:o1", 7, None),
+            (18, "view", "orders", "view:orders", 0, None), (18, "view", "orders", "order:o9", 6, None)]
+    world.phone.executemany("INSERT INTO shown (at_ms, kind, view, object, version, action) VALUES (?, ?, ?, ?, ?, ?)", rows)
+    world.phone.executescript("INSERT INTO orders VALUES ('o1', 7, NULL); INSERT INTO orders VALUES ('o9', 6, NULL);")
+    world.phone.execute("INSERT INTO saved VALUES (?, ?)", ('catalog.product.get {"id":"p-0002"}', json.dumps({"id": "p-0002", "version": 5})))
+    return world
+
+
+def session_figures(world):
+    rc, out, verdict = world.check()
+    return rc, out, verdict, {c["name"]: c for c in verdict["checks"]}
+
+
+def test_without_a_session_log_the_session_checks_are_na(world):
+    rc, out, verdict, checks = session_figures(world)
+    assert rc == 0, out
+    for name in ("monotonic", "ryw", "wfr", "converged"):
+        assert checks[name]["ok"] and checks[name]["figures"].startswith("n/a"), out
+
+
+def test_a_consistent_session_log_passes_with_its_counts(world):
+    rc, out, verdict, checks = session_figures(with_sessions(world))
+    assert rc == 0 and failed(verdict) == [], out
+    assert verdict["sessions"] == {"phones": 1, "reads": 8, "monotonic_violations": 0, "ryw_reads": 3, "orders_listed": 2,
+                                   "ryw_violations": 0, "writes": 1, "wfr_violations": 0, "converged_copies": 3, "not_converged": 0}
+
+
+def test_a_view_older_than_one_shown_before_fails_monotonic_reads(world):
+    with_sessions(world).phone.execute("INSERT INTO shown (at_ms, kind, view, object, version) VALUES (19, 'view', 'home', 'product:p-0002', 4)")
+    rc, out, verdict, checks = session_figures(world)
+    assert rc == 1 and failed(verdict) == ["monotonic"], out
+    assert "1 went back" in checks["monotonic"]["figures"] and "product:p-0002 at version 4" in checks["monotonic"]["examples"][0], out
+
+
+def test_an_orders_view_without_an_acknowledged_order_fails_read_your_writes(world):
+    with_sessions(world).phone.execute("DELETE FROM shown WHERE at_ms = 18 AND object = 'order:o1'")
+    rc, out, verdict, checks = session_figures(world)
+    assert rc == 1 and failed(verdict) == ["ryw"], out
+    assert "1 missing" in checks["ryw"]["figures"] and "did not list order:o1" in checks["ryw"]["examples"][0], out
+
+
+def test_an_older_version_of_what_an_action_made_fails_read_your_writes(world):
+    # The first view after the acknowledgement shows o1 older than it was made.
+    with_sessions(world).phone.execute("UPDATE shown SET version = 6 WHERE at_ms = 14 AND object = 'order:o1'")
+    rc, out, verdict, checks = session_figures(world)
+    assert rc == 1 and failed(verdict) == ["ryw"], out
+    assert "order:o1 at version 6 after orders.place made version 7" in checks["ryw"]["examples"][0], out
+
+
+def test_a_write_answered_at_the_version_read_fails_writes_follow_reads(world):
+    with_sessions(world).phone.execute("UPDATE shown SET version = 4 WHERE kind = 'ack' AND object = 'order:o9'")
+    world.phone.execute("DELETE FROM shown WHERE at_ms = 18 AND object = 'order:o9'")
+    world.phone.execute("UPDATE orders SET version = 6 WHERE id = 'o9'")
+    rc, out, verdict, checks = session_figures(world)
+    assert rc == 1 and failed(verdict) == ["wfr"], out
+    assert "orders.return r1 on order:o9 held at version 4 was answered at version 4" in checks["wfr"]["examples"][0], out
+
+
+def test_a_saved_copy_behind_the_service_fails_convergence(world):
+    with_sessions(world).db["catalog"].execute("UPDATE products SET version = 8 WHERE id = 'p-0002'")
+    rc, out, verdict, checks = session_figures(world)
+    assert rc == 1 and failed(verdict) == ["converged"], out
+    assert "keeps product p-0002 at version 5; the service has 8" in checks["converged"]["examples"][0], out

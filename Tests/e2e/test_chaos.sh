@@ -372,7 +372,8 @@ if [[ -x $edge_bin ]] && [[ $("$edge_bin" --help 2>&1 || true) == *--duration* ]
     # Its own stack, its own stores: not the databases of the stack above.
     for v in $(compgen -v | grep -E "^QUAD_[A-Z_]+_DB$"); do unset "$v"; done  # every service's store
     # Two minutes of campus day, faults every few seconds. The fault switch
-    # is set, and must do nothing: a build without -DQUAD_FAULTS ignores it
+    # is set, and must do nothing: a release build ignores it (QUAD_FAULTS
+    # is defined for debug builds only, Package.swift)
     # (Tests/e2e/test_chaos_faults.py runs the build that honours it).
     if ! QUAD_FAULT_SKIP_IDEMPOTENCY=1 "$CHAOS" run --phones 12 --duration 120 --seed 11 --partition-every 15 --kill-every 20 \
         --pause-every 30 --scale-to 3 --out "$rundir" >"$QUAD_HOME/chaos-run.log" 2>&1; then

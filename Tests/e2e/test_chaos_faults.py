@@ -1,8 +1,9 @@
 """The checker fails on a real broken build, with the count of duplicates.
 
-Builds quad-orders with the fault switch compiled in (swift build
--Xswiftc -DQUAD_FAULTS, Sources/QuadRuntime/Faults.swift), puts it beside the
-production binaries, and runs a short chaos run (deploy/chaos run) with
+Takes quad-orders from the debug build, where the fault switches are
+compiled in (Package.swift: QUAD_FAULTS in debug builds only;
+Sources/QuadRuntime/Faults.swift), puts it beside the production (release)
+binaries, and runs a short chaos run (deploy/chaos run) with
 QUAD_FAULT_SKIP_IDEMPOTENCY=1: the orders service then applies a repeated
 request id again instead of answering the stored reply. Partitions and kills
 make phones retry under the same id, so some orders.cart.add runs twice and
@@ -11,12 +12,20 @@ duplicated check failing, and count exactly the repeated applications the
 orders workers logged (each 200 to a repeated id is an application in this
 build), give or take a worker SIGKILLed between its commit and its log line.
 
-Also proves the switch cannot break a production build: the production
-binaries do not contain the variable's name. (Tests/e2e/test_chaos.sh runs
+Then the session checks (issue 30): a second short run on the same broken
+build, with QUAD_FAULT_EDGE_SESSIONS=1 (quad-edge from the debug build: a
+third of the phones show stale views, a third keep their first saved copies,
+Sources/QuadEdge/SessionFaults.swift) and QUAD_FAULT_STALE_ANSWERS=1
+(orders.return answers the order as it was), must fail exactly the four
+session checks (monotonic, ryw, wfr, converged), each with examples from the
+phones its fault was given to.
+
+Also proves the switches cannot break a production build: the production
+binaries do not contain the variables' names. (Tests/e2e/test_chaos.sh runs
 its chaos run on the production build with the variable set, and passes.)
 
-As root, like test_chaos.sh: network namespaces and nftables. About 4 minutes,
-the build of quad-orders included.
+As root, like test_chaos.sh: network namespaces and nftables. About 6
+minutes (deploy/test has built both configurations before).
 """
 
 import collections
@@ -35,6 +44,7 @@ sys.path.insert(0, os.path.join(ROOT, "deploy"))
 import quadclient  # noqa: E402
 CHAOS = os.path.join(ROOT, "deploy", "chaos")
 SWITCH = b"QUAD_FAULT_SKIP_IDEMPOTENCY"
+SWITCHES = {"quad-orders": [SWITCH, b"QUAD_FAULT_STALE_ANSWERS"], "quad-edge": [b"QUAD_FAULT_EDGE_SESSIONS"]}
 
 
 def swift_env():
@@ -49,33 +59,39 @@ def swift_env():
 
 
 def build(env, scratch, *extra):
-    p = subprocess.run(["swift", "build", "-c", "release", "--scratch-path", scratch, *extra], cwd=ROOT, env=env,
+    p = subprocess.run(["swift", "build", "--scratch-path", scratch, *extra], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, "swift build %s failed:\n%s" % (" ".join(extra), (p.stdout + p.stderr)[-4000:])
 
 
 @pytest.fixture(scope="module")
 def broken_bin(tmp_path_factory):
-    """A folder of the production binaries with quad-orders from the faults build."""
+    """A folder of the production binaries with quad-orders and quad-edge from the debug build."""
     assert os.geteuid() == 0, "needs root: network namespaces and nftables"
     env = swift_env()
     scratch = os.path.abspath(os.environ.get("QUAD_BUILD_DIR") or os.path.join(ROOT, ".build"))
-    build(env, scratch)
-    build(env, os.path.join(scratch, "faults"), "--product", "quad-orders", "-Xswiftc", "-DQUAD_FAULTS")
+    build(env, scratch, "-c", "release")
+    # The debug build has the fault switches (Package.swift: faultSwitches).
+    build(env, scratch, "--product", "quad-orders", "--product", "quad-edge")
     release = os.path.join(scratch, "release")
     folder = str(tmp_path_factory.mktemp("broken-bin"))
     production = [f for f in glob.glob(os.path.join(release, "quad*")) if os.path.isfile(f) and os.access(f, os.X_OK)]
-    assert any(f.endswith("/quad-orders") for f in production), "no quad-orders in %s" % release
+    assert all(any(f.endswith("/" + n) for f in production) for n in SWITCHES), "no quad-orders or quad-edge in %s" % release
     for f in production:
         shutil.copy2(f, folder)
-    shutil.copy2(os.path.join(scratch, "faults", "release", "quad-orders"), os.path.join(folder, "quad-orders"))
+    for name in SWITCHES:
+        shutil.copy2(os.path.join(scratch, "debug", name), os.path.join(folder, name))
     return {"bin": folder, "production": production, "env": env}
 
 
 def test_production_binaries_have_no_fault_switch(broken_bin):
-    carrying = [f for f in broken_bin["production"] if SWITCH in open(f, "rb").read()]
-    assert carrying == [], "production binaries that read %s: %s" % (SWITCH.decode(), carrying)
-    assert SWITCH in open(os.path.join(broken_bin["bin"], "quad-orders"), "rb").read(), "the faults build has no switch"
+    every = [s for switches in SWITCHES.values() for s in switches]
+    carrying = [(f, s.decode()) for f in broken_bin["production"] for s in every if s in open(f, "rb").read()]
+    assert carrying == [], "production binaries that read a fault switch: %s" % carrying
+    for name, switches in SWITCHES.items():
+        built = open(os.path.join(broken_bin["bin"], name), "rb").read()
+        for s in switches:
+            assert s in built, "the debug build of %s has no switch %s" % (name, s.decode())
 
 
 @pytest.fixture
@@ -156,3 +172,38 @@ def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(bro
     assert "%d duplicated effects" % duplicated in dup["figures"] and dup["examples"], summary
     print("broken build: checker exit %d, failed %s, %s; orders logged %d repeated applications, orders killed %d times" % (
         p.returncode, failed, dup["figures"], repeated, kills))
+
+
+def phone_number(example):
+    """The number of the phone an example names ('phone-007: ...' is 7)."""
+    head = example.split(":", 1)[0].split()[0]
+    return int(head.rsplit("-", 1)[1])
+
+
+def test_each_session_check_fails_on_a_build_that_breaks_its_guarantee(broken_bin, run_folder):
+    out = run_folder
+    env = dict(broken_bin["env"], QUAD_BIN_DIR=broken_bin["bin"], QUAD_FAULT_EDGE_SESSIONS="1", QUAD_FAULT_STALE_ANSWERS="1")
+    for k in ("QUAD_METRICS_BASE", "QUAD_EDGE_CONTROL"):
+        env.pop(k, None)
+    env["QUAD_PORT_BASE"] = str(quadclient.free_port_base(int(os.environ.get("QUAD_TEST_PORT_BASE", "22700"))))
+    env["QUAD_HOSTS_NET"] = str(quadclient.free_hosts_net(int(os.environ.get("QUAD_TEST_HOSTS_NET_FROM", "0"))))
+    # No nemesis: what fails is the build, not the network.
+    p = subprocess.run([CHAOS, "run", "--phones", "15", "--duration", "90", "--seed", "3", "--speed", "8",
+                        "--partition-every", "0", "--kill-every", "0", "--pause-every", "0", "--broker-every", "0",
+                        "--pg-every", "0", "--edge-every", "0", "--clock-every", "0", "--scale-service", "none",
+                        "--out", out], env=env, capture_output=True, text=True, timeout=1200)
+    log = p.stdout + p.stderr
+    assert os.path.exists(os.path.join(out, "check.json")), "the run wrote no check.json (exit %d):\n%s" % (p.returncode, log[-4000:])
+    verdict = json.load(open(os.path.join(out, "check.json")))
+    checks = {c["name"]: c for c in verdict["checks"]}
+    failed = sorted(n for n, c in checks.items() if not c["ok"])
+    summary = "exit %d, failed %s, sessions %s\n%s" % (p.returncode, failed, verdict.get("sessions"), p.stdout[-4000:])
+    assert p.returncode == 1, summary
+    assert failed == ["converged", "monotonic", "ryw", "wfr"], summary
+    # Each with examples from the phones given its fault.
+    for name, numbers in (("monotonic", {1}), ("converged", {2})):
+        assert checks[name]["examples"], summary
+        assert any(phone_number(e) % 3 in numbers for e in checks[name]["examples"]), summary
+    assert any(phone_number(e) % 3 == 1 for e in checks["ryw"]["examples"]), summary
+    assert checks["wfr"]["examples"] and all("orders.return" in e for e in checks["wfr"]["examples"]), summary
+    print("session faults: " + "; ".join("%s: %s" % (n, checks[n]["figures"]) for n in failed))
