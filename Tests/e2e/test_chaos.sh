@@ -391,7 +391,8 @@ import json, re, sys
 d = sys.argv[1]
 v = json.load(open(d + "/check.json"))
 checks = {c["name"]: c for c in v["checks"]}
-want = ["drained", "lost", "order", "duplicated", "stock", "saga", "spots", "deadlines", "telemetry", "analytics", "brokers", "holds"]
+want = ["drained", "lost", "order", "duplicated", "stock", "saga", "spots", "deadlines", "telemetry", "analytics", "brokers", "holds",
+        "monotonic", "ryw", "wfr", "converged"]
 problems = ["missing check %s" % n for n in want if n not in checks]
 problems += ["check %s failed: %s" % (n, c["figures"]) for n, c in checks.items() if not c["ok"]]
 problems += ["check %s did not run: %s" % (n, c["figures"]) for n, c in checks.items() if "n/a" in c["figures"]]
@@ -400,6 +401,10 @@ if not t.get("recorded") or t.get("stored") != t.get("recorded"):
     problems.append("telemetry not matched event by event: %s" % t)
 if not re.search(r"cart ledger: [1-9]\d* units added", checks.get("duplicated", {}).get("figures", "")):
     problems.append("no cart ledger: %s" % checks.get("duplicated"))
+# The session guarantees ran on the phones' logs (quad-edge --record-views on).
+sessions = v.get("sessions") or {}
+if sessions.get("reads", 0) < 100 or sessions.get("converged_copies", 0) < 10:
+    problems.append("session guarantees on too little: %s" % sessions)
 c = v["counts"]
 if c.get("attempted", 0) < 50 or c.get("lost") or c.get("duplicated") or c.get("indeterminate"):
     problems.append("counts: %s" % c)
