@@ -113,6 +113,18 @@ def run_folder():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def run_env(broken_bin, **switches):
+    """The chaos run's environment: the broken build's binaries, the fault
+    switches, and a port base and a hosts net of its own, never the
+    defaults a stack of the machine may hold."""
+    env = dict(broken_bin["env"], QUAD_BIN_DIR=broken_bin["bin"], **switches)
+    for k in ("QUAD_METRICS_BASE", "QUAD_EDGE_CONTROL"):
+        env.pop(k, None)
+    env["QUAD_PORT_BASE"] = str(quadclient.free_port_base(int(os.environ.get("QUAD_TEST_PORT_BASE", "22700"))))
+    env["QUAD_HOSTS_NET"] = str(quadclient.free_hosts_net(int(os.environ.get("QUAD_TEST_HOSTS_NET_FROM", "0"))))
+    return env
+
+
 def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(broken_bin, run_folder):
     out = run_folder
     # Students only add to their carts here: a unit added twice that the
@@ -121,13 +133,7 @@ def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(bro
     # cart edits on the checker cannot count every repeated application the
     # orders workers log. test_chaos.sh and test_chaos.py check the ledger
     # with the edits on.
-    env = dict(broken_bin["env"], QUAD_BIN_DIR=broken_bin["bin"], QUAD_FAULT_SKIP_IDEMPOTENCY="1", QUAD_CART_EDITS="off")
-    # A port base and a hosts net of its own, never the defaults a stack of
-    # the machine may hold.
-    for k in ("QUAD_METRICS_BASE", "QUAD_EDGE_CONTROL"):
-        env.pop(k, None)
-    env["QUAD_PORT_BASE"] = str(quadclient.free_port_base(int(os.environ.get("QUAD_TEST_PORT_BASE", "22700"))))
-    env["QUAD_HOSTS_NET"] = str(quadclient.free_hosts_net(int(os.environ.get("QUAD_TEST_HOSTS_NET_FROM", "0"))))
+    env = run_env(broken_bin, QUAD_FAULT_SKIP_IDEMPOTENCY="1", QUAD_CART_EDITS="off")
     # Dense faults: phones cut off from the broker every 8 s or so (a
     # request in flight, or sent into the cut, reaches orders and is
     # retried), a service cut off or killed in between. A retry that
@@ -182,11 +188,7 @@ def phone_number(example):
 
 def test_each_session_check_fails_on_a_build_that_breaks_its_guarantee(broken_bin, run_folder):
     out = run_folder
-    env = dict(broken_bin["env"], QUAD_BIN_DIR=broken_bin["bin"], QUAD_FAULT_EDGE_SESSIONS="1", QUAD_FAULT_STALE_ANSWERS="1")
-    for k in ("QUAD_METRICS_BASE", "QUAD_EDGE_CONTROL"):
-        env.pop(k, None)
-    env["QUAD_PORT_BASE"] = str(quadclient.free_port_base(int(os.environ.get("QUAD_TEST_PORT_BASE", "22700"))))
-    env["QUAD_HOSTS_NET"] = str(quadclient.free_hosts_net(int(os.environ.get("QUAD_TEST_HOSTS_NET_FROM", "0"))))
+    env = run_env(broken_bin, QUAD_FAULT_EDGE_SESSIONS="1", QUAD_FAULT_STALE_ANSWERS="1")
     # No nemesis: what fails is the build, not the network.
     p = subprocess.run([CHAOS, "run", "--phones", "15", "--duration", "90", "--seed", "3", "--speed", "8",
                         "--partition-every", "0", "--kill-every", "0", "--pause-every", "0", "--broker-every", "0",
