@@ -64,15 +64,34 @@ def build(env, scratch, *extra):
     assert p.returncode == 0, "swift build %s failed:\n%s" % (" ".join(extra), (p.stdout + p.stderr)[-4000:])
 
 
+def up_to_date(folder, names):
+    """Whether every binary `names` in `folder` is newer than every source."""
+    try:
+        built = min(os.path.getmtime(os.path.join(folder, n)) for n in names)
+    except OSError:
+        return False
+    newest = os.path.getmtime(os.path.join(ROOT, "Package.swift"))
+    for top in ("Sources",):
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                newest = max(newest, os.path.getmtime(os.path.join(d, f)))
+    return built >= newest
+
+
 @pytest.fixture(scope="module")
 def broken_bin(tmp_path_factory):
     """A folder of the production binaries with quad-orders and quad-edge from the debug build."""
     assert os.geteuid() == 0, "needs root: network namespaces and nftables"
     env = swift_env()
     scratch = os.path.abspath(os.environ.get("QUAD_BUILD_DIR") or os.path.join(ROOT, ".build"))
-    build(env, scratch, "-c", "release")
+    # Built only when a source is newer than the binaries (deploy/test
+    # built both): SwiftPM holds the build folder's lock while `swift test`
+    # runs, and a build here would wait for it.
+    if not up_to_date(os.path.join(scratch, "release"), ["quad-orders", "quad-edge", "quad-broker"]):
+        build(env, scratch, "-c", "release")
     # The debug build has the fault switches (Package.swift: faultSwitches).
-    build(env, scratch, "--product", "quad-orders", "--product", "quad-edge")
+    if not up_to_date(os.path.join(scratch, "debug"), list(SWITCHES)):
+        build(env, scratch, "--product", "quad-orders", "--product", "quad-edge")
     release = os.path.join(scratch, "release")
     folder = str(tmp_path_factory.mktemp("broken-bin"))
     production = [f for f in glob.glob(os.path.join(release, "quad*")) if os.path.isfile(f) and os.access(f, os.X_OK)]
