@@ -12,7 +12,7 @@ import QuadWire
 ///
 /// | kind | when | object, version |
 /// |---|---|---|
-/// | `view` | a view is shown (after its saved copies and queued actions are applied) | each product (`product:ID`) and order (`order:ID`) in it, at the version it shows |
+/// | `view` | a view is shown (after its saved copies and queued actions are applied) | each product (`product:ID`) and order (`order:ID`) in it, at the version it shows; each level of a lot (`level:LOT/ID`) at its seq |
 /// | `act` | an action is queued | the object it acts on (the order returned or cancelled, the product bought), at the newest version the phone held of it then |
 /// | `ack` | a service acknowledged the action | each object of the answer with its version (the order an `orders.place` made) |
 ///
@@ -81,6 +81,12 @@ extension Phone {
     func logView(_ result: ViewResult) {
         guard settings.recordShown else { return }
         var rows = Phone.versioned(result.body)
+        // A lot's levels, each at the seq of its last change.
+        if result.view == "levels", let lot = result.body["lot"]?.string {
+            for level in result.body["levels"]?.array ?? [] {
+                if let id = level["id"]?.string, let seq = level["seq"]?.int { rows.append(("level:\(lot)/\(id)", seq)) }
+            }
+        }
         // The orders view is a list the checker holds to every order
         // acknowledged before it: logged even when it lists none.
         if result.view == "orders" && result.error == nil { rows.append(("view:orders", 0)) }
