@@ -980,6 +980,12 @@ class Checker:
             newest = {}    # object -> (version, n, view): the newest version shown so far
             acked = {}     # object -> (version, action type): made by an acknowledged action
             acted = {}     # action id -> (object, version held when it was made)
+            placed = set()  # orders acknowledged to orders.place so far
+            # Each orders view lists every order acknowledged before it. The
+            # rows of one view share its time, and each orders view logs a
+            # row `view:orders` even when it lists nothing: its time ->
+            # (the orders acknowledged before its first row, those it listed).
+            listing = {}
             for r in p["shown"]:
                 obj, v, kind = r["object"], int(r["version"]), r["kind"]
                 if kind == "view":
@@ -991,6 +997,8 @@ class Checker:
                             name, r["view"], obj, v, seen[2], seen[0]))
                     if seen is None or v > seen[0]:
                         newest[obj] = (v, r["n"], r["view"])
+                    if r["view"] == "orders":
+                        listing.setdefault(r["at_ms"], (set(placed), set()))[1].add(obj)
                     made = acked.get(obj)
                     if made is not None:
                         ryw_checked += 1
@@ -1001,6 +1009,8 @@ class Checker:
                 elif kind == "act":
                     acted[r["action"]] = (obj, v)
                 elif kind == "ack":
+                    if r["view"] == "orders.place" and obj.startswith("order:"):
+                        placed.add(obj)
                     if obj not in acked or v > acked[obj][0]:
                         acked[obj] = (v, r["view"])
                     before = acted.get(r["action"])
@@ -1010,24 +1020,12 @@ class Checker:
                             wfr_bad += 1
                             self.example("wfr", "%s: %s %s on %s held at version %d was answered at version %d" % (
                                 name, r["view"], r["action"], obj, before[1], v))
-            # Each orders view lists every order acknowledged before it. The
-            # rows of one view share its time, and each orders view logs a
-            # row `view:orders` even when it lists nothing.
-            views, first_n = defaultdict(set), {}
-            for r in p["shown"]:
-                if r["kind"] == "view" and r["view"] == "orders":
-                    key = r["at_ms"]
-                    views[key].add(r["object"])
-                    first_n.setdefault(key, r["n"])
-            acks = [(r["n"], r["object"]) for r in p["shown"]
-                    if r["kind"] == "ack" and r["view"] == "orders.place" and r["object"].startswith("order:")]
-            for key, objs in views.items():
-                before = {o for n, o in acks if n < first_n[key]}
+            for at, (before, objs) in listing.items():
                 listed += len(before & objs)
                 missing = before - objs
                 unlisted += len(missing)
                 for o in sorted(missing)[:1]:
-                    self.example("ryw", "%s: an orders view at %d did not list %s, acknowledged before it" % (name, key, o))
+                    self.example("ryw", "%s: an orders view at %d did not list %s, acknowledged before it" % (name, at, o))
         ryw_bad += unlisted
         # Convergence: the saved copies against the services' stores.
         conv_checked = conv_bad = 0

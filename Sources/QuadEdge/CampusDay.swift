@@ -54,9 +54,9 @@ public final class CampusDay {
     var startedMono: Int64 = 0
     var drainStarted: Int64?
     var finalDrainMs: Int64?
-    /// The final read (``finalRead(_:)``): not started, reads left, done.
+    /// The final read (``finalRead()``): nil before it starts, then the
+    /// reads left (0: done).
     var finalReadsLeft: Int?
-    var finalReadDone = false
     var maxTotalPending = 0
     /// The sign-in before the day: how long it took, and how many phones had a session then.
     var signInStarted: Int64?
@@ -228,8 +228,8 @@ public final class CampusDay {
                 if self.finalDrainMs == nil { self.finalDrainMs = waited }
                 // With the session log on: every phone reads again what it
                 // keeps before the day is reported (convergence).
-                if pending == 0 && self.fleet.settings.recordShown && !self.finalReadDone && waited < self.options.drainTimeoutMs {
-                    if self.finalReadsLeft == nil { self.finalRead { [weak self] in self?.finalReadDone = true } }
+                if pending == 0 && self.fleet.settings.recordShown && self.finalReadsLeft != 0 && waited < self.options.drainTimeoutMs {
+                    if self.finalReadsLeft == nil { self.finalRead() }
                     return true
                 }
                 self.finish(drained: pending == 0)
@@ -245,12 +245,10 @@ public final class CampusDay {
     /// (deploy/checker.py) then compares the phones' saved copies with the
     /// services' stores. No telemetry is recorded for these reads (the
     /// telemetry check's count is final).
-    func finalRead(_ done: @escaping () -> Void) {
-        var left = 0
+    func finalRead() {
         let one: (ViewResult) -> Void = { [weak self] _ in
             guard let self, let n = self.finalReadsLeft else { return }
             self.finalReadsLeft = n - 1
-            if n - 1 == 0 { done() }
         }
         var opens: [() -> Void] = []
         for s in students {
@@ -260,10 +258,8 @@ public final class CampusDay {
             opens.append { phone.open("rentals", [:], one) }
             for id in phone.savedProductIDs() { opens.append { phone.open("product", ["id": .string(id)], one) } }
         }
-        left = opens.count
-        finalReadsLeft = left
-        FileHandle.standardError.write(Data("campus final read: \(left) views on \(students.count) phones\n".utf8))
-        if left == 0 { done(); return }
+        finalReadsLeft = opens.count
+        FileHandle.standardError.write(Data("campus final read: \(opens.count) views on \(students.count) phones\n".utf8))
         for open in opens { open() }
     }
 

@@ -266,9 +266,6 @@ final class Link {
         reactor.wantWritable(socket, !unsent.isEmpty)
     }
 
-    /// Requests waiting for the socket to take them (no connection yet).
-    var waitingToSend: Int { unsent.count }
-
     /// Reads every answer waiting on `socket`.
     func receive(_ socket: Socket) {
         if !unsent.isEmpty && self.socket === socket { flush() }

@@ -56,7 +56,7 @@ public struct EdgeSettings: Sendable {
     /// Each phone logs what its views showed and what its actions read and
     /// made, with versions, in its file's `shown` table, for the chaos
     /// checker's session guarantees (`--record-views`; SessionLog.swift);
-    /// a campus day then ends with a final read (``CampusDay/finalRead(_:)``).
+    /// a campus day then ends with a final read (``CampusDay/finalRead()``).
     public var recordShown = false
 
     /// The brokers' updates sockets (comma-separated; LiveFeed.swift);

@@ -23,7 +23,7 @@ import QuadWire
 /// version, and the orders view lists every order acknowledged before it),
 /// writes-follow-reads (a write on an object is applied after the version
 /// the phone read before it), and convergence (after the last heal and the
-/// day's final read, ``CampusDay/finalRead(_:)``, each phone's saved copies
+/// day's final read, ``CampusDay/finalRead()``, each phone's saved copies
 /// equal the services' state).
 ///
 /// Off by default: the log costs a write per view. The table is made only
