@@ -170,7 +170,7 @@ public final class Broker {
     let hasAddresses: Bool
     /// The broker's span of each request it accepted and has not answered,
     /// by the client's route and the request id: logged as one line when
-    /// the answer goes out (``closeSpan(_:corr:status:)``). Bounded by what
+    /// the answer goes out (``closeSpan(_:corr:status:ended:)``). Bounded by what
     /// the broker holds (queues, workers) and, for answers a worker gives
     /// later, by the sweep of spans older than twice `max_deadline_ms`.
     var openSpans: [SpanKey: OpenSpan] = [:]
@@ -608,9 +608,10 @@ public final class Broker {
     /// else the service of `type`.
     func replyError(_ client: [UInt8], _ error: QuadError, corr: String?, type: String = "error", service: String? = nil) {
         if metricsServer != nil { metrics.add("quad_broker_errors_total", ["code": error.code.wire]) }
+        let ended = Clock.monotonicMicros()
         deliver(client, Envelope.error(error, corr: corr, type: type, src: name).encoded(),
                 service: service ?? (type == "error" ? "" : String(type.split(separator: ".", maxSplits: 1).first ?? "")))
-        if let corr { closeSpan(client, corr: corr, status: error.status) }
+        if let corr { closeSpan(client, corr: corr, status: error.status, ended: ended) }
     }
 
     /// A REQUEST to `service` (its own frame) with the envelope `bytes`,
@@ -711,8 +712,9 @@ public final class Broker {
         }
         if service == "sys" {
             let answer = system(envelope, privileged: !fromOutside || envelope.role == "admin")
+            let ended = Clock.monotonicMicros()
             deliver(client, answer.encoded(), service: service)
-            closeSpan(client, corr: envelope.id, status: answer.quadError?.status ?? 200)
+            closeSpan(client, corr: envelope.id, status: answer.quadError?.status ?? 200, ended: ended)
             return
         }
         if metricsServer != nil { metrics.add("quad_broker_service_requests_total", ["service": service]) }
@@ -769,8 +771,9 @@ public final class Broker {
                 // A FINAL addressed to no client answers no one: the worker
                 // took that request on, to answer it later (a deferred reply).
                 if !route.isEmpty {
+                    let ended = Clock.monotonicMicros()
                     deliver(route, bytes, service: service ?? Broker.service(of: bytes))
-                    answered(route, bytes, corr: corr)
+                    answered(route, bytes, corr: corr, ended: ended)
                 }
             case let .replyError(route, error, corr, type):
                 replyError(route, error, corr: corr, type: type)
@@ -906,8 +909,9 @@ public final class Broker {
         } else {
             answer = request.error(.unauthorized("sys.news needs a session token: sign in, then send it with the token"), src: name)
         }
+        let ended = Clock.monotonicMicros()
         deliver(client, answer.encoded(), service: "sys")
-        closeSpan(client, corr: request.id, status: answer.quadError?.status ?? 200)
+        closeSpan(client, corr: request.id, status: answer.quadError?.status ?? 200, ended: ended)
     }
 
     /// A user's news event (public topic `user/<id>/<type>`): to each of
@@ -974,8 +978,11 @@ extension Broker {
     /// A worker's answer went to the client at `route`: the span of the
     /// request it answers ends, with the answer's status. The header is read
     /// only for a small answer (a worker's error is small) or one whose
-    /// request the routing did not name (an answer given later).
-    func answered(_ route: [UInt8], _ bytes: [UInt8], corr: String?) {
+    /// request the routing did not name (an answer given later). `ended`
+    /// is taken before the answer is sent: once sent, the client may log
+    /// its own span's end before this process runs again, and a child span
+    /// must end inside its parent's.
+    func answered(_ route: [UInt8], _ bytes: [UInt8], corr: String?, ended: Int64) {
         guard !openSpans.isEmpty else { return }
         var corr = corr
         var status = 200
@@ -988,13 +995,14 @@ extension Broker {
             if header.kind == .error { status = (try? JSON.parse(bytes))?["body"]?["status"]?.int.map { Int($0) } ?? 500 }
         }
         guard let corr else { return }
-        closeSpan(route, corr: corr, status: status)
+        closeSpan(route, corr: corr, status: status, ended: ended)
     }
 
-    /// Logs the span line of the request `corr` from `route`, once.
-    func closeSpan(_ route: [UInt8], corr: String, status: Int) {
+    /// Logs the span line of the request `corr` from `route`, once, as
+    /// ended at `ended` (monotonic µs, read before the answer was sent).
+    func closeSpan(_ route: [UInt8], corr: String, status: Int, ended: Int64) {
         guard let open = openSpans.removeValue(forKey: SpanKey(route: route, id: corr)) else { return }
-        Broker.logSpan(open, id: corr, status: status, micros: Clock.monotonicMicros() - open.started, src: name)
+        Broker.logSpan(open, id: corr, status: status, micros: ended - open.started, src: name)
     }
 
     static func logSpan(_ open: OpenSpan, id: String, status: Int, micros: Int64, src: String) {
