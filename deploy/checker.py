@@ -244,54 +244,15 @@ class Checker:
         phones = {}
         for f in files:
             name = os.path.basename(f)[:-3]
-            db = sqlite3.connect("file:%s?mode=ro" % f, uri=True, timeout=30)
-            db.row_factory = sqlite3.Row
-            try:
-                actions = [dict(r) for r in db.execute(
-                    "SELECT a.*, a.rowid AS rowid, o.seq AS queued_seq FROM action_log a LEFT JOIN outbox o ON o.id = a.id ORDER BY a.created_ms, a.rowid")]
-                outbox = db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
-                telemetry_queued = db.execute("SELECT COUNT(*) FROM telemetry").fetchone()[0]
-                user = db.execute("SELECT user_id FROM session").fetchone()
-                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                recorded = made = None
-                if HISTORY_TABLES <= tables:
-                    recorded = {r[0] for r in db.execute("SELECT id FROM chaos_telemetry")}
-                    recorded |= {r[0] for r in db.execute("SELECT id FROM telemetry")}
-                    made = {r["id"]: dict(r) for r in db.execute("SELECT id, type, body FROM chaos_actions")}
-                # The rental each orders.return is about: from the phone's
-                # returns (the last return of each rental), then the history.
-                # The user's news as the phone keeps it (Messages.swift).
-                inbox = [dict(r) for r in db.execute("SELECT id, user_id FROM inbox")] if "inbox" in tables else None
-                # The session log (quad-edge --record-views on) and the
-                # saved copies it is compared with.
-                shown = saved_orders = saved_products = None
-                if "shown" in tables:
-                    shown = [dict(r) for r in db.execute("SELECT n, at_ms, kind, view, object, version, action FROM shown ORDER BY n")]
-                    saved_orders = {r["id"]: int(r["version"]) for r in db.execute(
-                        "SELECT id, version FROM orders WHERE pending IS NULL AND version > 0")}
-                    saved_products = {}
-                    for r in db.execute("SELECT body FROM saved WHERE key LIKE 'catalog.product.get %'"):
-                        try:
-                            body = json.loads(r["body"])
-                            saved_products[body["id"]] = int(body.get("version") or 0)
-                        except (ValueError, KeyError, TypeError):
-                            pass
-                returns = {}
-                if "returns" in tables:
-                    cols = {r[1] for r in db.execute("PRAGMA table_info(returns)")}
-                    if "action" in cols:
-                        returns = {r[0]: r[1] for r in db.execute("SELECT action, rental FROM returns WHERE action IS NOT NULL")}
-                for ident, m in (made or {}).items():
-                    if m["type"] == "orders.return":
-                        try:
-                            returns.setdefault(ident, json.loads(m["body"]).get("order"))
-                        except (ValueError, AttributeError):
-                            pass
-            except sqlite3.DatabaseError as e:
-                raise RuntimeError("%s: %s" % (f, e))
-            phones[name] = {"actions": actions, "outbox": outbox, "telemetry_queued": telemetry_queued,
-                            "user": user[0] if user else None, "recorded": recorded, "made": made, "returns": returns,
-                            "inbox": inbox, "shown": shown, "saved_orders": saved_orders, "saved_products": saved_products}
+            phone = read_phone_file(f)
+            # A file the disk fault rolled back (quadctl phone fault PHONE
+            # rollback) lost what it wrote after its snapshot; the file it
+            # replaced is kept as FILE.rolledback-MS, in the order they were.
+            replaced = sorted((g for g in glob.glob(glob.escape(f) + ".rolledback-*") if g.rsplit("-", 1)[-1].isdigit()),
+                              key=lambda g: int(g.rsplit("-", 1)[-1]))
+            if replaced:
+                phone = merge_rolled_back([read_phone_file(g, history_only=True) for g in replaced], phone)
+            phones[name] = phone
         return phones
 
     # ------------------------------------------------------------ run
@@ -350,6 +311,16 @@ class Checker:
                 outcome = a["outcome"]
                 rec = applied.get(a["id"])
                 service = a["type"].split(".", 1)[0]
+                if a.get("forgotten") and outcome == "pending":
+                    # Made, then lost with the phone's file before any
+                    # answer: the device's loss. The services may have
+                    # applied it (its answer was lost with the file).
+                    total["forgotten"] += 1
+                    if rec is None:
+                        total["device_lost"] += 1
+                        self.example("lost", "(the device's) %s %s %s: lost with the phone's rolled-back file, never answered, not applied" % (
+                            name, a["type"], a["id"]))
+                    continue
                 if outcome == "pending":
                     pending += 1
                     total["indeterminate"] += 1
@@ -400,9 +371,15 @@ class Checker:
         total["duplicated"] = dup
         missing = self.cart_missing
         total["lost"] += missing
+        forgotten_events = sum(len(p.get("forgotten_events") or ()) for p in phones.values())
+        device = ""
+        if total["forgotten"] or forgotten_events:
+            device = ("; the devices' own: %d actions lost with rolled-back phone files before any answer (%d of them applied "
+                      "anyway), %d telemetry events lost queued (not the system's)") % (
+                          total["forgotten"], total["forgotten"] - total["device_lost"], self.device_events(stores, phones))
         self.results.insert(lost_at, ("lost", lost + wrong + noreason + missing == 0,
-                                      "%d lost, %d answered differently, %d without a reason, %d cart units missing" % (
-                                          lost, wrong, noreason, missing), ""))
+                                      "%d lost, %d answered differently, %d without a reason, %d cart units missing%s" % (
+                                          lost, wrong, noreason, missing, device), ""))
         self.check_stock(stores)
         self.check_saga(stores)
         self.check_spots(stores)
@@ -1053,6 +1030,47 @@ class Checker:
         self.check("wfr", wfr_bad == 0, "%d writes on objects the phone had read, %d answered at a version not newer than the one read" % (writes, wfr_bad))
         self.check("converged", conv_bad == 0, "%d saved copies after the final read, %d not at the service's version" % (conv_checked, conv_bad))
 
+    def device_events(self, stores, phones):
+        """Telemetry events a phone lost with its rolled-back file while they
+        were still queued, and the collector does not have: the device's
+        loss (counted in counts.device_lost_events)."""
+        forgotten = set()
+        for p in phones.values():
+            forgotten |= p.get("forgotten_events") or set()
+        st = stores.get("telemetry")
+        if not forgotten or st is None or not st.has_table("events"):
+            self.counts["device_lost_events"] = len(forgotten)
+            return len(forgotten)
+        stored = {r["id"] for r in st.rows("SELECT id FROM events")}
+        lost = len(forgotten - stored)
+        self.counts["device_lost_events"] = lost
+        return lost
+
+    @staticmethod
+    def resent_after_rollback(st, phones, recorder):
+        """Conflicting deliveries (event_conflicts) of events recorded by a
+        phone whose file was rolled back, equal to the stored event in all
+        but queued_ms."""
+        rolled = {n for n, p in phones.items() if p.get("rolled_back")}
+        if not rolled or not st.has_table("event_conflicts"):
+            return 0
+        stored = {r["id"]: r for r in st.rows("SELECT id, phone, session, name, ts, offline, props FROM events")}
+        n = 0
+        for r in st.rows("SELECT id, payload, times FROM event_conflicts"):
+            e, kept = r["id"], stored.get(r["id"])
+            if recorder.get(e) not in rolled or kept is None:
+                continue
+            try:
+                sent = json.loads(r["payload"])
+                same = (sent.get("phone") == kept["phone"] and sent.get("session") == kept["session"] and sent.get("name") == kept["name"]
+                        and int(sent.get("ts")) == int(kept["ts"]) and bool(sent.get("offline")) == bool(int(kept["offline"]))
+                        and sent.get("props") == json.loads(kept["props"]))
+            except (ValueError, TypeError):
+                same = False
+            if same:
+                n += int(r["times"])
+        return n
+
     def check_telemetry(self, stores, phones):
         queued = sum(p["telemetry_queued"] for p in phones.values())
         st = stores.get("telemetry")
@@ -1079,7 +1097,20 @@ class Checker:
         for r in st.rows("SELECT id, phone FROM events"):
             times[r["id"]] += 1
             under[r["id"]] = r["phone"]
-        missing = sorted(i for i in recorder if i not in times)
+        # An event a rolled-back phone file lost while it was queued never
+        # reached the collector: the device's loss (the lost check counts it).
+        forgotten = set()
+        for p in phones.values():
+            forgotten |= p.get("forgotten_events") or set()
+        missing = sorted(i for i in recorder if i not in times and i not in forgotten)
+        # A rolled-back phone sends again events its lost file had already
+        # sent, in a batch formed anew: the same event, another queued_ms
+        # (the batch's age). The collector keeps the first and counts the
+        # second conflicting; that is the device's doing, not a collision.
+        resent = self.resent_after_rollback(st, phones, recorder) if conflicting else 0
+        if resent:
+            conflicting -= resent
+            self.example("telemetry", "%d deliveries after a rollback differed from the stored event only in queued_ms (not counted conflicting)" % resent)
         twice = sorted(i for i, n in times.items() if n > 1)
         unmade = sorted(i for i in times if i not in recorder)
         moved = sorted(i for i in times if i in recorder and under[i] != recorder[i])
@@ -1188,6 +1219,106 @@ class Checker:
         }
 
 
+def read_phone_file(f, history_only=False):
+    """What the checker reads of one phone file (history_only: a file a
+    rollback replaced: its actions, history and telemetry queue)."""
+    db = sqlite3.connect("file:%s?mode=ro" % f, uri=True, timeout=30)
+    db.row_factory = sqlite3.Row
+    try:
+        actions = [dict(r) for r in db.execute(
+            "SELECT a.*, a.rowid AS rowid, o.seq AS queued_seq FROM action_log a LEFT JOIN outbox o ON o.id = a.id ORDER BY a.created_ms, a.rowid")]
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        recorded = made = None
+        telemetry_queue = {r[0] for r in db.execute("SELECT id FROM telemetry")}
+        if HISTORY_TABLES <= tables:
+            recorded = {r[0] for r in db.execute("SELECT id FROM chaos_telemetry")} | telemetry_queue
+            made = {r["id"]: dict(r) for r in db.execute("SELECT id, type, body FROM chaos_actions")}
+        if history_only:
+            return {"actions": actions, "recorded": recorded, "made": made, "telemetry_queue": telemetry_queue}
+        outbox = db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+        user = db.execute("SELECT user_id FROM session").fetchone()
+        # The user's news as the phone keeps it (Messages.swift).
+        inbox = [dict(r) for r in db.execute("SELECT id, user_id FROM inbox")] if "inbox" in tables else None
+        # The session log (quad-edge --record-views on) and the
+        # saved copies it is compared with.
+        shown = saved_orders = saved_products = None
+        if "shown" in tables:
+            shown = [dict(r) for r in db.execute("SELECT n, at_ms, kind, view, object, version, action FROM shown ORDER BY n")]
+            saved_orders = {r["id"]: int(r["version"]) for r in db.execute(
+                "SELECT id, version FROM orders WHERE pending IS NULL AND version > 0")}
+            saved_products = {}
+            for r in db.execute("SELECT body FROM saved WHERE key LIKE 'catalog.product.get %'"):
+                try:
+                    body = json.loads(r["body"])
+                    saved_products[body["id"]] = int(body.get("version") or 0)
+                except (ValueError, KeyError, TypeError):
+                    pass
+        # The rental each orders.return is about: from the phone's
+        # returns (the last return of each rental), then the history.
+        returns = {}
+        if "returns" in tables:
+            cols = {r[1] for r in db.execute("PRAGMA table_info(returns)")}
+            if "action" in cols:
+                returns = {r[0]: r[1] for r in db.execute("SELECT action, rental FROM returns WHERE action IS NOT NULL")}
+        for ident, m in (made or {}).items():
+            if m["type"] == "orders.return":
+                try:
+                    returns.setdefault(ident, json.loads(m["body"]).get("order"))
+                except (ValueError, AttributeError):
+                    pass
+    except sqlite3.DatabaseError as e:
+        raise RuntimeError("%s: %s" % (f, e))
+    finally:
+        db.close()
+    return {"actions": actions, "outbox": outbox, "telemetry_queued": len(telemetry_queue),
+            "user": user[0] if user else None, "recorded": recorded, "made": made, "returns": returns,
+            "inbox": inbox, "shown": shown, "saved_orders": saved_orders, "saved_products": saved_products,
+            "forgotten_events": set()}
+
+
+def merge_rolled_back(replaced, phone):
+    """One phone's history across the files its rollbacks replaced (oldest
+    first) and its file now. An action keeps its place from the file that
+    first had it and its outcome from the last that has it; an action only
+    a replaced file had is `forgotten` (the device lost it: the services may
+    still have applied it, and one acknowledged must be applied). Telemetry
+    events the phone recorded and lost while still queued (never
+    acknowledged) are `forgotten_events`: the device's loss, not the
+    system's."""
+    files = replaced + [phone]
+    latest, order = {}, []
+    for k, part in enumerate(files):
+        for a in part["actions"]:
+            if a["id"] not in latest:
+                order.append(a["id"])
+            latest[a["id"]] = (k, a)
+    now_ids = {a["id"] for a in phone["actions"]}
+    actions = []
+    for n, ident in enumerate(order):
+        a = dict(latest[ident][1])
+        a["rowid"] = n + 1  # the phone's order across its files
+        a["forgotten"] = ident not in now_ids
+        actions.append(a)
+    merged = dict(phone)
+    merged["actions"] = actions
+    merged["rolled_back"] = len(replaced)
+    if all(part["made"] is not None for part in files):
+        made = {}
+        for part in files:
+            made.update(part["made"])
+        merged["made"] = made
+    if all(part["recorded"] is not None for part in files):
+        recorded = set(phone["recorded"])
+        forgotten = set()
+        for part in replaced:
+            forgotten |= (part["telemetry_queue"] - recorded)
+        for part in replaced:
+            recorded |= part["recorded"]
+        merged["recorded"] = recorded
+        merged["forgotten_events"] = forgotten
+    return merged
+
+
 def parse_cart(text):
     """A cart as JSON text (product -> quantity), or None."""
     if not text:
@@ -1252,7 +1383,7 @@ def fault_events(path, t0_ms):
     return out
 
 
-KINDS = ("broker", "pg", "edge", "clock")
+KINDS = ("broker", "pg", "edge", "clock", "disk")
 
 
 def fault_windows(path, restart_s=2.0):
@@ -1287,6 +1418,12 @@ def fault_windows(path, restart_s=2.0):
                 open_[tag + ":edge"] = t
             elif body.startswith("quad-edge restarted") and tag + ":edge" in open_:
                 windows.append({"kind": tag, "what": "kill quad-edge", "start": open_.pop(tag + ":edge"), "end": t + 1})
+            elif body.startswith("host pg's disk full ("):
+                open_[tag + ":pg"] = t
+            elif body.startswith("host pg's disk emptied") and tag + ":pg" in open_:
+                windows.append({"kind": tag, "what": "disk full pg", "start": open_.pop(tag + ":pg"), "end": t})
+            elif re.match(r"\S+ file rolled back", body):
+                windows.append({"kind": tag, "what": "rollback " + body.split(" ")[0], "start": t, "end": t + 1})
             elif re.match(r"\S+ [+-]\d+s \(restarted", body):
                 open_[tag + ":" + body.split(" ")[0]] = t
                 open_["skew:" + body.split(" ")[0]] = body.split(" ")[1]

@@ -174,14 +174,14 @@ extension PhoneStore {
                                  generationsLost: kept.total - inFile.total, actionsLost: inFile.actionsLost(since: kept)))
     }
 
-    /// Moves a damaged file, and its journals, to `<path>.damaged-<ms>`
+    /// Moves a damaged file, and its journals, to `<path>.<label>-<ms>`
     /// (a hot journal left beside a new file would be played into it).
     /// Returns where the file went.
-    static func moveAside(_ path: String) throws -> String {
-        let aside = "\(path).damaged-\(Int64(Clock.nowMillis()))"
+    static func moveAside(_ path: String, label: String = "damaged") throws -> String {
+        let aside = "\(path).\(label)-\(Int64(Clock.nowMillis()))"
         for suffix in ["", "-journal", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
             guard rename(path + suffix, aside + suffix) == 0 else {
-                throw StoreError(.other, "cannot move the damaged \(path + suffix) aside to \(aside + suffix): \(String(cString: strerror(errno)))")
+                throw StoreError(.other, "cannot move the \(label) \(path + suffix) aside to \(aside + suffix): \(String(cString: strerror(errno)))")
             }
         }
         return aside
@@ -193,7 +193,8 @@ extension PhoneStore {
 enum FileDamage: String, CaseIterable {
     /// A copy of the file as it is now, for a later `rollback`.
     case snapshot
-    /// The file put back as the snapshot had it: its later writes lost.
+    /// The file put back as the snapshot had it: its later writes lost
+    /// (the file it replaces is kept as `FILE.rolledback-MS`).
     case rollback
     /// Random bytes over the pages from the second to the middle of the
     /// file (the tables' roots among them).
@@ -223,7 +224,13 @@ enum FileDamage: String, CaseIterable {
             guard manager.fileExists(atPath: copy) else {
                 throw .badRequest("no snapshot of \(file): ask edge.fault with kind snapshot first")
             }
-            for suffix in ["", "-journal", "-wal", "-shm"] { unlink(file + suffix) }
+            // The file the snapshot replaces is kept beside it, as a damaged
+            // file is (`FILE.rolledback-MS`): what the phone made and then
+            // lost stays readable, for a harness (deploy/checker.py) to tell
+            // what the device lost from what the system lost.
+            do { _ = try PhoneStore.moveAside(file, label: "rolledback") } catch {
+                throw .internal("cannot keep the file the rollback replaces: \(error)")
+            }
             do { try manager.copyItem(atPath: copy, toPath: file) } catch {
                 throw .internal("cannot put the snapshot \(copy) back as \(file): \(error)")
             }

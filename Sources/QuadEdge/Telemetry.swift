@@ -92,7 +92,11 @@ extension Phone {
             guard let self, self.telemetryInFlight == batch else { return }
             self.telemetryInFlight = nil
             switch result {
-            case .success(let reply) where ![503, 504].contains(reply.quadError?.status ?? 0):
+            // Any 5xx is the collector's failure, not the events' (a 500 on
+            // a full disk, before the store said 503 for it, lost the
+            // batches it answered): they stay queued and go again, under
+            // the same batch id, after the backoff.
+            case .success(let reply) where (reply.quadError?.status ?? 0) < 500:
                 self.settleBatch(batch, reply: reply, count: events.count)
                 self.telemetryAttempt = 0
                 self.telemetryRetryAt = 0

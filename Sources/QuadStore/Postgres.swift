@@ -235,11 +235,22 @@ public final class PostgresDatabase: Database {
             if PQstatus(conn) != CONNECTION_OK || state.hasPrefix("08") || state.hasPrefix("57P0") {
                 throw StoreError(.connection, "postgres: \(message.isEmpty ? "the connection to the server was lost" : message)")
             }
-            // Class 23: integrity constraint violation; 40001/40P01: retry.
-            let kind: StoreError.Kind = state.hasPrefix("23") ? .constraint : (state == "40001" || state == "40P01" ? .busy : .other)
-            throw StoreError(kind, "postgres: \(message)")
+            throw StoreError(PostgresDatabase.kind(ofState: state), "postgres: \(message)")
         }
         return result
+    }
+
+    /// What a failed statement's SQLSTATE says, for the answer it becomes:
+    /// class 23 (an integrity constraint) is the request's conflict;
+    /// 40001/40P01 (serialization, deadlock) and class 53 (insufficient
+    /// resources: memory, connections) are worth a retry, 53100 (the disk
+    /// is full) too, as a full SQLite file is: each a 503, never a 500 that
+    /// a client would take as final.
+    static func kind(ofState state: String) -> StoreError.Kind {
+        if state.hasPrefix("23") { return .constraint }
+        if state == "53100" { return .full }
+        if state == "40001" || state == "40P01" || state.hasPrefix("53") { return .busy }
+        return .other
     }
 
     /// The name `sql` is prepared under on this session, preparing it now

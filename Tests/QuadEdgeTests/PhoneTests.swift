@@ -31,6 +31,8 @@ final class FakeBroker {
     var blackout = false
     /// Telemetry batches whose answer is lost (the collector stored them).
     var dropTelemetry = 0
+    /// Telemetry batches answered with a 500 (the collector failed, stored nothing).
+    var failTelemetry = 0
     var pending: [(due: Int64, route: [[UInt8]], reply: Envelope)] = []
     var inFlightActions = 0
     var maxInFlightActions = 0
@@ -72,6 +74,9 @@ final class FakeBroker {
             case "telemetry.ingest" where dropTelemetry > 0:
                 dropTelemetry -= 1
                 result = nil
+            case "telemetry.ingest" where failTelemetry > 0:
+                failTelemetry -= 1
+                result = .failure(.internal("store: postgres: could not extend file: No space left on device"))
             case "telemetry.ingest": result = .success(["accepted": .int(Int64(request.body["events"]?.array?.count ?? 0)), "duplicate": 0, "conflicting": 0, "rejected": []])
             case "accounts.login": result = .success(["token": "t", "user": "u-1", "role": "student", "expires_at": .int(Int64(Clock.nowMillis()) + 3_600_000)])
             case "accounts.register":
@@ -379,6 +384,23 @@ struct PhoneTests {
         }
         // Events recorded while the batch was out went in a later batch.
         #expect(batches.dropFirst(2).contains { $0.id != batches[0].id } || batches.count == 2)
+    }
+
+    @Test func aBatchTheCollectorFailsWithA500IsKeptAndSentAgain() throws {
+        let rig = try PhoneRig()
+        rig.phone.airplane = true
+        rig.phone.start()
+        rig.phone.record("view.opened", ["view": "home"])
+        let queued = rig.phone.telemetryQueued
+        rig.broker.failTelemetry = 2
+        rig.phone.setAirplane(false)
+        rig.run(forMs: 30_000) { rig.phone.telemetryQueued == 0 }
+        let batches = rig.broker.seen.filter { $0.type == "telemetry.ingest" }
+        try #require(batches.count >= 3, "two 500s, then the batch again: \(batches.count) sent")
+        #expect(rig.phone.telemetryQueued == 0, "stored by the third answer")
+        #expect(batches[0].id == batches[2].id && batches[0].body == batches[2].body, "the same batch after each 500, nothing dropped")
+        #expect((batches[0].body["events"]?.array?.count ?? 0) >= queued)
+        #expect(rig.phone.stats.telemetryRejected == 0)
     }
 
     /// A backoff drawn while the network did not answer (here a sign-in

@@ -102,6 +102,15 @@ final class StorageFaultFileTests {
         #expect(found.generationsLost == 5, "two answers and three actions queued were lost")
         #expect(found.actionsLost == 3, "the three queued after the snapshot; the two answered come back and are sent again under their ids")
         #expect(try db.query("SELECT id FROM outbox ORDER BY seq").map { $0.string("id") } == ["a-0", "a-1"])
+        // The file the rollback replaced is kept beside it, with what was lost.
+        let dir = (file as NSString).deletingLastPathComponent, base = (file as NSString).lastPathComponent
+        let kept = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasPrefix(base + ".rolledback-") && !$0.contains("-journal") }
+        #expect(kept.count == 1, "the replaced file kept as FILE.rolledback-MS: \(kept)")
+        if let name = kept.first {
+            let replaced = try SQLiteDatabase(path: dir + "/" + name)
+            defer { replaced.close() }
+            #expect(try replaced.query("SELECT id FROM outbox ORDER BY seq").map { $0.string("id") } == ["a-10", "a-11", "a-12"])
+        }
         // Opened again: the keychain took the file's generation, no second fault.
         db.close()
         let (again, second) = try PhoneStore.openChecked(file, keychain: keychain, students: students)

@@ -809,3 +809,100 @@ def test_a_saved_copy_behind_the_service_fails_convergence(world):
     rc, out, verdict, checks = session_figures(world)
     assert rc == 1 and failed(verdict) == ["converged"], out
     assert "keeps product p-0002 at version 5; the service has 8" in checks["converged"]["examples"][0], out
+
+
+# A phone file rolled back (deploy/chaos's disk fault: quadctl phone fault
+# PHONE rollback): the file the rollback replaced is kept as
+# FILE.rolledback-MS, and the checker reads the phone's history across both.
+
+def roll_back(world, after):
+    """The phone file as it is now is the snapshot; `after(world)` writes
+    what the file then loses; the file it had is kept beside it as a
+    rollback keeps it, and the snapshot put back."""
+    world.commit()
+    path = os.path.join(world.home, "phones", "phone-001.db")
+    snapshot = sqlite3.connect(path + ".snapshot")
+    world.phone.backup(snapshot)
+    snapshot.close()
+    after(world)
+    world.commit()
+    world.phone.close()
+    os.rename(path, path + ".rolledback-1765000000000")
+    os.rename(path + ".snapshot", path)
+    world.phone = sqlite3.connect(path)
+
+
+def lost_after_the_snapshot(world):
+    # Sent and applied, its answer seen: the services have it.
+    world.act("favorites.add", "f9")
+    # Queued, never answered, never applied: the device's loss.
+    world.act("favorites.add", "f10", outcome="pending", applied=False)
+    world.phone.execute("INSERT INTO outbox (id, type) VALUES ('f10', 'favorites.add')")
+    # One event sent and stored, one still queued when the file lost it.
+    world.record("e5")
+    world.db["telemetry"].execute("INSERT INTO events VALUES ('e5', 'phone-001')")
+    world.record("e6")
+    world.phone.execute("INSERT INTO telemetry VALUES ('e6', NULL)")
+
+
+def test_what_a_rolled_back_phone_file_lost_is_the_devices_loss_not_the_systems(world):
+    roll_back(world, lost_after_the_snapshot)
+    rc, out, verdict = world.check()
+    assert rc == 0, out
+    assert verdict["valid"] and failed(verdict) == []
+    assert verdict["counts"]["forgotten"] == 1 and verdict["counts"]["device_lost"] == 1, verdict["counts"]
+    assert verdict["counts"]["device_lost_events"] == 1, verdict["counts"]
+    lost = [c for c in verdict["checks"] if c["name"] == "lost"][0]
+    assert "1 actions lost with rolled-back phone files" in lost["figures"] and "1 telemetry events lost queued" in lost["figures"], lost
+    # f9, applied, and e5, stored, are the phone's though its file forgot them.
+    assert verdict["telemetry"]["unmade"] == 0 and verdict["telemetry"]["missing"] == 0
+
+
+def test_without_the_replaced_file_what_the_phone_forgot_looks_made_by_no_phone(world):
+    roll_back(world, lost_after_the_snapshot)
+    for f in os.listdir(os.path.join(world.home, "phones")):
+        if ".rolledback-" in f:
+            os.remove(os.path.join(world.home, "phones", f))
+    rc, out, verdict = world.check()
+    assert rc == 1 and "telemetry" in failed(verdict), out
+    assert verdict["telemetry"]["unmade"] == 1
+
+
+def test_an_acknowledged_action_a_rolled_back_file_forgot_must_still_be_applied(world):
+    def acknowledged_then_lost(w):
+        w.act("favorites.add", "f11", applied=False)
+    roll_back(world, acknowledged_then_lost)
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["lost"], out
+    assert "f11: done on the phone, no record in favorites" in out
+
+
+def conflict_after_rollback(world, props_sent):
+    """e5 stored as the lost file sent it; the rolled-back phone sends it
+    again in a batch formed anew: a delivery the collector kept aside."""
+    t = world.db["telemetry"]
+    for col in ("session TEXT", "name TEXT", "ts BIGINT", "offline INTEGER", "props TEXT"):
+        t.execute("ALTER TABLE events ADD COLUMN " + col)
+    t.execute("UPDATE events SET session = 's1', name = 'view.opened', ts = 5, offline = 0, props = '{\"view\":\"home\"}'")
+    t.execute("CREATE TABLE event_conflicts (id TEXT, digest TEXT, payload TEXT, first_ms BIGINT, last_ms BIGINT, times BIGINT)")
+    payload = {"id": "e5", "phone": "phone-001", "session": "s1", "name": "view.opened", "ts": 5, "offline": False,
+               "queued_ms": 900, "props": props_sent}
+    t.execute("INSERT INTO event_conflicts VALUES ('e5', 'd2', ?, 1, 1, 1)", (json.dumps(payload),))
+    t.execute("UPDATE ingest_totals SET conflicting = 1")
+
+
+def test_an_event_a_rolled_back_phone_sends_again_with_another_queued_ms_is_not_a_conflict(world):
+    roll_back(world, lost_after_the_snapshot)
+    conflict_after_rollback(world, {"view": "home"})
+    rc, out, verdict = world.check()
+    assert rc == 0, out
+    examples = [c for c in verdict["checks"] if c["name"] == "telemetry"][0]["examples"]
+    assert verdict["telemetry"]["conflicting"] == 0 and any("only in queued_ms" in e for e in examples), examples
+
+
+def test_an_event_sent_again_with_other_props_after_a_rollback_is_still_a_conflict(world):
+    roll_back(world, lost_after_the_snapshot)
+    conflict_after_rollback(world, {"view": "cart"})
+    rc, out, verdict = world.check()
+    assert rc == 1 and failed(verdict) == ["telemetry"], out
+    assert verdict["telemetry"]["conflicting"] == 1

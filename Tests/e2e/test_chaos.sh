@@ -417,7 +417,8 @@ for kind, least in (("partition", 6), ("kill", 4), ("pause", 2), ("scale", 2)):
 for what, rx in (("broker kill", r"\] broker: kill broker \d+ \("), ("PostgreSQL restart", r"\] pg: restart postgres done"),
                  ("quad-edge kill", r"\] edge: kill quad-edge \("), ("quad-edge restart", r"\] edge: quad-edge restarted"),
                  ("clock skew", r"\] clock: \w+/\d+ [+-]\d+s \(restarted"), ("clock restore", r"\] clock: \w+/\d+ restored"),
-                 ("broker partition", r"\] broker: partition phones"), ("pg partition", r"\] pg: partition \w+ \| pg")):
+                 ("broker partition", r"\] broker: partition phones"), ("pg partition", r"\] pg: partition \w+ \| pg"),
+                 ("phone file rolled back", r"\] disk: phone-\d+ file rolled back"), ("pg disk full", r"\] disk: host pg's disk full \(")):
     if not re.search(rx, faults):
         problems.append("no %s in the faults log" % what)
 # The skew took effect: the skewed worker's log lines jump by its offset

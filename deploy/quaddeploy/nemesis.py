@@ -49,7 +49,8 @@ class BashRandom:
 
 
 def schedule(seed, duration, targets, brokers=1, partition_every=0, kill_every=0, pause_every=0, broker_every=0,
-             pg_every=0, edge_every=0, clock_every=0, max_skew=90, scale_service="none", scale_to=0):
+             pg_every=0, edge_every=0, clock_every=0, max_skew=90, scale_service="none", scale_to=0,
+             disk_every=0, phones=1):
     """The lines of the schedule. targets maps a fault kind (partition, kill,
     pause, pg, clock) to the services it may hit, in the order drawn from."""
     r = BashRandom(seed)
@@ -137,6 +138,27 @@ def schedule(seed, duration, targets, brokers=1, partition_every=0, kill_every=0
                 d = quiet - t
             sched.append("%d clock-restore %s" % (t + d, a))
             t += clock_every
+    if disk_every > 0:
+        # Storage, in turn: a phone's file loses its last writes (a
+        # snapshot, then 5 to 15 s later the file put back as it was: the
+        # phone K of `phones`, by its place among the phone files), and
+        # host pg's disk full for 3 to 8 s, then emptied.
+        k = 0
+        t = 40
+        while t + 5 < quiet:
+            if k % 2 == 0:
+                p = 1 + r.next() % max(1, phones)
+                d = 5 + r.next() % 11
+                if t + d > quiet:
+                    d = quiet - t
+                sched += ["%d phone-snapshot %d" % (t, p), "%d phone-rollback %d" % (t + d, p)]
+            else:
+                d = 3 + r.next() % 6
+                if t + d > quiet:
+                    d = quiet - t
+                sched += ["%d disk-full pg" % t, "%d disk-free pg" % (t + d)]
+            k += 1
+            t += disk_every
     # sort -n -s -k1,1: by time, stable.
     return sorted(sched, key=lambda line: int(line.split(" ", 1)[0]))
 
@@ -166,7 +188,8 @@ def _main(argv):
     ap.add_argument("--duration", type=int, required=True)
     ap.add_argument("--running", default="", help="the running services, space-separated")
     ap.add_argument("--brokers", type=int, default=1)
-    for kind in ("partition", "kill", "pause", "broker", "pg", "edge", "clock"):
+    ap.add_argument("--phones", type=int, default=1, help="the phones of the day (the disk fault picks one)")
+    for kind in ("partition", "kill", "pause", "broker", "pg", "edge", "clock", "disk"):
         ap.add_argument("--%s-every" % kind, type=int, default=0)
     ap.add_argument("--max-skew", type=int, default=90)
     ap.add_argument("--scale-service", default="none")
@@ -176,7 +199,8 @@ def _main(argv):
         lines = schedule(a.seed, a.duration, targets_of(a.running.split()), brokers=a.brokers,
                          partition_every=a.partition_every, kill_every=a.kill_every, pause_every=a.pause_every,
                          broker_every=a.broker_every, pg_every=a.pg_every, edge_every=a.edge_every,
-                         clock_every=a.clock_every, max_skew=a.max_skew, scale_service=a.scale_service, scale_to=a.scale_to)
+                         clock_every=a.clock_every, max_skew=a.max_skew, scale_service=a.scale_service, scale_to=a.scale_to,
+                         disk_every=a.disk_every, phones=a.phones)
     except (ValueError, services_list.ServicesError) as e:
         print("nemesis: error: %s" % e, file=sys.stderr)
         return 1
