@@ -19,7 +19,8 @@ from collections import Counter
 # Which kind a line of faults.log is, tried in order: the first match counts.
 COUNTED = [("broker", r"broker: (kill broker \d+ \(|partition )"), ("pg", r"pg: (restart postgres \(starting|partition )"),
            ("edge", r"edge: kill quad-edge \("), ("clock", r"clock: \S+ [+-]\d+s \(restarted"),
-           ("partition", r"partition "), ("kill", r"kill \w+ \(restarted"), ("pause", r"pause \S+ for "), ("scale", r"scale .*\(starting\)")]
+           ("partition", r"partition "), ("kill", r"kill \w+ \(restarted"), ("pause", r"pause \S+ for "), ("scale", r"scale .*\(starting\)"),
+           ("disk", r"disk: (\S+ file rolled back|host pg's disk full \()")]
 
 
 def faults_by_kind(lines):
