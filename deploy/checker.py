@@ -248,7 +248,10 @@ class Checker:
             # A file the disk fault rolled back (quadctl phone fault PHONE
             # rollback) lost what it wrote after its snapshot; the file it
             # replaced is kept as FILE.rolledback-MS, in the order they were.
-            replaced = sorted((g for g in glob.glob(glob.escape(f) + ".rolledback-*") if g.rsplit("-", 1)[-1].isdigit()),
+            # A damaged one (corrupt, truncate, garbage) was kept as it was
+            # before the damage as FILE.before-KIND-MS.
+            replaced = sorted((g for g in glob.glob(glob.escape(f) + ".rolledback-*") + glob.glob(glob.escape(f) + ".before-*-*")
+                               if g.rsplit("-", 1)[-1].isdigit()),
                               key=lambda g: int(g.rsplit("-", 1)[-1]))
             if replaced:
                 phone = merge_rolled_back([read_phone_file(g, history_only=True) for g in replaced], phone)
@@ -1422,8 +1425,9 @@ def fault_windows(path, restart_s=2.0):
                 open_[tag + ":pg"] = t
             elif body.startswith("host pg's disk emptied") and tag + ":pg" in open_:
                 windows.append({"kind": tag, "what": "disk full pg", "start": open_.pop(tag + ":pg"), "end": t})
-            elif re.match(r"\S+ file rolled back", body):
-                windows.append({"kind": tag, "what": "rollback " + body.split(" ")[0], "start": t, "end": t + 1})
+            elif re.match(r"\S+ file (rolled back|corrupted)", body):
+                windows.append({"kind": tag, "what": ("rollback " if " rolled back" in body else "corrupt ") + body.split(" ")[0],
+                                "start": t, "end": t + 1})
             elif re.match(r"\S+ [+-]\d+s \(restarted", body):
                 open_[tag + ":" + body.split(" ")[0]] = t
                 open_["skew:" + body.split(" ")[0]] = body.split(" ")[1]
@@ -1593,10 +1597,14 @@ def main():
                     help="the run's alerts.json (deploy/chaos run --prometheus): adds the alerts check, and the alerts to the plot")
     ap.add_argument("--title", default="Quad chaos run", help="the HTML report's title")
     ap.add_argument("--install-history", type=int, metavar="N", help="install the history recorder in N phone files of --phones, then exit")
+    ap.add_argument("--history-sql", action="store_true", help="print the history recorder's SQL (quad-edge --file-sql runs it on every phone file it opens), then exit")
     ap.add_argument("--wait", type=float, default=120, help="--install-history: seconds to wait for the phone files (default 120)")
     args = ap.parse_args()
     args.home = os.path.abspath(args.home)
     args.phones = args.phones or os.path.join(args.home, "phones")
+    if args.history_sql:
+        print(HISTORY_SQL)
+        return 0
     if args.install_history is not None:
         return install_history(args.phones, args.install_history, args.wait)
     c = Checker(args)

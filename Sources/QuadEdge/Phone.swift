@@ -47,6 +47,12 @@ public struct EdgeSettings: Sendable {
     /// that reads or writes the files while the phones run). See
     /// ``PhoneStore/open(_:keychain:students:exclusive:)``.
     public var exclusiveFiles = true
+    /// SQL run on each phone's file every time the phone opens it, a new
+    /// file included (one made after a damaged file was moved aside),
+    /// before the phone uses it (`--file-sql`): a harness's triggers, as
+    /// deploy/chaos's history recorder, are then in every file the phone
+    /// ever writes, with no moment without them.
+    public var fileSQL: String?
     /// The PIN every phone's keychain is locked with (`--keychain-pin-file`);
     /// nil keeps each keychain's key in its key file.
     public var keychainPIN: String?
@@ -287,6 +293,7 @@ final class Phone {
         self.keychain = keychain
         let (opened, fault) = try PhoneStore.openChecked(path, keychain: keychain, students: self.students, exclusive: settings.exclusiveFiles)
         db = opened
+        if let sql = settings.fileSQL { try db.executeScript(sql) }
         if settings.recordShown { try Phone.prepareShown(db) }
         let folder = (path.hasSuffix(".db") ? String(path.dropLast(3)) : path) + ".images"
         images = try ImageCache(db: db, folder: folder, agenda: reactor.timers, limits: settings.images)

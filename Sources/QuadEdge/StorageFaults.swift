@@ -197,7 +197,8 @@ enum FileDamage: String, CaseIterable {
     /// (the file it replaces is kept as `FILE.rolledback-MS`).
     case rollback
     /// Random bytes over the pages from the second to the middle of the
-    /// file (the tables' roots among them).
+    /// file (the tables' roots among them). This kind and the two below
+    /// keep the file as it was as `FILE.before-KIND-MS`.
     case corrupt
     /// The file cut to a third of its length, in the middle of a page.
     case truncate
@@ -235,6 +236,13 @@ enum FileDamage: String, CaseIterable {
                 throw .internal("cannot put the snapshot \(copy) back as \(file): \(error)")
             }
         case .corrupt, .truncate, .garbage:
+            // The file as it was is kept beside it (`FILE.before-KIND-MS`),
+            // as a rollback keeps the file it replaces: what the phone had
+            // made before the damage stays readable for a harness.
+            let before = "\(file).before-\(rawValue)-\(Int64(Clock.nowMillis()))"
+            do { try manager.copyItem(atPath: file, toPath: before) } catch {
+                throw .internal("cannot keep a copy of \(file) before damaging it: \(error)")
+            }
             guard let handle = FileHandle(forUpdatingAtPath: file) else { throw .internal("cannot open \(file) to damage it") }
             defer { try? handle.close() }
             do {
@@ -384,6 +392,7 @@ extension Phone {
         try damage.apply(to: file)
         let (reopened, fault) = try PhoneStore.openChecked(file, keychain: keychain, students: students, exclusive: settings.exclusiveFiles)
         db = reopened
+        if let sql = settings.fileSQL { try db.executeScript(sql) }
         if settings.recordShown { try Phone.prepareShown(db) }
         images.db = reopened
         draining = false

@@ -49,6 +49,7 @@ flags.option("control", "control socket (ROUTER) for the harness and quadctl pho
              default: env["QUAD_EDGE_CONTROL"].flatMap { $0.isEmpty ? nil : $0 } ?? "tcp://127.0.0.1:7788")
 flags.option("file-locking", "exclusive: each phone's file is locked by this process while it runs (no lock, journal or cache check per transaction; another process cannot open it meanwhile); shared: other processes may read and write the files while the phones run, each transaction taking its locks (a harness's history recorder) [QUAD_EDGE_FILE_LOCKING]",
              default: env["QUAD_EDGE_FILE_LOCKING"].flatMap { $0.isEmpty ? nil : $0 } ?? "exclusive")
+flags.option("file-sql", "a file of SQL run on each phone's file every time it is opened, a new one included, before the phone uses it (a harness's triggers: deploy/chaos's history recorder)", default: "")
 flags.option("record-views", "on: each phone logs what its views showed, and what its actions read and made, with versions, in its file's shown table, and a campus day ends with a final read (deploy/checker.py's session guarantees; deploy/chaos run sets it); off: no log", default: "off")
 flags.option("control-bind-wait-ms", "how long to keep trying to bind --control when it is taken (a killed process's endpoint, control_bind_wait_ms)", default: "5000")
 flags.option("action-timeout-ms", "how long each attempt of an action waits for an answer", default: "2500")
@@ -117,6 +118,12 @@ case "shared": settings.exclusiveFiles = false
 default: usageError("--file-locking must be exclusive or shared", usage: flags.usage)
 }
 settings.refreshBeforeMs = Int64(positive("refresh-before-ms", 1_000...86_400_000))
+if let path = flags["file-sql"], !path.isEmpty {
+    guard let sql = try? String(contentsOfFile: path, encoding: .utf8) else {
+        usageError("--file-sql: cannot read \(path)", usage: flags.usage)
+    }
+    settings.fileSQL = sql
+}
 switch flags["record-views"] {
 case "on": settings.recordShown = true
 case "off": settings.recordShown = false

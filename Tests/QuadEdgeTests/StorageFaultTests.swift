@@ -150,7 +150,14 @@ struct StorageFaultStackTests {
     }
 
     @Test func aCorruptedFileComesBackSignedInToTheSameAccountWithItsCatalogAndTheLossCounted() throws {
-        let edge = try EdgeStack("storage-corrupt")
+        // A harness's triggers (--file-sql) are in the new file too, from its first moment.
+        let sql = NSTemporaryDirectory() + "quad-file-sql-\(getpid()).sql"
+        try """
+            CREATE TABLE IF NOT EXISTS harness_seen (id TEXT PRIMARY KEY);
+            CREATE TRIGGER IF NOT EXISTS harness_saw AFTER INSERT ON outbox BEGIN INSERT OR IGNORE INTO harness_seen VALUES (NEW.id); END;
+            """.write(toFile: sql, atomically: true, encoding: .utf8)
+        defer { unlink(sql) }
+        let edge = try EdgeStack("storage-corrupt", edgeArguments: ["--file-sql", sql, "--file-locking", "shared"])
         let user = try edge.signIn()
         _ = try savedCatalog(edge)
         // One action queued offline: the damage takes it.
@@ -160,6 +167,13 @@ struct StorageFaultStackTests {
         #expect(reply["kind"]?.string == "corrupt")
         let aside = try FileManager.default.contentsOfDirectory(atPath: edge.phonesDir).filter { $0.hasPrefix("phone-001.db.damaged-") }
         #expect(!aside.isEmpty, "the damaged file is kept beside the new one")
+        let before = try FileManager.default.contentsOfDirectory(atPath: edge.phonesDir).filter { $0.hasPrefix("phone-001.db.before-corrupt-") }
+        #expect(before.count == 1, "the file as it was before the damage is kept too: \(before)")
+        if let name = before.first {
+            let intact = try SQLiteDatabase(path: edge.phonesDir + "/" + name)
+            defer { intact.close() }
+            #expect(try intact.query("SELECT type FROM outbox").map { $0.string("type") } == ["favorites.add"], "what the damage took")
+        }
         let faults = try edge.state()["storage_faults"]
         #expect(faults?["corrupt"]?.int == 1 && faults?["actions_lost"]?.int == 1, "the fault and the action it took are counted: \(String(describing: faults))")
         #expect(try edge.state()["catalog_saved_age_ms"] == .null, "a new file has no saved catalog")
@@ -172,6 +186,10 @@ struct StorageFaultStackTests {
         #expect(try edge.waitDrained()["drained"]?.bool == true)
         #expect(try edge.log().last?["outcome"]?.string == "done")
         #expect(try edge.favoriteChanges(user: user).contains("add p-0009"), "favorites applied it for \(user)")
+        let actionID = try #require(try edge.log().last?["id"]?.string)
+        let again = try SQLiteDatabase(path: edge.phonesDir + "/phone-001.db")
+        defer { again.close() }
+        #expect(try again.query("SELECT id FROM harness_seen").map { $0.string("id") } == [actionID], "--file-sql's trigger ran in the new file")
         #expect(try edge.messages().contains { $0["type"]?.string == "edge.storage" }, "the user is told what the phone lost")
         let lost = try #require(try edge.edge("edge.report")["device_lost"], "the report says what a device lost")
         #expect(lost["corrupt"]?.int == 1 && lost["phones"]?.int == 1 && lost["actions_lost"]?.int == 1, "\(lost)")

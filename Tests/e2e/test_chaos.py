@@ -906,3 +906,24 @@ def test_an_event_sent_again_with_other_props_after_a_rollback_is_still_a_confli
     rc, out, verdict = world.check()
     assert rc == 1 and failed(verdict) == ["telemetry"], out
     assert verdict["telemetry"]["conflicting"] == 1
+
+
+def test_a_damaged_phone_file_kept_as_it_was_before_counts_like_a_rollback(world):
+    """A phone whose file was damaged (deploy/chaos's disk fault: quadctl
+    phone fault PHONE corrupt) starts a new one, signed in again; the file as
+    it was before the damage is kept as FILE.before-corrupt-MS. Everything
+    it held is in the history; what it had not sent is the device's loss."""
+    lost_after_the_snapshot(world)
+    world.commit()
+    world.phone.close()
+    path = os.path.join(world.home, "phones", "phone-001.db")
+    os.rename(path, path + ".before-corrupt-1765000000000")
+    world.phone = sqlite3.connect(path)
+    world.phone.executescript(PHONE_SCHEMA)
+    world.phone.execute("INSERT INTO session VALUES (1, 'u1')")
+    world.act("favorites.add", "f12")
+    rc, out, verdict = world.check()
+    assert rc == 0, out
+    assert verdict["counts"]["forgotten"] == 1 and verdict["counts"]["device_lost"] == 1, verdict["counts"]
+    assert verdict["counts"]["device_lost_events"] == 1 and verdict["telemetry"]["unmade"] == 0
+    assert verdict["counts"]["attempted"] == 9, verdict["counts"]  # six before, f9, f10 and f12 after

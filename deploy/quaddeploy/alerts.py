@@ -83,7 +83,7 @@ EXPECTED = [
      "how": "not expected: quad-edge is not a target of the chaos run's Prometheus"},
     {"fault": "disk: host pg's disk full", "match": r"^disk full pg$", "kind": "disk", "alerts": None,
      "how": "not expected: the services' writes fail with 503 while it lasts; an error-rate alert may fire, which is allowed"},
-    {"fault": "disk: PHONE file rolled back", "match": r"^rollback ", "kind": "disk", "alerts": None,
+    {"fault": "disk: PHONE file rolled back or corrupted", "match": r"^(rollback|corrupt) ", "kind": "disk", "alerts": None,
      "how": "not expected: a phone's file is not scraped; the phone says what it lost and sends its actions again"},
     {"fault": "scale SERVICE to N", "match": r"^scale ", "kind": None, "alerts": None,
      "how": "not expected (not a fault of a process): a scale down makes QuadWorkersLost fire, which is allowed"},

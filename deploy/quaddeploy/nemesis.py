@@ -141,12 +141,16 @@ def schedule(seed, duration, targets, brokers=1, partition_every=0, kill_every=0
     if disk_every > 0:
         # Storage, in turn: a phone's file loses its last writes (a
         # snapshot, then 5 to 15 s later the file put back as it was: the
-        # phone K of `phones`, by its place among the phone files), and
-        # host pg's disk full for 3 to 8 s, then emptied.
+        # phone K of `phones`, by its place among the phone files); host
+        # pg's disk full for 3 to 8 s, then emptied; a phone's file damaged
+        # (pages overwritten, cut short, or all garbage).
         k = 0
         t = 40
         while t + 5 < quiet:
-            if k % 2 == 0:
+            if k % 3 == 2:
+                p = 1 + r.next() % max(1, phones)
+                sched.append("%d phone-%s %d" % (t, ("corrupt", "truncate", "garbage")[r.next() % 3], p))
+            elif k % 3 == 0:
                 p = 1 + r.next() % max(1, phones)
                 d = 5 + r.next() % 11
                 if t + d > quiet:
