@@ -231,6 +231,13 @@ enum PhoneStore {
             );
             ALTER TABLE parking ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
             """),
+        // Issue 30 point 1: each notification's version in the inbox (its
+        // seq when made, higher once marked read), so that no copy goes
+        // back to an older one (Messages.swift, ``Phone/keep(_:)``).
+        Migration(56, """
+            ALTER TABLE inbox ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+            UPDATE inbox SET version = seq;
+            """),
     ]
     static let keychainVersion = 50
 
