@@ -224,8 +224,9 @@ enum Actions {
     /// A reply settles the action: the phone's copy takes the service's values.
     static func confirm(_ db: Database, _ a: QueuedAction, reply: JSON) throws {
         switch a.type {
-        case "favorites.add":
-            try db.execute("UPDATE favorites SET pending = NULL WHERE pending = $1", .text(a.id))
+        case "favorites.add", "favorites.remove":
+            // A reply older than the phone's copy of the favorite settles the action only (FavoriteVersions.swift).
+            try SavedFavorites.take(db, reply: reply, action: a.id, favorite: a.type == "favorites.add")
         case "orders.cart.add", "orders.cart.set", "orders.cart.remove", "orders.cart.clear":
             try takeServiceCart(db, a, reply: reply)
         case "orders.place":
@@ -257,13 +258,19 @@ enum Actions {
         case "reservations.hold", "reservations.checkin", "reservations.checkout", "reservations.cancel":
             let r = reply["reservation"] ?? .null
             let id = r["id"]?.string ?? a.body["reservation"]?.string ?? a.id
+            // A reply older than the phone's copy of the reservation settles the action only (HoldVersions.swift).
+            guard try !SavedHolds.holdsNewer(db, id, than: r) else {
+                try db.execute("UPDATE parking SET pending = NULL WHERE id = $1 AND pending = $2", .text(id), .text(a.id))
+                break
+            }
             try db.execute("""
                 UPDATE parking SET status = COALESCE($2, status), spot = COALESCE($3, spot), lot = COALESCE($4, lot), level = COALESCE($5, level),
                     signal = COALESCE($6, signal), deadline_ms = COALESCE($7, deadline_ms), checked_in_ms = COALESCE($8, checked_in_ms),
-                    ended_ms = COALESCE($9, ended_ms), pending = CASE WHEN pending = $10 THEN NULL ELSE pending END
+                    ended_ms = COALESCE($9, ended_ms), pending = CASE WHEN pending = $10 THEN NULL ELSE pending END, version = $11
                 WHERE id = $1
                 """, .text(id), .of(r["status"]?.string), .of(r["spot"]?.string), .of(r["lot"]?.string), .of(r["level"]?.string),
-                .of(r["signal"]?.string), .of(r["deadline"]?.int), .of(r["checked_in_at"]?.int), .of(r["ended_at"]?.int), .text(a.id))
+                .of(r["signal"]?.string), .of(r["deadline"]?.int), .of(r["checked_in_at"]?.int), .of(r["ended_at"]?.int), .text(a.id),
+                .int(SavedHolds.version(r)))
         default:
             break
         }

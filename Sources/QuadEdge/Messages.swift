@@ -80,22 +80,41 @@ extension Phone {
 
     /// Keeps one notification (an item of `notifications.since` or the body
     /// of a `notifications.news` event) in the inbox; whether it was new.
+    /// One the inbox holds already takes this copy only when it is newer
+    /// (issue 30 pt 1): a notification's `version` is its seq when made
+    /// (a news event's copy, which has none) and rises when it is marked
+    /// read; an older copy (a page read before a mark) is dropped and
+    /// counted (`news_older` in meta), so a notification read never shows unread again.
     @discardableResult
     func keep(_ n: JSON) throws -> Bool {
         guard let id = n["id"]?.string, let seq = n["seq"]?.int else { return false }
+        let version = n["version"]?.int ?? seq
+        if let held = try db.queryOne("SELECT version FROM inbox WHERE id = $1", .text(id))?.int("version") {
+            if held > version {
+                try db.setMeta(Phone.newsOlderKey, String(Phone.newsOlderDropped(db) + 1))
+            } else if version > held {
+                try db.execute("UPDATE inbox SET read = $2, version = $3 WHERE id = $1", .text(id), .int(n["read"]?.bool == true ? 1 : 0), .int(version))
+            }
+            return false
+        }
         return try db.execute("""
-            INSERT INTO inbox (id, seq, user_id, kind, text, ref, ts, read, received_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+            INSERT INTO inbox (id, seq, user_id, kind, text, ref, ts, read, received_ms, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
             ON CONFLICT (id) DO NOTHING
             """, .text(id), .int(seq), .text(n["user"]?.string ?? ""), .text(n["kind"]?.string ?? ""), .text(n["text"]?.string ?? ""),
-                                .text(n["ref"]?.string ?? ""), .int(n["ts"]?.int ?? 0), .int(n["read"]?.bool == true ? 1 : 0), .int(now)) == 1
+                                .text(n["ref"]?.string ?? ""), .int(n["ts"]?.int ?? 0), .int(n["read"]?.bool == true ? 1 : 0), .int(now), .int(version)) == 1
     }
+
+    static let newsOlderKey = "news_older"
+
+    /// How many copies of a notification older than the inbox's were dropped.
+    static func newsOlderDropped(_ db: Database) -> Int { Int((try? db.meta(newsOlderKey)) ?? nil ?? "0") ?? 0 }
 
     /// The inbox, newest first.
     func news(limit: Int = 100) -> [JSON] {
         let rows = (try? db.query("SELECT * FROM inbox ORDER BY seq DESC LIMIT $1", .int(Int64(limit)))) ?? []
         return rows.map { r in
             ["id": .string(r.string("id")), "seq": .int(r.int("seq")), "kind": .string(r.string("kind")), "text": .string(r.string("text")),
-             "ref": .string(r.string("ref")), "ts": .int(r.int("ts")), "read": .bool(r.int("read") == 1)]
+             "ref": .string(r.string("ref")), "ts": .int(r.int("ts")), "read": .bool(r.int("read") == 1), "version": .int(r.int("version"))]
         }
     }
 
@@ -107,7 +126,9 @@ extension Phone {
               let upTo = (try? db.queryOne("SELECT MAX(seq) AS s FROM inbox WHERE read = 0"))??["s"].int else { return }
         request("notifications.read", ["up_to": .int(upTo)], timeoutMs: settings.readTimeoutMs) { [weak self] result in
             guard let self, case .success(let reply) = result, reply.quadError == nil else { return }
-            _ = try? self.db.execute("UPDATE inbox SET read = 1 WHERE seq <= $1", .int(upTo))
+            // What this phone showed unread was marked by this request, at the reply's version.
+            _ = try? self.db.execute("UPDATE inbox SET read = 1, version = CASE WHEN read = 0 THEN MAX(version, $2) ELSE version END WHERE seq <= $1",
+                                     .int(upTo), .int(reply.body["version"]?.int ?? 0))
         }
     }
 }

@@ -220,6 +220,24 @@ enum PhoneStore {
             ALTER TABLE orders ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
             ALTER TABLE orders ADD COLUMN body TEXT;
             """),
+        // Issue 30 point 1: the version of each favorite (removed ones too,
+        // FavoriteVersions.swift) and of each parking reservation
+        // (HoldVersions.swift), the seq of the service's last event about it,
+        // so that no copy goes back to an older one.
+        Migration(55, """
+            CREATE TABLE favorite_versions (
+                product TEXT PRIMARY KEY,
+                version INTEGER NOT NULL
+            );
+            ALTER TABLE parking ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+            """),
+        // Issue 30 point 1: each notification's version in the inbox (its
+        // seq when made, higher once marked read), so that no copy goes
+        // back to an older one (Messages.swift, ``Phone/keep(_:)``).
+        Migration(56, """
+            ALTER TABLE inbox ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+            UPDATE inbox SET version = seq;
+            """),
     ]
     static let keychainVersion = 50
 

@@ -274,14 +274,19 @@ extension Phone {
         request("reservations.mine", ["limit": 100], timeoutMs: settings.readTimeoutMs) { [weak self] result in
             guard let self else { return }
             if case .success(let reply) = result, reply.quadError == nil {
-                for r in reply.body["history"]?.array ?? [] {
+                let active = reply.body["active"].flatMap { $0.isNull ? nil : $0 }
+                for r in (active.map { [$0] } ?? []) + (reply.body["history"]?.array ?? []) {
+                    // A reservation the phone holds takes this state unless
+                    // its copy is newer (HoldVersions.swift).
+                    try? SavedHolds.take(self.db, r)
                     guard let id = r["id"]?.string, r["status"]?.string == "checked_out", let held = r["held_at"]?.int,
                           let inAt = r["checked_in_at"]?.int, let ended = r["ended_at"]?.int else { continue }
                     _ = try? self.db.execute("""
-                        INSERT INTO parking (id, status, lot, spot, level, signal, held_ms, deadline_ms, checked_in_ms, ended_ms)
-                        VALUES ($1, 'checked_out', $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING
+                        INSERT INTO parking (id, status, lot, spot, level, signal, held_ms, deadline_ms, checked_in_ms, ended_ms, version)
+                        VALUES ($1, 'checked_out', $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING
                         """, .text(id), .text(r["lot"]?.string ?? ""), .text(r["spot"]?.string ?? ""), .text(r["level"]?.string ?? ""),
-                                             .text(r["signal"]?.string ?? ""), .int(held), .int(r["deadline"]?.int ?? held), .int(inAt), .int(ended))
+                                             .text(r["signal"]?.string ?? ""), .int(held), .int(r["deadline"]?.int ?? held), .int(inAt), .int(ended),
+                                             .int(SavedHolds.version(r)))
                 }
             }
             then()

@@ -265,6 +265,8 @@ extension Phone {
             case .answered(var reply):
                 // No order in it older than the phone's copy (OrderVersions.swift).
                 reply = self.newestOrders(type, key, reply)
+                // Nor a favorite older than the phone's copy (FavoriteVersions.swift).
+                reply = self.newestFavorites(type, reply)
                 if type == "catalog.product.get" {
                     // A product older than the copy the phone holds (a live
                     // update came first) is not shown over it.
@@ -512,17 +514,14 @@ extension Phone {
             return ViewResult(view: "favorites", source: .local, body: ["items": .array(items), "total": .int(Int64(items.count))], notice: notice)
         }
         if let notice = pendingNotice(["favorites.add", "favorites.remove"]) { done(local(notice)); return }
-        networkThenSaved("favorites", "favorites.list", ["limit": 200], authed: true, onNetwork: { [weak self] body in
-            guard let self, self.pendingNotice(["favorites.add", "favorites.remove"]) == nil else { return }
-            try? self.db.transaction {
-                try self.db.execute("DELETE FROM favorites")
-                for item in body["items"]?.array ?? [] {
-                    try self.db.execute("INSERT INTO favorites (product, added_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                                        .text(item["product"]?.string ?? ""), .int(item["added_at"]?.int ?? 0))
-                }
-            }
-        }) { r in
-            done(r.source == .none && r.error == nil ? local(r.notice) : r)
+        // The service's answer replaces the phone's favorites where it is
+        // not older than them (newestFavorites, FavoriteVersions.swift).
+        networkThenSaved("favorites", "favorites.list", ["limit": 200], authed: true) { [weak self] r in
+            guard let self else { return }
+            if r.source == .none && r.error == nil { done(local(r.notice)); return }
+            // A saved list shows the phone's newer copies (an answer to an action since).
+            guard r.source == .saved else { done(r); return }
+            done(ViewResult(view: r.view, source: r.source, ageMs: r.ageMs, body: SavedFavorites.newest(self.db, r.body).body, notice: r.notice, error: r.error))
         }
     }
 
@@ -645,7 +644,7 @@ extension Phone {
     static func parking(_ r: Row) -> JSON {
         var f: [String: JSON] = ["id": .string(r.string("id")), "status": .string(r.string("status")), "pending": .bool(!r["pending"].isNull)]
         for k in ["lot", "spot", "level", "signal", "reason"] { if let v = r.optionalString(k) { f[k] = .string(v) } }
-        for k in ["deadline_ms", "checked_in_ms", "ended_ms"] { if let v = r[k].int { f[k] = .int(v) } }
+        for k in ["deadline_ms", "checked_in_ms", "ended_ms", "version"] { if let v = r[k].int { f[k] = .int(v) } }
         return .object(f)
     }
 

@@ -17,6 +17,16 @@ import QuadWire
 /// a rental's due day) come from deadlines kept in the store and a sweep on
 /// the worker's timer: a restart loses none, and a hold checked in or
 /// cancelled first is never warned.
+///
+/// Each notification has a version (issue 30 pt 1) from the service's own
+/// counter, the one that numbers notifications (`notification_seq`): its
+/// seq when made, and a new number each time a `notifications.read` marks
+/// it read, written in the transaction that changed it, so that a phone
+/// can tell which of two copies is newer (a `notifications.since` page
+/// read before the mark, the mark's reply). Not an outbox seq, as orders'
+/// versions are: marking read publishes no event. Seqs of notifications
+/// already skip numbers (a fact told twice takes one and writes nothing),
+/// so `notifications.since` pages the same.
 public enum Notifications: ServiceDomain {
     public static let name = "notifications"
     public static let summary = "each user's private news: orders, holds, rentals, listings sold"
@@ -72,6 +82,10 @@ public enum Notifications: ServiceDomain {
             );
             CREATE INDEX rentals_out_by_day ON rentals_out (due_day);
             """),
+        Migration(2, """
+            ALTER TABLE notifications ADD COLUMN version BIGINT NOT NULL DEFAULT 0;
+            UPDATE notifications SET version = seq;
+            """),
     ]
 
     /// The events it reads, by type.
@@ -120,18 +134,28 @@ public enum Notifications: ServiceDomain {
         h.mutation(C.read) { req, body in
             let user = try req.requireUser()
             var marked: Int64 = 0
+            // The version of what this request marks: one number for all,
+            // taken only when there is something to mark.
+            var version: Int64?
+            func stamp() throws -> Int64 {
+                if version == nil { version = try nextSeq(db) }
+                return version!
+            }
             if let ids = body.ids {
                 for id in Set(ids).sorted() {
                     // Another user's notification is not found: its existence is not theirs to learn.
-                    guard try db.queryOne("SELECT seq FROM notifications WHERE id = $1 AND user_id = $2", .text(id), .text(user)) != nil else {
+                    guard let row = try db.queryOne("SELECT read FROM notifications WHERE id = $1 AND user_id = $2", .text(id), .text(user)) else {
                         throw QuadError.notFound("you have no notification '\(id)'")
                     }
-                    marked += Int64(try db.execute("UPDATE notifications SET read = 1 WHERE id = $1 AND read = 0", .text(id)))
+                    guard row.int("read") == 0 else { continue }
+                    marked += Int64(try db.execute("UPDATE notifications SET read = 1, version = $2 WHERE id = $1 AND read = 0", .text(id), .int(try stamp())))
                 }
-            } else if let upTo = body.upTo {
-                marked = Int64(try db.execute("UPDATE notifications SET read = 1 WHERE user_id = $1 AND seq <= $2 AND read = 0", .text(user), .int(upTo)))
+            } else if let upTo = body.upTo,
+                      try db.queryOne("SELECT seq FROM notifications WHERE user_id = $1 AND seq <= $2 AND read = 0 LIMIT 1", .text(user), .int(upTo)) != nil {
+                marked = Int64(try db.execute("UPDATE notifications SET read = 1, version = $3 WHERE user_id = $1 AND seq <= $2 AND read = 0",
+                                              .text(user), .int(upTo), .int(try stamp())))
             }
-            return C.Read.Reply(marked: marked, unread: try unread(db, user))
+            return C.Read.Reply(marked: marked, unread: try unread(db, user), version: marked > 0 ? version : nil)
         }
     }
 
@@ -143,6 +167,7 @@ public enum Notifications: ServiceDomain {
         var n = C.Notification()
         (n.id, n.user, n.seq, n.kind, n.text, n.ref, n.ts, n.read) =
             (r.string("id"), r.string("user_id"), r.int("seq"), r.string("kind"), r.string("text"), r.string("ref"), r.int("created_ms"), r.int("read") == 1)
+        n.version = r.int("version")
         return n
     }
 
@@ -154,17 +179,24 @@ public enum Notifications: ServiceDomain {
     @discardableResult
     static func notify(_ db: Database, user: String, kind: String, text: String, ref: String, fact: String, now: Int64,
                        settings: Settings) throws -> Bool {
-        guard let seq = try db.queryOne("UPDATE notification_seq SET seq = seq + 1 WHERE one = 1 RETURNING seq")?.int("seq") else {
-            throw QuadError.internal("notification_seq row missing")
-        }
+        let seq = try nextSeq(db)
         let id = MessageID.make()
         guard try db.execute("""
-            INSERT INTO notifications (seq, id, user_id, kind, text, ref, fact, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+            INSERT INTO notifications (seq, id, user_id, kind, text, ref, fact, created_ms, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $1)
             ON CONFLICT (fact) DO NOTHING
             """, .int(seq), .text(id), .text(user), .text(kind), .text(text), .text(ref), .text(fact), .int(now)) == 1 else { return false }
         try Outbox.append(db, type: C.news.type, body: C.News(user: user, id: id, seq: seq, kind: kind, text: text, ref: ref, ts: now).json)
         try trim(db, user: user, max: settings.maxInbox)
         return true
+    }
+
+    /// The next number of the service's counter: a new notification's seq,
+    /// or the version a mark gives the notifications it marks.
+    static func nextSeq(_ db: Database) throws -> Int64 {
+        guard let seq = try db.queryOne("UPDATE notification_seq SET seq = seq + 1 WHERE one = 1 RETURNING seq")?.int("seq") else {
+            throw QuadError.internal("notification_seq row missing")
+        }
+        return seq
     }
 
     /// Keeps `user`'s inbox to `max` rows: the oldest read ones go first,

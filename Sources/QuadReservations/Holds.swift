@@ -10,8 +10,17 @@ import QuadWire
 ///
 /// held --checkin before the deadline--> checked_in --checkout--> checked_out
 /// held --deadline passes--> expired; held --cancel--> cancelled
+///
+/// Each move has its event, and the event's seq is the reservation's
+/// version (issue 30 pt 1), written in the transaction of the move, so that
+/// a phone can tell which of two copies of a hold is newer whichever way
+/// each came (the reply to a step, reservations.mine).
 enum Holds {
     static let active = "('held', 'checked_in')"
+
+    static let migrations = [
+        Migration(3, "ALTER TABLE reservations ADD COLUMN version BIGINT NOT NULL DEFAULT 0"),
+    ]
 
     typealias C = Contract.Reservations
 
@@ -58,8 +67,8 @@ enum Holds {
                 }
                 throw QuadError.conflict("spot \(spot) is already held by another driver")
             }
-            let reservation = try load(db, id: req.id, user: user, now: now, clock: clock)
-            try publish(db, C.held, reservation, user: user)
+            var reservation = try load(db, id: req.id, user: user, now: now, clock: clock)
+            reservation.version = try publish(db, C.held, reservation, user: user)
             try LiveLevels.publish(db, spot: spot)
             return C.Hold.Reply(reservation: reservation, holdSeconds: settings.holdSeconds)
         }
@@ -73,8 +82,8 @@ enum Holds {
                 UPDATE reservations SET status = 'checked_in', checked_in_ms = $1 WHERE id = $2 AND status = 'held' AND deadline_ms > $1
                 """, .int(now), .text(id))
             guard changed == 1 else { throw refusal(row, doing: "check in", clock: clock) }
-            let reservation = try load(db, id: id, user: user, now: now, clock: clock)
-            try publish(db, C.checkedin, reservation, user: user)
+            var reservation = try load(db, id: id, user: user, now: now, clock: clock)
+            reservation.version = try publish(db, C.checkedin, reservation, user: user)
             return C.StepReply(reservation: reservation)
         }
 
@@ -89,8 +98,8 @@ enum Holds {
             }
             try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
             try LiveLevels.publish(db, spot: row.string("spot"))
-            let reservation = try load(db, id: id, user: user, now: now, clock: clock)
-            try publish(db, C.checkedout, reservation, user: user)
+            var reservation = try load(db, id: id, user: user, now: now, clock: clock)
+            reservation.version = try publish(db, C.checkedout, reservation, user: user)
             return C.StepReply(reservation: reservation)
         }
 
@@ -106,8 +115,8 @@ enum Holds {
             }
             try db.execute("UPDATE spots SET reservation = NULL WHERE id = $1 AND reservation = $2", .text(row.string("spot")), .text(id))
             try LiveLevels.publish(db, spot: row.string("spot"))
-            let reservation = try load(db, id: id, user: user, now: now, clock: clock)
-            try publish(db, C.cancelled, reservation, user: user)
+            var reservation = try load(db, id: id, user: user, now: now, clock: clock)
+            reservation.version = try publish(db, C.cancelled, reservation, user: user)
             return C.StepReply(reservation: reservation)
         }
 
@@ -183,7 +192,7 @@ enum Holds {
     }
 
     static let selectSQL = """
-        SELECT r.id, r.user_id, r.spot, r.status, r.held_ms, r.deadline_ms, r.checked_in_ms, r.ended_ms,
+        SELECT r.id, r.user_id, r.spot, r.status, r.held_ms, r.deadline_ms, r.checked_in_ms, r.ended_ms, r.version,
                s.lot, s.kind, l.name AS level_name, l.signal
         FROM reservations r JOIN spots s ON s.id = r.spot JOIN levels l ON l.id = s.level
         """
@@ -208,13 +217,20 @@ enum Holds {
         out.secondsLeft = out.status == .held ? max(0, (out.deadline - now + 999) / 1000) : 0
         (out.checkedInAt, out.endedAt) = (r["checked_in_ms"].int, r["ended_ms"].int)
         if out.status == .checkedOut, let checkedIn = out.checkedInAt, let ended = out.endedAt { out.staySeconds = (ended - checkedIn) / 1000 }
+        out.version = r.int("version")
         return out
     }
 
-    /// Appends the event of a reservation's step to the outbox, in the
-    /// transaction of the step.
-    static func publish(_ db: Database, _ event: TypedEvent<C.ReservationEvent>, _ reservation: C.Reservation, user: String) throws {
-        try Outbox.append(db, type: event.type, body: C.ReservationEvent(user: user, reservation: reservation).json)
+    /// Appends the event of a reservation's step to the outbox and makes
+    /// its seq the reservation's version, in the transaction of the step.
+    /// The event's reservation carries no version: its envelope's seq is it.
+    @discardableResult
+    static func publish(_ db: Database, _ event: TypedEvent<C.ReservationEvent>, _ reservation: C.Reservation, user: String) throws -> Int64 {
+        var moved = reservation
+        moved.version = nil
+        let seq = try Outbox.append(db, type: event.type, body: C.ReservationEvent(user: user, reservation: moved).json)
+        try db.execute("UPDATE reservations SET version = $2 WHERE id = $1", .text(reservation.id), .int(seq))
+        return seq
     }
 
     /// Expires every hold whose deadline passed: once each, whichever worker

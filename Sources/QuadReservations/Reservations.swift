@@ -165,7 +165,7 @@ public enum Reservations: ServiceDomain {
                 lease_until_ms BIGINT NOT NULL
             );
             """),
-    ] + Photos.migrations + LiveLevels.migrations
+    ] + Photos.migrations + LiveLevels.migrations + Holds.migrations
 
     public static func check(options: [String: String]) throws(UsageError) {
         _ = try settings(options)

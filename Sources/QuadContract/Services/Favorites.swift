@@ -14,6 +14,9 @@ extension Contract.Favorites {
     /// the catalog (``summarySchema``), null when the copy lacks the product.
     static let summaryOrNull: Shape = .oneOf([.ref("summary.schema.json"), .null])
 
+    /// What a favorite's `version` is, in every answer that gives one.
+    static let versionDescription = "The favorite's version: the seq of the favorites service's last event about this user's favorite of this product (favorites.added or favorites.removed, whose envelope seq is the new version), 0 when it never had one. It outlives a removal. Of two copies of a favorite (a favorite, or not one), the one with the higher version is the newer, whichever way each came (the reply to favorites.add or favorites.remove, favorites.list)."
+
     /// favorites.add and favorites.remove: the product.
     public struct ProductRequest: Body {
         public var product = ""
@@ -28,9 +31,11 @@ extension Contract.Favorites {
         public var favorite = false
         public var changed = false
         public var users: Int64 = 0
+        /// The seq of the service's last event about this favorite (see `version`'s description).
+        public var version: Int64?
         public init() {}
-        public init(product: String, favorite: Bool, changed: Bool, users: Int64) {
-            (self.product, self.favorite, self.changed, self.users) = (product, favorite, changed, users)
+        public init(product: String, favorite: Bool, changed: Bool, users: Int64, version: Int64? = nil) {
+            (self.product, self.favorite, self.changed, self.users, self.version) = (product, favorite, changed, users, version)
         }
         /// `favorite` is the constant this reply always carries.
         static func declared(favorite: Bool, minUsers: Int64) -> [Field<Self>] {
@@ -39,6 +44,7 @@ extension Contract.Favorites {
                 .field(\.favorite, "favorite", .const(.bool(favorite))),
                 .field(\.changed, "changed", .bool),
                 .field(\.users, "users", .int(min: minUsers)),
+                .field(\.version, "version", .int(min: 0).described(versionDescription).optional),
             ]
         }
         public static let fields: [Field<Self>] = declared(favorite: true, minUsers: 0)
@@ -81,12 +87,16 @@ extension Contract.Favorites {
             public var product = ""
             public var addedAt: Int64 = 0
             public var summary: JSON?
+            public var version: Int64?
             public init() {}
-            public init(product: String, addedAt: Int64, summary: JSON?) { (self.product, self.addedAt, self.summary) = (product, addedAt, summary) }
+            public init(product: String, addedAt: Int64, summary: JSON?, version: Int64? = nil) {
+                (self.product, self.addedAt, self.summary, self.version) = (product, addedAt, summary, version)
+            }
             public static let fields: [Field<Self>] = [
                 .field(\.product, "product", .string(1...64)),
                 .field(\.addedAt, "added_at", .int(min: 0)),
                 .field(\.summary, "summary", summaryOrNull),
+                .field(\.version, "version", .int(min: 0).described(versionDescription).optional),
             ]
         }
         public struct Reply: Body {
@@ -94,15 +104,18 @@ extension Contract.Favorites {
             public var total: Int64 = 0
             public var offset: Int64 = 0
             public var limit: Int64 = 0
+            /// The newest version of any of the caller's favorites, removed ones too.
+            public var version: Int64?
             public init() {}
-            public init(items: [Item], total: Int64, offset: Int64, limit: Int64) {
-                (self.items, self.total, self.offset, self.limit) = (items, total, offset, limit)
+            public init(items: [Item], total: Int64, offset: Int64, limit: Int64, version: Int64? = nil) {
+                (self.items, self.total, self.offset, self.limit, self.version) = (items, total, offset, limit, version)
             }
             public static let fields: [Field<Self>] = [
                 .field(\.items, "items", .array(of: Item.shape, max: 200)),
                 .field(\.total, "total", .int(min: 0)),
                 .field(\.offset, "offset", .int(min: 0)),
                 .field(\.limit, "limit", .int(1...200)),
+                .field(\.version, "version", .int(min: 0).described("The list's version: the highest version of any of the caller's favorites, removed ones included, when the list was read. A favorite a phone holds at a higher version than this that the list lacks was added after the list was read; one at this version or lower that the list lacks was removed.").optional),
             ]
         }
     }

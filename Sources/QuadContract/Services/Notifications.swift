@@ -23,6 +23,8 @@ extension Contract.Notifications {
         public var ref = ""
         public var ts: Int64 = 0
         public var read = false
+        /// The service's version of it (see `version`'s description).
+        public var version: Int64?
         public init() {}
         public static let fields: [Field<Self>] = [
             .field(\.id, "id", .string(1...64)),
@@ -36,6 +38,7 @@ extension Contract.Notifications {
                 .described("The order, reservation or listing it is about.")),
             .field(\.ts, "ts", .int(min: 0).described("ms since epoch.")),
             .field(\.read, "read", .bool),
+            .field(\.version, "version", .int(min: 1).described("The notification's version: its seq when made, then the number the notifications service's counter (the one that numbers notifications) gave the notifications.read that marked it read. Of two copies of a notification, the one with the higher version is the newer, whichever way each came (notifications.since, notifications.news, whose copy is at its seq, the reply to notifications.read).").optional),
         ]
     }
 
@@ -92,11 +95,13 @@ extension Contract.Notifications {
         public struct Reply: Body {
             public var marked: Int64 = 0
             public var unread: Int64 = 0
+            public var version: Int64?
             public init() {}
-            public init(marked: Int64, unread: Int64) { (self.marked, self.unread) = (marked, unread) }
+            public init(marked: Int64, unread: Int64, version: Int64? = nil) { (self.marked, self.unread, self.version) = (marked, unread, version) }
             public static let fields: [Field<Self>] = [
                 .field(\.marked, "marked", .int(min: 0).described("How many this request changed from unread to read.")),
                 .field(\.unread, "unread", .int(min: 0)),
+                .field(\.version, "version", .int(min: 1).described("The version the notifications this request marked now have; absent when it marked none.").optional),
             ]
         }
     }

@@ -166,6 +166,8 @@ extension Contract.Reservations {
         public var checkedInAt: Int64?
         public var endedAt: Int64?
         public var staySeconds: Int64?
+        /// The seq of the reservations service's last event about it (see `version`'s description).
+        public var version: Int64?
         public init() {}
         public static let fields: [Field<Self>] = [
             .field(\.id, "id", .string(1...64)
@@ -188,6 +190,7 @@ extension Contract.Reservations {
                 .described("Checked out, expired or cancelled at.")),
             .field(\.staySeconds, "stay_seconds", .int(min: 0).nullable
                 .described("From check-in to check-out, once checked out.")),
+            .field(\.version, "version", .int(min: 0).described("The reservation's version: the seq of the reservations service's last event about it (reservations.held, reservations.checkedin, reservations.checkedout, reservations.cancelled or reservations.expired, whose envelope seq is the new version). Of two copies of a reservation, the one with the higher version is the newer, whichever way each came (the reply to reservations.hold, .checkin, .checkout or .cancel, reservations.mine). Absent from the events' own reservation: the event's seq is its version.").optional),
         ]
     }
 
