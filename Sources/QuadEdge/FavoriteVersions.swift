@@ -105,6 +105,30 @@ enum SavedFavorites {
         return (.object(body), older)
     }
 
+    /// `shown` (a list as ``newest`` gave it) with the favorite changes
+    /// still queued applied on top, oldest first: an add puts its product
+    /// first (marked `pending`) unless listed, a remove takes it out.
+    static func rebased(_ db: Database, _ shown: JSON) -> JSON {
+        guard case .object(var body) = shown, var items = body["items"]?.array,
+              let queued = try? db.query("SELECT type, body, created_ms FROM outbox WHERE type IN ('favorites.add', 'favorites.remove') ORDER BY seq")
+        else { return shown }
+        for change in queued {
+            guard let product = (try? JSON.parse(change.string("body")))?["product"]?.string else { continue }
+            let at = items.firstIndex { $0["product"]?.string == product }
+            if change.string("type") == "favorites.remove" {
+                if let at { items.remove(at: at) }
+            } else if let at, case .object(var fields) = items[at] {
+                fields["pending"] = true
+                items[at] = .object(fields)
+            } else if at == nil {
+                items.insert(["product": .string(product), "added_at": .int(change.int("created_ms")), "summary": .null, "pending": true], at: 0)
+            }
+        }
+        body["items"] = .array(items)
+        body["total"] = .int(Int64(items.count))
+        return .object(body)
+    }
+
     /// Makes the phone's favorites those of `shown` (a list as ``newest``
     /// gave it), recording each one's version and, for each favorite left
     /// out, that it is not one as of the list's version.

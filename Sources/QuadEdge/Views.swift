@@ -513,15 +513,21 @@ extension Phone {
             }
             return ViewResult(view: "favorites", source: .local, body: ["items": .array(items), "total": .int(Int64(items.count))], notice: notice)
         }
-        if let notice = pendingNotice(["favorites.add", "favorites.remove"]) { done(local(notice)); return }
         // The service's answer replaces the phone's favorites where it is
         // not older than them (newestFavorites, FavoriteVersions.swift).
+        // While changes wait to be sent, the list shown is the service's
+        // latest with them applied on top, in order (a rebase): a favorite
+        // added elsewhere shows, and no answer undoes a change still queued.
         networkThenSaved("favorites", "favorites.list", ["limit": 200], authed: true) { [weak self] r in
             guard let self else { return }
-            if r.source == .none && r.error == nil { done(local(r.notice)); return }
+            let waiting = self.pendingNotice(["favorites.add", "favorites.remove"])
+            if r.source == .none && r.error == nil { done(local([r.notice, waiting].compactMap { $0 }.joined(separator: "; "))); return }
+            guard r.error == nil else { done(r); return }
             // A saved list shows the phone's newer copies (an answer to an action since).
-            guard r.source == .saved else { done(r); return }
-            done(ViewResult(view: r.view, source: r.source, ageMs: r.ageMs, body: SavedFavorites.newest(self.db, r.body).body, notice: r.notice, error: r.error))
+            var body = r.source == .saved ? SavedFavorites.newest(self.db, r.body).body : r.body
+            if waiting != nil { body = SavedFavorites.rebased(self.db, body) }
+            let notice = [r.notice, waiting].compactMap { $0 }.joined(separator: "; ")
+            done(ViewResult(view: r.view, source: r.source, ageMs: r.ageMs, body: body, notice: notice.isEmpty ? nil : notice, error: r.error))
         }
     }
 
