@@ -12,7 +12,7 @@ import QuadWire
 ///
 /// | kind | when | object, version |
 /// |---|---|---|
-/// | `view` | a view is shown (after its saved copies and queued actions are applied) | each product (`product:ID`) and order (`order:ID`) in it, at the version it shows; each level of a lot (`level:LOT/ID`) at its seq |
+/// | `view` | a view is shown (after its saved copies and queued actions are applied) | each product (`product:ID`), order (`order:ID`), parking reservation (`reservation:ID`), notification (`notification:ID`) and favorite (`favorite:PRODUCT`) in it, at the version it shows; each level of a lot (`level:LOT/ID`) at its seq |
 /// | `act` | an action is queued | the object it acts on (the order returned or cancelled, the product bought), at the newest version the phone held of it then |
 /// | `ack` | a service acknowledged the action | each object of the answer with its version (the order an `orders.place` made) |
 ///
@@ -37,8 +37,12 @@ extension Phone {
 
     /// The versioned objects in `body`, depth first: an object with an
     /// integer `version` is an order when its `order` is a string (the
-    /// orders service's id field), else a product when its `id` is. An
-    /// order still queued (no version yet) is not one.
+    /// orders service's id field); with a string `id`, a parking
+    /// reservation when it names a `spot`, a notification when it has a
+    /// `text` and a `read`, else a product; with a string `product` and no
+    /// `id`, the user's favorite of that product (a favorites list item, the
+    /// reply to favorites.add or .remove). Something still queued (no
+    /// version yet) is not one.
     static func versioned(_ body: JSON) -> [(object: String, version: Int64)] {
         var out: [(String, Int64)] = []
         func walk(_ j: JSON) {
@@ -48,7 +52,15 @@ extension Phone {
                     if let order = fields["order"]?.string {
                         out.append(("order:" + order, v))
                     } else if let id = fields["id"]?.string {
-                        out.append(("product:" + id, v))
+                        if fields["spot"] != nil {
+                            out.append(("reservation:" + id, v))
+                        } else if fields["text"] != nil && fields["read"] != nil {
+                            out.append(("notification:" + id, v))
+                        } else {
+                            out.append(("product:" + id, v))
+                        }
+                    } else if let product = fields["product"]?.string {
+                        out.append(("favorite:" + product, v))
                     }
                 }
                 for (_, value) in fields { walk(value) }
