@@ -1425,6 +1425,10 @@ def fault_windows(path, restart_s=2.0):
                 open_[tag + ":pg"] = t
             elif body.startswith("host pg's disk emptied") and tag + ":pg" in open_:
                 windows.append({"kind": tag, "what": "disk full pg", "start": open_.pop(tag + ":pg"), "end": t})
+            elif re.match(r"\S+ quad-edge killed inside", body):
+                open_[tag + ":crash"] = t
+            elif body.startswith("quad-edge restarted") and tag + ":crash" in open_:
+                windows.append({"kind": tag, "what": "crash quad-edge", "start": open_.pop(tag + ":crash"), "end": t + 1})
             elif re.match(r"\S+ file (rolled back|corrupted)", body):
                 windows.append({"kind": tag, "what": ("rollback " if " rolled back" in body else "corrupt ") + body.split(" ")[0],
                                 "start": t, "end": t + 1})

@@ -345,8 +345,16 @@ extension Phone {
     /// starts the phone again on it, which finds the fault. `done` gets
     /// the phone's state after.
     func injectFault(_ kindName: String?, _ done: @escaping (Result<JSON, QuadError>) -> Void) throws(QuadError) {
+        // The process killed in the middle of this phone's next write (its
+        // next commit, whatever it writes): answered at once, armed.
+        if kindName == "crash" {
+            db.killAtNextCommit()
+            Log.info("edge/\(name)", "storage fault armed: this process is killed (SIGKILL) inside the phone's next commit")
+            done(.success(["phone": .string(name), "kind": "crash", "armed": true]))
+            return
+        }
         guard let kindName, let kind = FileDamage(rawValue: kindName) else {
-            throw .badRequest("body.kind must be one of \(FileDamage.allCases.map(\.rawValue).joined(separator: ", "))")
+            throw .badRequest("body.kind must be one of \((FileDamage.allCases.map(\.rawValue) + ["crash"]).joined(separator: ", "))")
         }
         guard kind.stopsThePhone else {
             try kind.apply(to: file)

@@ -296,6 +296,15 @@ public final class SQLiteDatabase: Database {
         }
     }
 
+    /// Fault injection (quad-edge's `edge.fault crash`): the process is
+    /// killed with SIGKILL at this connection's next commit, from SQLite's
+    /// commit hook, inside the commit: what that transaction wrote is in
+    /// the journal and the pages, not committed, as a process killed in the
+    /// middle of a write leaves it; the next open rolls it back.
+    public func killAtNextCommit() {
+        sqlite3_commit_hook(db, { _ in raise(SIGKILL); return 1 }, nil)
+    }
+
     public func transaction<T>(immediate: Bool, _ body: () throws -> T) throws -> T {
         if depth > 0 {
             // Nested: a savepoint inside the open transaction.

@@ -25,7 +25,9 @@ enum PhoneCommand {
                                    what it is synced through: the last action acknowledged
                                    and what its answer made; exit 1 if changes still wait
           fault PHONE KIND         a storage fault on the phone's file: snapshot, rollback (to the
-                                   snapshot), corrupt, truncate or garbage; the phone restarts on it
+                                   snapshot), corrupt, truncate or garbage (the phone restarts on
+                                   it), or crash (the quad-edge process killed inside the phone's
+                                   next commit)
           report                   the campus day's report so far
           stop                     stop the quad-edge process (its phones keep their files)
 
@@ -76,7 +78,7 @@ enum PhoneCommand {
         case "synced":
             (type, request) = ("edge.wait", ["phone": .string(arg(1, "a PHONE")), "timeout_ms": .int(timeout)])
         case "fault":
-            (type, request) = ("edge.fault", ["phone": .string(arg(1, "a PHONE")), "kind": .string(arg(2, "a KIND: snapshot, rollback, corrupt, truncate or garbage"))])
+            (type, request) = ("edge.fault", ["phone": .string(arg(1, "a PHONE")), "kind": .string(arg(2, "a KIND: snapshot, rollback, corrupt, truncate, garbage or crash"))])
         case "report":
             (type, request) = ("edge.report", [:])
         case "stop":

@@ -222,9 +222,12 @@ struct EdgeStackTests {
         // The control process is not needed: the day runs in its own process.
         try edge.edge("edge.stop")
         let report = edge.stack.dir + "/campus-report.json"
+        // 45 s of day: a rental is rented, confirmed, then returned by a
+        // student who opens the rentals screen; in 30 s on a machine busy
+        // with other tests, no student got that far once in CI.
         let day = try edge.stack.start("campus", executable: "quad-edge", arguments: [
             "run", "--frontend", edge.stack.endpoints.frontend, "--dir", edge.stack.dir + "/campus-phones", "--phones", "200",
-            "--control", "none", "--seed", "11", "--speed", "20", "--duration", "30", "--hold-seconds", "8", "--report", report,
+            "--control", "none", "--seed", "11", "--speed", "20", "--duration", "45", "--hold-seconds", "8", "--report", report,
         ])
         let deadline = Date().addingTimeInterval(240)
         while day.isRunning && Date() < deadline { usleep(200_000) }

@@ -227,4 +227,34 @@ struct StorageFaultStackTests {
         let lost = try #require(try edge.edge("edge.report")["device_lost"])
         #expect(lost["rolled_back"]?.int == 1, "\(lost)")
     }
+
+    /// The chaos run's crash: the quad-edge process killed inside a phone's
+    /// commit. Started again on the same files, the phone opens its file
+    /// whole (SQLite's journal takes back the half-done write), signed in,
+    /// with everything committed before.
+    @Test func aProcessKilledInsideAPhonesCommitLeavesTheFileWholeWithWhatWasCommitted() throws {
+        let edge = try EdgeStack("storage-crash", edgeArguments: ["--file-locking", "shared"])
+        let user = try edge.signIn()
+        let first = try edge.act("favorites.add", ["product": "p-0003"])
+        #expect(try edge.waitDrained()["drained"]?.bool == true)
+        let armed = try edge.edge("edge.fault", ["phone": "phone-001", "kind": "crash"])
+        #expect(armed["armed"]?.bool == true)
+        // The phone's next write (this action's, or a telemetry batch's) is the one killed.
+        _ = try? edge.act("favorites.add", ["product": "p-0004"])
+        let process = try #require(edge.stack.process("edge"))
+        let until = Clock.monotonicMillis() + 30_000
+        while process.isRunning {
+            try #require(Clock.monotonicMillis() < until, "quad-edge was not killed at the phone's next commit")
+            usleep(50_000)
+        }
+        #expect(process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL, "killed by SIGKILL")
+
+        try edge.startEdge(["--file-locking", "shared"])
+        #expect(try edge.state()["user"]?.string == user, "the session survived the crash")
+        #expect(try edge.log().first { $0["id"]?.string == first }?["outcome"]?.string == "done", "what was committed before stays")
+        #expect(try edge.waitDrained()["drained"]?.bool == true)
+        let file = try SQLiteDatabase(path: edge.phonesDir + "/phone-001.db")
+        defer { file.close() }
+        #expect(try file.query("PRAGMA integrity_check").first?.string("integrity_check") == "ok")
+    }
 }

@@ -20,7 +20,7 @@ from collections import Counter
 COUNTED = [("broker", r"broker: (kill broker \d+ \(|partition )"), ("pg", r"pg: (restart postgres \(starting|partition )"),
            ("edge", r"edge: kill quad-edge \("), ("clock", r"clock: \S+ [+-]\d+s \(restarted"),
            ("partition", r"partition "), ("kill", r"kill \w+ \(restarted"), ("pause", r"pause \S+ for "), ("scale", r"scale .*\(starting\)"),
-           ("disk", r"disk: (\S+ file (rolled back|corrupted)|host pg's disk full \()")]
+           ("disk", r"disk: (\S+ file (rolled back|corrupted)|host pg's disk full \(|\S+ quad-edge killed inside)")]
 
 
 def faults_by_kind(lines):

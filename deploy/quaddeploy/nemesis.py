@@ -143,14 +143,20 @@ def schedule(seed, duration, targets, brokers=1, partition_every=0, kill_every=0
         # snapshot, then 5 to 15 s later the file put back as it was: the
         # phone K of `phones`, by its place among the phone files); host
         # pg's disk full for 3 to 8 s, then emptied; a phone's file damaged
-        # (pages overwritten, cut short, or all garbage).
+        # (pages overwritten, cut short, or all garbage); quad-edge killed
+        # inside a phone's next commit (not in the last 20 s of the day, as
+        # the edge kind).
         k = 0
         t = 40
         while t + 5 < quiet:
-            if k % 3 == 2:
+            if k % 4 == 3:
+                p = 1 + r.next() % max(1, phones)
+                if t + 20 <= duration:
+                    sched.append("%d phone-crash %d" % (t, p))
+            elif k % 4 == 2:
                 p = 1 + r.next() % max(1, phones)
                 sched.append("%d phone-%s %d" % (t, ("corrupt", "truncate", "garbage")[r.next() % 3], p))
-            elif k % 3 == 0:
+            elif k % 4 == 0:
                 p = 1 + r.next() % max(1, phones)
                 d = 5 + r.next() % 11
                 if t + d > quiet:

@@ -347,8 +347,8 @@ extension Contract.Edge {
                 "fault.request": .object([
                     "phone": .string(1...64)
                         .described("A phone's name in this process, such as phone-001 (optional when the process runs one phone).").optional,
-                    "kind": .choice(["snapshot", "rollback", "corrupt", "truncate", "garbage"])
-                        .described("snapshot: copy the phone's file aside (it keeps running); rollback: stop the phone, put the snapshot back (writes since it are lost, as a power loss without fsync loses them) and start it again; corrupt, truncate, garbage: stop it, overwrite pages with random bytes, cut the file short or replace it with bytes that are not a database, and start it again. The phone finds the damage at open, moves a damaged file aside, signs in again to its account and rebuilds from the services."),
+                    "kind": .choice(["snapshot", "rollback", "corrupt", "truncate", "garbage", "crash"])
+                        .described("snapshot: copy the phone's file aside (it keeps running); rollback: stop the phone, put the snapshot back (writes since it are lost, as a power loss without fsync loses them) and start it again; corrupt, truncate, garbage: stop it, overwrite pages with random bytes, cut the file short or replace it with bytes that are not a database, and start it again. The phone finds the damage at open, moves a damaged file aside, signs in again to its account and rebuilds from the services. corrupt, truncate and garbage keep the file as it was as FILE.before-KIND-MS, rollback the file it replaces as FILE.rolledback-MS. crash: the quad-edge process is killed (SIGKILL) inside the phone's next commit, its write half done; answered at once, armed."),
                 ])
                     .described("A storage fault on one phone's file, for tests and chaos runs."),
                 "fault.reply": .object([
@@ -356,6 +356,7 @@ extension Contract.Edge {
                     "kind": .string(),
                     "snapshot": .string().described("snapshot: where the copy is.").optional,
                     "state": .ref("#/$defs/phone_state").described("The phone's state once started again.").optional,
+                    "armed": .const(true).described("crash: the kill waits for the phone's next commit.").optional,
                 ]),
                 "stop.request": .object(),
                 "stop.reply": .object([
