@@ -59,6 +59,7 @@ struct CartVersionTests {
         next = Self.cart(5, ("p-2", 1))
         #expect(Self.act(rig, "orders.cart.clear", [:]))
         #expect(try Self.lines(rig) == [:] && SavedCart.held(rig.phone.db) == 6 && SavedCart.olderDropped(rig.phone.db) == 2)
+        #expect(OrderVersionTests.view(rig, "cart")?.body["version"] == 6, "the cart view shows the version")
     }
 
     /// While a later cart action waits, a reply's cart is not taken, nor
