@@ -387,13 +387,16 @@ enum Actions {
     /// as the truth, unless another cart change (or an order from the cart)
     /// is still queued (any order, to keep it simple), whose optimistic update the service's cart does not
     /// show yet; the last of them to settle brings the phone's cart in line.
-    /// A line keeps the phone's added_ms (the order it is shown in).
+    /// A cart older than the one the phone last took settles the action
+    /// only (CartVersions.swift). A line keeps the phone's added_ms (the
+    /// order it is shown in).
     static func takeServiceCart(_ db: Database, _ a: QueuedAction, reply: JSON) throws {
         guard let lines = reply["lines"]?.array else { return }
         let later = try db.queryOne("""
             SELECT 1 AS one FROM outbox WHERE id <> $1 AND (type LIKE 'orders.cart.%' OR type = 'orders.place') LIMIT 1
             """, .text(a.id))
-        guard later == nil else { return }
+        guard later == nil, try !SavedCart.holdsNewer(db, than: reply) else { return }
+        try SavedCart.took(db, reply)
         var kept: [String: Int64] = [:]
         for r in try db.query("SELECT product, added_ms FROM cart") { kept[r.string("product")] = r.int("added_ms") }
         try db.execute("DELETE FROM cart")

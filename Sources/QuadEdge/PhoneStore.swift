@@ -238,6 +238,12 @@ enum PhoneStore {
             ALTER TABLE inbox ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
             UPDATE inbox SET version = seq;
             """),
+        // Issue 30 point 1: the version of the cart the phone last took
+        // from the service (its own counter's, CartVersions.swift), so that
+        // the phone's cart never goes back to an older one.
+        Migration(57, """
+            INSERT OR IGNORE INTO meta (key, value) VALUES ('cart_version', '0');
+            """),
     ]
     static let keychainVersion = 50
 

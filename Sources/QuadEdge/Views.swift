@@ -541,7 +541,8 @@ extension Phone {
             return ["product": .string(r.string("product")), "quantity": .int(r.int("quantity")), "name": .string(r.string("name")),
                     "unit_price": .double(r.double("price"))]
         }
-        return ["lines": .array(lines), "subtotal": .double((total * 100).rounded() / 100)]
+        // The version of the cart the phone last took from the service (CartVersions.swift).
+        return ["lines": .array(lines), "subtotal": .double((total * 100).rounded() / 100), "version": .int((try? SavedCart.held(db)) ?? 0)]
     }
 
     /// Orders: the service's list merged into the phone's history (the

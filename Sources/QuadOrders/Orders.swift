@@ -31,6 +31,7 @@ public enum Orders: ServiceDomain {
         Migration(1, OrderRecord.migration + Cart.migration + CatalogCopy.migration + Buyers.migration),
         Migration(2, OrderRecord.rentalMigration),
         Migration(3, OrderRecord.versionMigration),
+        Migration(4, Cart.versionMigration),
     ]
 
     public static func install(on worker: Worker, db: Database, options: [String: String]) throws {

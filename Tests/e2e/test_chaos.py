@@ -9,6 +9,7 @@ checker reads). The history recorder (--install-history) is tried on a file
 with the phone's tables. Tests/e2e/test_chaos_faults.py makes the checker
 fail on a real broken build."""
 
+import itertools
 import json
 import os
 import sqlite3
@@ -293,9 +294,14 @@ def test_a_cart_add_done_without_its_unit_is_lost(world):
     assert verdict["counts"]["lost"] == 2 and "2 cart units missing" in out
 
 
+CART_VERSIONS = itertools.count(1)
+
+
 def cart_reply(cart):
-    """The reply envelope orders keeps for a cart action: the cart after it."""
-    return json.dumps({"kind": "reply", "body": {"lines": [{"product": p, "quantity": q} for p, q in cart.items()]}})
+    """The reply envelope orders keeps for a cart action: the cart after it,
+    at its version (the checker reads the lines only)."""
+    return json.dumps({"kind": "reply", "body": {"lines": [{"product": p, "quantity": q} for p, q in cart.items()],
+                                                 "version": next(CART_VERSIONS)}})
 
 
 def keep_reply(world, ident, cart):

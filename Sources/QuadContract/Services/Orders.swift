@@ -78,9 +78,11 @@ extension Contract.Orders {
         public var subtotal: Double = 0
         public var fee: Double = 0
         public var total: Double = 0
+        /// The number of the cart's last change (see `version`'s description).
+        public var version: Int64?
         public init() {}
-        public init(lines: [Line], units: Int64, currency: String, subtotal: Double, fee: Double, total: Double) {
-            (self.lines, self.units, self.currency, self.subtotal, self.fee, self.total) = (lines, units, currency, subtotal, fee, total)
+        public init(lines: [Line], units: Int64, currency: String, subtotal: Double, fee: Double, total: Double, version: Int64? = nil) {
+            (self.lines, self.units, self.currency, self.subtotal, self.fee, self.total, self.version) = (lines, units, currency, subtotal, fee, total, version)
         }
         public static let fields: [Field<Self>] = [
             .field(\.lines, "lines", .array(of: Line.schema, max: 50)),
@@ -91,6 +93,8 @@ extension Contract.Orders {
             .field(\.fee, "fee", .number(min: 0)),
             .field(\.total, "total", .number(min: 0)
                 .described("subtotal plus fee.")),
+            .field(\.version, "version", .int(min: 0)
+                .described("The cart's version: the number the orders service's counter of this user's cart gave its last change (orders.cart.add, .set, .remove or .clear that changed it, or an order from the cart taking its lines out when confirmed), 0 when it never changed; a request that changes nothing takes no number. A change of the cart publishes no event, so the version is not an outbox seq. Of two copies of the cart, the one with the higher version is the newer, whichever answer each came in.").optional),
         ]
     }
 
