@@ -12,7 +12,7 @@ import QuadWire
 /// retry's stored answer, read before a change the phone has taken since)
 /// is dropped and counted (`cart_older` in meta). The cart reaches a phone
 /// only so: no event carries it, and the phone reads no orders.cart.view.
-enum SavedCart {
+enum SavedCart: OlderCopies {
     static let versionKey = "cart_version"
     static let olderKey = "cart_older"
 
@@ -25,8 +25,7 @@ enum SavedCart {
     /// reply's: then the reply is older, dropped, and counted.
     static func holdsNewer(_ db: Database, than cart: JSON) throws -> Bool {
         guard try held(db) > version(cart) else { return false }
-        let was = Int(try db.meta(olderKey) ?? "0") ?? 0
-        try db.setMeta(olderKey, String(was + 1))
+        try counted(db)
         return true
     }
 
@@ -34,7 +33,4 @@ enum SavedCart {
     static func took(_ db: Database, _ cart: JSON) throws {
         try db.setMeta(versionKey, String(version(cart)))
     }
-
-    /// How many replies older than the phone's cart were dropped.
-    static func olderDropped(_ db: Database) -> Int { Int((try? db.meta(olderKey)) ?? nil ?? "0") ?? 0 }
 }

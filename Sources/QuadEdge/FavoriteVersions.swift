@@ -16,7 +16,7 @@ import QuadWire
 /// before the list was read unless the phone holds it at a version newer
 /// than the list's: then it was added after, and stays. Favorites reach a
 /// phone only so: no live update carries them.
-enum SavedFavorites {
+enum SavedFavorites: OlderCopies {
     static let olderKey = "favorites_older"
 
     static func version(_ answer: JSON) -> Int64 { answer["version"]?.int ?? 0 }
@@ -33,14 +33,6 @@ enum SavedFavorites {
         try counted(db)
         return true
     }
-
-    static func counted(_ db: Database, _ n: Int = 1) throws {
-        let was = Int(try db.meta(olderKey) ?? "0") ?? 0
-        try db.setMeta(olderKey, String(was + n))
-    }
-
-    /// How many answers about a favorite older than the phone's copy were dropped.
-    static func olderDropped(_ db: Database) -> Int { Int((try? db.meta(olderKey)) ?? nil ?? "0") ?? 0 }
 
     /// Records `version` as the phone's copy of `product`, never lowering it.
     static func record(_ db: Database, _ product: String, _ version: Int64) throws {

@@ -13,7 +13,7 @@ import QuadWire
 /// as the phone shows it until its answer comes. Holds reach a phone only
 /// so: their events go to notifications, whose news a phone keeps in its
 /// inbox, not in its parking.
-enum SavedHolds {
+enum SavedHolds: OlderCopies {
     static let olderKey = "holds_older"
 
     static func version(_ reservation: JSON) -> Int64 { reservation["version"]?.int ?? 0 }
@@ -27,14 +27,6 @@ enum SavedHolds {
         try counted(db)
         return true
     }
-
-    static func counted(_ db: Database, _ n: Int = 1) throws {
-        let was = Int(try db.meta(olderKey) ?? "0") ?? 0
-        try db.setMeta(olderKey, String(was + n))
-    }
-
-    /// How many answers about a reservation older than the phone's copy were dropped.
-    static func olderDropped(_ db: Database) -> Int { Int((try? db.meta(olderKey)) ?? nil ?? "0") ?? 0 }
 
     /// Takes a reservation reservations.mine gave into the phone's row of
     /// it, unless that row is queued or newer; a reservation the phone has

@@ -14,7 +14,7 @@ import QuadWire
 /// to notifications, whose news a phone keeps in its inbox, not in its
 /// orders. An order the phone placed and still has queued (`pending`) has
 /// no version yet and stays as the phone shows it until its answer comes.
-enum SavedOrders {
+enum SavedOrders: OlderCopies {
     static let olderKey = "orders_older"
 
     /// The version of order `id` the phone holds, and the order as the
@@ -34,14 +34,6 @@ enum SavedOrders {
         try counted(db)
         return true
     }
-
-    static func counted(_ db: Database, _ n: Int = 1) throws {
-        let was = Int(try db.meta(olderKey) ?? "0") ?? 0
-        try db.setMeta(olderKey, String(was + n))
-    }
-
-    /// How many answers about an order older than the phone's copy were dropped.
-    static func olderDropped(_ db: Database) -> Int { Int((try? db.meta(olderKey)) ?? nil ?? "0") ?? 0 }
 
     /// Takes an order the service gave (a reply, a rental) into the
     /// phone's row of it, unless that row is queued or newer; false when
@@ -140,4 +132,22 @@ extension Phone {
         }
         return body
     }
+}
+
+/// The saved copies of one kind (orders, holds, favorites, the cart) whose
+/// answers older than the phone's copy are dropped and counted in meta
+/// under `olderKey`.
+protocol OlderCopies {
+    static var olderKey: String { get }
+}
+
+extension OlderCopies {
+    /// Counts `n` answers dropped for being older than the phone's copy.
+    static func counted(_ db: Database, _ n: Int = 1) throws {
+        let was = Int(try db.meta(olderKey) ?? "0") ?? 0
+        try db.setMeta(olderKey, String(was + n))
+    }
+
+    /// How many answers older than the phone's copy were dropped.
+    static func olderDropped(_ db: Database) -> Int { Int((try? db.meta(olderKey)) ?? nil ?? "0") ?? 0 }
 }
