@@ -1236,8 +1236,21 @@ def read_phone_file(f, history_only=False):
         if HISTORY_TABLES <= tables:
             recorded = {r[0] for r in db.execute("SELECT id FROM chaos_telemetry")} | telemetry_queue
             made = {r["id"]: dict(r) for r in db.execute("SELECT id, type, body FROM chaos_actions")}
+        # The rental each orders.return is about: from the phone's
+        # returns (the last return of each rental), then the history.
+        returns = {}
+        if "returns" in tables:
+            cols = {r[1] for r in db.execute("PRAGMA table_info(returns)")}
+            if "action" in cols:
+                returns = {r[0]: r[1] for r in db.execute("SELECT action, rental FROM returns WHERE action IS NOT NULL")}
+        for ident, m in (made or {}).items():
+            if m["type"] == "orders.return":
+                try:
+                    returns.setdefault(ident, json.loads(m["body"]).get("order"))
+                except (ValueError, AttributeError):
+                    pass
         if history_only:
-            return {"actions": actions, "recorded": recorded, "made": made, "telemetry_queue": telemetry_queue}
+            return {"actions": actions, "recorded": recorded, "made": made, "telemetry_queue": telemetry_queue, "returns": returns}
         outbox = db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
         user = db.execute("SELECT user_id FROM session").fetchone()
         # The user's news as the phone keeps it (Messages.swift).
@@ -1255,19 +1268,6 @@ def read_phone_file(f, history_only=False):
                     body = json.loads(r["body"])
                     saved_products[body["id"]] = int(body.get("version") or 0)
                 except (ValueError, KeyError, TypeError):
-                    pass
-        # The rental each orders.return is about: from the phone's
-        # returns (the last return of each rental), then the history.
-        returns = {}
-        if "returns" in tables:
-            cols = {r[1] for r in db.execute("PRAGMA table_info(returns)")}
-            if "action" in cols:
-                returns = {r[0]: r[1] for r in db.execute("SELECT action, rental FROM returns WHERE action IS NOT NULL")}
-        for ident, m in (made or {}).items():
-            if m["type"] == "orders.return":
-                try:
-                    returns.setdefault(ident, json.loads(m["body"]).get("order"))
-                except (ValueError, AttributeError):
                     pass
     except sqlite3.DatabaseError as e:
         raise RuntimeError("%s: %s" % (f, e))
@@ -1305,6 +1305,12 @@ def merge_rolled_back(replaced, phone):
     merged = dict(phone)
     merged["actions"] = actions
     merged["rolled_back"] = len(replaced)
+    # The rental of each return, whichever file knew it (a return made
+    # before a damage is in the file kept as it was).
+    returns = {}
+    for part in files:
+        returns.update(part["returns"])
+    merged["returns"] = returns
     if all(part["made"] is not None for part in files):
         made = {}
         for part in files:

@@ -933,3 +933,19 @@ def test_a_damaged_phone_file_kept_as_it_was_before_counts_like_a_rollback(world
     assert verdict["counts"]["forgotten"] == 1 and verdict["counts"]["device_lost"] == 1, verdict["counts"]
     assert verdict["counts"]["device_lost_events"] == 1 and verdict["telemetry"]["unmade"] == 0
     assert verdict["counts"]["attempted"] == 9, verdict["counts"]  # six before, f9, f10 and f12 after
+
+
+def test_a_return_made_before_a_phones_file_was_damaged_is_found_in_the_file_kept(world):
+    """A return done before the damage: orders keeps no idempotency record
+    for it, so its rental comes from the file kept as it was (its history)."""
+    rent_and_return(world)
+    world.commit()
+    world.phone.close()
+    path = os.path.join(world.home, "phones", "phone-001.db")
+    os.rename(path, path + ".before-garbage-1765000000000")
+    world.phone = sqlite3.connect(path)
+    world.phone.executescript(PHONE_SCHEMA)
+    world.phone.execute("INSERT INTO session VALUES (1, 'u1')")
+    rc, out, verdict = world.check()
+    assert rc == 0, out
+    assert verdict["counts"]["lost"] == 0
