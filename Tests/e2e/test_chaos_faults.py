@@ -211,7 +211,7 @@ def test_each_session_check_fails_on_a_build_that_breaks_its_guarantee(broken_bi
     # No nemesis: what fails is the build, not the network.
     p = subprocess.run([CHAOS, "run", "--phones", "15", "--duration", "90", "--seed", "3", "--speed", "8",
                         "--partition-every", "0", "--kill-every", "0", "--pause-every", "0", "--broker-every", "0",
-                        "--pg-every", "0", "--edge-every", "0", "--clock-every", "0", "--scale-service", "none",
+                        "--pg-every", "0", "--edge-every", "0", "--clock-every", "0", "--disk-every", "0", "--scale-service", "none",
                         "--out", out], env=env, capture_output=True, text=True, timeout=1200)
     log = p.stdout + p.stderr
     assert os.path.exists(os.path.join(out, "check.json")), "the run wrote no check.json (exit %d):\n%s" % (p.returncode, log[-4000:])
