@@ -513,21 +513,27 @@ extension Phone {
             }
             return ViewResult(view: "favorites", source: .local, body: ["items": .array(items), "total": .int(Int64(items.count))], notice: notice)
         }
+        // While changes wait to be sent, the list shown is the service's
+        // latest the phone holds (its saved list, at the phone's newer
+        // versions) with them applied on top, in order (a rebase): a
+        // favorite the list had from another phone shows, and nothing
+        // undoes a change still queued. No network read then: a phone
+        // draining its outbox after a reconnect would send one per view
+        // opened (a 1,000-phone day's drain p95 went from 0.9 to 1.9 s).
+        if let waiting = pendingNotice(["favorites.add", "favorites.remove"]) {
+            guard let copy = saved(Phone.key("favorites.list", ["limit": 200])) else { done(local(waiting)); return }
+            done(ViewResult(view: "favorites", source: .saved, ageMs: copy.ageMs,
+                            body: SavedFavorites.rebased(db, SavedFavorites.newest(db, copy.body).body), notice: waiting))
+            return
+        }
         // The service's answer replaces the phone's favorites where it is
         // not older than them (newestFavorites, FavoriteVersions.swift).
-        // While changes wait to be sent, the list shown is the service's
-        // latest with them applied on top, in order (a rebase): a favorite
-        // added elsewhere shows, and no answer undoes a change still queued.
         networkThenSaved("favorites", "favorites.list", ["limit": 200], authed: true) { [weak self] r in
             guard let self else { return }
-            let waiting = self.pendingNotice(["favorites.add", "favorites.remove"])
-            if r.source == .none && r.error == nil { done(local([r.notice, waiting].compactMap { $0 }.joined(separator: "; "))); return }
-            guard r.error == nil else { done(r); return }
+            if r.source == .none && r.error == nil { done(local(r.notice)); return }
             // A saved list shows the phone's newer copies (an answer to an action since).
-            var body = r.source == .saved ? SavedFavorites.newest(self.db, r.body).body : r.body
-            if waiting != nil { body = SavedFavorites.rebased(self.db, body) }
-            let notice = [r.notice, waiting].compactMap { $0 }.joined(separator: "; ")
-            done(ViewResult(view: r.view, source: r.source, ageMs: r.ageMs, body: body, notice: notice.isEmpty ? nil : notice, error: r.error))
+            guard r.source == .saved else { done(r); return }
+            done(ViewResult(view: r.view, source: r.source, ageMs: r.ageMs, body: SavedFavorites.newest(self.db, r.body).body, notice: r.notice, error: r.error))
         }
     }
 
