@@ -158,9 +158,12 @@ def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(bro
     # retried), a service cut off or killed in between. A retry that
     # reaches orders twice is a matter of timing: 90 s with a cut every 12 s
     # made none in one CI run of five (a day whose phones answer sooner
-    # has fewer requests in flight at a cut); 120 s with twice the cuts.
+    # has fewer requests in flight at a cut); 120 s with twice the cuts
+    # made none once too. Pauses as well: a worker stopped for 2 to 5 s
+    # keeps requests past the phones' 2.5 s timeout, their retries wait in
+    # the broker's queue beside them, and both are applied once it resumes.
     p = subprocess.run([CHAOS, "run", "--phones", "20", "--duration", "120", "--seed", "5", "--partition-every", "4",
-                        "--kill-every", "10", "--pause-every", "0", "--scale-service", "none", "--faults", "partition,kill",
+                        "--kill-every", "10", "--pause-every", "6", "--scale-service", "none", "--faults", "partition,kill,pause",
                         "--hold-seconds", "600", "--out", out],
                        env=env, capture_output=True, text=True, timeout=1200)
     log = p.stdout + p.stderr
