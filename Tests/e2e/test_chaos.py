@@ -914,19 +914,25 @@ def test_an_event_sent_again_with_other_props_after_a_rollback_is_still_a_confli
     assert verdict["telemetry"]["conflicting"] == 1
 
 
+def start_over_after_damage(world, kind):
+    """The phone file damaged (quadctl phone fault PHONE KIND): kept as it
+    was as FILE.before-KIND-MS, and a new one begun, signed in again."""
+    world.commit()
+    world.phone.close()
+    path = os.path.join(world.home, "phones", "phone-001.db")
+    os.rename(path, path + ".before-%s-1765000000000" % kind)
+    world.phone = sqlite3.connect(path)
+    world.phone.executescript(PHONE_SCHEMA)
+    world.phone.execute("INSERT INTO session VALUES (1, 'u1')")
+
+
 def test_a_damaged_phone_file_kept_as_it_was_before_counts_like_a_rollback(world):
     """A phone whose file was damaged (deploy/chaos's disk fault: quadctl
     phone fault PHONE corrupt) starts a new one, signed in again; the file as
     it was before the damage is kept as FILE.before-corrupt-MS. Everything
     it held is in the history; what it had not sent is the device's loss."""
     lost_after_the_snapshot(world)
-    world.commit()
-    world.phone.close()
-    path = os.path.join(world.home, "phones", "phone-001.db")
-    os.rename(path, path + ".before-corrupt-1765000000000")
-    world.phone = sqlite3.connect(path)
-    world.phone.executescript(PHONE_SCHEMA)
-    world.phone.execute("INSERT INTO session VALUES (1, 'u1')")
+    start_over_after_damage(world, "corrupt")
     world.act("favorites.add", "f12")
     rc, out, verdict = world.check()
     assert rc == 0, out
@@ -939,13 +945,7 @@ def test_a_return_made_before_a_phones_file_was_damaged_is_found_in_the_file_kep
     """A return done before the damage: orders keeps no idempotency record
     for it, so its rental comes from the file kept as it was (its history)."""
     rent_and_return(world)
-    world.commit()
-    world.phone.close()
-    path = os.path.join(world.home, "phones", "phone-001.db")
-    os.rename(path, path + ".before-garbage-1765000000000")
-    world.phone = sqlite3.connect(path)
-    world.phone.executescript(PHONE_SCHEMA)
-    world.phone.execute("INSERT INTO session VALUES (1, 'u1')")
+    start_over_after_damage(world, "garbage")
     rc, out, verdict = world.check()
     assert rc == 0, out
     assert verdict["counts"]["lost"] == 0
