@@ -65,6 +65,11 @@ final class Link {
     /// connection is up, or while it is down, waits here under its
     /// deadline and goes when the reactor says the socket can take it.
     private var unsent: [String] = []
+    /// When the socket was opened (monotonic ms), and how long after that
+    /// it took its first request: its TCP connection and CURVE handshake,
+    /// as the phone waited for them (nil until a request went on the wire).
+    private(set) var openedMs: Int64 = 0
+    private(set) var connectMs: Int64?
     /// The phone's session token, put on every request.
     var token: String?
     /// Called for every answer that arrives, matched or not.
@@ -132,6 +137,8 @@ final class Link {
         try s.connect(endpoints[index])
         socket = s
         current = index
+        openedMs = Clock.monotonicMillis()
+        connectMs = nil
         reactor.register(s) { [unowned self] s in self.receive(s) }
     }
 
@@ -213,7 +220,12 @@ final class Link {
         var waits = false
         do {
             // Behind calls still waiting for the socket: after them, in order.
-            if unsent.isEmpty { try socket.send(frames, dontWait: true) } else { waits = true }
+            if unsent.isEmpty {
+                try socket.send(frames, dontWait: true)
+                tookFirst()
+            } else {
+                waits = true
+            }
         } catch where error.wouldBlock {
             // No connection yet, or its queue is full: sent when the socket
             // can take it, under the same deadline.
@@ -259,11 +271,17 @@ final class Link {
                 break
             }
             call.unsent = false
+            tookFirst()
             calls[id] = call
             k += 1
         }
         unsent.removeFirst(k)
         reactor.wantWritable(socket, !unsent.isEmpty)
+    }
+
+    /// The socket took a request: the first since it was opened dates its connection.
+    private func tookFirst() {
+        if connectMs == nil { connectMs = Clock.monotonicMillis() - openedMs }
     }
 
     /// Reads every answer waiting on `socket`.

@@ -893,6 +893,11 @@ struct PhoneStats {
     var drainBackoffs = 0
     var drainSent = 0
     var drainCauses: [DrainCause] = []
+    /// Of each drain whose link opened its socket after the drain began
+    /// (the radio came back), how long the socket took to connect (TCP and
+    /// CURVE handshake) before it took the first action: the part of the
+    /// drain spent before any service saw it.
+    var drainConnects: [Int64] = []
     var drains: [Int64] = []
     /// The drains (among ``drains``) that began without a session.
     var drainsWithoutSession: [Int64] = []

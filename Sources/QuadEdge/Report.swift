@@ -19,6 +19,7 @@ enum Report {
         var drains: [Int64] = []
         var drainsWithoutSession: [Int64] = []
         var drainCauses: [DrainCause] = []
+        var drainConnects: [Int64] = []
         var reads: [String: Int] = [:]
         var readsByView: [String: [String: Int]] = [:]
         var refused: [String: Int] = [:]
@@ -60,6 +61,7 @@ enum Report {
             drains += p.stats.drains
             drainsWithoutSession += p.stats.drainsWithoutSession
             drainCauses += p.stats.drainCauses
+            drainConnects += p.stats.drainConnects
             for (k, v) in p.stats.reads {
                 let parts = k.split(separator: "/", maxSplits: 1).map(String.init)
                 reads[parts.last ?? k, default: 0] += v
@@ -76,6 +78,7 @@ enum Report {
         let outbox = Int64(fleet.phones.reduce(0) { $0 + $1.queueLength })
         drains.sort()
         drainsWithoutSession.sort()
+        drainConnects.sort()
         func pct(_ q: Double, _ drains: [Int64]) -> JSON { Report.percentile(q, of: drains) }
         let rejectedList: [JSON] = reasons.values.sorted { $0.count > $1.count }.map {
             ["type": .string($0.type), "code": .string($0.code), "reason": .string($0.example), "count": .int($0.count)]
@@ -97,6 +100,9 @@ enum Report {
                 "without_session_ms": ["count": .int(Int64(drainsWithoutSession.count)), "p50": pct(0.5, drainsWithoutSession),
                                        "p95": pct(0.95, drainsWithoutSession), "max": drainsWithoutSession.last.map { .int($0) } ?? .null],
                 "by_cause": DrainCause.json(drainCauses),
+                // Of those, how long the phone's new connection took (TCP and CURVE handshake, radio on to the first action on the wire).
+                "connect_ms": ["count": .int(Int64(drainConnects.count)), "p50": pct(0.5, drainConnects), "p95": pct(0.95, drainConnects),
+                               "max": drainConnects.last.map { .int($0) } ?? .null],
                 "end_of_day_ms": day?.finalDrainMs.map { .int($0) } ?? .null,
                 "outbox_left": .int(outbox),
             ],
@@ -125,7 +131,7 @@ enum Report {
             ],
         ]
         f["live"] = Report.live(fleet.phones)
-        f["histograms"] = Report.histograms(fleet.phones, drains: drains, drainsWithoutSession: drainsWithoutSession, signIn: day?.signInTimes ?? [])
+        f["histograms"] = Report.histograms(fleet.phones, drains: drains, drainsWithoutSession: drainsWithoutSession, drainConnects: drainConnects, signIn: day?.signInTimes ?? [])
         // The drivers' answers (DriverInsights.swift): how often the view
         // showed them, from where, and how many the last one showed.
         let insights = readsByView["insights"] ?? [:]
@@ -277,7 +283,11 @@ enum Report {
         let d = r["drain"] ?? [:]
         let after = d["after_reconnect_ms"] ?? [:]
         if (after["count"]?.int ?? 0) > 0 {
-            lines.append("Drain after reconnect: \(after["count"]?.int ?? 0) reconnects with a queue; median \(after["p50"]?.int ?? 0) ms, p95 \(after["p95"]?.int ?? 0) ms, max \(after["max"]?.int ?? 0) ms.")
+            var line = "Drain after reconnect: \(after["count"]?.int ?? 0) reconnects with a queue; median \(after["p50"]?.int ?? 0) ms, p95 \(after["p95"]?.int ?? 0) ms, max \(after["max"]?.int ?? 0) ms."
+            if let c = d["connect_ms"], (c["count"]?.int ?? 0) > 0 {
+                line += " Of it, the new connection (TCP and CURVE handshake, radio on to the first action on the wire): median \(c["p50"]?.int ?? 0) ms, p95 \(c["p95"]?.int ?? 0) ms."
+            }
+            lines.append(line)
             let w = d["without_session_ms"] ?? [:]
             if (w["count"]?.int ?? 0) > 0 {
                 lines.append("  of which \(w["count"]?.int ?? 0) on phones without a session yet (waiting for a first sign-in): median \(w["p50"]?.int ?? 0) ms, p95 \(w["p95"]?.int ?? 0) ms.")

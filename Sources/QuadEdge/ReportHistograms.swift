@@ -6,9 +6,9 @@ extension Report {
     /// into exact percentiles (deploy/campus): below 1,000 ms each value is
     /// its own bucket, above it is rounded up to three significant digits
     /// (at most 1% high). The same phones as the percentiles: every drain
-    /// after reconnect, the feeds' event and news latencies, and each
-    /// phone's sign-in before the day.
-    static func histograms(_ phones: [Phone], drains: [Int64], drainsWithoutSession: [Int64], signIn: [Int64]) -> JSON {
+    /// after reconnect (and its new connection's part), the feeds' event
+    /// and news latencies, and each phone's sign-in before the day.
+    static func histograms(_ phones: [Phone], drains: [Int64], drainsWithoutSession: [Int64], drainConnects: [Int64], signIn: [Int64]) -> JSON {
         var live: [Int64] = [], news: [Int64] = []
         for p in phones {
             guard let feed = p.live else { continue }
@@ -16,6 +16,7 @@ extension Report {
             news += p.liveStats.newsLatencies
         }
         return ["drain_after_reconnect_ms": histogram(drains), "drain_without_session_ms": histogram(drainsWithoutSession),
+                "drain_connect_ms": histogram(drainConnects),
                 "live_latency_ms": histogram(live), "news_latency_ms": histogram(news), "sign_in_ms": histogram(signIn)]
     }
 

@@ -187,6 +187,34 @@ struct PhoneTests {
         #expect(rig.broker.maxInFlightActions == 2, "one action in flight per service: the last favorite and the cart line together")
     }
 
+    /// A drain after the radio comes back counts, apart, how long the new
+    /// connection took before the first action went on the wire; a drain
+    /// on a connection opened before it began counts none.
+    @Test func aDrainAfterTheRadioComesBackCountsItsNewConnectionApart() throws {
+        let rig = try PhoneRig()
+        rig.broker.delayMs = 40
+        rig.phone.start()
+        rig.phone.setAirplane(true)
+        guard case .queued = rig.phone.act("favorites.add", ["product": "p-0001"]) else { Issue.record("not queued"); return }
+        rig.phone.setAirplane(false)
+        rig.run(forMs: 30_000) { rig.outbox == 0 && !rig.phone.stats.drains.isEmpty }
+        try #require(rig.phone.stats.drains.count == 1, "one drain: \(rig.phone.stats.drains)")
+        try #require(rig.phone.stats.drainConnects.count == 1, "its connection counted: \(rig.phone.stats.drainConnects)")
+        let (drain, connect) = (rig.phone.stats.drains[0], rig.phone.stats.drainConnects[0])
+        #expect(connect >= 0 && connect <= drain, "the connection (\(connect) ms) is part of the drain (\(drain) ms)")
+        #expect(drain >= 40, "the drain waited for the answer, 40 ms late: \(drain) ms")
+        // Unreachable without losing the radio: the drain that follows
+        // goes on the connection it already had.
+        rig.broker.blackout = true
+        guard case .queued = rig.phone.act("favorites.add", ["product": "p-0002"]) else { Issue.record("not queued"); return }
+        rig.run(forMs: 30_000) { !rig.phone.reachable }
+        try #require(!rig.phone.reachable, "the blackout was noticed")
+        rig.broker.blackout = false
+        rig.run(forMs: 30_000) { rig.outbox == 0 && rig.phone.stats.drains.count == 2 }
+        try #require(rig.phone.stats.drains.count == 2, "a second drain: \(rig.phone.stats.drains)")
+        #expect(rig.phone.stats.drainConnects.count == 1, "no new connection in the second: \(rig.phone.stats.drainConnects)")
+    }
+
     @Test func aDrainKeepsItsStatementsPreparedCountsEachAttemptOnceAndGoesBackToIdleSizes() throws {
         let rig = try PhoneRig()
         rig.phone.airplane = true

@@ -86,12 +86,15 @@ def report(drains, live, created, done):
          "actions": {"created": created, "done": done, "rejected": created - done, "pending": 0,
                      "by_type": {"orders.place": {"done": done, "rejected": created - done}}},
          "drain": {"after_reconnect_ms": {"count": len(drains), "p50": None, "p95": None, "max": max(drains)},
+                   "connect_ms": {"count": len(drains), "p50": None, "p95": None, "max": max(drains) // 2},
                    "end_of_day_ms": 40, "outbox_left": 0},
          "live": {"phones_with_feed": 10, "received": len(live), "latency_ms": {"p50": None, "p95": None, "max": max(live)},
                   "news": {"received": 2, "for_another_user": 0, "latency_ms": {"p50": 5, "p95": 9}}},
          "rejected": [{"type": "orders.place", "code": "conflict", "reason": f"product {created} is sold out", "count": created - done}],
-         "histograms": {"drain_after_reconnect_ms": {}, "live_latency_ms": {}}}
+         "histograms": {"drain_after_reconnect_ms": {}, "drain_connect_ms": {}, "live_latency_ms": {}}}
+    # Each drain's new connection took half of it.
     for name, samples, target in (("drain_after_reconnect_ms", drains, r["drain"]["after_reconnect_ms"]),
+                                  ("drain_connect_ms", [d // 2 for d in drains], r["drain"]["connect_ms"]),
                                   ("live_latency_ms", live, r["live"]["latency_ms"])):
         s = sorted(samples)
         target["p50"] = s[min(len(s) - 1, int(len(s) * 0.5))]
@@ -107,6 +110,8 @@ def test_merged_percentiles_are_exact_from_the_histograms():
     m = cq.merge([a, b], seed=7)
     everything = sorted([10] * 95 + [5000] * 5 + [20] * 100)
     assert m["drain"]["after_reconnect_ms"]["p95"] == everything[int(200 * 0.95)] == 20
+    assert m["drain"]["connect_ms"]["p95"] == 10 and m["drain"]["connect_ms"]["max"] == 2500
+    assert "drain/connect_ms" in m["percentiles"]["exact"]
     # The largest of the two p95s (5000) would have been far off.
     assert max(a["drain"]["after_reconnect_ms"]["p95"], b["drain"]["after_reconnect_ms"]["p95"]) == 5000
     assert m["live"]["latency_ms"]["p50"] == 100 and m["live"]["latency_ms"]["max"] == 199

@@ -197,6 +197,7 @@ PERCENTILE = re.compile(r"^(p\d+|max)(_ms)?$")
 HISTOGRAMMED = [
     (("drain", "after_reconnect_ms"), "drain_after_reconnect_ms", ("p50", "p95", "max")),
     (("drain", "without_session_ms"), "drain_without_session_ms", ("p50", "p95", "max")),
+    (("drain", "connect_ms"), "drain_connect_ms", ("p50", "p95", "max")),
     (("live", "latency_ms"), "live_latency_ms", ("p50", "p95", "max")),
     (("live", "news", "latency_ms"), "news_latency_ms", ("p50", "p95", "max")),
     (("sign_in_before_day",), "sign_in_ms", ("p50_ms", "p95_ms", "max_ms")),
@@ -432,6 +433,10 @@ def words(r):
     if after.get("count"):
         lines.append(f"Drain after reconnect: {after['count']:,} reconnects with a queue; median {fmt_ms(after.get('p50'))}, "
                      f"p95 {fmt_ms(after.get('p95'))}, max {fmt_ms(after.get('max'))}{how('drain/after_reconnect_ms')}.")
+        connect = d.get("connect_ms") or {}
+        if connect.get("count"):
+            lines.append(f"Of it, the new connection (TCP and CURVE handshake, radio on to the first action on the wire): "
+                         f"median {fmt_ms(connect.get('p50'))}, p95 {fmt_ms(connect.get('p95'))}{how('drain/connect_ms')}.")
     if d.get("end_of_day_ms") is not None:
         lines.append(f"End of day: outboxes drained in {fmt_ms(d.get('end_of_day_ms'))} (the slowest process), "
                      f"{d.get('outbox_left', 0):,} actions left.")

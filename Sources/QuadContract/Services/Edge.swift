@@ -341,7 +341,7 @@ extension Contract.Edge {
                     ])
                         .described("What the phones' files lost (storage faults: a damaged or rolled-back file), summed over the phones that lost something, apart from what the system lost (which must stay 0); absent when none did.").optional,
                     "histograms": .object(open: true)
-                        .described("The samples behind the percentiles, as counts by value in ms ({\"ms\": count}; exact below 1,000 ms, above rounded up to three significant digits), so that several processes' reports merge into exact percentiles (deploy/campus): drain_after_reconnect_ms, drain_without_session_ms, live_latency_ms, news_latency_ms, sign_in_ms.").optional,
+                        .described("The samples behind the percentiles, as counts by value in ms ({\"ms\": count}; exact below 1,000 ms, above rounded up to three significant digits), so that several processes' reports merge into exact percentiles (deploy/campus): drain_after_reconnect_ms, drain_without_session_ms, drain_connect_ms, live_latency_ms, news_latency_ms, sign_in_ms.").optional,
                 ])
                     .described("What quad-edge run prints as JSON at the end of a campus day (and writes to --report)."),
                 "fault.request": .object([
