@@ -339,10 +339,15 @@ struct PruneUnderLoadTests {
         // Every event is kept; the replies are not.
         #expect(try count(db, "events") == Int64(sent))
         #expect(final <= Int64(sent / 4), "\(final) reply records kept of \(sent)")
-        // Flat, not growing: the second half never holds much more than the first.
+        // Flat, not growing: the second half never holds much more than the
+        // first. The margin allows a prune pass that a loaded machine (CI's
+        // lanes side by side) ran late; a table that grew with the load would
+        // hold about as many rows as batches sent in the second half (hundreds).
         let half = samples.count / 2
         let early = samples[..<half].max() ?? 0, late = samples[half...].max() ?? 0
-        #expect(late <= early * 2 + 50, "early \(early), late \(late): \(samples)")
+        #expect(late <= early * 2 + 200, "early \(early), late \(late): \(samples)")
         #expect(eventually { stack.log("telemetry/1").contains("pruned ") })
+        // Once the load stops, the records past their retention all go.
+        #expect(eventually { ((try? count(db, "idempotency")) ?? .max) == 0 }, "reply records left after the load: \((try? count(db, "idempotency")) ?? -1)")
     }
 }
