@@ -751,6 +751,8 @@ final class Phone {
             if queueLength > 0 {
                 stats.drainStartMs = Clock.monotonicMillis()
                 stats.drainStartWithoutSession = !hasValidToken
+                // The socket opened as the radio came on (just before) and not connected yet: its wait is the drain's.
+                stats.drainConnectPending = link.isUp && link.connectMs == nil
                 stats.drainBackoffs = 0
                 stats.drainSent = 0
             }
@@ -893,11 +895,13 @@ struct PhoneStats {
     var drainBackoffs = 0
     var drainSent = 0
     var drainCauses: [DrainCause] = []
-    /// Of each drain whose link opened its socket after the drain began
-    /// (the radio came back), how long the socket took to connect (TCP and
+    /// Of each drain that began before its socket had taken a request (the
+    /// radio came back and the socket was opened anew), how long the socket took to connect (TCP and
     /// CURVE handshake) before it took the first action: the part of the
     /// drain spent before any service saw it.
     var drainConnects: [Int64] = []
+    /// The drain under way began before its socket took a request.
+    var drainConnectPending = false
     var drains: [Int64] = []
     /// The drains (among ``drains``) that began without a session.
     var drainsWithoutSession: [Int64] = []

@@ -131,7 +131,8 @@ extension Phone {
                 stats.drains.append(ms)
                 if stats.drainStartWithoutSession { stats.drainsWithoutSession.append(ms) }
                 stats.drainCauses.append(DrainCause(ms: ms, sent: stats.drainSent, backoffs: stats.drainBackoffs))
-                if let c = link.connectMs, link.openedMs >= start { stats.drainConnects.append(c) }
+                if stats.drainConnectPending, let c = link.connectMs { stats.drainConnects.append(c) }
+                stats.drainConnectPending = false
                 stats.drainStartMs = nil
             }
             onDrained(self)
