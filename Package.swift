@@ -127,7 +127,7 @@ let package = Package(
             "QuadBroker", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport", "QuadAccounts", "QuadCatalog",
             "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics", "QuadNotifications", "QuadContract",
         ]),
-        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadAuth", "QuadMetrics", "QuadImages", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadAuth", "QuadMetrics", "QuadHTTP", "QuadImages", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadAnalyticsTests", dependencies: ["QuadAnalytics", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -30,6 +30,12 @@ struct quad_mhd_limits {
     unsigned int timeout_seconds;
 };
 
+/// A thread per connection, each waiting with poll(): on select() (the
+/// default) libmicrohttpd cannot listen or serve on a descriptor past
+/// FD_SETSIZE (1023), and a process holding many (a broker of a thousand
+/// phones, a catalog beside many sockets) would refuse every request.
+#define QUAD_MHD_FLAGS (MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL)
+
 /// MHD_start_daemon is variadic, which Swift cannot call: starts a daemon
 /// with a thread per connection (a sign-in waits on accounts without
 /// holding other clients), listening on IPv4 address `ip` and `port` (0 for
@@ -45,7 +51,7 @@ static inline struct MHD_Daemon *quad_mhd_start(const char *ip, uint16_t port, q
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
     if (inet_pton(AF_INET, ip, &addr.sin_addr) != 1) return NULL;
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION;
+    unsigned int flags = QUAD_MHD_FLAGS;
     if (tls_key && tls_cert) {
         return MHD_start_daemon(flags | MHD_USE_TLS, port, NULL, NULL, handler, cls,
                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
@@ -114,7 +120,7 @@ static inline struct MHD_Daemon *quad_mhd_start_shared(const char *ip, uint16_t 
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
     if (inet_pton(AF_INET, ip, &addr.sin_addr) != 1) return NULL;
-    return MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, port, NULL, NULL, handler, cls,
+    return MHD_start_daemon(QUAD_MHD_FLAGS, port, NULL, NULL, handler, cls,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
                             MHD_OPTION_CONNECTION_TIMEOUT, limits.timeout_seconds,

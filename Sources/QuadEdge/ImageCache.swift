@@ -422,14 +422,14 @@ enum ImageHTTP {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         guard connect(fd, first.pointee.ai_addr, first.pointee.ai_addrlen) == 0 else {
-            return .failed("no answer from the image server at \(hostPort)")
+            return .failed("no answer from the image server at \(hostPort): \(String(cString: strerror(errno)))")
         }
         var head = "GET \(path) HTTP/1.1\r\nHost: \(hostPort)\r\nConnection: close\r\nAccept: image/png, image/jpeg, image/webp\r\n"
         if let etag { head += "If-None-Match: \(etag)\r\n" }
         head += "\r\n"
         let request = Array(head.utf8)
         let sent = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        guard sent == request.count else { return .failed("no answer from the image server: send failed") }
+        guard sent == request.count else { return .failed("no answer from the image server: send failed (\(sent < 0 ? String(cString: strerror(errno)) : "\(sent) of \(request.count) bytes"))") }
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 65_536)
         var headEnd: Int?
@@ -437,7 +437,13 @@ enum ImageHTTP {
         let deadline = Clock.monotonicMillis() + timeoutMs
         while true {
             let n = recv(fd, &buf, buf.count, 0)
-            if n < 0 { return .failed("no answer from the image server in \(timeoutMs) ms") }
+            if n < 0 {
+                let code = errno
+                // A signal to this thread is no failure: read on until the deadline.
+                if code == EINTR && Clock.monotonicMillis() <= deadline { continue }
+                if code == EAGAIN || code == EWOULDBLOCK || code == EINTR { return .failed("no answer from the image server in \(timeoutMs) ms") }
+                return .failed("the image server's connection failed: \(String(cString: strerror(code))) (errno \(code))")
+            }
             if n == 0 { break }
             out += buf[0..<n]
             if headEnd == nil, let end = find(out, [13, 10, 13, 10]) {

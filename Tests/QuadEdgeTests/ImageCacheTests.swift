@@ -1,4 +1,5 @@
 import Foundation
+import QuadHTTP
 import QuadImages
 import QuadMessaging
 import QuadStore
@@ -195,20 +196,12 @@ import Testing
             rig.run(forMs: 30_000) { shown != nil }
             return shown
         }
-        // The first show fetches it. A fetch that failed (a miss, nothing
-        // fetched: it failed twice in CI runs of the whole suite beside the
-        // e2e lanes, with no reason kept) is tried again until the deadline,
-        // and counted in the misses expected.
-        var failed = 0
-        let until = Clock.monotonicMillis() + 60_000
-        var first = show()
-        while first?.origin == .placeholder && Clock.monotonicMillis() < until {
-            failed += 1
-            usleep(200_000)
-            first = show()
-        }
+        // The first show fetches it. (It failed in CI runs of the whole
+        // suite, instantly: the test process held more than 1024
+        // descriptors and the image server, on select(), reset every
+        // connection past that; see ManyDescriptorsTests.)
+        let first = show()
         try #require(first?.origin == .network, "the picture was never fetched: \(String(describing: first))")
-        if failed > 0 { print("aPhonesCountersReachQuadEdgesMetrics: \(failed) failed fetches first (\(String(describing: first)))") }
         for _ in 0..<2 { #expect(show()?.origin == .memory) }
         var offline: ShownImage?
         rig.phone.images.show("http://127.0.0.1:\(port)/images/" + String(repeating: "a", count: 64), tier: .unitrade, online: false) { offline = $0 }
@@ -220,9 +213,61 @@ import Testing
         }
         #expect(value("quad_edge_image_hits_total{tier=\"memory\"}") == 2, "\(text)")
         #expect(value("quad_edge_image_hits_total{tier=\"disk\"}") == 0)
-        #expect(value("quad_edge_image_misses_total") == Double(2 + failed))
+        #expect(value("quad_edge_image_misses_total") == 2)
         #expect(value("quad_edge_image_fetched_bytes_total") == Double(bytes.count))
         #expect(value("quad_edge_image_cached_bytes_total") == Double(2 * bytes.count))
         #expect(value("quad_edge_image_evictions_total") == 0 && value("quad_edge_image_refused_total") == 0)
+    }
+}
+
+/// A process with more than FD_SETSIZE (1024) descriptors open, as a
+/// broker of a thousand phones or a test process of the whole suite is:
+/// the HTTP servers (images, metrics) still answer. libmicrohttpd on
+/// select() refuses every connection whose descriptor is past 1023, and a
+/// client saw its request reset at once.
+@Suite struct ManyDescriptorsTests {
+    @Test func theImageServerAnswersInAProcessWithMoreThan1024DescriptorsOpen() throws {
+        var limit = rlimit()
+        #if canImport(Glibc)
+        let nofile = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        #else
+        let nofile = RLIMIT_NOFILE
+        #endif
+        getrlimit(nofile, &limit)
+        if limit.rlim_cur < 2_048 && limit.rlim_max >= 2_048 {
+            limit.rlim_cur = 2_048
+            setrlimit(nofile, &limit)
+        }
+        try #require(limit.rlim_cur >= 2_048, "this test needs 2048 descriptors (RLIMIT_NOFILE is \(limit.rlim_cur))")
+        var held: [Int32] = []
+        defer { held.forEach { close($0) } }
+        while (held.last ?? 0) < 1_100 {
+            let fd = open("/dev/null", O_RDONLY)
+            try #require(fd >= 0, "open /dev/null: errno \(errno)")
+            held.append(fd)
+        }
+        let dir = NSTemporaryDirectory() + "quad-manyfds-" + MessageID.make()
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let images = try SQLiteDatabase(path: dir + "/catalog.db")
+        try Migrations.apply(images, [ImageStore.migration(1)], scope: "catalog")
+        let bytes = PNGPicture.stripes(size: 16, (1, 2, 3), (200, 10, 7), width: 2)
+        let id = SHA256.hex(bytes)
+        try ImageStore.keep(images, id: id, type: "image/png", bytes: bytes, uploader: "test", now: 1_900_000_000_000)
+        // The images' server (a shared port, SO_REUSEPORT) and a plain one, as the metrics endpoint is.
+        let server = ImageServer(store: images)
+        let port = try server.start("127.0.0.1:0")
+        defer { server.stop() }
+        let plain = HTTPServer(limits: HTTPServer.Limits(connections: 8, connectionsPerAddress: 8, timeoutSeconds: 10)) { _ in .text(200, "served\n") }
+        let plainPort = try #require(plain.start(host: "127.0.0.1", port: 0))
+        defer { plain.stop() }
+        for (url, want) in [("http://127.0.0.1:\(port)/images/\(id)", bytes), ("http://127.0.0.1:\(plainPort)/", Array("served\n".utf8))] {
+            let got = ImageHTTP.get(url, etag: nil, maxBytes: 1 << 20, timeoutMs: 10_000)
+            guard case .ok(let body, _) = got else {
+                Issue.record("\(url): \(got)")
+                continue
+            }
+            #expect(body == want)
+        }
     }
 }
