@@ -211,7 +211,11 @@ public final class CampusDay {
     func endOfDay() {
         running = false
         drainStarted = Clock.monotonicMillis()
-        for s in students { s.phone.setSignal(true) }
+        for s in students {
+            s.phone.setSignal(true)
+            // Not at its next telemetry tick: the day's last events go now.
+            s.phone.flushTelemetry(force: true)
+        }
         fleet.agenda.repeating(every: 100) { [weak self] in
             guard let self else { return false }
             let now = Clock.monotonicMillis()

@@ -311,7 +311,7 @@ enum PhoneStore {
             return try open(path, keychain: keychain, students: students, exclusive: exclusive)
         }
         // Setting the capacity finalizes what the migrations prepared: an
-        // idle phone keeps only the few statements it uses.
+        // idle phone keeps none of them.
         db.statementCacheCapacity = phoneStatementCacheCapacity
         do {
             try db.executeScript("PRAGMA journal_mode=\(idleJournal)")
@@ -360,11 +360,14 @@ enum PhoneStore {
         for suffix in ["-wal", "-shm", "-journal"] { unlink(path + suffix) }
     }
 
-    /// Prepared statements a phone's connection keeps (LRU).
-    static let phoneStatementCacheCapacity = 4
-    /// Prepared statements kept while the sender drains the outbox: every
-    /// statement of one send-and-confirm cycle (Phone.drainMode).
-    static let drainStatementCacheCapacity = 24
+    /// Prepared statements a phone's connection keeps (LRU): every
+    /// statement of its actions, views and send-and-confirm cycle. A phone
+    /// quiet for a few seconds keeps none (Phone.forgetStatementsWhenQuiet),
+    /// so an idle phone pays nothing for them; one in use parses none twice.
+    /// (With 4 kept while not draining, and the cache emptied at each
+    /// switch of the drain's sizes, SQLite's parser was a sixth of a
+    /// 1,000-phone day's loop.)
+    static let phoneStatementCacheCapacity = 32
     /// The page cache of an idle phone, and of one draining its outbox, KiB.
     /// 4 KiB is less than one page with its header: SQLite keeps none
     /// unpinned (16 KiB kept 4 pages, ~13 KiB per phone).

@@ -193,19 +193,17 @@ extension Phone {
     }
 
     /// While the sender works through the outbox, the phone's connection
-    /// keeps every statement of the send-and-confirm cycle prepared (about
-    /// a dozen; the idle capacity of 4 made each one be parsed again for
-    /// every action) and a larger page cache (the outbox, action log and
-    /// telemetry pages were read again from the OS for every action), its
-    /// journal PhoneStore.drainJournal (one commit per action, without fsync). All go back
-    /// to the idle sizes and journal once the outbox is empty, so an idle
-    /// phone costs what it did (PhoneStore.open). The statements are
-    /// finalized first (setting the capacity), since the journal mode
-    /// changes only with none running and no transaction open.
+    /// keeps a larger page cache (the outbox, action log and telemetry
+    /// pages were read again from the OS for every action) and its journal
+    /// PhoneStore.drainJournal (one commit per action, without fsync). Both
+    /// go back to the idle ones once the outbox is empty, so an idle phone
+    /// costs what it did (PhoneStore.open). Its prepared statements stay
+    /// (no statement is running between actions, which a change of the
+    /// journal mode needs): emptying the cache at each switch made every
+    /// drain parse its statements again.
     func drainMode(_ on: Bool) {
         guard draining != on else { return }
         draining = on
-        db.statementCacheCapacity = on ? PhoneStore.drainStatementCacheCapacity : PhoneStore.phoneStatementCacheCapacity
         // The switch itself without fsync: synchronous is OFF whenever the
         // journal mode changes (a checkpoint into the file going idle, the
         // header's rollback transaction going to WAL).

@@ -75,6 +75,8 @@ public final class SQLiteDatabase: Database {
     /// the cache): an owner that sees it unchanged a while may let the
     /// cached statements go (``dropCachedStatements()``).
     public private(set) var statementsRun = 0
+    /// How many of them were parsed (not found in the cache).
+    public private(set) var statementsParsed = 0
 
     /// Finalizes every cached statement, keeping the capacity.
     public func dropCachedStatements() {
@@ -183,6 +185,7 @@ public final class SQLiteDatabase: Database {
         try checkOpen()
         statementsRun &+= 1
         if let s = statements.get(sql) { return s }
+        statementsParsed &+= 1
         var stmt: OpaquePointer?
         // PERSISTENT: the statement is kept a long time, so SQLite takes its
         // memory from the heap rather than the lookaside pool.
