@@ -16,7 +16,9 @@ struct KeychainError: Error, CustomStringConvertible, Equatable {
 /// Keychain: one file per phone (`<phone>.keychain`), a JSON object of
 /// items sealed with libsodium's secretbox (XSalsa20-Poly1305,
 /// ``SecretBox``), a new random nonce on every write, written to a
-/// temporary file and renamed over the old one (mode 0600). The key is
+/// temporary file and renamed over the old one (mode 0600), or, for a
+/// write that need not be durable, over the old one in place
+/// (``overwrite(_:_:)``). The key is
 /// 32 random bytes in a 0600 key file beside it (`<phone>.keychain-key`),
 /// or, when the user sets a PIN, derived from the PIN with Argon2id
 /// (libsodium's interactive limits) and a random salt kept beside it
@@ -83,8 +85,10 @@ final class Keychain {
     subscript(_ item: Item) -> String? { items[item.rawValue] }
 
     /// Sets (nil: removes) items, in one write; `durable: false` skips the
-    /// two fsyncs (a crash of the machine may then keep the keychain as it
-    /// was before, never torn), for a figure written often that a lost
+    /// two fsyncs and writes in place (a killed process leaves the old
+    /// keychain or the new; a crash of the machine may lose the write, or
+    /// leave a keychain that no longer opens, which the phone treats as
+    /// tampered: it signs in again), for a figure written often that a lost
     /// write only makes less precise (the phone's write generation).
     func set(_ changes: [Item: String?], durable: Bool = true) throws(KeychainError) {
         var next = items
@@ -121,12 +125,39 @@ final class Keychain {
         let plain = Array(JSON.object(items.mapValues { .string($0) }).text.utf8)
         do {
             let sealed = try SecretBox.seal(plain, key: key)
-            try KeyFile.writeReplacing(path, Keychain.header + Data(sealed).base64EncodedString() + "\n", mode: 0o600, durable: durable)
+            let text = Keychain.header + Data(sealed).base64EncodedString() + "\n"
+            if !durable, try Keychain.overwrite(path, text) { return }
+            try KeyFile.writeReplacing(path, text, mode: 0o600, durable: durable)
         } catch let error as AuthError {
             throw KeychainError(kind: .io, message: "cannot seal the keychain \(path): \(error.message)")
+        } catch let error as KeychainError {
+            throw error
         } catch {
             throw KeychainError(kind: .io, message: "cannot write the keychain \(path): \(error)")
         }
+    }
+
+    /// A write that need not survive a crash of the machine, in place: one
+    /// pwrite over the file's first bytes, padded with spaces (which the
+    /// reader trims) to its length. No new file: writing a temporary file
+    /// and renaming it over the old one made and freed an inode per write,
+    /// and ext4's search past recently freed inodes was an eighth of a
+    /// 1,000-phone day's loop (a write per action queued). A process killed
+    /// during it leaves the old text or the new (one write of less than a
+    /// page). False when the file is not there to write over, or not a
+    /// private regular file: the caller replaces it.
+    static func overwrite(_ path: String, _ text: String) throws -> Bool {
+        let fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_mode & 0o077 == 0 else { return false }
+        var bytes = Array(text.utf8)
+        guard bytes.count < 4096 else { return false }
+        if Int(info.st_size) > bytes.count { bytes += [UInt8](repeating: 0x20, count: Int(info.st_size) - bytes.count) }
+        let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        guard n == bytes.count else { throw KeychainError(kind: .io, message: "cannot write the keychain \(path): \(n < 0 ? String(cString: strerror(errno)) : "\(n) of \(bytes.count) bytes written")") }
+        return true
     }
 
     // MARK: Keys

@@ -65,6 +65,36 @@ struct KeychainTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: dir).sorted() == ["phone-001.keychain", "phone-001.keychain-key"])
     }
 
+    /// A write that need not be durable (the write generation, once per
+    /// action) goes over the file in place: the same inode, no temporary
+    /// file made and freed. A shorter text after a longer one still reads
+    /// back, and a durable write replaces the file as before.
+    @Test func aWriteThatNeedNotBeDurableGoesInPlaceAndReadsBack() throws {
+        let dir = try temporaryFolder("keychain")
+        let path = dir + "/phone-001.keychain"
+        func inode() -> UInt64 {
+            var info = stat()
+            return stat(path, &info) == 0 ? UInt64(info.st_ino) : 0
+        }
+        let keychain = try Keychain(path: path)
+        try keychain.set([.sessionToken: "a token", .writeGeneration: String(repeating: "9", count: 40)])
+        let first = inode()
+        let longer = try #require(FileManager.default.contents(atPath: path)).count
+        try keychain.set([.writeGeneration: "3 2"], durable: false)
+        #expect(inode() == first, "written in place")
+        #expect(try #require(FileManager.default.contents(atPath: path)).count == longer, "padded to the file's length")
+        var again = try Keychain(path: path)
+        #expect(again[.writeGeneration] == "3 2" && again[.sessionToken] == "a token")
+        try keychain.set([.writeGeneration: "4 2"], durable: false)
+        again = try Keychain(path: path)
+        #expect(again[.writeGeneration] == "4 2")
+        #expect(mode(path) == 0o600)
+        try keychain.set([.sessionToken: "another token"])
+        #expect(inode() != first, "a durable write replaces the file")
+        #expect(try Keychain(path: path)[.sessionToken] == "another token")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir).sorted() == ["phone-001.keychain", "phone-001.keychain-key"])
+    }
+
     @Test(arguments: ["flip", "truncate", "empty", "garbage"])
     func aTamperedOrCutKeychainIsAClearErrorAndThePhoneSignsInAgain(damage: String) throws {
         let dir = try temporaryFolder("keychain")
