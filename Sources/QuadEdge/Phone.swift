@@ -223,6 +223,8 @@ final class Phone {
     var telemetryRetryAt: Int64 = 0
     var lastTelemetryAnswerMs: Int64?
     var catalogFetching = false
+    /// Catalog downloads failed in a row (``catalogFailed(_:)``).
+    var catalogFailures = 0
     var stopped = false
 
     // Counters for the report.

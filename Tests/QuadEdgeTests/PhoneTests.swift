@@ -43,6 +43,8 @@ final class FakeBroker {
     var tokens: [String: String] = [:]
     /// Reply bodies for read requests, by type (analytics.driver...).
     var queries: [String: JSON] = [:]
+    /// Read requests of a type answered 503 first, this many times.
+    var failQueries: [String: Int] = [:]
 
     init(context: ZMQContext) throws {
         endpoint = "inproc://fake-broker-\(UInt32.random(in: 0...UInt32.max))"
@@ -70,6 +72,9 @@ final class FakeBroker {
             let result: Result<JSON, QuadError>?
             switch request.type {
             case _ where isAction: result = answer(request, n)
+            case _ where (failQueries[request.type] ?? 0) > 0:
+                failQueries[request.type]! -= 1
+                result = .failure(.unavailable("no catalog worker is free"))
             case _ where queries[request.type] != nil: result = .success(queries[request.type]!)
             case "telemetry.ingest" where dropTelemetry > 0:
                 dropTelemetry -= 1
@@ -666,6 +671,23 @@ struct ProductVersionTests {
         // And a live update older than that answer is dropped.
         rig.phone.applyLive(Self.stock("p-0001", 7, seq: 8))
         #expect(rig.phone.savedProduct("p-0001")?["stock"] == 3 && rig.phone.liveStats.duplicates == 2)
+    }
+
+    /// A catalog download lost to a busy service (503) is tried again by
+    /// the phone itself, with a backoff, not only when its network comes
+    /// back: an idle phone ends with its catalog.
+    @Test func aCatalogDownloadThatFailedIsTriedAgainByItself() throws {
+        let rig = try PhoneRig()
+        rig.broker.queries["catalog.products.list"] = [
+            "products": [["id": "p-0003", "name": "Cup", "price": ["value": 3, "currency": "USD"], "category": "Study",
+                          "collection": "Desk", "stock": 5, "version": 4]], "total": 1]
+        rig.broker.failQueries["catalog.products.list"] = 2
+        rig.phone.start()
+        rig.phone.prefetchCatalog(force: true)
+        rig.run(forMs: 60_000) { rig.phone.catalogAgeMs != nil }
+        #expect(rig.phone.catalogAgeMs != nil, "the catalog was saved after two failures")
+        #expect(rig.broker.seen.filter { $0.type == "catalog.products.list" }.count == 3)
+        #expect(rig.phone.catalogFailures == 0)
     }
 
     @Test func theSavedCatalogKeepsAStockNewerThanTheListItSaves() throws {
