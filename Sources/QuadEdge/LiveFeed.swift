@@ -298,7 +298,6 @@ extension Phone {
     /// looks at every 5 s (the seed's live map); a feed that comes back
     /// after a silence is caught up with a snapshot of what it missed.
     func liveTick() {
-        forgetStatementsWhenQuiet()
         // Nothing heard, not even the broker's heartbeat: that broker is
         // gone or cut off; the link and the feed move to the next one.
         if let live, radioOn, live.isSilent {

@@ -173,10 +173,9 @@ final class Phone {
     var confirmTimer: Int?
     /// The connection's sizes are the drain's (``drainMode(_:)``).
     var draining = false
-    /// ``forgetStatementsWhenQuiet()``'s count of its file's statements and
-    /// the ticks it stayed the same.
-    var statementsRunAtTick = 0
-    var quietTicks = 0
+    /// The statement cache's clock at the last telemetry tick
+    /// (``forgetUnusedStatements()``).
+    var statementMark: UInt64 = 0
     /// The first action of the batch to send again, after a backoff.
     var pendingRetry: (QueuedAction, String, Bool)?
     var authRetries = 0
@@ -822,6 +821,10 @@ final class Phone {
         // the signal returns.
         if settings.signInAtStart && isOnline && sender == .idle && !hasValidToken { signIn { _ in } }
         scheduleTelemetry()
+        // What start-up ran, it runs once: its statements go now, not at
+        // the first telemetry tick (13 KiB a phone for its first 10 s).
+        db.dropCachedStatements()
+        statementMark = db.statementMark
     }
 
     /// The app closes normally: the session ends (its last events are sent

@@ -362,8 +362,9 @@ enum PhoneStore {
 
     /// Prepared statements a phone's connection keeps (LRU): every
     /// statement of its actions, views and send-and-confirm cycle. A phone
-    /// quiet for a few seconds keeps none (Phone.forgetStatementsWhenQuiet),
-    /// so an idle phone pays nothing for them; one in use parses none twice.
+    /// keeps only those it ran since its last telemetry tick
+    /// (Phone.forgetUnusedStatements), so an idle phone pays next to nothing
+    /// for them; one in use parses none twice.
     /// (With 4 kept while not draining, and the cache emptied at each
     /// switch of the drain's sizes, SQLite's parser was a sixth of a
     /// 1,000-phone day's loop.)

@@ -46,6 +46,7 @@ extension Phone {
     func scheduleTelemetry() {
         agenda.repeating(every: settings.telemetryEveryMs) { [weak self] in
             guard let self, !self.stopped else { return false }
+            self.forgetUnusedStatements()
             self.flushTelemetry()
             return true
         }

@@ -71,16 +71,21 @@ public final class SQLiteDatabase: Database {
     /// Statements prepared and kept now.
     public var preparedStatements: Int { statements.count }
 
-    /// How many statements this connection has run (prepared or taken from
-    /// the cache): an owner that sees it unchanged a while may let the
-    /// cached statements go (``dropCachedStatements()``).
-    public private(set) var statementsRun = 0
-    /// How many of them were parsed (not found in the cache).
+    /// How many statements this connection has parsed (not found in the cache).
     public private(set) var statementsParsed = 0
 
     /// Finalizes every cached statement, keeping the capacity.
     public func dropCachedStatements() {
         for s in statements.removeAll() { sqlite3_finalize(s) }
+    }
+
+    /// The statement cache's clock: ``dropStatements(unusedSince:)`` later
+    /// finalizes what was not used after it.
+    public var statementMark: UInt64 { statements.mark }
+
+    /// Finalizes the cached statements not used since `mark`.
+    public func dropStatements(unusedSince mark: UInt64) {
+        for s in statements.removeUnused(since: mark) { sqlite3_finalize(s) }
     }
 
     /// Runs `body` again while it fails with SQLITE_BUSY, up to `forMs`.
@@ -183,7 +188,6 @@ public final class SQLiteDatabase: Database {
     /// ``release(_:)`` resets it after use.
     func prepare(_ sql: String) throws -> OpaquePointer {
         try checkOpen()
-        statementsRun &+= 1
         if let s = statements.get(sql) { return s }
         statementsParsed &+= 1
         var stmt: OpaquePointer?

@@ -34,6 +34,17 @@ struct StatementCache<Handle> {
         return evicted
     }
 
+    /// The cache's clock now: an entry used after this has a later mark.
+    var mark: UInt64 { clock }
+
+    /// Removes the entries not used since `mark`; returns them, for the
+    /// caller to finalize.
+    mutating func removeUnused(since mark: UInt64) -> [Handle] {
+        let old = entries.filter { $0.value.used <= mark }
+        for key in old.keys { entries[key] = nil }
+        return old.values.map(\.handle)
+    }
+
     /// Empties the cache; returns what it held, for the caller to finalize.
     mutating func removeAll() -> [Handle] {
         defer { entries = [:] }
