@@ -91,6 +91,12 @@ static inline uint16_t quad_mhd_port(struct MHD_Daemon *daemon) {
     return info ? info->port : 0;
 }
 
+/// The connections the daemon holds now, accepted and not yet closed.
+static inline unsigned int quad_mhd_connections(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return info ? info->num_connections : 0;
+}
+
 /// MHD_NO, for a handler that refuses the connection.
 static inline enum MHD_Result quad_mhd_no(void) { return MHD_NO; }
 

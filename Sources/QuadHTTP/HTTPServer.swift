@@ -132,6 +132,9 @@ public final class HTTPServer: @unchecked Sendable {
         return self.port
     }
 
+    /// The connections accepted and not yet closed (0 when stopped).
+    public var openConnections: Int { daemon.map { Int(quad_mhd_connections($0)) } ?? 0 }
+
     public func stop() {
         if let d = daemon { MHD_stop_daemon(d) }
         daemon = nil

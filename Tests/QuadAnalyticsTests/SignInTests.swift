@@ -140,7 +140,11 @@ struct DashboardCredentialTests {
         // The total is bounded too: with five open, a third address is refused.
         let more = (0..<2).map { _ in connectLoopback(port: server.port, from: "127.0.0.2") }
         defer { more.forEach { close($0) } }
-        usleep(200_000)
+        // Once the server has accepted them (a loaded machine's accept
+        // thread may take its time: a fixed 200 ms wait failed in CI).
+        let until = Clock.monotonicMillis() + 30_000
+        while (server.server?.openConnections ?? 0) < 5 && Clock.monotonicMillis() < until { usleep(10_000) }
+        try #require(server.server?.openConnections == 5, "five connections open: \(server.server?.openConnections ?? -1)")
         let third = connectLoopback(port: server.port, from: "127.0.0.3")
         #expect(third >= 0 && refusedWithoutAnswer(third))
         close(third)

@@ -44,10 +44,14 @@ struct IdempotencyRetentionTests {
         print("retention: (mutations, idempotency rows, outbox rows) every 100: \(samples)")
         // Without pruning both tables would hold 2000 rows by now.
         #expect(peak.records < Int64(total) * 3 / 4 && peak.events < Int64(total) * 3 / 4, "peak \(peak) over \(total) mutations: \(samples)")
-        // The second half of the run grows no higher than the first did, give or take.
+        // The second half of the run grows no higher than the first did,
+        // give or take what a loaded machine adds: a prune pass that runs
+        // late leaves a few hundred more (CI beside the e2e lanes: 97 in the
+        // first half, 262 in the second, back to 7 at the end). Pruning that
+        // stopped would leave a thousand more.
         let firstHalf = samples.prefix(samples.count / 2).map { max($0.1, $0.2) }.max() ?? 0
         let secondHalf = samples.suffix(samples.count / 2).map { max($0.1, $0.2) }.max() ?? 0
-        #expect(secondHalf <= max(firstHalf * 2, 200), "still growing: \(samples)")
+        #expect(secondHalf <= firstHalf * 2 + 400, "still growing: \(samples)")
         // Once the load stops, what is past retention goes.
         var left: (Int64, Int64) = (-1, -1)
         let until = Clock.monotonicMillis() + 30_000
