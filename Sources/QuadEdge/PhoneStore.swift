@@ -362,7 +362,7 @@ enum PhoneStore {
 
     /// Prepared statements a phone's connection keeps (LRU): every
     /// statement of its actions, views and send-and-confirm cycle. A phone
-    /// keeps only those it ran since its last telemetry tick
+    /// keeps only those it ran in the last 10 s or so
     /// (Phone.forgetUnusedStatements), so an idle phone pays next to nothing
     /// for them; one in use parses none twice.
     /// (With 4 kept while not draining, and the cache emptied at each

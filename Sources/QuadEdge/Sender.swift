@@ -212,18 +212,22 @@ extension Phone {
             : "PRAGMA synchronous=\(PhoneStore.idleSynchronous); PRAGMA journal_mode=\(PhoneStore.idleJournal); PRAGMA cache_size=-\(PhoneStore.idleCacheKiB)")
     }
 
-    /// A phone keeps the statements it uses, not those it used once: at
-    /// each telemetry tick (every `telemetry_every_ms`, 10 s), the
-    /// statements not run since the tick before are finalized. An idle
+    /// A phone keeps the statements it uses, not those it used once: every
+    /// ``statementsKeptMs`` (checked at its telemetry ticks), the
+    /// statements not run since the time before are finalized. An idle
     /// phone keeps none, or the one or two something runs every few
     /// seconds; a phone in use parses none twice. (Forgetting them all
     /// after five quiet seconds, as before, never happened on a phone that
     /// ran any statement every few seconds: an idle phone online on the
     /// bench's stack kept all 32, 214 KiB a phone instead of 164.)
-    func forgetUnusedStatements() {
+    func forgetUnusedStatements(force: Bool = false) {
+        let at = Clock.monotonicMillis()
+        guard force || at - statementsForgotMs >= Phone.statementsKeptMs else { return }
+        statementsForgotMs = at
         db.dropStatements(unusedSince: statementMark)
         statementMark = db.statementMark
     }
+    static let statementsKeptMs: Int64 = 10_000
 
     /// Goes back to the idle sizes and journal once the outbox has stayed
     /// empty for `idleAfterMs`, not at once: switching the journal costs a

@@ -60,7 +60,7 @@ flags.option("send-window", "most queued actions in flight at once, one per serv
 flags.option("refresh-before-ms", "a session is renewed with accounts.refresh this long before its token expires (refresh_before_ms)", default: "300000")
 flags.option("keychain-pin-file", "a file (mode 0600) holding the PIN every phone's keychain is locked with (its key derived with Argon2id); default: each keychain's key in a 0600 key file beside it")
 flags.option("telemetry-batch", "most events in one telemetry.ingest", default: "100")
-flags.option("telemetry-every-ms", "how often queued telemetry is sent while online (at once when the network comes back, and at the end of a campus day)", default: "10000")
+flags.option("telemetry-every-ms", "how often queued telemetry is sent while online (at once when the network comes back, and at the end of a campus day)", default: "2000")
 flags.option("idle-after-ms", "a phone whose outbox stays empty this long goes back to its idle journal and sizes (idle_after_ms)", default: "5000")
 flags.option("image-cache-files", "files each of a phone's disk image caches keeps, least recently used evicted (image_cache_files)", default: "50")
 flags.option("image-cache-days", "days a picture stays in a phone's disk cache before it is fetched again (image_cache_days)", default: "30")

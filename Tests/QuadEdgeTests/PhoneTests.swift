@@ -243,12 +243,12 @@ struct PhoneTests {
         rig.run(forMs: 30_000) { !rig.phone.draining }
         // At each telemetry tick the statements not run since the one
         // before go: one run in between stays, an idle phone keeps none.
-        rig.phone.forgetUnusedStatements()
+        rig.phone.forgetUnusedStatements(force: true)
         #expect(rig.phone.db.preparedStatements > 0)
         _ = try rig.phone.db.queryOne("SELECT COUNT(*) AS n FROM outbox")
-        rig.phone.forgetUnusedStatements()
+        rig.phone.forgetUnusedStatements(force: true)
         #expect(rig.phone.db.preparedStatements == 1, "the statement run since the last tick stays")
-        rig.phone.forgetUnusedStatements()
+        rig.phone.forgetUnusedStatements(force: true)
         #expect(rig.phone.db.preparedStatements == 0, "an idle phone keeps none")
         let journal = try rig.phone.db.queryOne("PRAGMA journal_mode")?.string("journal_mode")
         #expect(journal == PhoneStore.idleJournal.lowercased(), "an idle phone's file has no WAL index (\(journal ?? "?"))")
