@@ -66,6 +66,9 @@ public final class ImageServer: @unchecked Sendable {
         return taken
     }
 
+    /// The connections the server holds now (0 when stopped).
+    public var openConnections: Int { http?.openConnections ?? 0 }
+
     public func stop() {
         http?.stop()
         http = nil
