@@ -138,6 +138,12 @@ public final class Reactor {
         return registrations.contains { $0.socket === socket }
     }
 
+    /// How long one turn may spend on due timers before the sockets are
+    /// polled again (nil: until none is due). The edge's loop sets it: a
+    /// thousand phones' timers (students' actions, telemetry, retries)
+    /// held every answer that arrived meanwhile until they had all run.
+    public var timerBudgetMs: Int64?
+
     /// Sockets polled.
     public var count: Int { epoll?.tags.count ?? registrations.count }
 
@@ -177,7 +183,7 @@ public final class Reactor {
                 handler(r.socket)
             }
         }
-        timers.runDue()
+        timers.runDue(budgetMs: timerBudgetMs)
     }
 
     /// Turns until `stop` returns true (it is asked before every turn).
@@ -242,6 +248,6 @@ extension Reactor {
             r.handler(r.socket)
         }
         #endif
-        timers.runDue()
+        timers.runDue(budgetMs: timerBudgetMs)
     }
 }

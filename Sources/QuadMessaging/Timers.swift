@@ -49,6 +49,9 @@ public final class Timers {
     /// Timers still to run.
     public var count: Int { live.count }
 
+    /// Turns whose due timers did not all run within their budget.
+    public private(set) var overran = 0
+
     /// Milliseconds until the next timer is due, at most `cap`.
     public func timeout(cap: Int64) -> Int64 {
         while let first = heap.first, cancelled.contains(first.id) {
@@ -65,12 +68,24 @@ public final class Timers {
     /// backlog a page a turn keeps serving requests. A repeating timer is due
     /// again one interval after this turn, so a slow turn does not make it
     /// run several times in a row.
-    public func runDue() {
+    ///
+    /// `budgetMs`: stop once this long has gone (at least one timer runs);
+    /// what is still due runs on the next turn, after the sockets are
+    /// polled again (``timeout(cap:)`` is 0). A loop of a thousand phones
+    /// whose due timers took a second would otherwise leave every answer
+    /// that arrived meanwhile unread for that second.
+    public func runDue(budgetMs: Int64? = nil) {
         let t = now()
         // Timers made during this turn have greater ids and are due no
         // sooner than `t`, so they sort after every one that is due now.
         let lastBefore = nextID
+        var ran = 0
         while let first = heap.first, first.due <= t, first.id <= lastBefore {
+            if let budgetMs, ran > 0, now() - t >= budgetMs {
+                overran += 1
+                return
+            }
+            ran += 1
             pop()
             if cancelled.remove(first.id) != nil { continue }
             let again = first.action()

@@ -74,4 +74,26 @@ struct TimersTests {
         for t in 0...1000 { clock.now = Int64(t); timers.runDue() }
         #expect(order == delays.sorted())
     }
+
+    @Test func aTurnOverItsBudgetLeavesTheRestDueForTheNextTurn() {
+        let clock = FakeClock()
+        let timers = Timers(now: { clock.now })
+        var ran: [Int] = []
+        // Each timer takes 4 ms of the clock; a turn has 10.
+        for k in 0..<6 { timers.after(1) { ran.append(k); clock.now += 4 } }
+        clock.now = 1
+        timers.runDue(budgetMs: 10)
+        #expect(ran == [0, 1, 2] && timers.overran == 1)
+        // The rest are due at once: the loop polls, then runs them.
+        #expect(timers.timeout(cap: 100) == 0)
+        timers.runDue(budgetMs: 10)
+        #expect(ran == [0, 1, 2, 3, 4, 5] && timers.count == 0)
+        // A timer longer than the budget still runs, one a turn.
+        timers.after(0) { ran.append(6); clock.now += 50 }
+        timers.after(0) { ran.append(7); clock.now += 50 }
+        timers.runDue(budgetMs: 10)
+        #expect(ran.suffix(1) == [6])
+        timers.runDue(budgetMs: 10)
+        #expect(ran.suffix(2) == [6, 7] && timers.overran == 2)
+    }
 }
