@@ -1,3 +1,4 @@
+import QuadMessaging
 import QuadMetrics
 import QuadRuntime
 import QuadWire
@@ -28,6 +29,10 @@ public final class EdgeMetrics {
         registry.describe("quad_edge_image_cached_bytes_total", .counter, "Bytes of pictures the phones showed from their caches.")
         registry.describe("quad_edge_image_evictions_total", .counter, "Pictures evicted from the phones' caches (least recently used, over a limit).")
         registry.describe("quad_edge_image_refused_total", .counter, "Pictures refused: over max_image_bytes, not an image, or bytes that do not match their SHA-256.")
+        registry.describe("quad_edge_loop_timers_late_seconds", .gauge,
+                          "How far past its time the most overdue timer of the phones' loop (students' actions, telemetry, retries) was when it ran, over the last second.")
+        registry.describe("quad_edge_loop_timer_overruns_total", .counter,
+                          "Turns of the phones' loop whose due timers took more than their budget (timer_budget_ms): the rest ran after the sockets were read again.")
     }
 
     /// One request's outcome, as the phone saw it.
@@ -50,8 +55,13 @@ public final class EdgeMetrics {
         registry.add("quad_edge_actions_\(outcome)_total", ["type": type], by: Double(count))
     }
 
-    /// Counts the phones' gauges; runs on the edge's loop.
-    func update(_ phones: [Phone]) {
+    /// Counts the phones' gauges, and the loop's when `timers` are given;
+    /// runs on the edge's loop.
+    func update(_ phones: [Phone], timers: Timers? = nil) {
+        if let timers {
+            registry.set("quad_edge_loop_timers_late_seconds", [:], Double(timers.takeLateMs()) / 1000)
+            registry.set("quad_edge_loop_timer_overruns_total", [:], Double(timers.overran))
+        }
         var online = 0, queued = 0, telemetry = 0
         for p in phones where !p.stopped {
             if p.isOnline { online += 1 }
@@ -84,9 +94,9 @@ extension Fleet {
         try server.start(address)
         metricsServer = server
         for p in phones { p.metrics = m }
-        m.update(phones)
+        m.update(phones, timers: agenda)
         agenda.repeating(every: 1000) { [unowned self] in
-            m.update(self.phones)
+            m.update(self.phones, timers: self.agenda)
             return true
         }
         Log.info("edge", "metrics on \(server.url)")

@@ -52,6 +52,17 @@ public final class Timers {
     /// Turns whose due timers did not all run within their budget.
     public private(set) var overran = 0
 
+    /// The most any turn's oldest due timer was past its time when the
+    /// turn began running timers, since the last ``takeLateMs()``: what a
+    /// loop busy with its sockets (or a budget) makes its timers wait.
+    public private(set) var lateMs: Int64 = 0
+
+    /// ``lateMs``, then 0 again.
+    public func takeLateMs() -> Int64 {
+        defer { lateMs = 0 }
+        return lateMs
+    }
+
     /// Milliseconds until the next timer is due, at most `cap`.
     public func timeout(cap: Int64) -> Int64 {
         while let first = heap.first, cancelled.contains(first.id) {
@@ -79,6 +90,7 @@ public final class Timers {
         // Timers made during this turn have greater ids and are due no
         // sooner than `t`, so they sort after every one that is due now.
         let lastBefore = nextID
+        if let first = heap.first, first.due <= t, t - first.due > lateMs { lateMs = t - first.due }
         var ran = 0
         while let first = heap.first, first.due <= t, first.id <= lastBefore {
             if let budgetMs, ran > 0, now() - t >= budgetMs {

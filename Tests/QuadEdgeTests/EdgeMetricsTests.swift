@@ -65,6 +65,9 @@ struct EdgeMetricsTests {
         let (status, type, body) = server.answer(method: "GET", path: "/metrics")
         #expect(status == 200 && type == MetricsServer.contentType)
         #expect(value(body, "quad_edge_phones") == 2)
+        // The loop's own figures: nothing late yet, no turn over its budget.
+        #expect(value(body, "quad_edge_loop_timers_late_seconds") == 0)
+        #expect(value(body, "quad_edge_loop_timer_overruns_total") == 0)
         server.stop()
     }
 }

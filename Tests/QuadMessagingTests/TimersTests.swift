@@ -95,5 +95,7 @@ struct TimersTests {
         #expect(ran.suffix(1) == [6])
         timers.runDue(budgetMs: 10)
         #expect(ran.suffix(2) == [6, 7] && timers.overran == 2)
+        // Timer 7 was due at 25 and ran in the turn that began at 75.
+        #expect(timers.takeLateMs() == 50 && timers.lateMs == 0)
     }
 }

@@ -167,8 +167,10 @@ def test_a_campus_day_moves_the_request_counters(stack):
     assert edge_seen, "quad-edge's /metrics never answered"
     for name in ("quad_edge_phones", "quad_edge_phones_online", "quad_edge_actions_queued", "quad_edge_telemetry_buffered",
                  "quad_edge_actions_sent", "quad_edge_actions_acknowledged", "quad_edge_actions_failed", "quad_edge_requests",
-                 "quad_edge_request_duration_seconds"):
+                 "quad_edge_request_duration_seconds", "quad_edge_loop_timers_late_seconds", "quad_edge_loop_timer_overruns"):
         assert name in edge_seen, (name, sorted(edge_seen))
+    # How late the loop ran its timers: a figure of seconds, never negative.
+    assert 0 <= total(edge_seen, "quad_edge_loop_timers_late_seconds") < 60
     assert total(edge_seen, "quad_edge_phones") == 6
     assert total(edge_seen, "quad_edge_requests_total") > 0
     assert total(edge_seen, "quad_edge_requests_total", status="200") > 0
