@@ -368,12 +368,10 @@ extension Phone {
             asked = error.details["retry_after_ms"]?.int ?? 0
         }
         catalogFailures += 1
-        let backoff = min(Phone.catalogRetryCapMs, Phone.catalogRetryFirstMs << Int64(min(catalogFailures - 1, 10)))
-        let wait = max(asked, backoff / 2 + Int64.random(in: 0...(backoff / 2), using: &rng))
+        let wait = max(asked, Phone.catalogRetry.delay(attempt: catalogFailures - 1, using: &rng))
         agenda.after(wait) { [weak self] in self?.prefetchCatalog() }
     }
-    static let catalogRetryFirstMs: Int64 = 2_000
-    static let catalogRetryCapMs: Int64 = 60_000
+    static let catalogRetry = Backoff(baseMs: 2_000, capMs: 60_000)
 
     var catalogAgeMs: Int64? {
         guard let text = try? db.meta("catalog_saved_ms"), let at = Int64(text) else { return nil }
