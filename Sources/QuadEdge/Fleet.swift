@@ -179,7 +179,8 @@ public final class Fleet {
     public struct Needs: Sendable, CustomStringConvertible {
         public var phones: Int
         public var socketsPerPhone: Int
-        /// Sockets open at once (the phones' and the control socket).
+        /// Sockets open at once (the phones', the control socket and the
+        /// two of the loop's ``Wakeup`` for image fetches).
         public var open: Int
         /// The context's size: ``open`` with room for closed sockets not
         /// yet reaped (at most libzmq's ZMQ_SOCKET_LIMIT, ``Fleet/reserve(_:)``).
@@ -199,7 +200,7 @@ public final class Fleet {
             // behind the phones' loop (twice was not enough: a 1,000-phone
             // day under strace ran out of slots, every phone's socket
             // refused with EMFILE). A slot costs a pointer.
-            open = phones * socketsPerPhone + (control ? 1 : 0)
+            open = phones * socketsPerPhone + (control ? 1 : 0) + 2
             sockets = 4 * open + 256
             descriptors = phones * (socketsPerPhone * Needs.descriptorsPerSocket + Needs.descriptorsPerFile) + Needs.processDescriptors
         }

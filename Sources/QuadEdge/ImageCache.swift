@@ -109,10 +109,12 @@ final class ImageCache {
 
     private let fetches: ImageFetches
 
-    init(db: SQLiteDatabase, folder: String, agenda: Timers, limits: ImageCacheLimits) throws {
+    /// Its fetches wake `reactor`'s loop through two sockets of `context`,
+    /// shared by every phone on that loop.
+    init(db: SQLiteDatabase, folder: String, reactor: Reactor, context: ZMQContext, limits: ImageCacheLimits) throws {
         self.db = db
         self.folder = folder
-        self.fetches = ImageFetches.of(agenda)
+        self.fetches = try ImageFetches.of(reactor, context: context)
         self.limits = limits
     }
 
@@ -320,53 +322,56 @@ final class ImageCache {
 }
 
 /// The image fetches of every phone on one loop: one inbox the fetching
-/// threads fill and one poll of it on the loop (every 5 ms while a fetch is
-/// out), not one each per phone (a thousand phones' polls were a timer
-/// every 5 ms each).
+/// threads fill, and one ``Wakeup`` (two inproc sockets) whose doorbell the
+/// thread that finished a fetch rings to wake the loop and hand its result
+/// over. Nothing polls: the loop sleeps in its poll until a fetch ends.
+/// Made and ended on the loop, with the last of its phones' caches.
 final class ImageFetches {
+    private struct Known { weak var fetches: ImageFetches? }
+    nonisolated(unsafe) private static var byLoop: [ObjectIdentifier: Known] = [:]
     private static let lock = NSLock()
-    nonisolated(unsafe) private static var byLoop: [ObjectIdentifier: ImageFetches] = [:]
 
-    /// The fetches of the loop whose timers are `agenda`.
-    static func of(_ agenda: Timers) -> ImageFetches {
+    /// The fetches of the loop `reactor`, on sockets of `context`.
+    static func of(_ reactor: Reactor, context: ZMQContext) throws -> ImageFetches {
         lock.lock()
         defer { lock.unlock() }
-        let key = ObjectIdentifier(agenda)
-        if let known = byLoop[key], known.agenda === agenda { return known }
-        let made = ImageFetches(agenda)
-        byLoop[key] = made
+        let key = ObjectIdentifier(reactor)
+        if let known = byLoop[key]?.fetches, known.reactor === reactor { return known }
+        byLoop = byLoop.filter { $0.value.fetches != nil }
+        let made = try ImageFetches(reactor, context: context)
+        byLoop[key] = Known(fetches: made)
         return made
     }
 
-    private weak var agenda: Timers?
+    private weak var reactor: Reactor?
     private let inbox = FetchInbox()
+    private var wakeup: Wakeup!
     /// Touched on the loop only.
     private var waiting: [Int: (CheckedImage) -> Void] = [:]
     private var nextTicket = 0
-    private var polling = false
 
-    private init(_ agenda: Timers) { self.agenda = agenda }
+    private init(_ reactor: Reactor, context: ZMQContext) throws {
+        self.reactor = reactor
+        wakeup = try Wakeup(context: context, reactor: reactor) { [unowned self] in
+            for (ticket, got) in self.inbox.take() {
+                self.waiting.removeValue(forKey: ticket)?(got)
+            }
+        }
+    }
+
+    /// Times a fetch's thread woke the loop (fewer than the fetches when
+    /// several ended before the loop woke).
+    var wakes: Int { wakeup.doorbell.sent }
 
     /// Runs `work` on a fetching thread; `done` gets its result on the loop.
     func start(_ work: @escaping @Sendable () -> CheckedImage, _ done: @escaping (CheckedImage) -> Void) {
         let ticket = nextTicket
         nextTicket += 1
         waiting[ticket] = done
-        let inbox = self.inbox
-        ImageCache.queue.addOperation { inbox.put(ticket, work()) }
-        poll()
-    }
-
-    private func poll() {
-        guard !polling, let agenda else { return }
-        polling = true
-        agenda.repeating(every: 5) { [weak self] in
-            guard let self else { return false }
-            for (ticket, got) in self.inbox.take() {
-                self.waiting.removeValue(forKey: ticket)?(got)
-            }
-            if self.waiting.isEmpty { self.polling = false; return false }
-            return true
+        let (inbox, doorbell) = (self.inbox, wakeup.doorbell)
+        ImageCache.queue.addOperation {
+            inbox.put(ticket, work())
+            doorbell.ring()
         }
     }
 }

@@ -302,7 +302,7 @@ final class Phone {
         if let sql = settings.fileSQL { try db.executeScript(sql) }
         if settings.recordShown { try Phone.prepareShown(db) }
         let folder = (path.hasSuffix(".db") ? String(path.dropLast(3)) : path) + ".images"
-        images = try ImageCache(db: db, folder: folder, agenda: reactor.timers, limits: settings.images)
+        images = try ImageCache(db: db, folder: folder, reactor: reactor, context: context, limits: settings.images)
         var curveKey = keychain[.curveSecretKey]
         if settings.brokerKey != nil && curveKey == nil {
             curveKey = Link.keyPair(nil).flatMap { Curve.encode($0.secretKey) }

@@ -16,7 +16,8 @@ import Testing
     let server: ImageServer
     let port: UInt16
     let phone: SQLiteDatabase
-    let timers = Timers(now: { Clock.monotonicMillis() })
+    let context = ZMQContext()
+    let reactor = Reactor(now: { Clock.monotonicMillis() })
     var wall: Int64 = 1_900_000_000_000
 
     init() throws {
@@ -36,7 +37,7 @@ import Testing
     }
 
     func cache(_ limits: ImageCacheLimits = ImageCacheLimits()) throws -> ImageCache {
-        let c = try ImageCache(db: phone, folder: dir + "/phone-001.images", agenda: timers, limits: limits)
+        let c = try ImageCache(db: phone, folder: dir + "/phone-001.images", reactor: reactor, context: context, limits: limits)
         c.clock = { [unowned self] in self.wall }
         return c
     }
@@ -55,8 +56,8 @@ import Testing
         c.show(url, tier: tier, online: online) { got = $0 }
         let until = Clock.monotonicMillis() + 30_000
         while got == nil && Clock.monotonicMillis() < until {
-            timers.runDue()
-            usleep(1_000)
+            // The loop sleeps in its poll until a fetch's thread wakes it.
+            try reactor.turn(timeoutCap: 1_000)
         }
         return try #require(got, "the picture was never shown")
     }
