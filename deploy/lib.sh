@@ -154,13 +154,14 @@ quad_pip_install() {
 # MDP/0.2 worker and client no one here wrote, for Tests/e2e/test_majordomo.py).
 quad_install_deps() {
     local pkg apt_missing=()
-    # nats-server: deploy/bench sets Quad against NATS request/reply and pub/sub.
+    # nats-server: deploy/bench sets Quad against NATS request/reply and pub/sub;
+    # libssl-dev: its C client of NATS speaks TLS to the peer with encryption.
     # supervisor: supervisord runs every process of a deploy/stack (deploy/supervise.sh).
     # podman, runc, debootstrap: deploy/image and deploy/kube (Tests/e2e/test_kube.sh); runc
     # because crun fails here (deploy/containers.conf). python3-yaml: test_kube.sh
     # checks deploy/k8s against deploy/services (python3 -m quaddeploy.services check-manifest).
     # prometheus (with promtool): deploy/stack up --prometheus and the rules of deploy/prometheus.
-    for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev nats-server supervisor nftables faketime podman runc debootstrap python3-yaml prometheus; do
+    for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev libssl-dev nats-server supervisor nftables faketime podman runc debootstrap python3-yaml prometheus; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || apt_missing+=("$pkg")
     done
     quad_pg_bindir >/dev/null || apt_missing+=(postgresql)

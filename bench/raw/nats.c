@@ -17,6 +17,12 @@
  *     NATS clients buffer). Events per second at the subscriber, first to
  *     last: {"bench":"nats_pubsub","events_per_s":..,"bytes":..,"n":..}.
  *
+ * With -T every connection speaks TLS (OpenSSL; the server's certificate is
+ * not verified, as a benchmark of the cipher's cost, not of trust): the peer
+ * with encryption, as Quad's public frontend has CURVE. nats-server sends
+ * its INFO in plain text, then the client starts the handshake. The JSON
+ * line then carries "tls":true.
+ *
  * BYTES is the payload size (default 200, the relay's). The first 8 bytes
  * of a request carry its send time. */
 #define _GNU_SOURCE
@@ -25,6 +31,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,10 +55,14 @@ static void die(const char *what) {
     exit(1);
 }
 
+/* -T: speak TLS to nats-server. */
+static int tls = 0;
+
 /* One connection to nats-server with a read buffer (messages are parsed in
  * place) and a write buffer (flushed by nc_flush). */
 struct conn {
     int fd;
+    SSL *ssl; /* with -T: every read and write goes through it */
     char *in;
     size_t in_cap, in_len, in_pos;
     char *out;
@@ -67,7 +79,14 @@ struct msg {
 
 static void nc_write_all(struct conn *c, const char *p, size_t n) {
     while (n > 0) {
-        ssize_t w = write(c->fd, p, n);
+        ssize_t w;
+        if (c->ssl) {
+            int k = SSL_write(c->ssl, p, (int)(n > 1 << 30 ? 1 << 30 : n));
+            if (k <= 0) { ERR_print_errors_fp(stderr); errno = 0; die("SSL_write"); }
+            w = k;
+        } else {
+            w = write(c->fd, p, n);
+        }
         if (w < 0) {
             if (errno == EINTR) continue;
             die("write");
@@ -115,7 +134,13 @@ static void nc_fill(struct conn *c) {
         if (!c->in) die("realloc");
     }
     ssize_t r;
-    do r = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len); while (r < 0 && errno == EINTR);
+    if (c->ssl) {
+        int k = SSL_read(c->ssl, c->in + c->in_len, (int)(c->in_cap - c->in_len > 1 << 30 ? 1 << 30 : c->in_cap - c->in_len));
+        if (k <= 0 && SSL_get_error(c->ssl, k) != SSL_ERROR_ZERO_RETURN) { ERR_print_errors_fp(stderr); errno = 0; die("SSL_read"); }
+        r = k < 0 ? 0 : k;
+    } else {
+        do r = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len); while (r < 0 && errno == EINTR);
+    }
     if (r < 0) die("read");
     if (r == 0) { errno = 0; die("nats-server closed the connection"); }
     c->in_len += (size_t)r;
@@ -203,7 +228,21 @@ static void nc_connect(struct conn *c, const char *address) {
     c->out_cap = 1 << 16;
     c->out = malloc(c->out_cap);
     c->in_len = c->in_pos = c->out_len = 0;
+    c->ssl = NULL;
     if (!c->in || !c->out) die("malloc");
+    /* INFO comes first, in plain text; with TLS the handshake follows it. */
+    while (!memmem(c->in, c->in_len, "\r\n", 2)) nc_fill(c);
+    int required = memmem(c->in, c->in_len, "\"tls_required\":true", 19) != NULL;
+    if (required && !tls) { errno = 0; die("nats-server requires TLS: pass -T"); }
+    if (tls && !required) { errno = 0; die("-T, but nats-server does not offer TLS (no tls block in its config?)"); }
+    if (tls) {
+        SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+        if (!ctx) die("SSL_CTX_new");
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+        c->ssl = SSL_new(ctx);
+        if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1) die("SSL_new");
+        if (SSL_connect(c->ssl) != 1) { ERR_print_errors_fp(stderr); errno = 0; die("TLS handshake with nats-server"); }
+    }
     const char *hello = "CONNECT {\"verbose\":false,\"pedantic\":false,\"name\":\"quad-bench\",\"lang\":\"c\",\"version\":\"1\",\"protocol\":1}\r\nPING\r\n";
     nc_put(c, hello, strlen(hello));
     nc_flush(c);
@@ -333,7 +372,7 @@ static int reqrep(void) {
     }
     uint64_t elapsed = now_ns() - started;
     qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
-    printf("{\"bench\":\"nats_reqrep\",\"inflight\":%d,\"bytes\":%zu,\"p50_us\":%.1f,\"p99_us\":%.1f,\"rps\":%.0f,\"n\":%ld}\n", inflight, bytes,
+    printf("{\"bench\":\"nats_reqrep\",\"tls\":%s,\"inflight\":%d,\"bytes\":%zu,\"p50_us\":%.1f,\"p99_us\":%.1f,\"rps\":%.0f,\"n\":%ld}\n", tls ? "true" : "false", inflight, bytes,
            quantile_us(lat, (size_t)n, 0.5), quantile_us(lat, (size_t)n, 0.99), (double)n * 1e9 / (double)elapsed, n);
     fflush(stdout);
     kill(child, SIGTERM);
@@ -380,16 +419,17 @@ static int pubsub(void) {
     if (r <= 0) { fprintf(stderr, "nats: the subscriber reported nothing (slow consumer dropped?)\n"); return 1; }
     waitpid(child, NULL, 0);
     double seconds = (double)strtoull(line, NULL, 10) / 1e9;
-    printf("{\"bench\":\"nats_pubsub\",\"bytes\":%zu,\"subject\":\"%s\",\"seconds\":%.3f,\"events_per_s\":%.0f,\"n\":%ld}\n", bytes, subject,
+    printf("{\"bench\":\"nats_pubsub\",\"tls\":%s,\"bytes\":%zu,\"subject\":\"%s\",\"seconds\":%.3f,\"events_per_s\":%.0f,\"n\":%ld}\n", tls ? "true" : "false", bytes, subject,
            seconds, seconds > 0 ? (double)(n - 1) / seconds : 0.0, n);
     fflush(stdout);
     return 0;
 }
 
 static void usage(FILE *to, const char *prog, int status) {
-    fprintf(to, "usage: %s [-a HOST:PORT] reqrep [-n N] [-i INFLIGHT] [-s BYTES] [-W WARMUP]\n"
-                "       %s [-a HOST:PORT] pubsub [-n N] [-s BYTES] [-t SUBJECT]\n"
-                "NATS request/reply and pub/sub through a running nats-server (default 127.0.0.1:4222); prints one JSON line.\n",
+    fprintf(to, "usage: %s [-a HOST:PORT] [-T] reqrep [-n N] [-i INFLIGHT] [-s BYTES] [-W WARMUP]\n"
+                "       %s [-a HOST:PORT] [-T] pubsub [-n N] [-s BYTES] [-t SUBJECT]\n"
+                "NATS request/reply and pub/sub through a running nats-server (default 127.0.0.1:4222); prints one JSON line.\n"
+                "-T speaks TLS (the server's certificate is not verified).\n",
             prog, prog);
     exit(status);
 }
@@ -401,7 +441,7 @@ int main(int argc, char **argv) {
     const char *mode = NULL;
     /* Options before and after the mode word. */
     while (optind < argc) {
-        if ((opt = getopt(argc, argv, "+a:n:i:s:W:t:h")) == -1) {
+        if ((opt = getopt(argc, argv, "+a:n:i:s:W:t:Th")) == -1) {
             if (mode) usage(stderr, argv[0], 64);
             mode = argv[optind++];
             continue;
@@ -413,6 +453,7 @@ int main(int argc, char **argv) {
         case 's': bytes = strtoul(optarg, NULL, 10); break;
         case 'W': warmup = atol(optarg); break;
         case 't': subject = optarg; break;
+        case 'T': tls = 1; break;
         default: usage(stderr, argv[0], 64);
         }
     }

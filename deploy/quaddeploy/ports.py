@@ -150,7 +150,7 @@ def collisions(ports):
 # find a free one in.
 BENCH_DEFAULT_BASE = 29700
 BENCH_PEER_WIDTH = 10
-BENCH_PEERS = ("nats", "edge_control", "edge_control_memory", "edge_nowhere", "postgres")
+BENCH_PEERS = ("nats", "edge_control", "edge_control_memory", "edge_nowhere", "postgres", "nats_tls")
 
 
 def bench(base=BENCH_DEFAULT_BASE, services=None):
