@@ -96,7 +96,7 @@ import sys
 from collections import Counter, defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quaddeploy import services as services_list  # noqa: E402  (deploy/services, the one list)
+from quaddeploy import services as services_list  # noqa: E402  (deploy/stack.json, the one description)
 from quaddeploy import cli  # noqa: E402
 
 SERVICES = services_list.names()

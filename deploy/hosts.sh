@@ -13,7 +13,7 @@
 #   quadK-broker-J       10.77.K.(100+J)   quad-broker J, for J = 2 to 8 (--brokers N)
 #   quadK-pg             10.77.K.3         PostgreSQL, one database per service
 #   quadK-phones         10.77.K.4         quad-edge (deploy/chaos run)
-#   quadK-SERVICE-N      10.77.K.(10*i+N)  worker N of the service of host i (deploy/services)
+#   quadK-SERVICE-N      10.77.K.(10*i+N)  worker N of the service of host i (deploy/stack.json)
 #
 # Every broker listens on the same ports (QUAD_PORT_BASE .. +4) of its own
 # host's address; QUAD_FRONTEND and friends list them all, broker 1 first.
@@ -62,7 +62,7 @@ hosts_ip_of() {
     s=${name%-*}
     n=${name##*-}
     [[ $n =~ ^[0-9]+$ && $s != "$name" ]] || return 1
-    # The service's host number in deploy/services (1 for the first).
+    # The service's host number in deploy/stack.json (1 for the first).
     [[ -n ${SERVICE_HOST[$s]:-} ]] || return 1
     i=$((SERVICE_HOST[$s] - 1))
     if ((n >= 1 && n <= 9)); then

@@ -159,7 +159,7 @@ quad_install_deps() {
     # supervisor: supervisord runs every process of a deploy/stack (deploy/supervise.sh).
     # podman, runc, debootstrap: deploy/image and deploy/kube (Tests/e2e/test_kube.sh); runc
     # because crun fails here (deploy/containers.conf). python3-yaml: test_kube.sh
-    # checks deploy/k8s against deploy/services (python3 -m quaddeploy.services check-manifest).
+    # checks deploy/k8s against deploy/stack.json (python3 -m quaddeploy.services check-manifest).
     # prometheus (with promtool): deploy/stack up --prometheus and the rules of deploy/prometheus.
     for pkg in libzmq3-dev libsqlite3-dev libpq-dev libsodium-dev libmicrohttpd-dev libssl-dev nats-server supervisor nftables faketime podman runc debootstrap python3-yaml prometheus; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || apt_missing+=("$pkg")
@@ -188,46 +188,17 @@ quad_install_deps() {
     fi
 }
 
-# The services of deploy/services (QUAD_SERVICES_FILE for tests), read into
-# SERVICES (names in start order) and the maps SERVICE_EXE, SERVICE_STORE,
-# SERVICE_HOST, SERVICE_WORKERS and SERVICE_FAULTS (comma-separated, or "").
-# A malformed line stops the caller with its file and line number, as
-# deploy/quaddeploy/services.py words it.
+# The services of deploy/stack.json (QUAD_STACK_FILE for tests), read by its
+# one reader (deploy/quaddeploy/stack.json.py, which refuses a malformed
+# description naming the service and the field) into SERVICES (start order)
+# and the associative arrays SERVICE_EXE, SERVICE_STORE, SERVICE_HOST,
+# SERVICE_WORKERS and SERVICE_FAULTS (comma-separated), with
+# QUAD_DEFAULT_BROKERS and QUAD_MAX_BROKERS. Dies, saying why, when it cannot.
 quad_services_read() {
-    local file=${QUAD_SERVICES_FILE:-$QUAD_ROOT/deploy/services} line n=0 name exe store host workers faults extra f
-    [[ -r $file ]] || quad_die "cannot read the list of services $file"
-    SERVICES=()
-    declare -gA SERVICE_EXE=() SERVICE_STORE=() SERVICE_HOST=() SERVICE_WORKERS=() SERVICE_FAULTS=()
-    local -A hosts=()
-    while IFS= read -r line || [[ -n $line ]]; do
-        n=$((n + 1))
-        line=${line%%#*}
-        read -r name exe store host workers faults extra <<<"$line" || true
-        [[ -n $name ]] || continue
-        local at="$file line $n"
-        [[ -n $faults && -z $extra ]] ||
-            quad_die "$at: expected 6 fields (name exe store host workers faults), got: ${line%"${line##*[![:space:]]}"}"
-        [[ $name =~ ^[a-z][a-z0-9-]*$ ]] || quad_die "$at: the name '$name' is not lower-case letters, digits and '-'"
-        [[ -z ${SERVICE_EXE[$name]:-} ]] || quad_die "$at: $name is listed twice"
-        [[ $exe == "quad-$name" ]] || quad_die "$at: the executable of $name must be quad-$name (the tools find its processes by that name), got '$exe'"
-        [[ $store == sqlite || $store == postgres ]] || quad_die "$at: the store of $name must be sqlite or postgres, got '$store'"
-        [[ $host =~ ^[1-9]$ ]] || quad_die "$at: the host of $name must be 1 to 9, got '$host'"
-        [[ -z ${hosts[$host]:-} ]] || quad_die "$at: host $host is taken by ${hosts[$host]}"
-        [[ $workers =~ ^[0-9]+$ ]] && ((workers >= 1 && workers <= 16)) ||
-            quad_die "$at: the workers of $name must be 1 to 16, got '$workers'"
-        [[ $faults == - ]] && faults=""
-        for f in ${faults//,/ }; do
-            case $f in
-                kill | pause | partition | pg | clock) ;;
-                *) quad_die "$at: unknown fault '$f' for $name (faults: kill, pause, partition, pg, clock)" ;;
-            esac
-        done
-        hosts[$host]=$name
-        SERVICES+=("$name")
-        SERVICE_EXE[$name]=$exe SERVICE_STORE[$name]=$store SERVICE_HOST[$name]=$host
-        SERVICE_WORKERS[$name]=$workers SERVICE_FAULTS[$name]=$faults
-    done <"$file"
-    ((${#SERVICES[@]} > 0)) || quad_die "$file lists no service"
+    local assignments
+    assignments=$(PYTHONPATH="$QUAD_ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.services shell) ||
+        quad_die "cannot read the description of the stack (${QUAD_STACK_FILE:-$QUAD_ROOT/deploy/stack.json}); see above"
+    eval "$assignments"
 }
 
 # The services of SERVICES whose faults include $1, in start order.

@@ -8,7 +8,7 @@
 # URL on a command line holds no secret.
 
 # The services --postgres puts on the cluster (store postgres in
-# deploy/services, read by deploy/stack), unless QUAD_<NAME>_DB says otherwise.
+# deploy/stack.json, read by deploy/stack), unless QUAD_<NAME>_DB says otherwise.
 pg_services() {
     local s
     for s in "${SERVICES[@]}"; do [[ ${SERVICE_STORE[$s]} == postgres ]] && printf '%s\n' "$s"; done

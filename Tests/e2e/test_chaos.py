@@ -21,7 +21,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHECKER = os.path.join(ROOT, "deploy", "checker.py")
 sys.path.insert(0, os.path.join(ROOT, "deploy"))
-from quaddeploy import services as services_list  # noqa: E402  (deploy/services, the one list)
+from quaddeploy import services as services_list  # noqa: E402  (deploy/stack.json, the one description)
 
 SERVICES = services_list.names()
 

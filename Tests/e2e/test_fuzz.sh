@@ -40,7 +40,7 @@ fi
 
 # Every target ran all its inputs: the envelope, tokens, and one target per
 # service the launcher starts.
-quad_services_read  # deploy/services
+quad_services_read  # deploy/stack.json
 services=${SERVICES[*]}
 targets=$(printf '%s\n' envelope token $(printf 'service-%s\n' $services))
 engine=$(grep -o 'quad-fuzz summary ([^)]*)' <<<"$out" || true)

@@ -68,8 +68,8 @@ diff -r -x keys "$out" "$ROOT/deploy/k8s" >&2 || { rm -rf "$out"; fail "deploy/k
 rm -rf "$out"
 ok "deploy/k8s is what deploy/kube manifests writes"
 problems=$(PYTHONPATH="$ROOT/deploy" python3 -m quaddeploy.services check-manifest "$ROOT"/deploy/k8s/*.yaml 2>&1) \
-    || fail "deploy/k8s disagrees with deploy/services: $problems"
-ok "deploy/k8s runs every service of deploy/services"
+    || fail "deploy/k8s disagrees with deploy/stack.json: $problems"
+ok "deploy/k8s runs every service of deploy/stack.json"
 
 step="deploy/kube up"
 # On a port base whose every port is free (from QUAD_KUBE_PORT_BASE, default

@@ -23,6 +23,7 @@ tools agree with the table.
 Seconds; starts nothing.
 """
 
+import json
 import os
 import re
 import shlex
@@ -225,13 +226,17 @@ def test_the_docs_show_the_table():
 
 # A description unlike the real one: a service added (occupancy, host 8),
 # favorites gone, worker counts changed.
-CHANGED = """\
-reservations  quad-reservations  sqlite    5  1  kill,pause
-accounts      quad-accounts      sqlite    1  2  kill,pause,partition,pg
-catalog       quad-catalog       sqlite    2  3  kill,clock
-orders        quad-orders        postgres  4  1  kill,pause,partition,pg,clock
-occupancy     quad-occupancy     postgres  8  1  -
-"""
+def _service(name, store, host, workers, faults):
+    return {"name": name, "exe": "quad-" + name, "store": store, "host": host, "workers": workers, "faults": faults}
+
+
+CHANGED = json.dumps(dict(json.load(open(os.path.join(ROOT, "deploy", "stack.json"))), services=[
+    _service("reservations", "sqlite", 5, 1, ["kill", "pause"]),
+    _service("accounts", "sqlite", 1, 2, ["kill", "pause", "partition", "pg"]),
+    _service("catalog", "sqlite", 2, 3, ["kill", "clock"]),
+    _service("orders", "postgres", 4, 1, ["kill", "pause", "partition", "pg", "clock"]),
+    _service("occupancy", "postgres", 8, 1, []),
+]))
 
 
 @pytest.mark.parametrize("base,brokers", [(7700, 2), (41000, 3)])
@@ -239,7 +244,7 @@ def test_every_artefact_follows_the_description(tmp_path, base, brokers):
     """The stack's description changed (services, workers, port base,
     brokers): the table, `deploy/stack env`, deploy/metrics.sh and the
     Kubernetes manifests all follow it, and no two ports collide."""
-    changed = tmp_path / "services"
+    changed = tmp_path / "stack.json"
     changed.write_text(CHANGED)
     names = services.names(file=str(changed))
     assert names == ["reservations", "accounts", "catalog", "orders", "occupancy"]
@@ -249,7 +254,7 @@ def test_every_artefact_follows_the_description(tmp_path, base, brokers):
     assert "metrics.occupancy.1" in t and not any(n.startswith("metrics.favorites.") for n in t)
 
     # deploy/stack env: the frontends, updates sockets, dashboard and control socket of the table.
-    exports, notes = stack_env(base, brokers, QUAD_SERVICES_FILE=str(changed))
+    exports, notes = stack_env(base, brokers, QUAD_STACK_FILE=str(changed))
     assert exports["QUAD_FRONTEND"] == ",".join(f"tcp://127.0.0.1:{t[f'broker{k}.frontend']}" for k in range(1, brokers + 1))
     assert notes["updates"] == ",".join(f"tcp://127.0.0.1:{t[f'broker{k}.updates']}" for k in range(1, brokers + 1))
     assert exports["QUAD_EDGE_CONTROL"] == f"tcp://127.0.0.1:{t['edge.control']}"
@@ -268,7 +273,7 @@ def test_every_artefact_follows_the_description(tmp_path, base, brokers):
             for ((n = 1; n <= SERVICE_WORKERS[$s]; n++)); do echo "metrics.$s.$n $(metrics_port "$s" "$n")"; done
         done
     """
-    r = subprocess.run(["bash", "-c", script], env=dict(os.environ, QUAD_SERVICES_FILE=str(changed), QUAD_HOME=str(tmp_path / "home")),
+    r = subprocess.run(["bash", "-c", script], env=dict(os.environ, QUAD_STACK_FILE=str(changed), QUAD_HOME=str(tmp_path / "home")),
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     got = dict(line.split() for line in r.stdout.splitlines())
@@ -280,7 +285,7 @@ def test_every_artefact_follows_the_description(tmp_path, base, brokers):
     # added service, none for the one gone, every port the table's.
     out = tmp_path / "k8s"
     r = subprocess.run([os.path.join(ROOT, "deploy", "kube"), "manifests", str(out)],
-                       env=dict(os.environ, QUAD_SERVICES_FILE=str(changed), QUAD_KUBE_PORT_BASE=str(base)),
+                       env=dict(os.environ, QUAD_STACK_FILE=str(changed), QUAD_KUBE_PORT_BASE=str(base)),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert (out / "occupancy.yaml").exists() and not (out / "favorites.yaml").exists()

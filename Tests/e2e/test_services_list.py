@@ -1,16 +1,20 @@
-"""deploy/services is the one list of services: deploy/lib.sh (bash) and
-deploy/quaddeploy/services.py (Python) read it alike and refuse a malformed
-line naming it; deploy/stack, deploy/chaos, deploy/hosts.sh, deploy/pg.sh,
-deploy/bench, deploy/checker.py and Tests/e2e/test_chaos.py each see what it
-says (the real file, and a changed one given as QUAD_SERVICES_FILE); the
---hosts addresses are those of before; the nemesis schedule that moved from
-deploy/chaos to deploy/quaddeploy/nemesis.py draws what the bash loop drew
-for the same seed. No stack runs: each tool is asked what it knows."""
+"""deploy/stack.json describes the stack once, and deploy/quaddeploy/services.py
+is its one reader: bash gets it through `python3 -m quaddeploy.services shell`
+(deploy/lib.sh's quad_services_read), the port table from its "ports"; a
+malformed description is refused naming the service and the field, by
+Python, by bash and by deploy/stack; deploy/stack, deploy/chaos,
+deploy/hosts.sh, deploy/pg.sh, deploy/bench, deploy/checker.py and
+Tests/e2e/test_chaos.py each see what it says (the real file, and a changed
+one given as QUAD_STACK_FILE); the --hosts addresses are those of before; the
+nemesis schedule that moved from deploy/chaos to deploy/quaddeploy/nemesis.py
+draws what the bash loop drew for the same seed. No stack runs: each tool is
+asked what it knows."""
 
+import copy
+import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -18,21 +22,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DEPLOY = os.path.join(ROOT, "deploy")
 sys.path.insert(0, DEPLOY)
 
-from quaddeploy import nemesis, services  # noqa: E402
+from quaddeploy import nemesis, ports, services  # noqa: E402
 
 EXPECTED = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics", "notifications"]
+REAL = json.load(open(os.path.join(DEPLOY, "stack.json")))
 
-# A list unlike the real one: favorites gone, reservations first, a service
-# of host 8 added, orders on PostgreSQL, catalog with 3 workers.
-CHANGED = """\
-# a test's list
-reservations  quad-reservations  sqlite    5  1  kill,pause
-accounts      quad-accounts      sqlite    1  2  kill,pause,partition,pg
-catalog       quad-catalog       sqlite    2  3  kill,clock   # a comment
-orders        quad-orders        postgres  4  1  kill,pause,partition,pg,clock
 
-occupancy     quad-occupancy     postgres  8  1  -
-"""
+def service(name, store, host, workers, faults):
+    return {"name": name, "exe": "quad-" + name, "store": store, "host": host, "workers": workers, "faults": faults}
+
+
+# A description unlike the real one: favorites gone, reservations first, a
+# service of host 8 added, orders on PostgreSQL, catalog with 3 workers.
+CHANGED = dict(REAL, services=[
+    service("reservations", "sqlite", 5, 1, ["kill", "pause"]),
+    service("accounts", "sqlite", 1, 2, ["kill", "pause", "partition", "pg"]),
+    dict(service("catalog", "sqlite", 2, 3, ["kill", "clock"]), why="a comment"),
+    service("orders", "postgres", 4, 1, ["kill", "pause", "partition", "pg", "clock"]),
+    service("occupancy", "postgres", 8, 1, []),
+])
 
 
 def bash(script, env=None):
@@ -53,11 +61,15 @@ def python_view(file=None):
             for s in services.load(file).values()]
 
 
+def write(tmp_path, doc, name="stack.json"):
+    f = tmp_path / name
+    f.write_text(json.dumps(doc, indent=1))
+    return str(f)
+
+
 @pytest.fixture
 def changed(tmp_path):
-    f = tmp_path / "services"
-    f.write_text(CHANGED)
-    return str(f)
+    return write(tmp_path, CHANGED, "changed.json")
 
 
 def test_the_file_lists_the_services_of_today():
@@ -66,13 +78,38 @@ def test_the_file_lists_the_services_of_today():
     assert services.names(fault="clock") == ["catalog", "orders", "reservations"]
     assert services.load()["accounts"].workers == 2
     assert services.env_var("telemetry", "DB") == "QUAD_TELEMETRY_DB"
+    assert services.brokers() == {"default": 2, "max": 8}
+
+
+def test_the_description_meets_its_schema_and_the_schema_refuses_what_the_reader_refuses(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.load(open(os.path.join(DEPLOY, "stack.schema.json")))
+    jsonschema.validate(REAL, schema)
+    jsonschema.validate(CHANGED, schema)
+    for doc, _ in MALFORMED:
+        if isinstance(doc, dict) and all(isinstance(s, dict) for s in doc.get("services", [])) \
+                and not _only_the_reader_knows(doc):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(doc, schema)
+
+
+def _only_the_reader_knows(doc):
+    """Rules a schema cannot say: an executable named after its service, a
+    name or a host listed twice, no more default brokers than the most."""
+    names = [s.get("name") for s in doc["services"]]
+    hosts = [s.get("host") for s in doc["services"]]
+    b = doc.get("brokers", {})
+    return (b.get("default", 0) > b.get("max", 8) or any(s.get("exe") != "quad-%s" % s.get("name") for s in doc["services"])
+            or len(set(names)) != len(names) or len(set(hosts)) != len(hosts))
 
 
 def test_bash_and_python_read_the_same_fields(changed):
     assert bash_view() == python_view()
-    assert bash_view({"QUAD_SERVICES_FILE": changed}) == python_view(changed)
+    assert bash_view({"QUAD_STACK_FILE": changed}) == python_view(changed)
     assert python_view(changed)[0] == "reservations quad-reservations sqlite 5 1 kill,pause"
     assert python_view(changed)[-1] == "occupancy quad-occupancy postgres 8 1 "
+    p = bash('quad_services_read; echo "$QUAD_DEFAULT_BROKERS $QUAD_MAX_BROKERS"')
+    assert p.stdout.split() == ["2", "8"]
 
 
 def test_the_command_line_says_what_the_module_does():
@@ -85,51 +122,101 @@ def test_the_command_line_says_what_the_module_does():
     p = run("field", "nosuch", "host")
     assert p.returncode == 1 and "unknown service 'nosuch'" in p.stderr
     assert run("bogus").returncode == 64
+    assert run("--help").returncode == 0 and "shell" in run("--help").stdout
+
+
+def _with(n, **fields):
+    doc = copy.deepcopy(REAL)
+    doc["services"][n].update(fields)
+    return doc
+
+
+def _without(n, field):
+    doc = copy.deepcopy(REAL)
+    del doc["services"][n][field]
+    return doc
 
 
 MALFORMED = [
-    ("accounts quad-accounts sqlite 1 2", "line 3: expected 6 fields"),
-    ("accounts quad-accounts sqlite 1 2 kill extra", "line 3: expected 6 fields"),
-    ("Accounts quad-Accounts sqlite 1 2 kill", "line 3: the name 'Accounts' is not lower-case"),
-    ("catalog quad-catalog sqlite 9 1 kill", "line 3: catalog is listed twice"),
-    ("accounts accountsd sqlite 1 2 kill", "line 3: the executable of accounts must be quad-accounts"),
-    ("accounts quad-accounts mysql 1 2 kill", "line 3: the store of accounts must be sqlite or postgres, got 'mysql'"),
-    ("accounts quad-accounts sqlite 10 2 kill", "line 3: the host of accounts must be 1 to 9, got '10'"),
-    ("accounts quad-accounts sqlite 2 2 kill", "line 3: host 2 is taken by catalog"),
-    ("accounts quad-accounts sqlite 1 17 kill", "line 3: the workers of accounts must be 1 to 16, got '17'"),
-    ("accounts quad-accounts sqlite 1 2 kill,crash", "line 3: unknown fault 'crash' for accounts"),
+    (_without(0, "faults"), "service 1 (accounts): expected the fields name exe store host workers faults (and why); missing: faults"),
+    (_with(0, extra=1), "service 1 (accounts): expected the fields name exe store host workers faults (and why); missing: none; unknown: extra"),
+    (_with(0, name="Accounts", exe="quad-Accounts"), "service 1: the name \"Accounts\" is not lower-case"),
+    (_with(2, name="catalog", exe="quad-catalog", host=9), "service 3 (catalog): catalog is listed twice"),
+    (_with(0, exe="accountsd"), "service 1 (accounts): the executable of accounts must be quad-accounts"),
+    (_with(0, store="mysql"), "service 1 (accounts): the store of accounts must be sqlite or postgres, got \"mysql\""),
+    (_with(0, host=10), "service 1 (accounts): the host of accounts must be 1 to 9, got 10"),
+    (_with(0, host="1"), "service 1 (accounts): the host of accounts must be 1 to 9, got \"1\""),
+    (_with(2, host=1), "service 3 (favorites): host 1 is taken by accounts"),
+    (_with(0, workers=17), "service 1 (accounts): the workers of accounts must be 1 to 16, got 17"),
+    (_with(0, faults=["kill", "crash"]), "service 1 (accounts): unknown fault 'crash' for accounts"),
+    (_with(0, faults="kill"), "service 1 (accounts): the faults of accounts must be a list"),
+    (dict(REAL, brokers={"default": 3, "max": 2}), "brokers must be {\"default\": D, \"max\": M} with 1 <= D <= M <= 8"),
+    (dict(REAL, ports=dict(REAL["ports"], updates="9")), "ports.updates must be a positive integer, got \"9\""),
+    (dict(REAL, ports={k: v for k, v in REAL["ports"].items() if k != "dashboard"}), "missing: dashboard"),
+    (dict(REAL, services=[]), "lists no service"),
+    (dict(REAL, servces=[]), "unknown field(s) servces"),
+    ("{not json", "is not JSON"),
 ]
 
 
-@pytest.mark.parametrize("line,message", MALFORMED)
-def test_a_malformed_line_is_refused_naming_it(tmp_path, line, message):
-    f = tmp_path / "services"
-    f.write_text("# the list\ncatalog quad-catalog sqlite 2 1 kill\n" + line + "\n")
+@pytest.mark.parametrize("doc,message", MALFORMED, ids=range(len(MALFORMED)))
+def test_a_malformed_description_is_refused_naming_the_service_and_the_field(tmp_path, doc, message):
+    if isinstance(doc, str):
+        f = tmp_path / "stack.json"
+        f.write_text(doc)
+        f = str(f)
+    else:
+        f = write(tmp_path, doc)
     with pytest.raises(services.ServicesError) as e:
-        services.load(str(f))
-    assert "%s %s" % (f, message) in str(e.value)
-    p = bash("quad_services_read", {"QUAD_SERVICES_FILE": str(f)})
+        services.load(f)
+    assert f in str(e.value) and message in str(e.value)
+    p = bash("quad_services_read", {"QUAD_STACK_FILE": f})
     assert p.returncode == 1
-    assert "error: %s %s" % (f, message) in p.stderr
+    assert message in p.stderr and "cannot read the description of the stack" in p.stderr
     # deploy/stack stops on it before doing anything.
-    p = subprocess.run([os.path.join(DEPLOY, "stack"), "--help"], env=dict(os.environ, QUAD_SERVICES_FILE=str(f)),
+    p = subprocess.run([os.path.join(DEPLOY, "stack"), "--help"], env=dict(os.environ, QUAD_STACK_FILE=f),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and message in p.stderr
 
 
-def test_an_empty_list_is_refused(tmp_path):
-    f = tmp_path / "services"
-    f.write_text("# nothing\n\n")
-    with pytest.raises(services.ServicesError, match="lists no service"):
-        services.load(str(f))
-    assert "lists no service" in bash("quad_services_read", {"QUAD_SERVICES_FILE": str(f)}).stderr
+def test_the_port_table_follows_the_description(tmp_path):
+    """A port moved, the stride and the metrics range changed, a service
+    added: the table, the bash view of it and deploy/stack env follow, and
+    no two ports collide."""
+    doc = copy.deepcopy(CHANGED)
+    doc["ports"].update(dashboard=70, edge_control=77, updates=8, broker_stride=12, metrics=150, metrics_workers_per_service=10)
+    doc["brokers"] = {"default": 3, "max": 5}
+    f = write(tmp_path, doc)
+    env = dict(os.environ, QUAD_STACK_FILE=f, PYTHONPATH=DEPLOY)
+    got = json.loads(subprocess.run([sys.executable, "-m", "quaddeploy.ports", "--base", "20000", "--json"], env=env,
+                                    capture_output=True, text=True, timeout=60, check=True).stdout)
+    table = {p["name"]: p["port"] for p in got["ports"]}
+    assert got["brokers"] == 3, "the description's default"
+    assert table["dashboard"] == 20070 and table["edge.control"] == 20077
+    assert [table[f"broker{k}.frontend"] for k in (1, 2, 3)] == [20000, 20012, 20024]
+    assert table["broker2.updates"] == 20020
+    assert table["metrics.broker.1"] == 20150 and table["metrics.broker.5"] == 20154 and "metrics.broker.6" not in table
+    assert table["metrics.reservations.1"] == 20160 and table["metrics.accounts.1"] == 20170 and "metrics.occupancy.10" in table
+    assert "metrics.occupancy.11" not in table and "metrics.favorites.1" not in table
+    assert len(set(table.values())) == len(table), "no two ports collide"
+    p = subprocess.run([sys.executable, "-m", "quaddeploy.ports", "--base", "20000", "--brokers", "6"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 64 and "brokers must be from 1 to 5, got 6" in p.stderr
+    # What bash loads, and what the launcher computes from it.
+    p = bash("quad_ports_load 20000 3; echo $QUAD_PORT_DASHBOARD $QUAD_PORT_BROKER3_UPDATES $QUAD_PORT_UPDATES_OFFSET", env)
+    assert p.stdout.split() == ["20070", "20032", "8"], p.stderr
+    p = subprocess.run([os.path.join(DEPLOY, "stack"), "env"], env=dict(env, QUAD_PORT_BASE="20000", QUAD_HOME=str(tmp_path / "home")),
+                       capture_output=True, text=True, timeout=60)
+    assert "QUAD_FRONTEND=tcp://127.0.0.1:20000,tcp://127.0.0.1:20012,tcp://127.0.0.1:20024" in p.stdout.replace("\\", ""), p.stdout + p.stderr
+    # The real description still gives the real table.
+    assert {p.name: p.port for p in ports.stack(7700, 2)}["dashboard"] == 7780
 
 
 def test_every_tool_sees_the_file(tmp_path, changed):
     for file, want in ((None, EXPECTED), (changed, services.names(file=changed))):
         env = dict(os.environ, QUAD_HOME=str(tmp_path / "home"))
         if file:
-            env["QUAD_SERVICES_FILE"] = file
+            env["QUAD_STACK_FILE"] = file
         # deploy/stack: its help, and the names it refuses.
         p = subprocess.run([os.path.join(DEPLOY, "stack"), "--help"], env=env, capture_output=True, text=True, timeout=60)
         assert "Services: %s\n" % " ".join(want) in p.stdout
@@ -154,7 +241,7 @@ def test_every_tool_sees_the_file(tmp_path, changed):
 
 
 def old_address(subnet, index, n):
-    """hosts_ip_of before deploy/services: from the service's index in SERVICES."""
+    """hosts_ip_of before the list of services: from the service's index in SERVICES."""
     if 1 <= n <= 9:
         return "%s.%d" % (subnet, 10 * (index + 1) + n)
     return "%s.%d" % (subnet, 200 + (index * 7 + n) % 54)
@@ -171,7 +258,7 @@ def test_the_hosts_addresses_are_those_of_before(changed):
     assert got[:2] == ["10.77.70.11", "10.77.70.12"] and "10.77.70.71" in got  # accounts-1, accounts-2, analytics-1
     assert [services.host_address("10.77.70", s, n) for s in EXPECTED for n in workers] == want[:-2]
     # The address follows the host column, not the line's place.
-    got = bash(script, {"QUAD_SERVICES_FILE": changed}).stdout.split()
+    got = bash(script, {"QUAD_STACK_FILE": changed}).stdout.split()
     assert got[:len(workers)] == [old_address("10.77.70", 4, n) for n in workers]  # reservations, host 5
 
 
@@ -325,9 +412,9 @@ def test_fuzz_refuses_a_service_it_has_no_target_for(tmp_path, changed):
     build = os.path.abspath(os.environ.get("QUAD_BUILD_DIR") or os.path.join(ROOT, ".build"))
     if not os.access(os.path.join(build, "release", "quad-fuzz"), os.X_OK):
         pytest.skip("no %s/release/quad-fuzz (swift build -c release --product quad-fuzz)" % build)
-    env = dict(os.environ, QUAD_FUZZ_GENERATOR_BUILD=build, QUAD_FUZZ_DIR=str(tmp_path / "fuzz"), QUAD_SERVICES_FILE=changed)
+    env = dict(os.environ, QUAD_FUZZ_GENERATOR_BUILD=build, QUAD_FUZZ_DIR=str(tmp_path / "fuzz"), QUAD_STACK_FILE=changed)
     p = subprocess.run([os.path.join(DEPLOY, "fuzz"), "--generator", "--no-build", "--runs", "10"], env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 1
-    assert "quad-fuzz has no target service-occupancy for the service occupancy of deploy/services" in p.stderr
+    assert "quad-fuzz has no target service-occupancy for the service occupancy of deploy/stack.json" in p.stderr
     assert "==>" not in p.stdout  # refused before any target ran

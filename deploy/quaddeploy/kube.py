@@ -23,7 +23,7 @@ import urllib.request
 from . import ports as port_table
 from . import services as services_list
 
-# The services in start order, and those on PostgreSQL: deploy/services.
+# The services in start order, and those on PostgreSQL: deploy/stack.json.
 SERVICES = services_list.names()
 ON_POSTGRES = set(services_list.names(store="postgres"))
 BROKERS = 2

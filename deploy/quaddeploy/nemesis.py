@@ -10,7 +10,7 @@ deploy/chaos calls it and runs the lines:
 It was a loop in deploy/chaos on bash's $RANDOM; BashRandom draws the same
 numbers, so a seed gives the same schedule as before (the kinds added later
 still draw after the first ones). The services each kind may hit are the
-running ones whose faults column in deploy/services names it, in start order
+running ones whose faults field in deploy/stack.json names it, in start order
 (the clock fault's in the order it drew them before: CLOCK_DRAW_ORDER).
 """
 
@@ -60,7 +60,7 @@ def schedule(seed, duration, targets, brokers=1, partition_every=0, kill_every=0
     def pick(kind):
         names = targets.get(kind) or []
         if not names:
-            raise ValueError("no running service takes the %s fault (deploy/services, faults column)" % kind)
+            raise ValueError("no running service takes the %s fault (deploy/stack.json, faults field)" % kind)
         return names[r.next() % len(names)]
 
     if partition_every > 0:

@@ -1,7 +1,8 @@
 """The one table of Quad's default ports.
 
 Every port a stack takes, from its port base (QUAD_PORT_BASE, default 7700),
-its brokers (1 to 8) and the services of deploy/services; and the ports
+its brokers (1 to 8) and its services, by the layout deploy/stack.json
+describes (its "ports", read through quaddeploy.services); and the ports
 deploy/bench takes for its own stacks and peers. No other file computes a
 port: deploy/stack and the scripts it sources read QUAD_PORT_<NAME> from
 `--shell` (deploy/lib.sh's quad_ports_load), deploy/kube's manifests and
@@ -21,7 +22,7 @@ From a shell (PYTHONPATH=deploy):
     python3 -m quaddeploy.ports --bench 29700 [--table|--json|--shell]
 
 The layout, from the port base B (broker K from 1, service I from 0 in
-deploy/services order):
+deploy/stack.json's order), with the offsets of deploy/stack.json:
 
     B+10*(K-1)            broker K's public frontend (on --hosts every broker
                           serves on B on its own host's address)
@@ -60,21 +61,26 @@ from collections import namedtuple
 
 from quaddeploy import services as services_list
 
-DEFAULT_BASE = 7700
-MAX_BROKERS = 8
-BROKER_STRIDE = 10          # broker K's frontend is B + 10*(K-1)
-INTERNAL = ("backend", "events-in", "events-out", "internal")  # +1..+4 on --hosts
-UPDATES = 9                 # the updates socket: the frontend's port + 9
-DASHBOARD = 80
-CATALOG_IMAGES = 85
-RESERVATIONS_IMAGES = 86
-EDGE_CONTROL = 88
-PROMETHEUS = 89             # deploy/stack up --prometheus: Prometheus's web page and API
-PG_FIRST, PG_TRIES = 90, 10  # PostgreSQL: the first free of B+90..B+99
-METRICS = 100               # QUAD_METRICS_BASE's default: B + 100
-METRICS_EDGE = 9            # quad-edge's /metrics at M + 9
-METRICS_WORKERS = 10        # worker N of service I at M + 10 + 20*I + N - 1
-METRICS_WORKERS_PER_SERVICE = 20
+
+
+def layout():
+    """The port layout's offsets, as deploy/stack.json (or QUAD_STACK_FILE)
+    says now: stack.schema.json says what each is."""
+    return services_list.port_layout()
+
+
+def max_brokers():
+    return services_list.brokers()["max"]
+
+
+# The real description's values, for those that import them; the functions
+# below read the layout when called, so a changed description is followed.
+_L = layout()
+DEFAULT_BASE = _L["base"]
+MAX_BROKERS = services_list.brokers()["max"]
+DEFAULT_BROKERS = services_list.brokers()["default"]
+INTERNAL = tuple(_L["internal"])
+UPDATES = _L["updates"]
 PORT_MAX = 65535
 
 Port = namedtuple("Port", ("name", "port", "what"))
@@ -86,47 +92,50 @@ def service_names(services=None):
 
 def metrics_width(services=None):
     """The ports of the /metrics range: brokers, quad-edge and every worker."""
-    return METRICS_WORKERS + METRICS_WORKERS_PER_SERVICE * len(service_names(services))
+    L = layout()
+    return L["metrics_workers"] + L["metrics_workers_per_service"] * len(service_names(services))
 
 
 def span(services=None):
     """How many ports from the base a stack reserves (metrics at their default)."""
-    return METRICS + metrics_width(services)
+    return layout()["metrics"] + metrics_width(services)
 
 
 def stack(base=DEFAULT_BASE, brokers=2, services=None, metrics_base=None):
     """Every port a stack at `base` with `brokers` brokers takes, as Ports
     in the order of the layout. metrics_base: QUAD_METRICS_BASE (None for
     base+100, "off" for none)."""
-    if not 1 <= brokers <= MAX_BROKERS:
-        raise ValueError(f"brokers must be from 1 to {MAX_BROKERS}, got {brokers}")
+    L = layout()
+    most = max_brokers()
+    if not 1 <= brokers <= most:
+        raise ValueError(f"brokers must be from 1 to {most}, got {brokers}")
     names = service_names(services)
     out = []
     for k in range(1, brokers + 1):
-        front = base + BROKER_STRIDE * (k - 1)
+        front = base + L["broker_stride"] * (k - 1)
         hosts = "" if k == 1 else " (on --hosts: base of its own host)"
         out.append(Port(f"broker{k}.frontend", front, f"broker {k}'s frontend{hosts}"))
-        for j, sock in enumerate(INTERNAL, 1):
+        for j, sock in enumerate(L["internal"], 1):
             out.append(Port(f"broker{k}.{sock}", front + j,
                             f"broker 1's {sock} on --hosts (ipc:// on loopback)" if k == 1 else
                             f"reserved (on --hosts broker {k}'s {sock} is base+{j} of its own host)"))
-        out.append(Port(f"broker{k}.updates", front + UPDATES, f"broker {k}'s updates socket (its frontend + 9)"))
-    out.append(Port("dashboard", base + DASHBOARD, "the analytics dashboard"))
-    out.append(Port("catalog.images", base + CATALOG_IMAGES, "catalog's images"))
-    out.append(Port("reservations.images", base + RESERVATIONS_IMAGES, "reservations' images"))
-    out.append(Port("edge.control", base + EDGE_CONTROL, "the phones' control socket (quad-edge)"))
-    out.append(Port("prometheus", base + PROMETHEUS, "Prometheus of up --prometheus (web page, HTTP API)"))
-    for j in range(PG_TRIES):
-        out.append(Port(f"postgres.{j + 1}", base + PG_FIRST + j, "PostgreSQL of --postgres: the first free of these (QUAD_PG_PORT)"))
-    m = base + METRICS if metrics_base is None else metrics_base
+        out.append(Port(f"broker{k}.updates", front + L["updates"], f"broker {k}'s updates socket (its frontend + {L['updates']})"))
+    out.append(Port("dashboard", base + L["dashboard"], "the analytics dashboard"))
+    out.append(Port("catalog.images", base + L["catalog_images"], "catalog's images"))
+    out.append(Port("reservations.images", base + L["reservations_images"], "reservations' images"))
+    out.append(Port("edge.control", base + L["edge_control"], "the phones' control socket (quad-edge)"))
+    out.append(Port("prometheus", base + L["prometheus"], "Prometheus of up --prometheus (web page, HTTP API)"))
+    for j in range(L["postgres_tries"]):
+        out.append(Port(f"postgres.{j + 1}", base + L["postgres_first"] + j, "PostgreSQL of --postgres: the first free of these (QUAD_PG_PORT)"))
+    m = base + L["metrics"] if metrics_base is None else metrics_base
     if m != "off":
         m = int(m)
-        for k in range(1, MAX_BROKERS + 1):
+        for k in range(1, most + 1):
             out.append(Port(f"metrics.broker.{k}", m + k - 1, "/metrics of broker K (M+K-1; M: QUAD_METRICS_BASE, default base+100)"))
-        out.append(Port("metrics.edge", m + METRICS_EDGE, "/metrics of quad-edge (M+9; quad-edge --metrics)"))
+        out.append(Port("metrics.edge", m + L["metrics_edge"], "/metrics of quad-edge (M+9; quad-edge --metrics)"))
         for i, s in enumerate(names):
-            for n in range(1, METRICS_WORKERS_PER_SERVICE + 1):
-                out.append(Port(f"metrics.{s}.{n}", m + METRICS_WORKERS + METRICS_WORKERS_PER_SERVICE * i + n - 1,
+            for n in range(1, L["metrics_workers_per_service"] + 1):
+                out.append(Port(f"metrics.{s}.{n}", m + L["metrics_workers"] + L["metrics_workers_per_service"] * i + n - 1,
                                 f"/metrics of {s}'s worker N (M+10+20*{i}+N-1)"))
     for p in out:
         if not 0 < p.port <= PORT_MAX:
@@ -223,7 +232,7 @@ def _print(ports, fmt, extra=None):
             print(f"QUAD_PORT_{shell_name(p.name)}={p.port}")
         # Not ports: the broker's updates socket is its frontend's port + this,
         # and the /metrics range's width from its first port.
-        print(f"QUAD_PORT_UPDATES_OFFSET={UPDATES}")
+        print(f"QUAD_PORT_UPDATES_OFFSET={layout()['updates']}")
         metrics = [p.port for p in ports if p.name.startswith("metrics.")]
         if metrics:
             print(f"QUAD_PORT_METRICS_WIDTH={max(metrics) - min(metrics) + 1}")
@@ -268,9 +277,9 @@ def _main(argv):
                                  description="The one table of Quad's default ports (deploy/quaddeploy/ports.py).")
     ap.add_argument("--base", type=int, default=int(os.environ.get("QUAD_PORT_BASE") or DEFAULT_BASE),
                     help="the port base (default QUAD_PORT_BASE, else 7700)")
-    ap.add_argument("--brokers", type=int, default=2, help="brokers, 1 to 8 (default 2)")
+    ap.add_argument("--brokers", type=int, default=DEFAULT_BROKERS, help=f"brokers, 1 to {MAX_BROKERS} (default {DEFAULT_BROKERS})")
     ap.add_argument("--metrics-base", help="QUAD_METRICS_BASE (default base+100; off: none)")
-    ap.add_argument("--services-file", help="the list of services (default deploy/services, or QUAD_SERVICES_FILE)")
+    ap.add_argument("--stack-file", help="the description of the stack (default deploy/stack.json, or QUAD_STACK_FILE)")
     fmt = ap.add_mutually_exclusive_group()
     fmt.add_argument("--table", dest="fmt", action="store_const", const="table", help="a table: PORT(S) NAME WHAT (default)")
     fmt.add_argument("--json", dest="fmt", action="store_const", const="json", help="JSON: {\"ports\": [{name, port, what}]}")
@@ -283,7 +292,9 @@ def _main(argv):
                       help=f"deploy/bench's ports from BASE (default {BENCH_DEFAULT_BASE})")
     args = ap.parse_args(argv)
     try:
-        names = [s for s in services_list.load(args.services_file or os.environ.get("QUAD_SERVICES_FILE"))]
+        if args.stack_file:
+            os.environ["QUAD_STACK_FILE"] = args.stack_file
+        names = [s for s in services_list.load()]
         if args.free_from is not None:
             base = free_base(args.free_from, args.brokers, names)
             if base is None:
@@ -300,10 +311,11 @@ def _main(argv):
     except (ValueError, services_list.ServicesError) as e:
         sys.stderr.write(f"ports: {e}\n")
         return 64
+    L = layout()
     extra = {"port_base": args.base, "brokers": args.brokers, "span": span(names),
-             "metrics_base": args.base + METRICS if metrics is None else metrics,
-             "edge_control": f"tcp://127.0.0.1:{args.base + EDGE_CONTROL}",
-             "prometheus": f"http://127.0.0.1:{args.base + PROMETHEUS}/"}
+             "metrics_base": args.base + L["metrics"] if metrics is None else metrics,
+             "edge_control": f"tcp://127.0.0.1:{args.base + L['edge_control']}",
+             "prometheus": f"http://127.0.0.1:{args.base + L['prometheus']}/"}
     _print(ports, args.fmt or "table", extra)
     return 0
 
