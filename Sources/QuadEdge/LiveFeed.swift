@@ -49,6 +49,16 @@ final class LiveFeed {
     /// A feed silent this long (no heartbeat: the broker is gone or cut
     /// off) moves the phone to the next broker.
     static let moveAfterQuietMs: Int64 = 6_000
+    /// The longest silence a move waits for after moves that did not last:
+    /// each move the phone made without staying ``settledMs`` at a broker
+    /// doubles the wait (6, 12, 24, 48, then 60 s). A campus of thousands
+    /// of phones on two lagging brokers otherwise moved every phone back
+    /// and forth every 6 s, and the sockets each move closed piled up
+    /// waiting for libzmq's reaper until a process ran out of them.
+    static let maxMoveAfterQuietMs: Int64 = 60_000
+    /// Heard from a broker this long after moving to it: the move lasted,
+    /// and the next one waits ``moveAfterQuietMs`` again.
+    static let settledMs: Int64 = 60_000
     /// How often a phone asks again for its news channel (`sys.news`: one
     /// the broker lost, restarted, is opened again).
     static let renewNewsMs: Int64 = 30_000
@@ -80,7 +90,34 @@ final class LiveFeed {
     /// requests' timeouts instead.
     var isSilent: Bool {
         guard isUp, let heard = lastHeardMs else { return false }
-        return Clock.monotonicMillis() - max(openedMs, heard) >= LiveFeed.moveAfterQuietMs
+        return Clock.monotonicMillis() - max(openedMs, heard) >= moveAfterMs
+    }
+
+    /// Something arrived at `now`: heard ``settledMs`` after the socket
+    /// opened, the last move lasted.
+    func heard(at now: Int64) {
+        lastHeardMs = now
+        if unsettledMoves > 0 && now - openedMs >= LiveFeed.settledMs { unsettledMoves = 0 }
+    }
+
+    /// Moves since the phone last stayed ``settledMs`` at a broker.
+    private(set) var unsettledMoves = 0
+    /// This phone's share of jitter on the wait, 0 to 0.5 (set once from
+    /// its seed): a thousand phones that lost one broker do not all move in
+    /// the same second.
+    var jitter = 0.0
+
+    /// The jitter of the phone of `seed`: 0 to 0.5, in steps of 0.0005.
+    static func jitter(seed: UInt64) -> Double {
+        var draw = SeededRandom(seed: seed ^ 0x6d6f7665)
+        return Double(draw.next() % 1_000) / 2_000
+    }
+    /// The silence that moves the phone now: ``moveAfterQuietMs`` doubled
+    /// for each move that did not last, at most ``maxMoveAfterQuietMs``,
+    /// plus the phone's jitter.
+    var moveAfterMs: Int64 {
+        let wait = min(LiveFeed.maxMoveAfterQuietMs, LiveFeed.moveAfterQuietMs << Int64(min(unsettledMoves, 4)))
+        return wait + Int64(Double(wait) * jitter)
     }
 
     /// Opens the socket (the radio is on) to broker `index`'s updates
@@ -107,8 +144,12 @@ final class LiveFeed {
         for t in topics + products.flatMap(LiveFeed.productTopics) + lots.map(LiveFeed.lotTopic) { send(1, t) }
     }
 
-    /// Counts the silence again from now (nothing to move to).
-    func heardNothing() { openedMs = Clock.monotonicMillis() }
+    /// Counts the silence again from now, after a move (or with nothing to
+    /// move to): the next silence must be longer.
+    func heardNothing() {
+        openedMs = Clock.monotonicMillis()
+        unsettledMoves += 1
+    }
 
     /// Closes the socket (the radio is off).
     func down() {
@@ -166,7 +207,7 @@ final class LiveFeed {
     func receive(_ socket: Socket) {
         while self.socket === socket, let frames = try? socket.receive(dontWait: true) {
             guard frames.count == 2, let event = DecodedEvents.shared.decode(frames[1]), event.kind == .event else { continue }
-            lastHeardMs = Clock.monotonicMillis()
+            heard(at: Clock.monotonicMillis())
             guard event.type != "broker.heartbeat" else { continue }
             received += 1
             receivedByType[event.type, default: 0] += 1

@@ -314,6 +314,7 @@ final class Phone {
         if !updates.isEmpty {
             let feed = LiveFeed(context: context, endpoints: updates, reactor: reactor, serverKey: settings.brokerKey, clientKeys: link.clientKeys)
             live = feed
+            feed.jitter = LiveFeed.jitter(seed: seed)
             feed.onEvent = { [unowned self] in self.applyLive($0) }
         }
         storageFaults = StorageFaultCounts(keychain[.storageFaults])

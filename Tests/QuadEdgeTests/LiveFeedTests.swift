@@ -1,4 +1,5 @@
 import Foundation
+import QuadMessaging
 import QuadRuntime
 import QuadStore
 import QuadTestSupport
@@ -129,5 +130,57 @@ struct LiveFeedTests {
         #expect(newer?["levels"]?.array?.first?["free"]?["regular"]?.int == 9)
         // A level the copy does not know is not invented.
         #expect(Phone.mergeLevels(saved, with: ["levels": [["id": "north-P1", "seq": 99]]]) == nil)
+    }
+}
+
+/// When a silent feed moves its phone to another broker: a pure rule of the
+/// feed, without a socket.
+@Suite("A silent feed's moves")
+struct LiveFeedMoveTests {
+    func feed(jitter: Double) -> LiveFeed {
+        let f = LiveFeed(context: ZMQContext(), endpoints: ["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"],
+                         reactor: Reactor(now: { Clock.monotonicMillis() }), serverKey: nil, clientKeys: nil)
+        f.jitter = jitter
+        return f
+    }
+
+    @Test func eachMoveThatDidNotLastDoublesTheNextWaitUpToAMinute() {
+        let f = feed(jitter: 0)
+        var waits: [Int64] = [f.moveAfterMs]
+        for _ in 0..<6 {
+            f.heardNothing()
+            waits.append(f.moveAfterMs)
+        }
+        #expect(waits == [6_000, 12_000, 24_000, 48_000, 60_000, 60_000, 60_000])
+    }
+
+    @Test func aPhonesJitterSpreadsTheWaitByUpToHalf() {
+        #expect(feed(jitter: 0.5).moveAfterMs == 9_000)
+        #expect(feed(jitter: 0.25).moveAfterMs == 7_500)
+        let f = feed(jitter: 0.5)
+        for _ in 0..<5 { f.heardNothing() }
+        #expect(f.moveAfterMs == 90_000, "the cap, then the jitter")
+    }
+
+    @Test func aMoveThatLastedAMinuteStartsTheWaitAgain() {
+        let f = feed(jitter: 0)
+        f.heardNothing()
+        f.heardNothing()
+        let opened = f.openedMs
+        // Heard soon after the move: it has not lasted yet.
+        f.heard(at: opened + 1_000)
+        #expect(f.unsettledMoves == 2 && f.moveAfterMs == 24_000)
+        // Heard a minute after it: it lasted.
+        f.heard(at: opened + LiveFeed.settledMs)
+        #expect(f.unsettledMoves == 0 && f.moveAfterMs == 6_000)
+    }
+
+    @Test func phonesDrawDifferentJitters() throws {
+        // Each phone's from its seed (a campus's phones have seeds 0, 1, 2, ...): spread over 0 to 0.5.
+        let draws = (0..<1_000).map { LiveFeed.jitter(seed: UInt64($0)) }
+        #expect(LiveFeed.jitter(seed: 7) == LiveFeed.jitter(seed: 7), "the same phone, the same jitter")
+        #expect(draws.allSatisfy { (0..<0.5).contains($0) })
+        #expect(Set(draws).count > 400)
+        #expect(draws.filter { $0 < 0.25 }.count > 400 && draws.filter { $0 >= 0.25 }.count > 400)
     }
 }
