@@ -310,7 +310,7 @@ class LaunchedStack:
         if brokers is not None:
             self.env["QUAD_BROKERS"] = str(int(brokers))
         # The phones' control socket of this stack's table (quad-edge reads it).
-        self.env.setdefault("QUAD_EDGE_CONTROL", f"tcp://127.0.0.1:{self.port_base + _ports().EDGE_CONTROL}")
+        self.env.setdefault("QUAD_EDGE_CONTROL", f"tcp://127.0.0.1:{self.port_base + _ports().layout()['edge_control']}")
         self.frontend = f"tcp://127.0.0.1:{self.port_base}"
         self.frontends = self.frontend
         self.up_output = ""

@@ -1,5 +1,5 @@
 import CZeroMQ
-import Foundation
+import Synchronization
 
 /// How threads beside a loop hand it work: they ring its ``Doorbell``,
 /// which sends one empty message on an `inproc://` PUSH socket; the PULL end
@@ -17,16 +17,12 @@ public final class Wakeup {
     private let receiver: Socket
     private weak var reactor: Reactor?
 
-    nonisolated(unsafe) private static var made = 0
-    private static let madeLock = NSLock()
+    private static let made = Atomic<Int>(0)
 
     /// Two sockets of `context`, the receiving one registered in `reactor`
     /// with `handler`. Made and ended on the loop.
     public init(context: ZMQContext, reactor: Reactor, _ handler: @escaping () -> Void) throws(ZMQError) {
-        Wakeup.madeLock.lock()
-        Wakeup.made += 1
-        let endpoint = "inproc://quad-wakeup-\(Wakeup.made)"
-        Wakeup.madeLock.unlock()
+        let endpoint = "inproc://quad-wakeup-\(Wakeup.made.add(1, ordering: .relaxed).newValue)"
         receiver = try context.socket(.pull)
         try receiver.bind(endpoint)
         let sender = try context.socket(.push)
@@ -46,12 +42,12 @@ public final class Wakeup {
 
 /// The side of a ``Wakeup`` that any thread may ring.
 public final class Doorbell: @unchecked Sendable {
-    /// Used by any thread, under `lock` (a ZeroMQ socket is not thread-safe;
-    /// the lock is also the memory barrier its use across threads needs).
+    /// Used by any thread, under `state`'s lock (a ZeroMQ socket is not
+    /// thread-safe; the lock is also the memory barrier its use across
+    /// threads needs).
     private let sender: Socket
-    private let lock = NSLock()
-    private var pending = false
-    private var rings = 0
+    /// Whether a ring is on its way, and the rings sent.
+    private let state = Mutex<(pending: Bool, rings: Int)>((false, 0))
 
     init(_ sender: Socket) { self.sender = sender }
 
@@ -59,24 +55,16 @@ public final class Doorbell: @unchecked Sendable {
     /// its way this sends nothing; with the loop's end gone, the message is
     /// dropped.
     public func ring() {
-        lock.lock()
-        defer { lock.unlock() }
-        guard !pending else { return }
-        pending = true
-        rings += 1
-        try? sender.send([[]], dontWait: true)
+        state.withLock { state in
+            guard !state.pending else { return }
+            state.pending = true
+            state.rings += 1
+            try? sender.send([[]], dontWait: true)
+        }
     }
 
     /// Rings sent (fewer than ``ring()`` calls when they coalesced).
-    public var sent: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return rings
-    }
+    public var sent: Int { state.withLock { $0.rings } }
 
-    fileprivate func answered() {
-        lock.lock()
-        pending = false
-        lock.unlock()
-    }
+    fileprivate func answered() { state.withLock { $0.pending = false } }
 }

@@ -126,7 +126,8 @@ struct LayeringTests {
         // The store: SQL values, rows and bytes; no envelope, no Quad module.
         ("QuadStore", ["Foundation", "CSQLite", "CPostgres"]),
         ("QuadWire", ["Foundation"]),
-        ("QuadMessaging", ["CZeroMQ"]),
+        // Messaging: libzmq and the standard library's locks (Synchronization), no Foundation.
+        ("QuadMessaging", ["CZeroMQ", "Synchronization"]),
         ("QuadProcess", ["Foundation", "QuadWire"]),
         // The read-only HTTP server: libmicrohttpd and nothing of Quad.
         ("QuadHTTP", ["Foundation", "CMicroHTTPD"]),
