@@ -82,32 +82,6 @@ final class Link {
     var onMove: (Int) -> Void = { _ in }
     private(set) var sent = 0
     static let graceMs: Int64 = 250
-
-    /// Moves since the link last had an answer, and when the last was
-    /// (monotonic ms). A request that times out right after such a move
-    /// does not move the link again: the next move waits ``moveGapMs``,
-    /// doubled for each move still unanswered, at most ``maxMoveGapMs``.
-    /// Requests sent again after a move keep their first deadlines, so
-    /// without the wait a phone whose two brokers were both slow moved
-    /// back and forth on every timeout, closing a socket each time (5,000
-    /// phones on one machine ran a process out of socket slots).
-    private(set) var unansweredMoves = 0
-    private(set) var lastMoveMs: Int64 = 0
-    static let moveGapMs: Int64 = 5_000
-    static let maxMoveGapMs: Int64 = 60_000
-
-    /// Whether a timeout at `now` may move the link to the next broker.
-    func mayMoveOnTimeout(now: Int64) -> Bool {
-        guard unansweredMoves > 0 else { return true }
-        return now - lastMoveMs >= min(Link.maxMoveGapMs, Link.moveGapMs << Int64(min(unansweredMoves - 1, 4)))
-    }
-
-    func noteMove(at now: Int64) {
-        unansweredMoves += 1
-        lastMoveMs = now
-    }
-
-    func noteAnswer() { unansweredMoves = 0 }
     private(set) var answered = 0
 
     /// The broker's CURVE public key.
@@ -199,7 +173,6 @@ final class Link {
         close()
         try open(target)
         moves += 1
-        noteMove(at: Clock.monotonicMillis())
         for (id, var call) in calls {
             call.via = target
             call.unsent = true
@@ -268,9 +241,8 @@ final class Link {
         // is busy) rather than as a timeout (the network does not answer).
         let timer = agenda.after(timeoutMs + Link.graceMs) { [weak self] in
             guard let self, let call = self.calls.removeValue(forKey: id) else { return }
-            // That broker did not answer: the retry goes to the next,
-            // unless the link moved there a moment ago and heard nothing yet.
-            if call.via == self.current && self.mayMoveOnTimeout(now: Clock.monotonicMillis()) {
+            // That broker did not answer: the retry goes to the next.
+            if call.via == self.current {
                 do { try self.move() } catch { self.onSocketError(error) }
             }
             call.completion(.failure(.timeout))
@@ -317,7 +289,6 @@ final class Link {
         if !unsent.isEmpty && self.socket === socket { flush() }
         while self.socket === socket, let frames = try? socket.receive(dontWait: true) {
             guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max) else { continue }
-            noteAnswer()
             onAnswer()
             if reply.kind == .event {
                 onEvent(reply)

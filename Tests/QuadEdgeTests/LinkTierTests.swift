@@ -74,22 +74,3 @@ struct LinkTierTests {
         link.down()
     }
 }
-
-/// When a timeout moves a link: a pure rule of the link, without a socket.
-@Suite("A link's moves on timeouts")
-struct LinkMoveTests {
-    @Test func aTimeoutRightAfterAnUnansweredMoveStaysAndTheWaitDoubles() {
-        let link = Link(context: ZMQContext(), endpoint: "tcp://127.0.0.1:1,tcp://127.0.0.1:2", source: "edge/t",
-                        reactor: Reactor(now: Clock.monotonicMillis))
-        #expect(link.mayMoveOnTimeout(now: 0), "no move yet: the first timeout moves")
-        link.noteMove(at: 10_000)
-        #expect(!link.mayMoveOnTimeout(now: 14_999) && link.mayMoveOnTimeout(now: 15_000))
-        link.noteMove(at: 15_000)
-        #expect(!link.mayMoveOnTimeout(now: 24_999) && link.mayMoveOnTimeout(now: 25_000))
-        for k in 0..<6 { link.noteMove(at: 100_000 * Int64(k + 1)) }
-        #expect(!link.mayMoveOnTimeout(now: 600_000 + 59_999) && link.mayMoveOnTimeout(now: 600_000 + 60_000), "at most a minute")
-        // An answer from the broker it moved to: the next timeout moves at once.
-        link.noteAnswer()
-        #expect(link.unansweredMoves == 0 && link.mayMoveOnTimeout(now: 600_001))
-    }
-}
