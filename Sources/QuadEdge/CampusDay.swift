@@ -249,22 +249,42 @@ public final class CampusDay {
     /// (deploy/checker.py) then compares the phones' saved copies with the
     /// services' stores. No telemetry is recorded for these reads (the
     /// telemetry check's count is final).
+    ///
+    /// A read the network did not answer (the view fell back to its saved
+    /// copy: a service still restarting after the day's last kill, a broker
+    /// catching up) is asked again every ``finalReadRetryMs`` until it is
+    /// answered or the drain's deadline passes: a copy is only called final
+    /// once the service has been heard.
     func finalRead() {
-        let one: (ViewResult) -> Void = { [weak self] _ in
-            guard let self, let n = self.finalReadsLeft else { return }
-            self.finalReadsLeft = n - 1
-        }
-        var opens: [() -> Void] = []
+        var opens: [(String, JSON, Phone)] = []
         for s in students {
             let phone = s.phone
             phone.recording = false
-            opens.append { phone.open("orders", [:], one) }
-            opens.append { phone.open("rentals", [:], one) }
-            for id in phone.savedProductIDs() { opens.append { phone.open("product", ["id": .string(id)], one) } }
+            opens.append(("orders", [:], phone))
+            opens.append(("rentals", [:], phone))
+            for id in phone.savedProductIDs() { opens.append(("product", ["id": .string(id)], phone)) }
         }
         finalReadsLeft = opens.count
         FileHandle.standardError.write(Data("campus final read: \(opens.count) views on \(students.count) phones\n".utf8))
-        for open in opens { open() }
+        for (view, params, phone) in opens { finalRead(view, params, phone, tries: 1) }
+    }
+
+    static let finalReadRetryMs: Int64 = 500
+
+    private func finalRead(_ view: String, _ params: JSON, _ phone: Phone, tries: Int) {
+        phone.open(view, params) { [weak self] result in
+            guard let self, let n = self.finalReadsLeft else { return }
+            let unanswered = result.source == .saved || (result.source == .none && result.error == nil)
+            let waited = Clock.monotonicMillis() - (self.drainStarted ?? 0)
+            if unanswered && waited + Self.finalReadRetryMs < self.options.drainTimeoutMs {
+                if tries == 1 || tries % 20 == 0 {
+                    Log.info("edge", "\(phone.name): the final read of \(view) \(params.text) was not answered (\(result.notice ?? "no answer")); asking again (try \(tries + 1))")
+                }
+                _ = self.fleet.agenda.after(Self.finalReadRetryMs) { [weak self] in self?.finalRead(view, params, phone, tries: tries + 1) }
+                return
+            }
+            self.finalReadsLeft = n - 1
+        }
     }
 
     func finish(drained: Bool) {
