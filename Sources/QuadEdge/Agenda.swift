@@ -8,8 +8,13 @@ struct Backoff: Sendable {
     var baseMs: Int64 = 250
     var capMs: Int64 = 8_000
 
+    /// `min(cap, base * 2^attempt)`: the most the attempt waits.
+    func ceilingMs(attempt: Int) -> Int64 {
+        min(capMs, baseMs << Int64(min(max(0, attempt), 20)))
+    }
+
     func delay<R: RandomNumberGenerator>(attempt: Int, using rng: inout R) -> Int64 {
-        let exp = min(capMs, baseMs << Int64(min(max(0, attempt), 20)))
+        let exp = ceilingMs(attempt: attempt)
         return Int64.random(in: (exp / 2)...max(exp / 2, exp), using: &rng)
     }
 }

@@ -359,10 +359,6 @@ final class ImageFetches {
         }
     }
 
-    /// Times a fetch's thread woke the loop (fewer than the fetches when
-    /// several ended before the loop woke).
-    var wakes: Int { wakeup.doorbell.sent }
-
     /// Runs `work` on a fetching thread; `done` gets its result on the loop.
     func start(_ work: @escaping @Sendable () -> CheckedImage, _ done: @escaping (CheckedImage) -> Void) {
         let ticket = nextTicket

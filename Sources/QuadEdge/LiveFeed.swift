@@ -115,10 +115,13 @@ final class LiveFeed {
     /// The silence that moves the phone now: ``moveAfterQuietMs`` doubled
     /// for each move that did not last, at most ``maxMoveAfterQuietMs``,
     /// plus the phone's jitter.
+    /// The same doubling and cap as the outbox's retries (``Backoff``);
+    /// the jitter is the phone's own, fixed, instead of a new draw per move.
     var moveAfterMs: Int64 {
-        let wait = min(LiveFeed.maxMoveAfterQuietMs, LiveFeed.moveAfterQuietMs << Int64(min(unsettledMoves, 4)))
+        let wait = LiveFeed.moveBackoff.ceilingMs(attempt: unsettledMoves)
         return wait + Int64(Double(wait) * jitter)
     }
+    static let moveBackoff = Backoff(baseMs: moveAfterQuietMs, capMs: maxMoveAfterQuietMs)
 
     /// Opens the socket (the radio is on) to broker `index`'s updates
     /// socket (the phone's link's broker), and subscribes.
