@@ -117,7 +117,13 @@ public final class EventFeed {
                         continue
                     }
                     do {
-                        try db.transaction { try record(event, src: src, seq: seq) }
+                        // Only an event this feed applies costs a savepoint
+                        // and a statement; one it does not want moves the
+                        // cursor in memory alone.
+                        if wants(event) {
+                            try db.transaction { try apply(event) }
+                            applied += 1
+                        }
                         cursors[src] = seq
                         committed[src] = seq
                         advanced.insert(src)
@@ -127,6 +133,9 @@ public final class EventFeed {
                         Log.error(name, "event \(event.type) seq \(seq) from \(src) not applied: \(error)")
                     }
                 }
+                // Each source's cursor is written once, at the last event
+                // the batch applied of it, in the batch's transaction.
+                for (src, seq) in cursors { try saveCursor(src, seq) }
             }
         } catch {
             // Nothing of the batch is kept: what the sources still hold
@@ -151,6 +160,10 @@ public final class EventFeed {
             try apply(event)
             applied += 1
         }
+        try saveCursor(src, seq)
+    }
+
+    func saveCursor(_ src: String, _ seq: Int64) throws {
         try db.execute("""
             INSERT INTO event_cursors (source, seq) VALUES ($1, $2)
             ON CONFLICT (source) DO UPDATE SET seq = excluded.seq
