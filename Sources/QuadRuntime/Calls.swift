@@ -28,12 +28,9 @@ final class ServiceCalls {
         let bytes: [UInt8]
         let timeoutMs: Int64
         let attempts: Int
-        var attempt = 1
+        /// The call's one timer: its attempt's deadline, or a refused
+        /// send's next try.
         var timer = 0
-        /// The broker (index in ``sockets``) the attempt went to.
-        var via = 0
-        /// When a send of this attempt was first refused (no broker connected).
-        var blockedSince: Int64?
         /// The span of the request that made the call: bound again while
         /// its continuation runs.
         let span: Span?
@@ -45,10 +42,10 @@ final class ServiceCalls {
     let sockets: [Socket]
     let monitors: [SocketMonitor]
     var socket: Socket { sockets[0] }
-    /// The broker new calls go to (moved on only by a failure), and those
-    /// whose connection closed.
-    var current = 0
-    var closed: Set<Int> = []
+    /// Which broker each attempt goes to, and when it is over: the rules
+    /// every requester shares (``Requester``); this class carries out what
+    /// they say on the sockets and the worker's timers.
+    var rules: Requester<String>
     let timers: Timers
     let source: String
     let metrics: Metrics
@@ -73,6 +70,7 @@ final class ServiceCalls {
         self.source = source
         self.metrics = metrics
         self.maxInFlight = maxInFlight
+        rules = Requester(brokers: sockets.count, followsAnswers: false, graceMs: ServiceCalls.graceMs)
     }
 
     func send(_ request: Envelope, timeoutMs: Int64, attempts: Int, _ done: @escaping (Result<Envelope, QuadError>) -> Void) {
@@ -91,63 +89,50 @@ final class ServiceCalls {
             done(.failure(.conflict("a call with id '\(request.id)' is already waiting for its answer")))
             return
         }
-        pending[request.id] = Call(type: request.type, bytes: request.encoded(), timeoutMs: timeoutMs, attempts: max(1, attempts),
-                                   via: open(from: current), span: span, done: done)
-        transmit(request.id)
+        let attempts = max(1, attempts)
+        pending[request.id] = Call(type: request.type, bytes: request.encoded(), timeoutMs: timeoutMs, attempts: attempts, span: span, done: done)
+        carry(rules.start(request.id, timeoutMs: timeoutMs, attempts: attempts))
     }
 
-    /// Sends the call's bytes (again) and times the attempt.
-    func transmit(_ id: String) {
-        guard var call = pending[id] else { return }
-        do {
-            // Never blocks: with no connection yet the attempt waits out its
-            // time like a lost request. With several brokers the socket is
-            // ZMQ_IMMEDIATE and refuses a send while no broker is connected
-            // (before the first handshake, or all of them gone): it is tried
-            // again every 20 ms within the attempt's time.
-            try sockets[call.via].send(Majordomo.request(service: call.type.prefix { $0 != "." }, call.bytes), dontWait: true)
-        } catch where error.wouldBlock {
-            // Another broker may take it now.
-            if sockets.count > 1 { call.via = (call.via + 1) % sockets.count }
-            let now = Clock.monotonicMillis()
-            if call.blockedSince == nil { call.blockedSince = now }
-            if let since = call.blockedSince, now - since < call.timeoutMs {
-                call.timer = timers.after(20) { [unowned self] in self.transmit(id) }
-                pending[id] = call
-                return
+    /// Carries out what the rules answer, in order. Never blocks: with no
+    /// connection yet a send is refused (the sockets of several brokers are
+    /// ZMQ_IMMEDIATE) and the rules try the next broker in 20 ms.
+    func carry(_ actions: [Requester<String>.Action]) {
+        for action in actions {
+            switch action {
+            case .send(let id, let broker):
+                guard let call = pending[id] else { continue }
+                timers.cancel(call.timer)
+                do {
+                    try sockets[broker].send(Majordomo.request(service: call.type.prefix { $0 != "." }, call.bytes), dontWait: true)
+                    carry(rules.taken(id, now: Clock.monotonicMillis()))
+                } catch where error.wouldBlock {
+                    carry(rules.refused(id, now: Clock.monotonicMillis()))
+                } catch {
+                    rules.abandon(id)
+                    pending[id] = nil
+                    finish(call, .failure(.unavailable("send of \(call.type) failed: \(error)")))
+                }
+            case .wait(let id, let until):
+                arm(id, at: until) { [unowned self] in self.carry(self.rules.expired(id, now: Clock.monotonicMillis())) }
+            case .retry(let id, let at):
+                arm(id, at: at) { [unowned self] in self.carry(self.rules.resend(id)) }
+            case .deliver:
+                break  // only from ``receive(_:index:)``, which has the answer
+            case .fail(let id, _):
+                guard let call = pending.removeValue(forKey: id) else { continue }
+                timers.cancel(call.timer)
+                finish(call, .failure(.timeout("no answer to \(call.type) within \(call.attempts) attempts of \(call.timeoutMs) ms")))
             }
-        } catch {
-            pending[id] = nil
-            finish(call, .failure(.unavailable("send of \(call.type) failed: \(error)")))
-            return
         }
-        let waited = call.blockedSince.map { Clock.monotonicMillis() - $0 } ?? 0
-        call.blockedSince = nil
-        call.timer = timers.after(max(0, call.timeoutMs + ServiceCalls.graceMs - waited)) { [unowned self] in self.expire(id) }
+    }
+
+    /// Arms call `id`'s one timer for monotonic time `at`.
+    func arm(_ id: String, at: Int64, _ action: @escaping () -> Void) {
+        guard var call = pending[id] else { return }
+        timers.cancel(call.timer)
+        call.timer = timers.after(max(0, at - Clock.monotonicMillis()), action)
         pending[id] = call
-    }
-
-    func expire(_ id: String) {
-        guard var call = pending[id] else { return }
-        if call.attempt < call.attempts {
-            call.attempt += 1
-            // That broker did not answer: the next attempt goes to another.
-            if sockets.count > 1 {
-                if current == call.via { current = (current + 1) % sockets.count }
-                call.via = open(from: (call.via + 1) % sockets.count)
-            }
-            pending[id] = call
-            transmit(id)
-            return
-        }
-        pending[id] = nil
-        finish(call, .failure(.timeout("no answer to \(call.type) within \(call.attempts) attempts of \(call.timeoutMs) ms")))
-    }
-
-    /// The first broker from `i` on whose connection is not known closed
-    /// (`i` when all are).
-    func open(from i: Int) -> Int {
-        (0..<sockets.count).map { (i + $0) % sockets.count }.first { !closed.contains($0) } ?? i
     }
 
     /// Takes the monitors' news: a broker whose connection closed hands
@@ -156,18 +141,8 @@ final class ServiceCalls {
         for (i, m) in monitors.enumerated() {
             while let event = m.next() {
                 switch event.kind {
-                case .succeeded: closed.remove(i)
-                case .disconnected:
-                    closed.insert(i)
-                    if current == i { current = open(from: i) }
-                    for (id, var call) in pending where call.via == i {
-                        let target = open(from: (i + 1) % sockets.count)
-                        guard target != i else { continue }
-                        timers.cancel(call.timer)
-                        call.via = target
-                        pending[id] = call
-                        transmit(id)
-                    }
+                case .succeeded: rules.connectionOpened(i)
+                case .disconnected: carry(rules.connectionClosed(i))
                 default: break
                 }
             }
@@ -183,19 +158,19 @@ final class ServiceCalls {
     func receive(_ socket: Socket, index: Int) {
         while let frames = try? socket.receive(dontWait: true) {
             guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max),
-                  let corr = reply.corr, var call = pending[corr] else { continue }
-            timers.cancel(call.timer)
+                  let corr = reply.corr, pending[corr] != nil else { continue }
             // The broker's 503 (no worker in time) and 504 (a worker held it
             // past its deadline) are retried like no answer, as Client does.
-            if let status = reply.quadError?.status, status == 503 || (status == 504 && reply.src == "broker"), call.attempt < call.attempts {
-                call.attempt += 1
-                if sockets.count > 1 { call.via = open(from: (index + 1) % sockets.count) }
-                pending[corr] = call
-                transmit(corr)
-                continue
+            let status = reply.quadError?.status
+            let retryable = status == 503 || (status == 504 && reply.src == "broker")
+            for action in rules.answered(corr, from: index, retryable: retryable) {
+                if case .deliver(let id) = action, let call = pending.removeValue(forKey: id) {
+                    timers.cancel(call.timer)
+                    finish(call, .success(reply))
+                } else {
+                    carry([action])
+                }
             }
-            pending[corr] = nil
-            finish(call, .success(reply))
         }
     }
 

@@ -34,14 +34,17 @@ public final class Client {
     /// One socket per frontend, with its monitor when there are several.
     var sockets: [Socket]
     var monitors: [SocketMonitor] = []
+    /// Which frontend each attempt goes to, and when it is over: the rules
+    /// every requester shares (``Requester``), carried out here by a loop
+    /// that waits on the sockets, as ``ServiceCalls`` carries them out on a
+    /// worker's reactor.
+    var rules: Requester<String>
     /// The frontend (index in the list) the next request goes to first:
     /// at random at start, so that many clients share the brokers' load;
     /// then the one that answered last.
-    public private(set) var current = 0
-    /// Frontends whose connection closed and has not been made again.
-    var down: Set<Int> = []
+    public var current: Int { rules.preferred }
     /// Times a request was sent again to another frontend (tests, logs).
-    public private(set) var failovers = 0
+    public var failovers: Int { rules.failovers }
     public var source: String
     public var token: String?
     /// Limit on a request's encoded size, checked before sending.
@@ -73,8 +76,8 @@ public final class Client {
         self.sockets = try (all.isEmpty ? [endpoint] : all).map {
             try Client.makeSocket(context, $0, serverKey: serverKey, keys: pair, isInternal: isInternal, immediate: several)
         }
+        rules = Requester(brokers: sockets.count, preferred: several ? Int.random(in: 0..<sockets.count) : 0, graceMs: Client.graceMs)
         if several {
-            current = Int.random(in: 0..<sockets.count)
             let tag = "client-\(UInt64.random(in: 0...UInt64.max))"
             monitors = try sockets.indices.map { try SocketMonitor(sockets[$0], name: "\(tag)-\($0)", connections: true) }
         }
@@ -108,71 +111,83 @@ public final class Client {
         if bytes.count > maxMessageBytes {
             throw .tooLarge("request is \(bytes.count) bytes, over the limit max_message_bytes=\(maxMessageBytes)")
         }
-        let attempts = max(1, attempts)
-        var target = current
-        var attempt = 1
-        while attempt <= attempts {
-            readMonitors()
-            // A frontend known to be down is passed over while another is not.
-            if down.contains(target), let up = (1..<sockets.count).map({ (target + $0) % sockets.count }).first(where: { !down.contains($0) }) {
-                target = up
-            }
-            // A little past the deadline, so the broker's 503 for a request
-            // no worker took arrives before we give up on it.
-            let until = Clock.monotonicMillis() + timeoutMs + Client.graceMs
-            // Never blocks: with no connection to send on (a server that
-            // refused the handshake: a wrong or missing CURVE key; with
-            // several frontends, one not connected) the send is refused
-            // and the next frontend tried; with none it waits out its time
-            // like a lost request, trying again as connections come.
-            var sent = false
-            while !sent {
-                for k in 0..<sockets.count {
-                    let i = (target + k) % sockets.count
-                    do throws(ZMQError) {
-                        try sockets[i].send(Majordomo.request(service: request.service, bytes), dontWait: true)
-                        if i != target { failovers += 1 }
-                        target = i
-                        sent = true
-                        break
-                    } catch where error.wouldBlock {
-                    } catch {
+        let id = request.id
+        let frames = Majordomo.request(service: request.service, bytes)
+        // The call's one timer: its attempt's deadline, or a refused send's
+        // next try (with several frontends, one not connected yet).
+        var timer: (at: Int64, expiry: Bool)?
+        // Frontends that closed since the last call are passed over.
+        _ = readMonitors()
+        var queue = rules.start(id, timeoutMs: timeoutMs, attempts: max(1, attempts))
+        while true {
+            while !queue.isEmpty {
+                switch queue.removeFirst() {
+                case .send(_, let broker):
+                    timer = nil
+                    switch sendNow(frames, on: broker) {
+                    case .taken: queue += rules.taken(id, now: Clock.monotonicMillis())
+                    case .refused: queue += rules.refused(id, now: Clock.monotonicMillis())
+                    case .failed(let error):
+                        rules.abandon(id)
                         throw .unavailable("send failed: \(error)")
                     }
-                }
-                if sent || sockets.count == 1 || Clock.monotonicMillis() >= until { break }
-                _ = try? waitForAny(timeoutMs: 20)
-                readMonitors()
-            }
-            var next = false
-            while !next, case let left = until - Clock.monotonicMillis(), left > 0 {
-                guard let ready = try? waitForAny(timeoutMs: left) else { continue }
-                if !monitors.isEmpty, ready[sockets.count...].contains(true) {
-                    readMonitors()
-                    // The broker we wait on died: the request is lost with it
-                    // (or answered already and its reply lost). Send it again
-                    // to another at once.
-                    if sent && down.contains(target) && down.count < sockets.count { next = true }
-                }
-                for i in sockets.indices where ready[i] {
-                    while let frames = try? sockets[i].receive(dontWait: true) {
-                        guard let answer = Majordomo.parseReply(frames), answer.isFinal,
-                              let reply = try? Envelope.decode(answer.body, maxBytes: .max), reply.corr == request.id else { continue }
-                        // The broker's 504 (a worker held it past its deadline) is
-                        // retried like no answer at all, as it was before the broker sent it.
-                        if let status = reply.quadError?.status, status == 503 || (status == 504 && reply.src == "broker"), attempt < attempts {
-                            next = true
-                            continue
-                        }
-                        current = i
-                        return reply
-                    }
+                case .wait(_, let until): timer = (until, true)
+                case .retry(_, let at): timer = (at, false)
+                case .deliver: break  // below, where the answer is
+                case .fail:
+                    throw .timeout("no answer to \(request.type) within \(max(1, attempts)) attempts of \(timeoutMs) ms")
                 }
             }
-            attempt += 1
-            if sockets.count > 1 { target = (target + 1) % sockets.count; failovers += 1 }
+            let now = Clock.monotonicMillis()
+            if let t = timer, now >= t.at {
+                timer = nil
+                queue += t.expiry ? rules.expired(id, now: now) : rules.resend(id)
+                continue
+            }
+            guard let ready = try? waitForAny(timeoutMs: max(0, (timer?.at ?? now + 20) - now)) else { continue }
+            // A frontend we wait on whose connection closed (a broker that
+            // died: the request is lost with it, or answered and its reply
+            // lost): the request goes again to another at once.
+            if !monitors.isEmpty, ready[sockets.count...].contains(true) { queue += readMonitors() }
+            for i in sockets.indices where ready[i] {
+                let (reply, actions) = takeAnswers(to: id, on: i)
+                if let reply { return reply }
+                queue += actions
+            }
         }
-        throw .timeout("no answer to \(request.type) within \(attempts) attempts of \(timeoutMs) ms")
+    }
+
+    enum SendOutcome {
+        case taken, refused
+        case failed(ZMQError)
+    }
+
+    /// Puts `frames` on frontend `i`'s socket without waiting.
+    func sendNow(_ frames: [[UInt8]], on i: Int) -> SendOutcome {
+        do throws(ZMQError) {
+            try sockets[i].send(frames, dontWait: true)
+            return .taken
+        } catch {
+            return error.wouldBlock ? .refused : .failed(error)
+        }
+    }
+
+    /// Reads what frontend `i` holds: the answer to call `id` when the rules
+    /// say it answers it, or what they say to do instead. Answers to
+    /// earlier calls are dropped.
+    func takeAnswers(to id: String, on i: Int) -> (Envelope?, [Requester<String>.Action]) {
+        var actions: [Requester<String>.Action] = []
+        while let frames = try? sockets[i].receive(dontWait: true) {
+            guard let answer = Majordomo.parseReply(frames), answer.isFinal,
+                  let reply = try? Envelope.decode(answer.body, maxBytes: .max), reply.corr == id else { continue }
+            // The broker's 503 (no worker in time) and 504 (a worker held
+            // it past its deadline) are retried like no answer.
+            let status = reply.quadError?.status
+            let said = rules.answered(id, from: i, retryable: status == 503 || (status == 504 && reply.src == "broker"))
+            if said.contains(.deliver(id)) { return (reply, []) }
+            actions += said
+        }
+        return (nil, actions)
     }
 
     /// Polls every socket and monitor for up to `timeoutMs`: sockets first,
@@ -184,17 +199,20 @@ public final class Client {
         return try poller.poll(timeoutMs: Int(timeoutMs))
     }
 
-    /// Takes the monitors' news: which frontends closed, which came back.
-    func readMonitors() {
+    /// Takes the monitors' news (which frontends closed, which came back)
+    /// to the rules; returns what they say to do about the call waiting.
+    func readMonitors() -> [Requester<String>.Action] {
+        var actions: [Requester<String>.Action] = []
         for (i, m) in monitors.enumerated() {
             while let event = m.next() {
                 switch event.kind {
-                case .disconnected: down.insert(i)
-                case .succeeded: down.remove(i)
+                case .disconnected: actions += rules.connectionClosed(i)
+                case .succeeded: rules.connectionOpened(i)
                 default: break
                 }
             }
         }
+        return actions
     }
 
     /// Calls `type` and returns the reply body, throwing the service's error.
