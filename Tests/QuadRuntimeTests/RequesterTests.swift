@@ -1,4 +1,4 @@
-import QuadProcess
+import QuadRuntime
 import Testing
 
 /// The requester's rules (``Requester``) driven by hand: no socket, no
