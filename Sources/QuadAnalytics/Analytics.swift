@@ -73,7 +73,9 @@ public enum Analytics: ServiceDomain {
         register(worker.handlers, db: db, questions: questions)
 
         let revoked = Contract.Accounts.sessionRevoked.type
-        let pull = try RawPull(db: db, endpoint: worker.endpoints.internal, name: instance, clock: clock)
+        let pull = RawPull(db: db, name: instance, clock: clock, ask: { request, timeoutMs, done in
+            worker.send(request, timeoutMs: timeoutMs, attempts: 1, done)
+        })
         try worker.subscribe(to: Facts.sources, wants: { Facts.events.contains($0.type) || $0.type == revoked }) { event in
             if event.type == revoked {
                 // Not a fact: a dashboard session ends with its token.

@@ -11,16 +11,17 @@ import QuadWire
 ///
 /// Raw events never travel on the event bus (``Telemetry``'s
 /// `telemetry.batch` is a summary); a batch event only wakes the puller.
-/// Requests are asynchronous, on a DEALER of our own to the broker's
-/// internal frontend, checked from a timer of the worker's loop, so the
-/// loop keeps serving while telemetry is slow or gone.
+/// Requests are asynchronous, sent as the worker's other calls to services
+/// are (``Worker/send(_:timeoutMs:attempts:_:)``: the one requester's rules),
+/// due from a timer of the worker's loop, so the loop keeps serving while
+/// telemetry is slow or gone.
 public final class RawPull {
     let db: Database
     let clock: CampusClock
-    let socket: Socket
+    let ask: EventFeed.Ask
     let name: String
-    let context: ZMQContext
-    var inFlight: (id: String, expires: Int64)?
+    /// The pull waiting for its answer (its id).
+    var inFlight: String?
     var nextPull: Int64 = 0
     /// Set when telemetry said it stored more, or a page came back full.
     public var wake = true
@@ -31,54 +32,49 @@ public final class RawPull {
     static let timeoutMs: Int64 = 3000
     static let idlePullMs: Int64 = 1000
 
-    public init(db: Database, endpoint: String, name: String, clock: CampusClock, context: ZMQContext = ZMQContext()) throws {
+    public init(db: Database, name: String, clock: CampusClock, ask: @escaping EventFeed.Ask) {
         self.db = db
         self.clock = clock
         self.name = name
-        self.context = context
-        socket = try context.socket(.dealer)
-        try socket.setLinger(0)
-        try InternalCurve.secure(socket)
-        // Every broker's internal frontend (a comma-separated list); with
-        // several, sends go only to live ones (ZMQ_IMMEDIATE), and a pull
-        // that timed out goes to the next.
-        let all = Endpoints.list(endpoint)
-        if all.count > 1 { try socket.setImmediate(true) }
-        for e in all { try socket.connect(e) }
+        self.ask = ask
     }
 
     public func cursor() throws -> Int64 {
         try db.queryOne("SELECT seq FROM raw_cursor WHERE one = 1")?.int("seq") ?? 0
     }
 
-    /// Reads replies and sends the next request when one is due; returns
-    /// how many new events were stored.
+    /// Sends the next request when one is due (none is waiting, and
+    /// telemetry said it stored more, or the last page came back full, or
+    /// the idle wait is over). Returns how many new events the answers
+    /// since the last tick stored.
     @discardableResult
     public func tick() -> Int {
-        var added = 0
-        while let frames = try? socket.receive(dontWait: true) {
-            guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max), reply.corr == inFlight?.id else { continue }
-            inFlight = nil
-            if let error = reply.quadError {
-                if lastError != error.message { Log.info(name, "telemetry pull deferred: \(error.message)") }
-                lastError = error.message
-                nextPull = Clock.monotonicMillis() + RawPull.idlePullMs
-                continue
-            }
-            lastError = nil
-            do {
-                let (n, full) = try apply(reply.body)
-                added += n
-                if full { wake = true } else { nextPull = Clock.monotonicMillis() + RawPull.idlePullMs }
-            } catch {
-                Log.error(name, "telemetry page not applied: \(error)")
-                nextPull = Clock.monotonicMillis() + RawPull.idlePullMs
-            }
-        }
-        let now = Clock.monotonicMillis()
-        if let pending = inFlight, pending.expires > now { return added }
-        if inFlight != nil || wake || now >= nextPull { send() }
+        let added = fresh
+        fresh = 0
+        if inFlight == nil && (wake || Clock.monotonicMillis() >= nextPull) { send() }
         return added
+    }
+
+    /// Events stored by answers since the last ``tick()``.
+    var fresh = 0
+
+    /// Takes the answer to a pull.
+    func take(_ reply: Envelope) {
+        if let error = reply.quadError {
+            if lastError != error.message { Log.info(name, "telemetry pull deferred: \(error.message)") }
+            lastError = error.message
+            nextPull = Clock.monotonicMillis() + RawPull.idlePullMs
+            return
+        }
+        lastError = nil
+        do {
+            let (n, full) = try apply(reply.body)
+            fresh += n
+            if full { wake = true } else { nextPull = Clock.monotonicMillis() + RawPull.idlePullMs }
+        } catch {
+            Log.error(name, "telemetry page not applied: \(error)")
+            nextPull = Clock.monotonicMillis() + RawPull.idlePullMs
+        }
     }
 
     /// Applies one page in one transaction with the cursor; returns the
@@ -105,17 +101,30 @@ public final class RawPull {
     }
 
     func send() {
-        do {
-            var request = Envelope.request("telemetry.raw.since", body: ["after": .int(try cursor()), "limit": .int(RawPull.page)],
-                                           src: name, deadline: RawPull.timeoutMs)
-            // Through the internal frontend a service states its own role.
-            request.role = "service"
-            try socket.send(Majordomo.request(request), dontWait: true)
-            inFlight = (request.id, Clock.monotonicMillis() + RawPull.timeoutMs)
-            wake = false
-        } catch {
+        let after: Int64
+        do { after = try cursor() } catch {
             Log.error(name, "telemetry pull not sent: \(error)")
             nextPull = Clock.monotonicMillis() + RawPull.idlePullMs
+            return
+        }
+        var request = Envelope.request("telemetry.raw.since", body: ["after": .int(after), "limit": .int(RawPull.page)],
+                                       src: name, deadline: RawPull.timeoutMs)
+        // Through the internal frontend a service states its own role.
+        request.role = "service"
+        inFlight = request.id
+        wake = false
+        // One attempt: a pull not answered is sent again at the next tick,
+        // from the cursor as it is then.
+        ask(request, RawPull.timeoutMs) { [weak self] result in
+            guard let self, self.inFlight == request.id else { return }
+            self.inFlight = nil
+            switch result {
+            case .success(let reply): self.take(reply)
+            case .failure(let error):
+                if self.lastError != error.message { Log.info(self.name, "telemetry pull not answered: \(error.message)") }
+                self.lastError = error.message
+                self.nextPull = Clock.monotonicMillis() + RawPull.idlePullMs
+            }
         }
     }
 }

@@ -14,15 +14,23 @@ import QuadWire
 /// while a source is slow or gone.
 public final class EventFeed {
     public typealias Apply = (Envelope) throws -> Void
+    /// Sends a request to another service and calls back on the loop with
+    /// its answer: the worker's ``ServiceCalls`` (the one requester's
+    /// rules: the next broker when one is silent or gone).
+    public typealias Ask = (_ request: Envelope, _ timeoutMs: Int64, _ done: @escaping (Result<Envelope, QuadError>) -> Void) -> Void
 
     let db: Database
     let sources: [String]
     let wants: (Envelope) -> Bool
     let apply: Apply
-    let requests: Socket
+    let ask: Ask
     let name: String
-    /// The catch-up request in flight per source: its id and when it expires.
-    var inFlight: [String: (id: String, expires: Int64)] = [:]
+    /// The catch-up request in flight per source (its id), until it is
+    /// answered or given up.
+    var inFlight: [String: String] = [:]
+    /// The worker is leaving: no catch-up is asked or applied any more (the
+    /// next start catches up from the cursors).
+    var stopped = false
     public private(set) var applied: Int64 = 0
     /// When each source was last known to be caught up with (monotonic
     /// ms): an event of it applied in order, or a catch-up that came back
@@ -47,12 +55,12 @@ public final class EventFeed {
         Migration(1, "CREATE TABLE event_cursors (source TEXT PRIMARY KEY, seq BIGINT NOT NULL)"),
     ]
 
-    init(db: Database, sources: [String], wants: @escaping (Envelope) -> Bool, requests: Socket, name: String, apply: @escaping Apply) throws {
+    init(db: Database, sources: [String], wants: @escaping (Envelope) -> Bool, ask: @escaping Ask, name: String, apply: @escaping Apply) throws {
         self.db = db
         self.sources = sources
         self.wants = wants
         self.apply = apply
-        self.requests = requests
+        self.ask = ask
         self.name = name
         try Migrations.apply(db, EventFeed.migrations, scope: "quad.feed")
     }
@@ -172,15 +180,26 @@ public final class EventFeed {
 
     /// Asks `src` for what follows our cursor, unless a request is pending.
     func catchUp(_ src: String) {
-        let now = Clock.monotonicMillis()
-        if let pending = inFlight[src], pending.expires > now { return }
-        do {
-            let request = Envelope.request("\(src).events.since", body: ["after": .int(try cursor(src)), "limit": .int(EventFeed.page)],
-                                           src: name, deadline: EventFeed.catchUpTimeoutMs)
-            try requests.send(Majordomo.request(request), dontWait: true)
-            inFlight[src] = (request.id, now + EventFeed.catchUpTimeoutMs)
-        } catch {
+        guard inFlight[src] == nil, !stopped else { return }
+        let after: Int64
+        do { after = try cursor(src) } catch {
             Log.error(name, "catch-up from \(src) not sent: \(error)")
+            return
+        }
+        let request = Envelope.request("\(src).events.since", body: ["after": .int(after), "limit": .int(EventFeed.page)],
+                                       src: name, deadline: EventFeed.catchUpTimeoutMs)
+        inFlight[src] = request.id
+        // One attempt: a catch-up not answered is asked again by the next
+        // gap or the timer's, from the cursor as it is then.
+        ask(request, EventFeed.catchUpTimeoutMs) { [weak self] result in
+            guard let self, self.inFlight[src] == request.id, !self.stopped else { return }
+            self.inFlight[src] = nil
+            switch result {
+            case .success(let reply): self.take(reply, from: src)
+            case .failure(let error):
+                self.heard[src] = nil
+                Log.info(self.name, "catch-up from \(src) not answered: \(error.message)")
+            }
         }
     }
 
@@ -195,44 +214,36 @@ public final class EventFeed {
         for s in sources where heard[s].map({ now - $0 >= quietMs }) ?? true { catchUp(s) }
     }
 
-    /// Handles catch-up replies waiting on the request socket.
-    func receiveReplies() {
-        while let frames = try? requests.receive(dontWait: true) {
-            guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max),
-                  let src = inFlight.first(where: { $0.value.id == reply.corr })?.key else { continue }
-            inFlight[src] = nil
-            heard[src] = nil
-            if let error = reply.quadError {
-                Log.info(name, "catch-up from \(src) deferred: \(error.message)")
-                continue
-            }
-            do {
-                let events = try (reply.body["events"]?.array ?? []).map { try Envelope.decode($0) }
-                let oldest = reply.body["oldest"]?.int
-                try db.transaction {
-                    var last = try cursor(src)
-                    // The source no longer keeps what follows our cursor: say
-                    // so, and go on from what it keeps, or a feed that was
-                    // away too long would ask for the same gap for ever.
-                    if let oldest, oldest > last + 1 {
-                        missed += oldest - last - 1
-                        Log.error(name, "events \(last + 1)...\(oldest - 1) of \(src) were pruned before this worker applied them (outbox_retention_ms of \(src)): going on from \(oldest)")
-                        try db.execute("""
-                            INSERT INTO event_cursors (source, seq) VALUES ($1, $2)
-                            ON CONFLICT (source) DO UPDATE SET seq = excluded.seq
-                            """, .text(src), .int(oldest - 1))
-                        last = oldest - 1
-                    }
-                    for e in events {
-                        guard let seq = e.seq, seq > last else { continue }
-                        try record(e, src: src, seq: seq)
-                        last = seq
-                    }
+    /// Applies a catch-up page from `src`.
+    func take(_ reply: Envelope, from src: String) {
+        heard[src] = nil
+        if let error = reply.quadError {
+            Log.info(name, "catch-up from \(src) deferred: \(error.message)")
+            return
+        }
+        do {
+            let events = try (reply.body["events"]?.array ?? []).map { try Envelope.decode($0) }
+            let oldest = reply.body["oldest"]?.int
+            try db.transaction {
+                var last = try cursor(src)
+                // The source no longer keeps what follows our cursor: say
+                // so, and go on from what it keeps, or a feed that was
+                // away too long would ask for the same gap for ever.
+                if let oldest, oldest > last + 1 {
+                    missed += oldest - last - 1
+                    Log.error(name, "events \(last + 1)...\(oldest - 1) of \(src) were pruned before this worker applied them (outbox_retention_ms of \(src)): going on from \(oldest)")
+                    try saveCursor(src, oldest - 1)
+                    last = oldest - 1
                 }
-                if Int64(events.count) == EventFeed.page { catchUp(src) } else { heard[src] = Clock.monotonicMillis() }
-            } catch {
-                Log.error(name, "catch-up from \(src) not applied: \(error)")
+                for e in events {
+                    guard let seq = e.seq, seq > last else { continue }
+                    try record(e, src: src, seq: seq)
+                    last = seq
+                }
             }
+            if Int64(events.count) == EventFeed.page { catchUp(src) } else { heard[src] = Clock.monotonicMillis() }
+        } catch {
+            Log.error(name, "catch-up from \(src) not applied: \(error)")
         }
     }
 }
@@ -245,10 +256,10 @@ extension Worker {
     public func subscribe(to sources: [String], catchUpEveryMs: Int64 = 5000,
                           wants: @escaping (Envelope) -> Bool = { _ in true }, apply: @escaping EventFeed.Apply) throws {
         guard let db = handlers.db else { throw QuadError.internal("a feed needs a store") }
-        let requests = try context.socket(.dealer)
-        try InternalCurve.secure(requests)
-        try connectToEvery(requests, endpoints.internal)
-        let feed = try EventFeed(db: db, sources: sources, wants: wants, requests: requests, name: handlers.instance, apply: apply)
+        // Catch-up requests go out as the worker's other calls do.
+        let feed = try EventFeed(db: db, sources: sources, wants: wants, ask: { [unowned self] request, timeoutMs, done in
+            self.send(request, timeoutMs: timeoutMs, attempts: 1, done)
+        }, name: handlers.instance, apply: apply)
         let sub = try context.socket(.sub)
         try InternalCurve.secure(sub)
         // Every broker relays every event: the feed hears each through all
@@ -257,26 +268,13 @@ extension Worker {
         for endpoint in Endpoints.list(endpoints.eventsOut) { try sub.connect(endpoint) }
         for s in sources { try sub.subscribe(EventFeed.topic(s)) }
         feeds.append((feed, sub))
-        // Either socket readable: the feed reads both.
         reactor.register(sub) { [unowned self] _ in self.receiveEvents(feed, sub) }
-        reactor.register(requests) { [unowned self] _ in self.receiveEvents(feed, sub) }
         timers.after(0) { feed.catchUpAll() }
-        // With several brokers the request socket sends to live connections
-        // only (ZMQ_IMMEDIATE): a catch-up asked before the first handshake
-        // is refused, so the start's is asked again until each is sent.
-        var tries = 0
-        timers.repeating(every: 50) {
-            tries += 1
-            guard feed.inFlight.count < feed.sources.count, tries <= 100 else { return false }
-            feed.catchUpAll()
-            return true
-        }
         timers.every(catchUpEveryMs) { [unowned self] in if !self.leaving { feed.catchUpSilent(quietMs: catchUpEveryMs) } }
     }
 
     func receiveEvents(_ feed: EventFeed, _ socket: Socket) {
         feed.drain(socket)
-        feed.receiveReplies()
         relayOutbox()
     }
 }

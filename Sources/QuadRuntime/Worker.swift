@@ -361,7 +361,7 @@ public final class Worker {
         // the next start. The broker socket and the calls' stay polled.
         for (feed, sub) in feeds {
             reactor.unregister(sub)
-            reactor.unregister(feed.requests)
+            feed.stopped = true
         }
         let until = Clock.monotonicMillis() + 3000
         // Answers owed (a saga waiting on the catalog) come in meanwhile;

@@ -15,6 +15,12 @@ struct FeedBatchTests {
         let sub: Socket
         let requests: Socket
         let source: Socket
+        /// The feed's catch-up requests go out through these calls, on
+        /// `requests`, to `source`.
+        let calls: ServiceCalls
+        var ask: EventFeed.Ask {
+            { [calls] request, timeoutMs, done in calls.send(request, timeoutMs: timeoutMs, attempts: 1, done) }
+        }
 
         init() throws {
             let tag = "feed-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
@@ -29,6 +35,7 @@ struct FeedBatchTests {
             try source.setReceiveTimeout(30_000)
             requests = try context.socket(.dealer)
             try requests.connect("inproc://\(tag)-requests")
+            calls = ServiceCalls(socket: requests, timers: Timers(now: Clock.monotonicMillis), source: "feed/1", metrics: Metrics())
             // Until a probe gets through, the subscription is not in place.
             let until = Clock.monotonicMillis() + 30_000
             while Clock.monotonicMillis() < until {
@@ -54,7 +61,7 @@ struct FeedBatchTests {
         // What another connection sees of the cursor while each event is
         // applied: with one transaction per batch, nothing until the end.
         var committedDuring: [Int64] = []
-        let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, requests: bus.requests, name: "feed/1") { e in
+        let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, ask: bus.ask, name: "feed/1") { e in
             try db.execute("INSERT INTO seen (seq) VALUES ($1)", .int(e.seq ?? 0))
             committedDuring.append(try observer.queryOne("SELECT seq FROM event_cursors WHERE source = 'src'")?.int("seq") ?? 0)
         }
@@ -69,7 +76,7 @@ struct FeedBatchTests {
     @Test func aBatchAppliesEachEventOnceAndAsksForAGap() throws {
         let db = try TestStore.open("feed", migrations: [Migration(1, "CREATE TABLE seen (seq BIGINT PRIMARY KEY)")])
         let bus = try Bus()
-        let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, requests: bus.requests, name: "feed/1") { e in
+        let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, ask: bus.ask, name: "feed/1") { e in
             try db.execute("INSERT INTO seen (seq) VALUES ($1)", .int(e.seq ?? 0))
         }
         // Repeats, and a gap after 5: 1...5 are applied once each, and the
@@ -87,7 +94,7 @@ struct FeedBatchTests {
         let db = try TestStore.open("feed", migrations: [Migration(1, "CREATE TABLE seen (seq BIGINT PRIMARY KEY)")])
         let bus = try Bus()
         struct Refused: Error {}
-        let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, requests: bus.requests, name: "feed/1") { e in
+        let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, ask: bus.ask, name: "feed/1") { e in
             try db.execute("INSERT INTO seen (seq) VALUES ($1)", .int(e.seq ?? 0))
             if e.seq == 3 { throw Refused() }
         }
@@ -100,7 +107,7 @@ struct FeedBatchTests {
     @Test func theTimerAsksOnlyASourceThatFellSilent() throws {
         let db = try TestStore.open("feed", migrations: [Migration(1, "CREATE TABLE seen (seq BIGINT PRIMARY KEY)")])
         let bus = try Bus()
-        let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, requests: bus.requests, name: "feed/1") { e in
+        let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, ask: bus.ask, name: "feed/1") { e in
             try db.execute("INSERT INTO seen (seq) VALUES ($1)", .int(e.seq ?? 0))
         }
         try bus.publish([1, 2, 3])
@@ -120,7 +127,7 @@ struct FeedBatchTests {
         #expect(try bus.source.receive(dontWait: true) == nil)
         // A feed that never heard of its source asks at once.
         let other = try TestStore.open("feed", migrations: [])
-        let fresh = try EventFeed(db: other, sources: ["src"], wants: { _ in true }, requests: bus.requests, name: "feed/2") { _ in }
+        let fresh = try EventFeed(db: other, sources: ["src"], wants: { _ in true }, ask: bus.ask, name: "feed/2") { _ in }
         fresh.catchUpSilent(quietMs: 60_000)
         let asked = try #require(try bus.source.receive())
         let first = try Envelope.decode(try #require(asked.last))
@@ -138,7 +145,7 @@ struct FeedBatchTests {
             let bus = try Bus()
             try bus.sub.setReceiveHWM(0)
             try bus.pub.setSendHWM(0)
-            let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, requests: bus.requests, name: "feed/1") { e in
+            let feed = try EventFeed(db: db, sources: ["src"], wants: { _ in true }, ask: bus.ask, name: "feed/1") { e in
                 try db.execute("INSERT INTO seen (seq) VALUES ($1)", .int(e.seq ?? 0))
             }
             try bus.publish(Array(1...Int64(n)))
