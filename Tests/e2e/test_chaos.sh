@@ -307,13 +307,15 @@ ok "deploy/stack kill catalog: catalog/2 stays down"
 
 step="pause"
 "$STACK" scale catalog 1 >/dev/null || fail "scale catalog 1 exited $?"
-"$CHAOS" pause catalog --for 2 >/dev/null || fail "deploy/chaos pause exited $?"
+"$CHAOS" pause catalog --for 4 >/dev/null || fail "deploy/chaos pause exited $?"
 pid=$(<"$QUAD_HOME/run/catalog.1.pid")
+# deploy/chaos pause returns once the process is stopped; its resumer
+# sends SIGCONT 4 s after, which a busy machine may put off a little.
 [[ $(awk '{print $3}' "/proc/$pid/stat") == T ]] || fail "catalog/1 (pid $pid) is not stopped after chaos pause"
-sleep 3
-[[ $(awk '{print $3}' "/proc/$pid/stat") != T ]] || fail "catalog/1 (pid $pid) is still stopped 3 s after pause --for 2"
+for _ in $(seq 300); do [[ $(awk '{print $3}' "/proc/$pid/stat") != T ]] && break; sleep 0.1; done
+[[ $(awk '{print $3}' "/proc/$pid/stat") != T ]] || fail "catalog/1 (pid $pid) is still stopped 30 s after pause --for 4"
 quadctl --timeout 3000 --attempts 3 call catalog.products.list '{"limit":1}' >/dev/null || fail "catalog does not answer after the pause"
-ok "pause catalog --for 2: SIGSTOP, then SIGCONT, and it answers"
+ok "pause catalog --for 4: SIGSTOP, then SIGCONT, and it answers"
 
 step="scale under load"
 stock() { psql -XAtq "$QUAD_CATALOG_DB" -c "SELECT stock FROM products WHERE id = 'p-0001'"; }
