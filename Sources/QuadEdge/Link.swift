@@ -29,16 +29,17 @@ enum LinkFailure: Error, Equatable {
 /// A move closes the socket, opens one to the next frontend, and sends
 /// every waiting request again on it at once: same bytes, same id, under
 /// its first deadline. A phone's cost stays one socket and one connection
-/// whatever the number of brokers.
+/// whatever the number of brokers. Which broker, when to move and when a
+/// request has timed out are the one requester's rules (``Requester``
+/// with `oneConnection`); this class carries them out on its socket.
 final class Link {
     typealias Completion = (Result<Envelope, LinkFailure>) -> Void
 
     struct Call {
-        var timer: Int
+        var timer = 0
         var completion: Completion
-        /// What was sent, to send again elsewhere, and on which frontend.
+        /// What was sent, to send again elsewhere.
         var frames: [[UInt8]]
-        var via: Int
         /// Not on the wire yet: the socket had no connection to take it
         /// (``unsent``).
         var unsent = false
@@ -56,8 +57,10 @@ final class Link {
     private(set) var current = 0
     /// Moves to another broker, and the requests sent again because of one.
     private(set) var moves = 0
-    private(set) var failovers = 0
+    var failovers: Int { rules.failovers }
     private var calls: [String: Call] = [:]
+    /// Where requests go and when they are over: set at ``up()``.
+    private var rules: Requester<String>
     /// The calls waiting for the socket to take them, in the order they
     /// were made. The socket is ZMQ_IMMEDIATE: it queues nothing while it
     /// has no connection (a phone with no connection to a broker keeps no
@@ -103,6 +106,7 @@ final class Link {
         self.endpoints = list.isEmpty ? [endpoint] : list
         self.source = source
         self.reactor = reactor
+        rules = Requester(brokers: self.endpoints.count, oneConnection: true, graceMs: Link.graceMs)
     }
 
     /// The key pair of `secretKey` (Z85), or a new one when it is nil or not a key.
@@ -121,7 +125,8 @@ final class Link {
     func up() throws(ZMQError) {
         guard socket == nil else { return }
         // Phones share the brokers' load: each starts on one at random.
-        try open(endpoints.count > 1 ? Int.random(in: 0..<endpoints.count) : 0)
+        _ = rules.move(to: endpoints.count > 1 ? Int.random(in: 0..<endpoints.count) : 0)
+        try open(rules.preferred)
     }
 
     private func open(_ index: Int) throws(ZMQError) {
@@ -170,24 +175,65 @@ final class Link {
         guard socket != nil, endpoints.count > 1 else { return }
         let target = index ?? (current + 1) % endpoints.count
         guard target != current else { return }
+        try carry(rules.move(to: target))
+    }
+
+    /// Opens the socket on frontend `index` in place of the one open: every
+    /// waiting call is queued to go again on it.
+    private func reopen(_ index: Int) throws(ZMQError) {
         close()
-        try open(target)
+        try open(index)
         moves += 1
-        for (id, var call) in calls {
-            call.via = target
+        for (id, var call) in calls where !call.unsent {
             call.unsent = true
             calls[id] = call
             unsent.append(id)
-            failovers += 1
         }
+        onMove(index)
+    }
+
+    /// Carries out what the rules answer, in order: a send to another
+    /// broker than the socket's moves the socket first.
+    private func carry(_ actions: [Requester<String>.Action]) throws(ZMQError) {
+        for action in actions {
+            switch action {
+            case .send(let id, let broker):
+                guard socket != nil else { continue }
+                if broker != current { try reopen(broker) }
+                guard var call = calls[id], !call.unsent else { continue }
+                call.unsent = true
+                calls[id] = call
+                unsent.append(id)
+            case .wait(let id, let until):
+                guard var call = calls[id] else { continue }
+                agenda.cancel(call.timer)
+                call.timer = agenda.after(max(0, until - Clock.monotonicMillis())) { [weak self] in self?.expired(id) }
+                calls[id] = call
+            case .retry, .deliver:
+                break  // no retry on one connection; a delivery is ``receive(_:)``'s
+            case .fail(let id, _):
+                // The socket is where the rules want it before the caller
+                // hears: its retry goes to the broker that is left.
+                if socket != nil && rules.preferred != current { try reopen(rules.preferred) }
+                guard let call = calls.removeValue(forKey: id) else { continue }
+                agenda.cancel(call.timer)
+                call.completion(.failure(.timeout))
+            }
+        }
+        if socket != nil && rules.preferred != current { try reopen(rules.preferred) }
         flush()
-        onMove(target)
+    }
+
+    /// A request's deadline passed with no answer.
+    private func expired(_ id: String) {
+        do { try carry(rules.expired(id, now: Clock.monotonicMillis())) } catch { onSocketError(error) }
     }
 
     /// Closes the socket (the radio is off): what was queued in it is
     /// dropped, and every waiting request fails as offline.
     func down() {
         close()
+        _ = rules.abandonAll()
         let waiting = calls
         calls = [:]
         for (_, call) in waiting {
@@ -207,51 +253,23 @@ final class Link {
         request.src = source
         request.token = token
         request.deadline = timeoutMs
-        guard let socket else {
+        guard socket != nil else {
             agenda.after(0) { completion(.failure(.offline)) }
             return
         }
         if let earlier = calls.removeValue(forKey: request.id) {
             // A retry replaces a call still waiting under the same id.
             agenda.cancel(earlier.timer)
+            unsent.removeAll { $0 == request.id }
             agenda.after(0) { earlier.completion(.failure(.timeout)) }
         }
-        let frames = Majordomo.request(request)
-        var waits = false
-        do {
-            // Behind calls still waiting for the socket: after them, in order.
-            if unsent.isEmpty {
-                try socket.send(frames, dontWait: true)
-                tookFirst()
-            } else {
-                waits = true
-            }
-        } catch where error.wouldBlock {
-            // No connection yet, or its queue is full: sent when the socket
-            // can take it, under the same deadline.
-            waits = true
-        } catch {
-            agenda.after(0) { completion(.failure(.sendFailed("\(error)"))) }
-            return
-        }
         sent += 1
-        let id = request.id
-        // A little past the deadline, so that the broker's 503 for a request
-        // no worker took arrives as an answer (the network works; the service
-        // is busy) rather than as a timeout (the network does not answer).
-        let timer = agenda.after(timeoutMs + Link.graceMs) { [weak self] in
-            guard let self, let call = self.calls.removeValue(forKey: id) else { return }
-            // That broker did not answer: the retry goes to the next.
-            if call.via == self.current {
-                do { try self.move() } catch { self.onSocketError(error) }
-            }
-            call.completion(.failure(.timeout))
-        }
-        calls[id] = Call(timer: timer, completion: completion, frames: frames, via: current, unsent: waits)
-        if waits {
-            unsent.append(id)
-            flush()
-        }
+        // A little past the deadline (the rules' grace), so that the
+        // broker's 503 for a request no worker took arrives as an answer
+        // (the network works; the service is busy) rather than as a
+        // timeout (the network does not answer).
+        calls[request.id] = Call(completion: completion, frames: Majordomo.request(request))
+        do { try carry(rules.start(request.id, timeoutMs: timeoutMs, attempts: 1, now: Clock.monotonicMillis())) } catch { onSocketError(error) }
     }
 
     /// Sends the calls waiting for the socket, in order, while it takes
@@ -264,11 +282,17 @@ final class Link {
             guard var call = calls[id], call.unsent else { k += 1; continue }
             do {
                 try socket.send(call.frames, dontWait: true)
-            } catch {
+            } catch where error.wouldBlock {
                 // Still no connection (or a full queue): the rest wait too.
-                // Another error leaves it to its deadline.
-                if !error.wouldBlock { k += 1; continue }
                 break
+            } catch {
+                // The socket cannot take it at all: the caller hears why.
+                calls[id] = nil
+                rules.abandon(id)
+                agenda.cancel(call.timer)
+                agenda.after(0) { call.completion(.failure(.sendFailed("\(error)"))) }
+                k += 1
+                continue
             }
             call.unsent = false
             tookFirst()
@@ -295,7 +319,8 @@ final class Link {
                 continue
             }
             answered += 1
-            guard let corr = reply.corr, let call = calls.removeValue(forKey: corr) else { continue }
+            guard let corr = reply.corr, calls[corr] != nil, rules.answered(corr, from: current, retryable: false) == [.deliver(corr)],
+                  let call = calls.removeValue(forKey: corr) else { continue }
             agenda.cancel(call.timer)
             call.completion(.success(reply))
         }

@@ -33,6 +33,14 @@
 ///   broker at once.
 /// - A broker whose connection closes hands each call waiting on it to the
 ///   next open broker at once, in the same attempt.
+///
+/// With ``oneConnection`` (a phone's link: one socket, to the preferred
+/// broker, whatever the number of brokers) a call's deadline runs from its
+/// start, a refused send waits for the connection (the caller keeps it),
+/// and when the preferred broker changes (an attempt it did not answer,
+/// or ``move(to:)``) every waiting call goes to the new one at once, under
+/// its first deadline: the caller moves its socket at the first `send` to
+/// another broker.
 public struct Requester<ID: Hashable> {
     public enum Failure: Hashable, Sendable {
         /// No answer within `attempts` attempts of `timeoutMs`.
@@ -96,11 +104,15 @@ public struct Requester<ID: Hashable> {
     /// only when it fails a call (a service: the first broker of its list
     /// until it fails).
     public let followsAnswers: Bool
+    /// One connection at a time, to the preferred broker (above).
+    public let oneConnection: Bool
 
-    public init(brokers: Int, preferred: Int = 0, followsAnswers: Bool = true, graceMs: Int64 = 250, retryMs: Int64 = 20) {
+    public init(brokers: Int, preferred: Int = 0, followsAnswers: Bool = true, oneConnection: Bool = false,
+                graceMs: Int64 = 250, retryMs: Int64 = 20) {
         precondition(brokers >= 1, "a requester needs at least one broker")
         self.brokers = brokers
         self.followsAnswers = followsAnswers
+        self.oneConnection = oneConnection
         self.preferred = min(max(0, preferred), brokers - 1)
         self.graceMs = graceMs
         self.retryMs = retryMs
@@ -120,15 +132,19 @@ public struct Requester<ID: Hashable> {
         (0..<brokers).map { (i + $0) % brokers }.first { !closedBrokers.contains($0) } ?? i % brokers
     }
 
-    /// A new call (the caller refuses an id already waiting before this).
-    public mutating func start(_ id: ID, timeoutMs: Int64, attempts: Int) -> [Action] {
-        let via = open(from: preferred)
-        calls[id] = Call(attempts: max(1, attempts), timeoutMs: max(0, timeoutMs), via: via, first: via)
+    /// A new call. An id already waiting is replaced (the caller tells
+    /// the old one's caller); `now` times it from here with ``oneConnection``.
+    public mutating func start(_ id: ID, timeoutMs: Int64, attempts: Int, now: Int64 = 0) -> [Action] {
+        let via = oneConnection ? preferred : open(from: preferred)
+        let call = Call(attempts: max(1, attempts), timeoutMs: max(0, timeoutMs), via: via, first: via)
+        calls[id] = call
+        if oneConnection { return [.send(id, broker: via), .wait(id, untilMs: now + call.timeoutMs + graceMs)] }
         return [.send(id, broker: via)]
     }
 
     /// The socket took the call's frames at `now`: its attempt is timed.
     public mutating func taken(_ id: ID, now: Int64) -> [Action] {
+        guard !oneConnection else { return [] }  // timed from its start
         guard var call = calls[id] else { return [] }
         let waited = call.blockedSince.map { now - $0 } ?? 0
         // Taken by another broker than the attempt's first: a failover.
@@ -143,6 +159,7 @@ public struct Requester<ID: Hashable> {
     /// again after ``retryMs``, until the attempt's time is out; then the
     /// attempt is over as if it had been lost.
     public mutating func refused(_ id: ID, now: Int64) -> [Action] {
+        guard !oneConnection else { return [] }  // it waits for the connection
         guard var call = calls[id] else { return [] }
         call.refusals += 1
         if brokers > 1 { call.via = (call.via + 1) % brokers }
@@ -163,6 +180,7 @@ public struct Requester<ID: Hashable> {
 
     /// The attempt's deadline passed with no answer.
     public mutating func expired(_ id: ID, now: Int64) -> [Action] {
+        if oneConnection { return expiredOnOneConnection(id, now: now) }
         guard var call = calls[id] else { return [] }
         guard call.attempt < call.attempts else {
             calls[id] = nil
@@ -200,6 +218,50 @@ public struct Requester<ID: Hashable> {
         calls[id] = nil
         if followsAnswers { preferred = broker }
         return [.deliver(id)]
+    }
+
+    /// With ``oneConnection``: the broker that did not answer in time is
+    /// left, when it is still the preferred one, and every other call
+    /// waiting goes to the next at once; then this call is sent again
+    /// there, or fails after its last attempt.
+    mutating func expiredOnOneConnection(_ id: ID, now: Int64) -> [Action] {
+        guard var call = calls[id] else { return [] }
+        var actions: [Action] = []
+        if brokers > 1 && call.via == preferred {
+            calls[id] = nil
+            actions = move(to: (preferred + 1) % brokers)
+        }
+        guard call.attempt < call.attempts else {
+            calls[id] = nil
+            return actions + [.fail(id, .timeout(attempts: call.attempts, timeoutMs: call.timeoutMs))]
+        }
+        call.attempt += 1
+        if call.via != preferred { failovers += 1 }
+        call.begin(at: preferred)
+        calls[id] = call
+        return actions + [.send(id, broker: preferred), .wait(id, untilMs: now + call.timeoutMs + graceMs)]
+    }
+
+    /// The caller moves to broker `broker` (the next when nil): a phone's
+    /// live feed heard nothing from it for a while. Every call waiting
+    /// elsewhere goes there at once, under its deadline.
+    public mutating func move(to broker: Int? = nil) -> [Action] {
+        preferred = (broker ?? preferred + 1) % brokers
+        var actions: [Action] = []
+        for (id, var call) in calls where call.via != preferred {
+            call.begin(at: preferred)
+            calls[id] = call
+            failovers += 1
+            actions.append(.send(id, broker: preferred))
+        }
+        return actions
+    }
+
+    /// Every call waiting, forgotten (a phone's radio went off).
+    public mutating func abandonAll() -> [ID] {
+        let ids = Array(calls.keys)
+        calls = [:]
+        return ids
     }
 
     /// The caller gives up on `id` (its send failed for good): forgotten.

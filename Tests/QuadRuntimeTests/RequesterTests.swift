@@ -135,4 +135,53 @@ struct RequesterTests {
         #expect(r.expired("a", now: 5000) == [])
         #expect(r.taken("a", now: 5000) == [])
     }
+
+    // A phone's link: one connection at a time.
+
+    @Test func onOneConnectionACallIsTimedFromItsStartAndARefusalWaits() {
+        var r = R(brokers: 2, preferred: 1, oneConnection: true)
+        #expect(r.start("a", timeoutMs: 1000, attempts: 1, now: 50) == [.send("a", broker: 1), .wait("a", untilMs: 50 + 1000 + 250)])
+        #expect(r.refused("a", now: 60) == [])
+        #expect(r.taken("a", now: 400) == [])
+        #expect(r.answered("a", from: 1, retryable: false) == [.deliver("a")])
+    }
+
+    @Test func onOneConnectionASilentBrokerIsLeftWithEveryCallWaitingOnIt() {
+        var r = R(brokers: 2, preferred: 0, oneConnection: true)
+        _ = r.start("a", timeoutMs: 1000, attempts: 1, now: 0)
+        _ = r.start("b", timeoutMs: 1000, attempts: 1, now: 500)
+        // a's deadline: the link leaves broker 0, b goes to broker 1 at
+        // once (its deadline unchanged), and a fails (its caller retries).
+        #expect(r.expired("a", now: 1250) == [.send("b", broker: 1), .fail("a", .timeout(attempts: 1, timeoutMs: 1000))])
+        #expect(r.preferred == 1)
+        #expect(r.failovers == 1)
+        // b's own deadline then passes on broker 1: back to broker 0.
+        #expect(r.expired("b", now: 1750) == [.fail("b", .timeout(attempts: 1, timeoutMs: 1000))])
+        #expect(r.preferred == 0)
+    }
+
+    @Test func onOneConnectionALateDeadlineOfAnEarlierBrokerDoesNotMoveAgain() {
+        var r = R(brokers: 2, preferred: 0, oneConnection: true)
+        _ = r.start("a", timeoutMs: 1000, attempts: 1, now: 0)
+        #expect(r.move(to: 1) == [.send("a", broker: 1)])
+        _ = r.start("b", timeoutMs: 1000, attempts: 2, now: 10)
+        // b starts on broker 1, where a went; a retry of a (the same id)
+        // replaces it, timed from now.
+        #expect(r.start("a", timeoutMs: 1000, attempts: 1, now: 20) == [.send("a", broker: 1), .wait("a", untilMs: 1270)])
+        #expect(r.count == 2)
+        // b's second attempt goes to broker 0, and a with it.
+        #expect(r.expired("b", now: 1260) == [.send("a", broker: 0), .send("b", broker: 0), .wait("b", untilMs: 2510)])
+        #expect(r.attempt(of: "b") == 2)
+    }
+
+    @Test func onOneConnectionAMoveWithNothingWaitingOnlyChangesTheBroker() {
+        var r = R(brokers: 3, preferred: 2, oneConnection: true)
+        #expect(r.move() == [])
+        #expect(r.preferred == 0)
+        #expect(r.move(to: 2) == [])
+        #expect(r.preferred == 2)
+        _ = r.start("a", timeoutMs: 100, attempts: 1, now: 0)
+        #expect(r.abandonAll() == ["a"])
+        #expect(r.count == 0)
+    }
 }
