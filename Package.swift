@@ -47,9 +47,9 @@ let package = Package(
         // and bytes only: it knows no envelope and no other Quad module.
         .target(name: "QuadStore", dependencies: ["CSQLite", "CPostgres"]),
         // What every process shares, the broker included, with no store:
-        // flags, endpoints, log lines, shutdown, the worker protocol, and
-        // whom a request belongs to.
-        .target(name: "QuadProcess", dependencies: ["QuadWire"]),
+        // flags, endpoints, log lines, shutdown, the worker protocol, whom a
+        // request belongs to, the one requester's rules and CURVE key pairs.
+        .target(name: "QuadProcess", dependencies: ["QuadWire", "QuadMessaging"]),
         // The HTTP server under /metrics, /images and the dashboard:
         // libmicrohttpd's threads, bounded, a request body only up to a limit.
         .target(name: "QuadHTTP", dependencies: ["CMicroHTTPD"]),

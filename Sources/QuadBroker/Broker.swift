@@ -219,8 +219,8 @@ public final class Broker {
         try frontend.setReceiveHWM(settings.frontendReceiveHWM)
         let throttled = LogThrottle(source: "broker")
         self.throttled = throttled
-        let internalKey: [UInt8]?
-        var frontendKey: [UInt8]?
+        let internalKey: CurveKeys?
+        var frontendKey: CurveKeys?
         if let keyPath = settings.curveKeyPath {
             let pair = try BrokerKeys.loadOrCreate(at: keyPath)
             Log.info("broker", "\(pair.created ? "created" : "loaded") CURVE key \(keyPath), public key \(pair.publicKey) in \(BrokerKeys.publicKeyPath(forSecretKey: keyPath))")
@@ -232,23 +232,23 @@ public final class Broker {
             if let path = settings.trustedKeysPath {
                 authenticator?.trusted = Set(try BrokerKeys.allowList(at: path).compactMap { Curve.encode($0) })
             }
-            try frontend.setCurveServer(secretKey: pair.secretKey)
-            frontendKey = pair.secretKey
+            try pair.keys.serve(frontend)
+            frontendKey = pair.keys
             try frontend.setZAPDomain(Authenticator.domain)
             monitor = try SocketMonitor(frontend, name: "frontend")
             publicKey = pair.publicKey
-            internalKey = settings.serviceKeysPath == nil ? nil : pair.secretKey
+            internalKey = settings.serviceKeysPath == nil ? nil : pair.keys
         } else {
             authenticator = nil
             monitor = nil
             publicKey = nil
             internalKey = nil
         }
-        internalSecretKey = internalKey
+        internalSecretKey = internalKey?.secretKey
         /// The internal sockets as CURVE servers with their own ZAP domain.
         func secureInternal(_ socket: Socket) throws {
             guard let key = internalKey else { return }
-            try socket.setCurveServer(secretKey: key)
+            try key.serve(socket)
             try socket.setZAPDomain(Authenticator.internalDomain)
         }
         try frontend.bind(settings.endpoints.frontend)
@@ -460,11 +460,11 @@ public final class Broker {
 
     /// The updates socket, bound, or nil: none asked for, or an optional
     /// one whose endpoint is taken (logged: phones fall back to polling).
-    static func openUpdates(_ settings: BrokerSettings, context: ZMQContext, curveKey: [UInt8]?, log: LogThrottle) throws -> Updates? {
+    static func openUpdates(_ settings: BrokerSettings, context: ZMQContext, curveKey: CurveKeys?, log: LogThrottle) throws -> Updates? {
         guard let endpoint = settings.updatesEndpoint else { return nil }
         let socket = try context.socket(.xpub)
         if let curveKey {
-            try socket.setCurveServer(secretKey: curveKey)
+            try curveKey.serve(socket)
             try socket.setZAPDomain(Authenticator.domain)
         }
         let updates = try Updates(socket: socket, maxTopics: settings.maxPublicTopics) { key, message in log.info(key, message) }

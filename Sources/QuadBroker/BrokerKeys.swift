@@ -1,5 +1,6 @@
 import Foundation
 import QuadMessaging
+import QuadProcess
 import QuadWire
 
 /// The broker's CURVE key pair. `$QUAD_HOME/keys/broker.key` holds the
@@ -10,10 +11,9 @@ import QuadWire
 /// place), so two brokers starting together agree on one key.
 public enum BrokerKeys {
     public struct Pair: Sendable {
+        public let keys: CurveKeys
         /// Z85 text, for clients and logs.
-        public let publicKey: String
-        /// 32 raw bytes, for `ZMQ_CURVE_SECRETKEY`; never logged.
-        public let secretKey: [UInt8]
+        public var publicKey: String { keys.publicText }
         /// Whether this call made the pair.
         public let created: Bool
     }
@@ -31,16 +31,13 @@ public enum BrokerKeys {
     /// missing, and (re)writes the public key file when it is missing or
     /// differs. Refuses a secret key file that others may read.
     public static func loadOrCreate(at path: String) throws(KeyFileError) -> Pair {
-        let pair = try KeyFile.loadOrCreatePair(
-            at: path, what: "the broker's secret key", format: .z85,
-            make: { (try? Curve.keyPair()).flatMap { Curve.decode($0.secretKey) } },
-            publicKey: { secret in Curve.encode(secret).flatMap(Curve.publicKey(forSecretKey:)).flatMap(Curve.decode) })
-        return Pair(publicKey: pair.publicText, secretKey: pair.secretKey, created: pair.created)
+        let (keys, created) = try CurveKeys.loadOrCreate(at: path, what: "the broker's secret key")
+        return Pair(keys: keys, created: created)
     }
 
     /// Client keys allowed to connect: one Z85 public key per line; blank
     /// lines and lines starting with `#` are skipped.
     public static func allowList(at path: String) throws(KeyFileError) -> Set<[UInt8]> {
-        try KeyFile.readList(path, what: "the list of CURVE public keys", format: .z85)
+        try CurveKeys.readPublicKeys(path, what: "the list of CURVE public keys")
     }
 }

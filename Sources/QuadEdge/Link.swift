@@ -94,7 +94,7 @@ final class Link {
     /// anonymous request's idempotency record to it, so a retry after
     /// airplane mode, a restart or a move to another broker must come from
     /// the same key.
-    let clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?
+    let clientKeys: CurveKeys?
 
     init(context: ZMQContext, endpoint: String, source: String, reactor: Reactor, serverKey: [UInt8]? = nil,
          clientSecretKey: String? = nil) {
@@ -110,12 +110,8 @@ final class Link {
     }
 
     /// The key pair of `secretKey` (Z85), or a new one when it is nil or not a key.
-    static func keyPair(_ secretKey: String?) -> (publicKey: [UInt8], secretKey: [UInt8])? {
-        if let secretKey, let pub = Curve.publicKey(forSecretKey: secretKey), let p = Curve.decode(pub), let s = Curve.decode(secretKey) {
-            return (p, s)
-        }
-        // zmq_curve_keypair's Z85 output always decodes.
-        return (try? Curve.keyPair()).map { (Curve.decode($0.publicKey)!, Curve.decode($0.secretKey)!) }
+    static func keyPair(_ secretKey: String?) -> CurveKeys? {
+        secretKey.flatMap(CurveKeys.init(secretText:)) ?? (try? CurveKeys.generate())
     }
 
     var isUp: Bool { socket != nil }
@@ -157,10 +153,10 @@ final class Link {
 
     /// CURVE toward the broker with the phone's key pair (an ephemeral one
     /// without it); nothing without the broker's key.
-    static func secure(_ s: Socket, serverKey: [UInt8]?, clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?) throws(ZMQError) {
+    static func secure(_ s: Socket, serverKey: [UInt8]?, clientKeys: CurveKeys?) throws(ZMQError) {
         guard let serverKey else { return }
         if let keys = clientKeys {
-            try s.setCurveClient(serverKey: serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)
+            try keys.connect(s, to: serverKey)
         } else {
             try s.setCurveClient(serverKey: serverKey)
         }

@@ -23,7 +23,7 @@ final class LiveFeed {
     let endpoints: [String]
     let reactor: Reactor
     let serverKey: [UInt8]?
-    let clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?
+    let clientKeys: CurveKeys?
     private(set) var socket: Socket?
     /// The updates socket listened to (an index of ``endpoints``).
     private(set) var current = 0
@@ -71,7 +71,7 @@ final class LiveFeed {
     static let maxLatencies = 20_000
     static let productTypes = ["catalog.product.stock", "catalog.product.changed"]
 
-    init(context: ZMQContext, endpoints: [String], reactor: Reactor, serverKey: [UInt8]?, clientKeys: (publicKey: [UInt8], secretKey: [UInt8])?) {
+    init(context: ZMQContext, endpoints: [String], reactor: Reactor, serverKey: [UInt8]?, clientKeys: CurveKeys?) {
         self.context = context
         self.endpoints = endpoints
         self.reactor = reactor

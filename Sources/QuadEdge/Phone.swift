@@ -305,7 +305,7 @@ final class Phone {
         images = try ImageCache(db: db, folder: folder, reactor: reactor, context: context, limits: settings.images)
         var curveKey = keychain[.curveSecretKey]
         if settings.brokerKey != nil && curveKey == nil {
-            curveKey = Link.keyPair(nil).flatMap { Curve.encode($0.secretKey) }
+            curveKey = Link.keyPair(nil)?.secretText
             try keychain.set([.curveSecretKey: curveKey])
         }
         link = Link(context: context, endpoint: settings.frontend, source: "edge/\(name)", reactor: reactor, serverKey: settings.brokerKey,

@@ -13,6 +13,13 @@ public struct ZMQError: Error, Sendable, CustomStringConvertible {
         self.message = String(cString: zmq_strerror(e))
     }
 
+    /// An error of `operation` that libzmq did not report itself.
+    public init(_ operation: String, message: String) {
+        self.errno = 0
+        self.operation = operation
+        self.message = message
+    }
+
     public var description: String { "\(operation): \(message) (errno \(errno))" }
     /// True when the call would have blocked (EAGAIN): a timeout, not a failure.
     public var wouldBlock: Bool { errno == EAGAIN }

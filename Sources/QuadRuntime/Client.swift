@@ -68,11 +68,7 @@ public final class Client {
         // its CURVE key to the brokers (`caller` `key:<Z85>`), and the
         // idempotency record of a request belongs to its caller, so a retry
         // through another broker must come from the same key.
-        var pair: (publicKey: [UInt8], secretKey: [UInt8])?
-        if serverKey != nil {
-            let made = try Curve.keyPair()
-            pair = (Curve.decode(made.publicKey)!, Curve.decode(made.secretKey)!)
-        }
+        let pair = serverKey == nil ? nil : try CurveKeys.generate()
         self.sockets = try (all.isEmpty ? [endpoint] : all).map {
             try Client.makeSocket(context, $0, serverKey: serverKey, keys: pair, isInternal: isInternal, immediate: several)
         }
@@ -84,13 +80,13 @@ public final class Client {
     }
 
     static func makeSocket(_ context: ZMQContext, _ endpoint: String, serverKey: [UInt8]?,
-                           keys: (publicKey: [UInt8], secretKey: [UInt8])?, isInternal: Bool,
+                           keys: CurveKeys?, isInternal: Bool,
                            immediate: Bool = false) throws(ZMQError) -> Socket {
         let s = try context.socket(.dealer)
         try s.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
         if immediate { try s.setImmediate(true) }
         if let serverKey, let keys {
-            try s.setCurveClient(serverKey: serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)
+            try keys.connect(s, to: serverKey)
         } else if isInternal {
             try InternalCurve.secure(s)
         }

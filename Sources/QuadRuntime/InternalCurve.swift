@@ -15,26 +15,23 @@ import QuadWire
 /// `ipc://` in a folder only the stack's user can open, and this stays off.
 public struct InternalCurve: Sendable {
     public let serverKey: [UInt8]
-    public let publicKey: [UInt8]
-    public let secretKey: [UInt8]
+    /// The services' pair.
+    public let keys: CurveKeys
 
     /// The keys from the environment; nil when `QUAD_SERVICE_KEY_FILE` is
     /// unset. Throws when the file or the broker's key cannot be used.
     public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment) throws(QuadError) -> InternalCurve? {
         guard let path = environment["QUAD_SERVICE_KEY_FILE"], !path.isEmpty else { return nil }
-        let secret: [UInt8]
+        let keys: CurveKeys
         do throws(KeyFileError) {
-            secret = try KeyFile.read(path, what: "the services' CURVE secret key (QUAD_SERVICE_KEY_FILE)", format: .z85, secret: true)
+            keys = try CurveKeys.load(path, what: "the services' CURVE secret key (QUAD_SERVICE_KEY_FILE)")
         } catch {
             throw .badRequest(error.message)
-        }
-        guard let pub = Curve.encode(secret).flatMap(Curve.publicKey(forSecretKey:)).flatMap(Curve.decode) else {
-            throw .badRequest("QUAD_SERVICE_KEY_FILE=\(path) is not a CURVE secret key")
         }
         guard let server = try BrokerKey.fromEnvironment(environment) else {
             throw .badRequest("QUAD_SERVICE_KEY_FILE is set but the broker's public key is not: set QUAD_BROKER_KEY, QUAD_BROKER_KEY_FILE or QUAD_HOME")
         }
-        return InternalCurve(serverKey: server, publicKey: pub, secretKey: secret)
+        return InternalCurve(serverKey: server, keys: keys)
     }
 
     /// This process's keys, read once; services check
@@ -44,8 +41,8 @@ public struct InternalCurve: Sendable {
     /// Makes `socket` a CURVE client of the broker when internal CURVE is
     /// on; call it before `connect`.
     public static func secure(_ socket: Socket) throws(ZMQError) {
-        guard let keys = current else { return }
-        try socket.setCurveClient(serverKey: keys.serverKey, publicKey: keys.publicKey, secretKey: keys.secretKey)
+        guard let curve = current else { return }
+        try curve.keys.connect(socket, to: curve.serverKey)
     }
 }
 
@@ -77,7 +74,7 @@ public enum BrokerKey {
     /// The key in a `broker.pub` file.
     public static func read(file path: String) throws(QuadError) -> [UInt8] {
         do throws(KeyFileError) {
-            return try KeyFile.read(path, what: "the broker's public key", format: .z85, secret: false)
+            return try CurveKeys.readPublicKey(path, what: "the broker's public key")
         } catch {
             throw .badRequest(error.message)
         }

@@ -120,8 +120,8 @@ public enum ServiceMain {
         }
         try D.check(options: flags.values)
         do {
-            if let keys = try InternalCurve.fromEnvironment() {
-                Log.info(instance, "internal sockets: CURVE with the services' key \(Curve.encode(keys.publicKey) ?? "?") (QUAD_SERVICE_KEY_FILE)")
+            if let curve = try InternalCurve.fromEnvironment() {
+                Log.info(instance, "internal sockets: CURVE with the services' key \(curve.keys.publicText) (QUAD_SERVICE_KEY_FILE)")
             }
             if !location.contains("://") {
                 let dir = (location as NSString).deletingLastPathComponent

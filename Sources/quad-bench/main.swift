@@ -110,13 +110,13 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
     // it is sent again, same bytes and id, through another, so that a broker
     // killed under load costs no request.
     let frontends = Endpoints.list(flags["frontend"]!)
-    let pair = try Curve.keyPair()
+    let pair = try CurveKeys.generate()
     var opened: [Socket] = []
     var monitors: [SocketMonitor] = []
     for (i, e) in frontends.enumerated() {
         let socket = try context.socket(.dealer)
         try socket.setMaxMessageSize(Int64(Envelope.defaultMaxBytes) * 2)
-        if let key { try socket.setCurveClient(serverKey: key, publicKey: Curve.decode(pair.publicKey)!, secretKey: Curve.decode(pair.secretKey)!) }
+        if let key { try pair.connect(socket, to: key) }
         if frontends.count > 1 { monitors.append(try SocketMonitor(socket, name: "bench-\(i)", connections: true)) }
         try socket.connect(e)
         opened.append(socket)

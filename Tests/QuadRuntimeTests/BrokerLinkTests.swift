@@ -60,7 +60,7 @@ struct ServiceKeyFileTests {
             ($0 as? QuadError)?.message.contains("QUAD_SERVICE_KEY_FILE) \(dir)/services.key is readable by others (mode 644): chmod 600") == true
         }
         chmod(dir + "/services.key", 0o600)
-        let keys = try #require(try InternalCurve.fromEnvironment(environment))
-        #expect(keys.secretKey == Curve.decode(pair.secretKey) && keys.publicKey == Curve.decode(pair.publicKey))
+        let curve = try #require(try InternalCurve.fromEnvironment(environment))
+        #expect(curve.keys.secretKey == Curve.decode(pair.secretKey) && curve.keys.publicKey == Curve.decode(pair.publicKey))
     }
 }

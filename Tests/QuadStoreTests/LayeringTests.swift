@@ -128,7 +128,7 @@ struct LayeringTests {
         ("QuadWire", ["Foundation"]),
         // Messaging: libzmq and the standard library's locks (Synchronization), no Foundation.
         ("QuadMessaging", ["CZeroMQ", "Synchronization"]),
-        ("QuadProcess", ["Foundation", "QuadWire"]),
+        ("QuadProcess", ["Foundation", "QuadWire", "QuadMessaging"]),
         // The read-only HTTP server: libmicrohttpd and nothing of Quad.
         ("QuadHTTP", ["Foundation", "CMicroHTTPD"]),
         // Metrics: a registry and an HTTP endpoint on QuadHTTP, no other Quad module.
