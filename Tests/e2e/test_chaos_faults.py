@@ -162,9 +162,13 @@ def test_the_checker_counts_the_duplicates_of_a_build_that_skips_idempotency(bro
     # made none once too. Pauses as well: a worker stopped for 2 to 5 s
     # keeps requests past the phones' 2.5 s timeout, their retries wait in
     # the broker's queue beside them, and both are applied once it resumes.
+    # Up to 300 s for the phones to drain after the day (the run's default is
+    # 120): in one CI run they took 104 s after these dense faults, and the
+    # day ended before its final read and its last telemetry, which the
+    # checker then counted as not converged and missing.
     p = subprocess.run([CHAOS, "run", "--phones", "20", "--duration", "120", "--seed", "5", "--partition-every", "4",
                         "--kill-every", "10", "--pause-every", "6", "--scale-service", "none", "--faults", "partition,kill,pause",
-                        "--hold-seconds", "600", "--out", out],
+                        "--hold-seconds", "600", "--drain-timeout", "300", "--out", out],
                        env=env, capture_output=True, text=True, timeout=1200)
     log = p.stdout + p.stderr
     assert os.path.exists(os.path.join(out, "check.json")), "the run wrote no check.json (exit %d):\n%s" % (p.returncode, log[-4000:])
