@@ -175,12 +175,13 @@ final class Link {
     }
 
     /// Opens the socket on frontend `index` in place of the one open: every
-    /// waiting call is queued to go again on it.
+    /// waiting call, sent or still waiting for the old connection (whose
+    /// queue ``close()`` emptied), is queued to go again on it.
     private func reopen(_ index: Int) throws(ZMQError) {
         close()
         try open(index)
         moves += 1
-        for (id, var call) in calls where !call.unsent {
+        for (id, var call) in calls {
             call.unsent = true
             calls[id] = call
             unsent.append(id)
