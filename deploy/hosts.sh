@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# deploy/hosts.sh: "hosts on one machine" for deploy/stack and deploy/chaos,
-# and its worker supervisor. Sourced by deploy/stack (after deploy/lib.sh);
+# deploy/hosts.sh: "hosts on one machine" for deploy/stack and deploy/chaos.
+# Sourced by deploy/stack (after deploy/lib.sh);
 # defines functions only and changes no shell option.
 #
 # With `deploy/stack up --hosts` every process gets a host of its own: a
@@ -14,6 +14,8 @@
 #   quadK-pg             10.77.K.3         PostgreSQL, one database per service
 #   quadK-phones         10.77.K.4         quad-edge (deploy/chaos run)
 #   quadK-SERVICE-N      10.77.K.(10*i+N)  worker N of the service of host i (deploy/stack.json)
+#                        10.77.K.(110+7*(i-1)+N-10) for N from 10 to 16
+#                        (deploy/quaddeploy/generate.py's hosts: no two alike)
 #
 # Every broker listens on the same ports (QUAD_PORT_BASE .. +4) of its own
 # host's address; QUAD_FRONTEND and friends list them all, broker 1 first.
@@ -30,50 +32,30 @@
 # Everything is recorded in $RUN/hosts.env and $RUN/hosts; `down` removes
 # every namespace, veth and the bridge, and stops PostgreSQL (its data stays
 # in $QUAD_HOME/pg, like the SQLite files in db/).
-# Under supervisord, `deploy/stack restart postgres` is `supervisorctl
-# restart postgres`; with QUAD_SUPERVISOR=bash, pg_ctl as before.
-#
-# The old supervisor, kept for QUAD_SUPERVISOR=bash (a stack runs under
-# supervisord, deploy/supervise.sh): every worker runs under a small bash loop (hosts_supervise)
-# that records the worker's pid in $RUN/NAME.N.pid and its own in
-# $RUN/NAME.N.sup. When the worker dies of anything but a clean exit (0, or
-# SIGTERM/SIGINT), it is started again after QUAD_RESTART_DELAY seconds (2;
-# `$RUN/NAME.N.delay` overrides it once), unless $RUN/NAME.N.norestart exists
-# or its pid file was removed or replaced: deploy/stack writes norestart
-# before every stop and before `deploy/stack kill`, so those keep their
-# meaning (no restart). QUAD_RESTART=off turns restarts off for a stack.
+# `deploy/stack restart postgres` is `supervisorctl restart postgres`.
 
-HOSTS_SH=${BASH_SOURCE[0]}
 QUAD_HOSTS=${QUAD_HOSTS:-0}
 
 hosts_enabled() { [[ ${QUAD_HOSTS:-0} == 1 ]]; }
 
 hosts_ns() { printf '%s-%s\n' "$HOSTS_PREFIX" "$1"; }
 
-# The 10.77.K.x address of host $1: fixed by its name.
+# The 10.77.K.x address of host $1, fixed by its name: the table of
+# deploy/quaddeploy/generate.py (hosts), read once per command.
+# hosts_prepare and hosts_load read it in the command's own shell, so that
+# the $(hosts_ip_of ...) of each caller does not run Python again.
+declare -gA HOSTS_ADDRESS=()
+hosts_table_load() {
+    local name address
+    HOSTS_ADDRESS=()
+    while read -r name address; do HOSTS_ADDRESS[$name]=$address; done \
+        < <(quad_generate hosts --subnet "$HOSTS_SUBNET" --brokers "$QUAD_MAX_BROKERS")
+    ((${#HOSTS_ADDRESS[@]} > 0)) || quad_die "no table of hosts for net $HOSTS_SUBNET.0/24 (see above)"
+}
 hosts_ip_of() {
-    local name=$1 i s n
-    case $name in
-        broker) printf '%s.2\n' "$HOSTS_SUBNET"; return 0 ;;
-        broker-[2-8]) printf '%s.%d\n' "$HOSTS_SUBNET" $((100 + ${name#broker-})); return 0 ;;
-        pg) printf '%s.3\n' "$HOSTS_SUBNET"; return 0 ;;
-        phones) printf '%s.4\n' "$HOSTS_SUBNET"; return 0 ;;
-    esac
-    s=${name%-*}
-    n=${name##*-}
-    [[ $n =~ ^[0-9]+$ && $s != "$name" ]] || return 1
-    # The service's host number in deploy/stack.json (1 for the first).
-    [[ -n ${SERVICE_HOST[$s]:-} ]] || return 1
-    i=$((SERVICE_HOST[$s] - 1))
-    if ((n >= 1 && n <= 9)); then
-        printf '%s.%d\n' "$HOSTS_SUBNET" $((10 * (i + 1) + n))
-    elif ((n <= 30)); then
-        # Workers 10 to 30: 100 + 20 per service would overflow; use 200+.
-        printf '%s.%d\n' "$HOSTS_SUBNET" $((200 + (i * 7 + n) % 54))
-    else
-        return 1
-    fi
-    return 0
+    ((${#HOSTS_ADDRESS[@]} > 0)) || hosts_table_load
+    [[ -n ${HOSTS_ADDRESS[$1]:-} ]] || return 1
+    printf '%s\n' "${HOSTS_ADDRESS[$1]}"
 }
 
 # Reads what 'up --hosts' recorded; a no-op for a loopback stack.
@@ -81,6 +63,7 @@ hosts_load() {
     if [[ -f $RUN/hosts.env ]]; then
         # shellcheck disable=SC1091
         source "$RUN/hosts.env"
+        hosts_enabled && hosts_table_load
     fi
     return 0
 }
@@ -109,6 +92,7 @@ hosts_prepare() {
     HOSTS_NET=$k
     HOSTS_PREFIX=quad$k
     HOSTS_SUBNET=10.77.$k
+    hosts_table_load
 }
 
 hosts_net_taken() { quad_hosts_net_taken "$1"; }
@@ -271,34 +255,23 @@ hosts_pg_up() {
     printf 'local all all trust\nhost all all 10.77.0.0/16 trust\n' >"$dir/data/pg_hba.conf"
     chown postgres: "$dir/data/pg_hba.conf"
     local options=(-c "listen_addresses=$ip" -p "$port" -k "$dir" -c max_connections=200 -c shared_buffers=64MB)
-    if sup_enabled; then
-        # Program 'postgres' of supervisord (deploy/supervise.sh): it enters
-        # host pg's namespace as root, then setpriv drops to the postgres user
-        # and execs the server, so supervisord watches the postmaster itself;
-        # SIGINT is PostgreSQL's fast shutdown.
-        if [[ -f $dir/data/postmaster.pid ]] && runuser -u postgres -- "$pgbin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
-            quad_die "a PostgreSQL server already runs on $dir/data (another stack on this QUAD_HOME?); stop it with: deploy/stack down"
-        fi
-        sup_add postgres "" "$dir/server.log" 5 --signal INT -- ip netns exec "$ns" \
-            setpriv --reuid=postgres --regid=postgres --init-groups -- "$pgbin/postgres" -D "$dir/data" "${options[@]}"
-        {
-            printf 'HOSTS_PG_DIR=%q\nHOSTS_PG_BIN=%q\n' "$dir" "$pgbin"
-        } >>"$RUN/hosts.env"
-        HOSTS_PG_DIR=$dir HOSTS_PG_BIN=$pgbin
-        hosts_pg_wait_ready 60 || {
-            tail -n 20 "$dir/server.log" >&2
-            quad_die "PostgreSQL did not accept connections on host pg ($ip:$port) within 60 s (supervisord: $(sup_state postgres); its log: $dir/server.log)"
-        }
-    else
-        if ! ip netns exec "$ns" runuser -u postgres -- "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-            -o "${options[*]}" start >/dev/null 9>&-; then
-            tail -n 20 "$dir/server.log" >&2
-            quad_die "PostgreSQL did not start on host pg ($ip:$port)"
-        fi
-        {
-            printf 'HOSTS_PG_DIR=%q\nHOSTS_PG_BIN=%q\n' "$dir" "$pgbin"
-        } >>"$RUN/hosts.env"
+    # Program 'postgres' of supervisord (deploy/supervise.sh): it enters
+    # host pg's namespace as root, then setpriv drops to the postgres user
+    # and execs the server, so supervisord watches the postmaster itself;
+    # SIGINT is PostgreSQL's fast shutdown.
+    if [[ -f $dir/data/postmaster.pid ]] && runuser -u postgres -- "$pgbin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+        quad_die "a PostgreSQL server already runs on $dir/data (another stack on this QUAD_HOME?); stop it with: deploy/stack down"
     fi
+    sup_add postgres "" "$dir/server.log" 5 --signal INT -- ip netns exec "$ns" \
+        setpriv --reuid=postgres --regid=postgres --init-groups -- "$pgbin/postgres" -D "$dir/data" "${options[@]}"
+    {
+        printf 'HOSTS_PG_DIR=%q\nHOSTS_PG_BIN=%q\n' "$dir" "$pgbin"
+    } >>"$RUN/hosts.env"
+    HOSTS_PG_DIR=$dir HOSTS_PG_BIN=$pgbin
+    hosts_pg_wait_ready 60 || {
+        tail -n 20 "$dir/server.log" >&2
+        quad_die "PostgreSQL did not accept connections on host pg ($ip:$port) within 60 s (supervisord: $(sup_state postgres); its log: $dir/server.log)"
+    }
     local url
     for s in "${want[@]}"; do
         var=QUAD_$(printf '%s' "$s" | tr '[:lower:]-' '[:upper:]_')_DB
@@ -321,7 +294,7 @@ hosts_pg_wait_ready() {
     local deadline=$((SECONDS + $1))
     until runuser -u postgres -- "$HOSTS_PG_BIN/pg_isready" -q -h "$HOSTS_PG_DIR" -p 5432 >/dev/null 2>&1; do
         ((SECONDS < deadline)) || return 1
-        sup_enabled && [[ $(sup_state postgres) == FATAL ]] && return 1
+        [[ $(sup_state postgres) == FATAL ]] && return 1
         sleep 0.1
     done
 }
@@ -340,92 +313,4 @@ hosts_check_scale() {
     if ((want > 1)) && [[ $db != *://* ]]; then
         quad_die "$name's store is the SQLite file $db, which is never shared across hosts: on --hosts it keeps one worker (unset QUAD_$(printf '%s' "$name" | tr '[:lower:]-' '[:upper:]_')_DB to put it on the stack's PostgreSQL)"
     fi
-}
-
-# --------------------------------------------------------------- processes
-
-# Starts "$@" detached, output appended to log $1, its pid in pid file $2: on
-# its host's namespace with --hosts; a worker (pid file NAME.N.pid) under the
-# supervisor. Returns once the pid file names the process.
-hosts_launch() {
-    local log=$1 pidfile=$2 base name n ns=() host
-    shift 2
-    base=${pidfile##*/}
-    base=${base%.pid}
-    if [[ $base == broker* ]]; then
-        host=$base
-    else
-        name=${base%.*}
-        n=${base##*.}
-        host=$name-$n
-    fi
-    if hosts_enabled; then
-        hosts_add "$host"
-        ns=(ip netns exec "$(hosts_ns "$host")")
-    fi
-    if [[ $base == broker* ]]; then
-        setsid nohup "${ns[@]}" "$@" </dev/null >>"$log" 2>&1 9>&- &
-        printf '%s\n' "$!" >"$pidfile"
-        return 0
-    fi
-    rm -f "$pidfile" "${pidfile%.pid}.norestart" "${pidfile%.pid}.delay"
-    setsid nohup "${ns[@]}" bash -c 'source "$1"; shift; hosts_supervise "$@"' hosts-supervise "$HOSTS_SH" "$pidfile" "$@" \
-        </dev/null >>"$log" 2>&1 9>&- &
-    local sup=$! k
-    for ((k = 0; k < 100; k++)); do
-        [[ -s $pidfile ]] && return 0
-        kill -0 "$sup" 2>/dev/null || break
-        sleep 0.05
-    done
-    [[ -s $pidfile ]] || printf '%s\n' "$sup" >"$pidfile"
-}
-
-# The supervisor's loop (see the top of this file). $1 is the pid file, the
-# rest the worker's command line. Its log lines are JSON, like the worker's.
-hosts_supervise() {
-    local pidfile=$1 stem child rc started delay stopping=0 ran
-    shift
-    stem=${pidfile%.pid}
-    printf '%s\n' "$$" >"$stem.sup"
-    trap 'stopping=1; [[ -n ${child:-} ]] && kill -TERM "$child" 2>/dev/null' TERM INT
-    trap '' HUP
-    hosts_sup_log() { printf '{"ts":%s,"src":"supervisor","level":"info","msg":"%s"}\n' "$(date +%s%3N)" "$*"; }
-    while :; do
-        started=$SECONDS
-        "$@" &
-        child=$!
-        printf '%s\n' "$child" >"$pidfile.new" && mv -f "$pidfile.new" "$pidfile"
-        while :; do
-            wait "$child"
-            rc=$?
-            kill -0 "$child" 2>/dev/null || break
-        done
-        ((stopping)) && break
-        [[ -f $stem.norestart ]] && break
-        [[ -f $pidfile && $(<"$pidfile") == "$child" ]] || break
-        ((rc == 0 || rc == 143 || rc == 130)) && break
-        [[ ${QUAD_RESTART:-on} == off ]] && { hosts_sup_log "worker pid $child exited $rc; QUAD_RESTART=off: not restarted"; break; }
-        delay=${QUAD_RESTART_DELAY:-2}
-        if [[ -f $stem.delay ]]; then
-            delay=$(<"$stem.delay")
-            rm -f "$stem.delay"
-        fi
-        ran=$((SECONDS - started))
-        hosts_sup_log "worker pid $child ended (exit $rc$( ((rc > 128)) && printf ', signal %d' $((rc - 128)))) after ${ran} s; restarting in ${delay} s"
-        sleep "$delay" &
-        wait $! || true
-        ((stopping)) && break
-        [[ -f $stem.norestart ]] && break
-        [[ -f $pidfile && $(<"$pidfile") == "$child" ]] || break
-    done
-    [[ -f $stem.sup && $(<"$stem.sup") == "$$" ]] && rm -f "$stem.sup"
-}
-
-# Tells the supervisor of worker "$1" (NAME/N, or NAME.N) not to restart it;
-# 'broker' and unknown labels are ignored.
-hosts_disarm() {
-    local label=${1/\//.}
-    [[ $label == broker* || -z $label ]] && return 0
-    [[ -d $RUN ]] && : >"$RUN/$label.norestart"
-    return 0
 }

@@ -47,6 +47,13 @@ quad_ports() {
     PYTHONPATH="$QUAD_ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.ports "$@"
 }
 
+# python3 -m quaddeploy.generate "$@": the one generator of what the
+# description becomes (supervisord's config, the hosts, prometheus.yml,
+# the manifests; deploy/quaddeploy/generate.py, --help says more).
+quad_generate() {
+    PYTHONPATH="$QUAD_ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.generate "$@"
+}
+
 # python3 -m quaddeploy.stackinfo "$@": what a running stack's JSON, /proc,
 # HTTP and supervisord say (deploy/quaddeploy/stackinfo.py; --help says more).
 quad_stackinfo() {

@@ -155,7 +155,7 @@ cmd_metrics() {
         quad_die "the stack in $QUAD_HOME was started without /metrics ports (QUAD_METRICS_BASE=off, or before they existed): start it again with deploy/stack down && deploy/stack up"
     local extra=()
     ((json)) && extra=(--json)
-    metrics_targets "${edges[@]}" | PYTHONPATH="$ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.metrics --out "${out:-$QUAD_HOME/prometheus.yml}" "${extra[@]}"
+    metrics_targets "${edges[@]}" | quad_generate prometheus --out "${out:-$QUAD_HOME/prometheus.yml}" "${extra[@]}"
     # A Prometheus of up --prometheus scrapes the same targets (and these
     # --edge ones from now on): its config follows.
     prom_reload --edges "${edges[@]}"
@@ -189,7 +189,6 @@ prom_url() { printf 'http://127.0.0.1:%s/\n' "$PROMETHEUS_PORT"; }
 prom_preflight() {
     command -v prometheus >/dev/null ||
         quad_die "--prometheus runs Debian's Prometheus, which is not installed (apt-get install prometheus; deploy/quickstart installs it)"
-    sup_enabled || quad_die "--prometheus runs Prometheus under supervisord: not with QUAD_SUPERVISOR=bash"
     [[ ${QUAD_METRICS_BASE:-} != off ]] || quad_die "--prometheus scrapes the /metrics ports, which QUAD_METRICS_BASE=off turns off"
     local port=${QUAD_PROMETHEUS_PORT:-$QUAD_PORT_PROMETHEUS}
     [[ $port =~ ^[0-9]+$ ]] && ((port > 0 && port < 65536)) ||
@@ -207,8 +206,7 @@ prom_config() {
         while read -r e; do [[ -n $e ]] && edges+=("$e"); done <"$PROM_DIR/edges"
     fi
     metrics_targets "${edges[@]}" |
-        PYTHONPATH="$ROOT/deploy${PYTHONPATH:+:$PYTHONPATH}" python3 -m quaddeploy.metrics \
-            --out "$PROM_DIR/prometheus.yml" --rules "$PROM_RULES/*.yml" --interval "${QUAD_PROMETHEUS_INTERVAL:-5s}" --quiet
+        quad_generate prometheus --out "$PROM_DIR/prometheus.yml" --rules "$PROM_RULES/*.yml" --interval "${QUAD_PROMETHEUS_INTERVAL:-5s}" --quiet
 }
 
 # Starts Prometheus under supervisord and waits until it is ready; records
@@ -236,7 +234,7 @@ prom_start() {
 # After the targets changed (scale, metrics): a new config, and SIGHUP so
 # that Prometheus reloads it. '--edges E...' first sets the quad-edges.
 prom_reload() {
-    prom_enabled && sup_enabled && [[ $(sup_state prometheus) == RUNNING ]] || return 0
+    prom_enabled && [[ $(sup_state prometheus) == RUNNING ]] || return 0
     if [[ ${1:-} == --edges ]]; then
         shift
         printf '%s\n' "$@" >"$PROM_DIR/edges"

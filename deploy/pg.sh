@@ -79,25 +79,14 @@ pg_up() {
         quad_die "a PostgreSQL server already runs on $dir/data (another stack on this QUAD_HOME?); stop it with: deploy/stack down"
     fi
     local options=(-c listen_addresses=127.0.0.1 -p "$port" -k "$dir" -c max_connections=100)
-    if sup_enabled; then
-        # A program of supervisord (deploy/supervise.sh), run as the
-        # cluster's owner; SIGINT is PostgreSQL's fast shutdown.
-        local owner=()
-        ((EUID == 0)) && owner=(--user postgres)
-        sup_add postgres "" "$dir/server.log" 5 "${owner[@]}" --signal INT -- "$pgbin/postgres" -D "$dir/data" "${options[@]}"
-        printf 'PG_DIR=%q\nPG_BIN=%q\nPG_PORT=%q\n' "$dir" "$pgbin" "$port" >"$RUN/pg.env"
-        PG_DIR=$dir PG_BIN=$pgbin PG_PORT=$port
-        pg_wait_ready "$dir" "$port"
-    else
-        if ! pg_as_owner "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-            -o "${options[*]}" start >/dev/null 9>&-; then
-            tail -n 20 "$dir/server.log" >&2
-            quad_die "PostgreSQL did not start on 127.0.0.1:$port (its log: $dir/server.log)"
-        fi
-        # From here, the cluster is stopped again if 'up' fails.
-        printf 'PG_DIR=%q\nPG_BIN=%q\nPG_PORT=%q\n' "$dir" "$pgbin" "$port" >"$RUN/pg.env"
-        PG_DIR=$dir PG_BIN=$pgbin PG_PORT=$port
-    fi
+    # A program of supervisord (deploy/supervise.sh), run as the
+    # cluster's owner; SIGINT is PostgreSQL's fast shutdown.
+    local owner=()
+    ((EUID == 0)) && owner=(--user postgres)
+    sup_add postgres "" "$dir/server.log" 5 "${owner[@]}" --signal INT -- "$pgbin/postgres" -D "$dir/data" "${options[@]}"
+    printf 'PG_DIR=%q\nPG_BIN=%q\nPG_PORT=%q\n' "$dir" "$pgbin" "$port" >"$RUN/pg.env"
+    PG_DIR=$dir PG_BIN=$pgbin PG_PORT=$port
+    pg_wait_ready "$dir" "$port"
 
     local password
     if [[ ! -s $dir/pgpass ]]; then
@@ -131,7 +120,7 @@ pg_up() {
 pg_wait_ready() {
     local dir=$1 port=$2 deadline=$((SECONDS + 60))
     until pg_as_owner "$PG_BIN/pg_isready" -q -h "$dir" -p "$port" >/dev/null 2>&1; do
-        if ((SECONDS >= deadline)) || { sup_enabled && [[ $(sup_state postgres) == FATAL ]]; }; then
+        if ((SECONDS >= deadline)) || [[ $(sup_state postgres) == FATAL ]]; then
             tail -n 20 "$dir/server.log" >&2
             quad_die "PostgreSQL did not accept connections on 127.0.0.1:$port within 60 s (its log: $dir/server.log)"
         fi

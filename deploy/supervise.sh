@@ -55,10 +55,6 @@ sup_paths() {
 }
 sup_paths
 
-# Whether this stack's processes run under supervisord (recorded at 'up';
-# QUAD_SUPERVISOR=bash keeps the bash supervisor of deploy/hosts.sh).
-sup_enabled() { [[ ${QUAD_SUPERVISOR:-} == supervisord ]]; }
-
 sup_pid() {
     local pid
     [[ -f $SUP_DIR/supervisord.pid ]] || return 1
@@ -82,37 +78,8 @@ sup_start() {
     mkdir -p "$SUP_PROGRAMS"
     chmod 700 "$SUP_DIR" "$SUP_PROGRAMS"
     rm -f "$SUP_PROGRAMS"/*
-    ((${#SUP_SOCK} <= 107)) ||
-        quad_die "QUAD_HOME is too long for supervisord's socket ($SUP_SOCK is ${#SUP_SOCK} bytes, at most 107): choose a shorter QUAD_HOME"
-    [[ $QUAD_HOME != *[[:space:]\"\'\\%]* ]] ||
-        quad_die "QUAD_HOME must not hold spaces, quotes, backslashes or % under supervisord: '$QUAD_HOME'"
     [[ -f $SUP_LOG ]] && mv -f "$SUP_LOG" "$SUP_LOG.prev"
-    cat >"$SUP_CONF" <<EOF
-; Written by deploy/stack up for the stack in $QUAD_HOME; rewritten at each up.
-[unix_http_server]
-file=$SUP_SOCK
-chmod=0700
-
-[supervisord]
-logfile=$SUP_LOG
-logfile_maxbytes=0
-loglevel=info
-pidfile=$SUP_DIR/supervisord.pid
-childlogdir=$LOGS
-identifier=quad-stack
-umask=077
-minfds=4096
-directory=$QUAD_HOME
-
-[rpcinterface:supervisor]
-supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
-
-[supervisorctl]
-serverurl=unix://$SUP_SOCK
-
-[include]
-files=$SUP_PROGRAMS/*.conf
-EOF
+    quad_generate supervisord --home "$QUAD_HOME" >"$SUP_CONF" || quad_die "cannot write supervisord's config $SUP_CONF (see above)"
     supervisord -c "$SUP_CONF" </dev/null >>"$LOGS/supervisord.out" 2>&1 9>&- ||
         fail_with_log "supervisord did not start" "$SUP_LOG"
     local deadline=$((SECONDS + 10))
@@ -161,21 +128,9 @@ sup_add() {
     chmod 700 "$script.new"
     [[ -n $user ]] && chown "$user:" "$script.new"
     mv -f "$script.new" "$script"
-    local autorestart=unexpected
-    [[ ${QUAD_START_SECS:-2} =~ ^[0-9]+$ && ${QUAD_START_RETRIES:-5} =~ ^[0-9]+$ ]] ||
-        quad_die "QUAD_START_SECS and QUAD_START_RETRIES must be whole numbers of seconds and tries, got '${QUAD_START_SECS:-}' and '${QUAD_START_RETRIES:-}'"
-    [[ ${QUAD_RESTART:-on} == off ]] && autorestart=false
-    {
-        printf '[program:%s]\n' "$name"
-        printf 'command=%s\n' "$script"
-        printf 'priority=%s\n' "$priority"
-        printf 'autostart=true\nautorestart=%s\nexitcodes=0\n' "$autorestart"
-        printf 'startsecs=%s\nstartretries=%s\n' "${QUAD_START_SECS:-2}" "${QUAD_START_RETRIES:-5}"
-        printf 'stopsignal=%s\nstopwaitsecs=%s\n' "$signal" "$STOP_TIMEOUT"
-        printf 'stdout_logfile=NONE\nstderr_logfile=NONE\n'
-        [[ -n $user ]] && printf 'user=%s\n' "$user"
-        printf 'directory=%s\n' "$QUAD_HOME"
-    } >"$SUP_PROGRAMS/$name.conf.new"
+    quad_generate program "$name" --command "$script" --priority "$priority" --signal "$signal" --directory "$QUAD_HOME" \
+        ${user:+--user "$user"} >"$SUP_PROGRAMS/$name.conf.new" 9>&- ||
+        quad_die "cannot write supervisord's program $name (see above)"
     # Renamed into place: a reread of another program's 'update' (deploy/stack
     # clock restarts services side by side) never sees half a file.
     mv -f "$SUP_PROGRAMS/$name.conf.new" "$SUP_PROGRAMS/$name.conf"

@@ -47,7 +47,7 @@ def run_folder():
 def test_chaos_run_with_prometheus_checks_the_alerts(run_folder):
     env = dict(os.environ)
     for k in ("QUAD_HOME", "QUAD_FRONTEND", "QUAD_BACKEND", "QUAD_EVENTS_IN", "QUAD_EVENTS_OUT", "QUAD_INTERNAL",
-              "QUAD_METRICS_BASE", "QUAD_EDGE_CONTROL", "QUAD_PROMETHEUS_PORT", "QUAD_PROMETHEUS_INTERVAL", "QUAD_SUPERVISOR"):
+              "QUAD_METRICS_BASE", "QUAD_EDGE_CONTROL", "QUAD_PROMETHEUS_PORT", "QUAD_PROMETHEUS_INTERVAL"):
         env.pop(k, None)
     env["QUAD_PORT_BASE"] = str(quadclient.free_port_base(int(os.environ.get("QUAD_TEST_PORT_BASE", "23700"))))
     env["QUAD_HOSTS_NET"] = str(quadclient.free_hosts_net(int(os.environ.get("QUAD_TEST_HOSTS_NET_FROM", "0"))))

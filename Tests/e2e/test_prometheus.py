@@ -163,7 +163,7 @@ class Stack:
         self.env = dict(os.environ, QUAD_HOME=self.home, QUAD_PORT_BASE=str(self.base))
         for k in quadclient.STACK_ENDPOINT_VARIABLES:
             self.env.pop(k, None)
-        for k in ("QUAD_PROMETHEUS_PORT", "QUAD_METRICS_BASE", "QUAD_SUPERVISOR"):
+        for k in ("QUAD_PROMETHEUS_PORT", "QUAD_METRICS_BASE"):
             self.env.pop(k, None)
         self.up_output = ""
 

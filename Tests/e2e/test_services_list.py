@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DEPLOY = os.path.join(ROOT, "deploy")
 sys.path.insert(0, DEPLOY)
 
-from quaddeploy import nemesis, ports, services  # noqa: E402
+from quaddeploy import generate, nemesis, ports, services  # noqa: E402
 
 EXPECTED = ["accounts", "catalog", "favorites", "orders", "reservations", "telemetry", "analytics", "notifications"]
 REAL = json.load(open(os.path.join(DEPLOY, "stack.json")))
@@ -241,22 +241,25 @@ def test_every_tool_sees_the_file(tmp_path, changed):
 
 
 def old_address(subnet, index, n):
-    """hosts_ip_of before the list of services: from the service's index in SERVICES."""
+    """hosts_ip_of before the list of services, from the service's index in
+    SERVICES; workers 10 to 16 since their addresses stopped colliding
+    (before, worker 18 of host 1 and worker 10 of host 2 were both .217)."""
     if 1 <= n <= 9:
         return "%s.%d" % (subnet, 10 * (index + 1) + n)
-    return "%s.%d" % (subnet, 200 + (index * 7 + n) % 54)
+    return "%s.%d" % (subnet, 110 + 7 * index + n - 10)
 
 
 def test_the_hosts_addresses_are_those_of_before(changed):
-    workers = [1, 2, 9, 10, 12, 30]
+    workers = [1, 2, 9, 10, 12, 16]
     script = 'quad_services_read; source "$QUAD_ROOT/deploy/hosts.sh"; HOSTS_SUBNET=10.77.70\n' \
              'for s in "${SERVICES[@]}"; do for n in %s; do hosts_ip_of "$s-$n"; done; done\n' \
-             'hosts_ip_of nosuch-1 || echo refused; hosts_ip_of accounts-31 || echo refused' % " ".join(map(str, workers))
+             'hosts_ip_of nosuch-1 || echo refused; hosts_ip_of accounts-17 || echo refused' % " ".join(map(str, workers))
     got = bash(script).stdout.split()
     want = [old_address("10.77.70", i, n) for i in range(len(EXPECTED)) for n in workers] + ["refused", "refused"]
     assert got == want
     assert got[:2] == ["10.77.70.11", "10.77.70.12"] and "10.77.70.71" in got  # accounts-1, accounts-2, analytics-1
-    assert [services.host_address("10.77.70", s, n) for s in EXPECTED for n in workers] == want[:-2]
+    table = generate.hosts("10.77.70", 8)
+    assert [table[f"{s}-{n}"] for s in EXPECTED for n in workers] == want[:-2]
     # The address follows the host column, not the line's place.
     got = bash(script, {"QUAD_STACK_FILE": changed}).stdout.split()
     assert got[:len(workers)] == [old_address("10.77.70", 4, n) for n in workers]  # reservations, host 5

@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.request
 
+from . import generate
 from . import ports as port_table
 from . import services as services_list
 
@@ -253,13 +254,8 @@ def prometheus_config():
     """prometheus.yml: pods of its own namespace that are part of Quad and
     have a port named metrics; job quad-broker for a broker, quad-SERVICE
     for a service's workers (the jobs the rules read), instance the pod."""
-    return "\n".join([
-        "global:",
-        "  scrape_interval: 15s",
-        "  evaluation_interval: 15s",
-        "rule_files:",
-        "  - /etc/prometheus/quad-*.yml",
-        "scrape_configs:",
+    return generate.prometheus_yml(interval="15s", rules=["/etc/prometheus/quad-*.yml"], header="# Quad on Kubernetes (deploy/kube manifests).",
+                                   scrape_configs=[
         "  - job_name: quad",
         "    kubernetes_sd_configs:",
         "      - role: pod",
@@ -277,7 +273,7 @@ def prometheus_config():
         "        replacement: quad-broker",
         "      - source_labels: [__meta_kubernetes_pod_name]",
         "        target_label: instance",
-    ]) + "\n"
+    ])
 
 
 def prometheus_manifests():

@@ -198,17 +198,6 @@ def env_var(service, what):
     return "QUAD_%s_%s" % (service.upper().replace("-", "_"), what)
 
 
-def host_address(subnet, service, worker, file=None):
-    """The --hosts address of worker N of service (deploy/hosts.sh hosts_ip_of):
-    subnet is "10.77.K"."""
-    host = load(file)[service].host
-    if 1 <= worker <= 9:
-        return "%s.%d" % (subnet, 10 * host + worker)
-    if worker <= 30:
-        return "%s.%d" % (subnet, 200 + ((host - 1) * 7 + worker) % 54)
-    raise ValueError("worker %d of %s: at most 30 workers have an address" % (worker, service))
-
-
 def manifest_problems(documents, file=None):
     """What a set of Kubernetes manifests gets wrong against the list, as
     sentences (empty: they agree). documents are parsed YAML/JSON objects (a
