@@ -39,7 +39,10 @@ let package = Package(
         .target(name: "QuadWire"),
         // The contract, written once: every request, reply and event body
         // as a Shape, from which protos/ is generated and requests are checked.
-        .target(name: "QuadContract", dependencies: ["QuadWire"]),
+        // The schema engine (shapes, the validator, typed bodies), and the
+        // contract's declarations of every service on it.
+        .target(name: "QuadSchema", dependencies: ["QuadWire"]),
+        .target(name: "QuadContract", dependencies: ["QuadSchema", "QuadWire"]),
         // ZeroMQ: context, sockets, frames, poller, the one Timers of every loop.
         .target(name: "QuadMessaging", dependencies: ["CZeroMQ"]),
         // Stores: SQLite and PostgreSQL behind one interface, migrations,
@@ -110,7 +113,7 @@ let package = Package(
         .target(name: "QuadTestSupport", dependencies: ["QuadRuntime", "QuadStore", "QuadWire"]),
 
         .testTarget(name: "QuadWireTests", dependencies: ["QuadWire", "QuadMessaging"]),
-        .testTarget(name: "QuadContractTests", dependencies: ["QuadContract", "QuadWire"]),
+        .testTarget(name: "QuadContractTests", dependencies: ["QuadContract", "QuadSchema", "QuadWire"]),
         .testTarget(name: "QuadMessagingTests", dependencies: ["QuadMessaging"]),
         // The broker's routing rules, without sockets or clocks.
         .testTarget(name: "QuadBrokerTests", dependencies: ["QuadBroker", "QuadContract", "QuadWire"]),

@@ -126,6 +126,10 @@ struct LayeringTests {
         // The store: SQL values, rows and bytes; no envelope, no Quad module.
         ("QuadStore", ["Foundation", "CSQLite", "CPostgres"]),
         ("QuadWire", ["Foundation"]),
+        // The schema engine knows JSON and no service; the contract declares
+        // every service's schemas on it.
+        ("QuadSchema", ["Foundation", "QuadWire"]),
+        ("QuadContract", ["Foundation", "QuadWire", "QuadSchema"]),
         // Messaging: libzmq and the standard library's locks (Synchronization), no Foundation.
         ("QuadMessaging", ["CZeroMQ", "Synchronization"]),
         ("QuadProcess", ["Foundation", "QuadWire", "QuadMessaging"]),

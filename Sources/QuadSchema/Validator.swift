@@ -9,16 +9,16 @@ import QuadWire
 /// the 2020-12 default says.
 public struct Validator: Sendable {
     /// The schema at a `protos/` path, for `$ref`.
-    let documents: SchemaDocuments
+    package let documents: SchemaDocuments
     /// What the body is of, in refusals: `favorites.remove`.
     var subject = "this request"
     /// Whether strings are checked for what they may hold (``TextRule``):
     /// a request's are; a reply's, read back from a store, are not.
-    var checksText = false
+    package var checksText = false
 
     public init(documents: [String: JSON]) { self.documents = SchemaDocuments { documents[$0] } }
 
-    init(documents: SchemaDocuments) { self.documents = documents }
+    package init(documents: SchemaDocuments) { self.documents = documents }
 
     /// The same validator, naming `type` in its refusals.
     public func of(_ type: String) -> Validator {
@@ -26,10 +26,6 @@ public struct Validator: Sendable {
         v.subject = type
         return v
     }
-
-    /// The contract's own schemas, each made on its first `$ref` (as its
-    /// file's text, parsed: what a reader of `protos/` gets).
-    public static let contract = Validator(documents: .contract())
 
     /// The first failure of `value` against `shape` (a schema in the
     /// document at `path`, for its relative `$ref`s), or nil when it fits.
@@ -131,15 +127,15 @@ public struct Validator: Sendable {
 /// Schema documents by `protos/` path, each found once and kept: a
 /// worker's checkers refer to a few (its own definitions, the envelope),
 /// and compiling a checker resolves every `$ref` it meets.
-final class SchemaDocuments: @unchecked Sendable {
+package final class SchemaDocuments: @unchecked Sendable {
     private let find: @Sendable (String) -> JSON?
     // Guarded by `lock`; a found document is never changed.
     private var found: [String: JSON?] = [:]
     private let lock = NSLock()
 
-    init(_ find: @escaping @Sendable (String) -> JSON?) { self.find = find }
+    package init(_ find: @escaping @Sendable (String) -> JSON?) { self.find = find }
 
-    subscript(path: String) -> JSON? {
+    package subscript(path: String) -> JSON? {
         lock.lock()
         defer { lock.unlock() }
         if let known = found[path] { return known }
@@ -148,65 +144,17 @@ final class SchemaDocuments: @unchecked Sendable {
         return doc
     }
 
-    /// The contract's schemas, none made yet.
-    static func contract() -> SchemaDocuments {
-        SchemaDocuments { path in Contract.file(at: path).map { (try? JSON.parse($0)) ?? .null } }
-    }
-
     /// The paths found so far (tests: what a worker's checkers made).
-    var paths: [String] {
+    package var paths: [String] {
         lock.lock()
         defer { lock.unlock() }
         return found.compactMap { $0.value == nil ? nil : $0.key }.sorted()
     }
 }
 
-extension Contract {
-    /// Every schema of the contract, by `protos/` path, as JSON.
-    public static var documents: [(String, JSON)] {
-        files.map { file in (file.path, (try? JSON.parse(file.text)) ?? .null) }
-    }
-}
-
 extension Validator {
     /// `value` against a whole schema document (tests, examples).
     public func check(_ value: JSON, _ schema: JSON, base: String) -> Failure? { check(value, schema, base: base, at: "body") }
-}
-
-extension Contract {
-    /// The first reason `body` is not a request of `type`, or nil when it
-    /// is one, or when the contract does not declare `type` (the handler's
-    /// not_found answers that).
-    public static func validate(_ type: String, _ body: JSON) -> Validator.Failure? {
-        guard let (validator, checker) = compiledRequest(type) else { return nil }
-        return validator.run(body, checker, at: "body")
-    }
-}
-
-extension Contract {
-    /// The request checker of `type`, compiled on its first request.
-    static func compiledRequest(_ type: String) -> (Validator, Checker)? {
-        guard let op = operation(type), let path = schemaPaths(type)?.request else { return nil }
-        return CheckerCache.shared.checker(type) {
-            var v = Validator.contract.of(type)
-            v.checksText = true
-            return (v, v.compiled(op.request.schema, base: path))
-        }
-    }
-}
-
-extension Contract {
-    /// The first reason `body` is not a reply of `type` as declared, or nil
-    /// (also for a type the contract does not declare): what debug builds
-    /// and the service suites check every reply against.
-    public static func validateReply(_ type: String, _ body: JSON) -> Validator.Failure? {
-        guard let op = operation(type), let path = schemaPaths(type)?.reply else { return nil }
-        let (validator, checker) = CheckerCache.shared.checker("\(type) reply") {
-            let v = Validator.contract.of("\(type) reply")
-            return (v, v.compiled(op.reply.schema, base: path))
-        }
-        return validator.run(body, checker, at: "body")
-    }
 }
 
 /// Compiled patterns, once each: the contract has a few dozen, and

@@ -44,7 +44,7 @@ extension Shape {
     }
 
     /// The same, from a list of fields in order (a ``Body``'s).
-    static func object(fields: [(key: String, value: Shape)], open: Bool) -> Shape {
+    package static func object(fields: [(key: String, value: Shape)], open: Bool) -> Shape {
         var k: [String: JSON] = ["type": "object"]
         if !fields.isEmpty {
             k["properties"] = .object(Dictionary(fields.map { ($0.key, $0.value.schema) }, uniquingKeysWith: { a, _ in a }))

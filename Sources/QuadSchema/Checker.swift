@@ -9,7 +9,7 @@ import QuadWire
 ///
 /// It refuses exactly as the walk it replaced did, message for message
 /// (``Validator``'s tests and the services' suites assert them).
-final class Checker: @unchecked Sendable {
+package final class Checker: @unchecked Sendable {
     // Written while compiling only (a `$ref` cycle needs the node before
     // its body), read-only once ``Validator/compiled(_:base:)`` returns it.
     var never = false
@@ -159,12 +159,12 @@ struct CheckerCompiler {
 
 extension Validator {
     /// `schema` (in the document at `base`) compiled into a ``Checker``.
-    func compiled(_ schema: JSON, base: String) -> Checker {
+    package func compiled(_ schema: JSON, base: String) -> Checker {
         var compiler = CheckerCompiler(self)
         return compiler.compile(schema, base: base)
     }
 
-    func run(_ value: JSON, _ c: Checker, at name: String) -> Failure? {
+    package func run(_ value: JSON, _ c: Checker, at name: String) -> Failure? {
         guard let failure = runNode(value, c, at: name) else { return nil }
         guard !quiet, c.isSchemaObject, !failure.ownWords else { return failure }
         if let pair = c.exclusive {
@@ -324,13 +324,13 @@ extension Checker {
 }
 
 /// Compiled request and reply checkers, one per type, made on first use.
-final class CheckerCache: @unchecked Sendable {
-    static let shared = CheckerCache()
+package final class CheckerCache: @unchecked Sendable {
+    package static let shared = CheckerCache()
     // Guarded by `lock`; a checker is immutable once compiled.
     private var byKey: [String: (Validator, Checker)] = [:]
     private let lock = NSLock()
 
-    func checker(_ key: String, make: () -> (Validator, Checker)) -> (Validator, Checker) {
+    package func checker(_ key: String, make: () -> (Validator, Checker)) -> (Validator, Checker) {
         lock.lock()
         defer { lock.unlock() }
         if let known = byKey[key] { return known }

@@ -4,7 +4,7 @@ import QuadWire
 /// keywords a reader looks for first (`$id`, `title`, `type`, `properties`)
 /// first, short values on one line. The same value always gives the same
 /// text, so a test can compare files byte for byte.
-enum SchemaText {
+package enum SchemaText {
     static let firstKeys = [
         "$schema", "$id", "title", "description", "x-quad-kind", "x-quad-auth", "x-quad-audience", "x-quad-limit", "x-quad-min-limit", "x-quad-over", "x-quad-expected", "x-quad-rule", "type", "$ref", "const", "enum",
         "minimum", "maximum", "minLength", "maxLength", "pattern", "format", "default", "items", "minItems", "maxItems", "properties",
@@ -23,7 +23,7 @@ enum SchemaText {
 
     /// `schemaKeys`: this object is a schema (order its keywords), not a
     /// `properties` map or a value.
-    static func render(_ value: JSON, indent: Int = 0, schemaKeys: Bool = true) -> String {
+    package static func render(_ value: JSON, indent: Int = 0, schemaKeys: Bool = true) -> String {
         let flat = compact(value, schemaKeys: schemaKeys)
         if flat.count + indent <= width { return flat }
         let pad = String(repeating: "  ", count: indent + 1)
