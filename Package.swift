@@ -82,8 +82,17 @@ let package = Package(
         .target(name: "QuadAccounts", dependencies: ["QuadContract", "QuadAuth", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadReservations", dependencies: ["QuadImages", "QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
         .target(name: "QuadTelemetry", dependencies: ["QuadContract", "QuadWire", "QuadStore", "QuadRuntime"]),
-        // The edge agent: emulated phones, one SQLite file each, on one poll loop.
-        .target(name: "QuadEdge", dependencies: ["QuadAuth", "QuadImages", "QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"], swiftSettings: faultSwitches),
+        // The edge agent, in three layers. The phone client kit: the link to
+        // the brokers, the keychain, the image cache, backoff and timers.
+        .target(name: "QuadPhoneKit", dependencies: ["QuadAuth", "QuadImages", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime"]),
+        // The phone app's domain on it: the store and its outbox, the sender,
+        // the live feed, views, actions, spending, news, telemetry.
+        .target(name: "QuadPhone", dependencies: ["QuadPhoneKit", "QuadAuth", "QuadContract", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"],
+                swiftSettings: faultSwitches),
+        // The campus-day simulator: emulated phones, one SQLite file each, on
+        // one poll loop; the fleet, the day, its report, the control socket.
+        .target(name: "QuadEdge", dependencies: ["QuadPhone", "QuadPhoneKit", "QuadAuth", "QuadImages", "QuadWire", "QuadMessaging", "QuadStore", "QuadRuntime", "QuadMetrics"],
+                swiftSettings: faultSwitches),
         // The business questions are SQL files, copied as resources.
         .target(name: "QuadAnalytics", dependencies: ["QuadHTTP", "QuadAuth", "QuadContract", "QuadWire", "QuadStore", "QuadMessaging", "QuadRuntime"],
                 resources: [.copy("questions")]),
@@ -130,7 +139,7 @@ let package = Package(
             "QuadBroker", "QuadAuth", "QuadMessaging", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport", "QuadAccounts", "QuadCatalog",
             "QuadFavorites", "QuadOrders", "QuadReservations", "QuadTelemetry", "QuadAnalytics", "QuadNotifications", "QuadContract",
         ]),
-        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadAuth", "QuadMetrics", "QuadHTTP", "QuadImages", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
+        .testTarget(name: "QuadEdgeTests", dependencies: ["QuadEdge", "QuadPhone", "QuadPhoneKit", "QuadAuth", "QuadMetrics", "QuadHTTP", "QuadImages", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire", "QuadMessaging", "QuadTestSupport"]),
         .testTarget(name: "QuadAnalyticsTests", dependencies: ["QuadAnalytics", "QuadRuntime", "QuadStore", "QuadWire", "QuadTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -929,7 +929,7 @@ class Checker:
 
     def check_sessions(self, stores, phones):
         """The session guarantees, per phone, from its session log (the
-        `shown` table, Sources/QuadEdge/SessionLog.swift), in the order the
+        `shown` table, Sources/QuadPhone/SessionLog.swift), in the order the
         phone did things:
 
           monotonic  no view shows an object (a product, an order) at a

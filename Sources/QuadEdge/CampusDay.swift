@@ -4,6 +4,8 @@ import QuadMessaging
 import QuadRuntime
 import QuadStore
 import QuadWire
+import QuadPhone
+import QuadPhoneKit
 
 /// A seeded day on campus: every phone is a student who browses, searches,
 /// favorites, buys from the home or favorites screen, rents, parks

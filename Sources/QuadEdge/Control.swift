@@ -1,6 +1,8 @@
 import Foundation
 import QuadRuntime
 import QuadWire
+import QuadPhone
+import QuadPhoneKit
 
 /// The control socket: a ROUTER speaking Quad's envelope, framed as MDP/0.2
 /// or bare (so a DEALER ``Client``, a REQ socket or `quadctl phone` can

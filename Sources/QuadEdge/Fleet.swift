@@ -4,6 +4,8 @@ import QuadMetrics
 import QuadRuntime
 import QuadStore
 import QuadWire
+import QuadPhone
+import QuadPhoneKit
 
 /// One quad-edge process: one phone or many, each with its own file, one
 /// DEALER for its requests and one XSUB for its live updates (both to one
@@ -295,32 +297,21 @@ public final class Fleet {
     }
 }
 
-extension Phone {
-    /// What the control socket reports for a phone.
-    var state: JSON {
-        let oldest = (try? db.queryOne("SELECT MIN(created_ms) AS t FROM outbox"))??["t"].int
-        let senderText: String = switch sender {
-        case .idle: "idle"
-        case .signingIn: "signing_in"
-        case .sending: "sending"
-        case .backingOff: "backing_off"
+extension Fleet {
+    /// Serves `/metrics` at `address` (HOST:PORT; port 0: any free one)
+    /// until the process ends; returns where it serves.
+    public func serveMetrics(_ address: String) throws -> String {
+        let m = EdgeMetrics()
+        let server = MetricsServer(registry: m.registry)
+        try server.start(address)
+        metricsServer = server
+        for p in phones { p.metrics = m }
+        m.update(phones, timers: agenda)
+        agenda.repeating(every: 1000) { [unowned self] in
+            m.update(self.phones, timers: self.agenda)
+            return true
         }
-        var state: JSON = [
-            "phone": .string(name), "user": user.map { .string($0) } ?? .null, "online": .bool(isOnline),
-            "airplane": .bool(airplane), "signal": .bool(signal), "reachable": .bool(reachable),
-            "pending": .int(Int64(queueLength)), "oldest_pending_age_ms": oldest.map { .int(max(0, now - $0)) } ?? .null,
-            "telemetry_queued": .int(Int64(telemetryQueued)), "last_sync": lastSyncMs.map { .int($0) } ?? .null,
-            "messages": .int(Int64((try? db.count("SELECT COUNT(*) AS n FROM messages")) ?? 0)),
-            "sender": .string(senderText), "session": .string(sessionID),
-            "catalog_saved_age_ms": catalogAgeMs.map { .int($0) } ?? .null,
-            // All changes saved, or how many wait and since when; the last acknowledged action.
-            "sync": syncStatus,
-            // This phone's own image counters (the report and /metrics sum them).
-            "images": images.stats.json,
-        ]
-        // What the phone's file lost (StorageFaults.swift), once it lost
-        // something: not in protos/edge/control.schema.json's phone_state yet.
-        if storageFaults.any { state = state.setting("storage_faults", storageFaults.json) }
-        return state
+        Log.info("edge", "metrics on \(server.url)")
+        return server.url
     }
 }

@@ -1,6 +1,8 @@
 import Foundation
 import QuadStore
 import QuadWire
+import QuadPhone
+import QuadPhoneKit
 
 /// The campus day's account of every action, from the phones' own files:
 /// each action made since the start is done, rejected with a reason, or
@@ -378,15 +380,7 @@ struct CartEdits {
     }
 }
 
-/// One drain after reconnect and what it was made of: the actions sent
-/// until the outbox was empty (retries and actions made meanwhile
-/// included), and the backoffs it waited out (a timeout, a 429 or 503, a
-/// refused sign-in).
-struct DrainCause: Sendable {
-    var ms: Int64
-    var sent: Int
-    var backoffs: Int
-
+extension DrainCause {
     /// The drains grouped by what they held, each with its count, p50 and
     /// p95: `no_backoff_sent_1`, `no_backoff_sent_2_3`, `no_backoff_sent_4_plus`,
     /// `backed_off`. What makes the tail: many actions one after another,

@@ -1,4 +1,6 @@
 import QuadWire
+import QuadPhone
+import QuadPhoneKit
 
 extension Report {
     /// The samples behind the report's percentiles, as counts by value

@@ -1,6 +1,8 @@
 import Foundation
 import QuadContract
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 import Testing
 
 /// The phone's action list against the contract (Sources/QuadContract):

@@ -2,6 +2,8 @@ import Foundation
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// A phone never shows an older cart than one it took (issue 30 pt 1): the
 /// orders service's version of the cart (its own counter's number for the

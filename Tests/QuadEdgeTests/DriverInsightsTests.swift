@@ -3,6 +3,8 @@ import QuadStore
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// What a phone tells ParkWise's questions, and the answers it shows back.
 @Suite("The drivers' answers and ParkWise's telemetry on a phone", .serialized)

@@ -3,6 +3,8 @@ import QuadMetrics
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// quad-edge's /metrics from the phone's side: what is queued while the
 /// phone is offline, then what was sent, acknowledged and refused once the

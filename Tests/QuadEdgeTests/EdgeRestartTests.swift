@@ -11,19 +11,24 @@ import Testing
 /// the phones' files and the services' stores.
 @Suite("A campus day through a SIGKILL of quad-edge", .serialized)
 struct EdgeRestartTests {
-    /// What deploy/checker.py --install-history puts in each phone's file.
-    static let historySQL = """
-        CREATE TABLE IF NOT EXISTS chaos_actions (id TEXT PRIMARY KEY, type TEXT NOT NULL, body TEXT NOT NULL, created_ms BIGINT NOT NULL);
-        CREATE TABLE IF NOT EXISTS chaos_telemetry (id TEXT PRIMARY KEY, name TEXT NOT NULL, ts BIGINT NOT NULL);
-        CREATE TRIGGER IF NOT EXISTS chaos_action_made AFTER INSERT ON outbox BEGIN
-            INSERT OR IGNORE INTO chaos_actions (id, type, body, created_ms) VALUES (NEW.id, NEW.type, NEW.body, NEW.created_ms);
-        END;
-        CREATE TRIGGER IF NOT EXISTS chaos_event_recorded AFTER INSERT ON telemetry BEGIN
-            INSERT OR IGNORE INTO chaos_telemetry (id, name, ts) VALUES (NEW.id, NEW.name, NEW.ts);
-        END;
-        INSERT OR IGNORE INTO chaos_actions (id, type, body, created_ms) SELECT id, type, body, created_ms FROM outbox;
-        INSERT OR IGNORE INTO chaos_telemetry (id, name, ts) SELECT id, name, ts FROM telemetry;
-        """
+    /// What deploy/checker.py --install-history puts in each phone's file,
+    /// as the checker itself prints it (`--history-sql`), never a copy.
+    static func historySQL() throws -> String {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", root + "/deploy/checker.py", "--history-sql"]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        let sql = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        guard p.terminationStatus == 0, sql.contains("CREATE TRIGGER") else {
+            throw QuadError(code: .internal, status: 500, message: "deploy/checker.py --history-sql exited \(p.terminationStatus) printing: \(sql.prefix(200))")
+        }
+        return sql
+    }
 
     static let phones = 8
 
@@ -64,6 +69,7 @@ struct EdgeRestartTests {
         // What the killed process left in the phones' files.
         var sentUnanswered: [String: String] = [:]  // id: type
         var createdBefore = 0
+        let historySQL = try EdgeRestartTests.historySQL()
         for file in files(dir) {
             let db = try SQLiteDatabase(path: file)
             defer { db.close() }
@@ -72,7 +78,7 @@ struct EdgeRestartTests {
             }
             createdBefore += Int(try db.queryOne("SELECT COUNT(*) AS n FROM action_log")?.int("n") ?? 0)
             #expect(try db.queryOne("SELECT value FROM meta WHERE key = 'campus_day'") != nil, "\(file): the day's mark is in the file")
-            try db.executeScript(EdgeRestartTests.historySQL)
+            try db.executeScript(historySQL)
         }
         try #require(!sentUnanswered.isEmpty, "some actions were sent and not answered at the kill")
         edge.signal("broker", SIGCONT)

@@ -2,6 +2,8 @@ import Foundation
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// A phone never shows an older favorite or parking hold than one it held
 /// (issue 30 pt 1): the service's version of a favorite or a reservation

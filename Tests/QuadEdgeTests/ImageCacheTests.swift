@@ -6,6 +6,8 @@ import QuadStore
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// The phone's image caches against the real image server (QuadImages'
 /// ImageServer over HTTP on a port of its own, its SQLite store), with the

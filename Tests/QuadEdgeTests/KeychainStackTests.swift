@@ -4,6 +4,8 @@ import QuadStore
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// A real phone against the real stack: it signs in, acts, renews its
 /// session with accounts.refresh, and none of its files holds a token, a

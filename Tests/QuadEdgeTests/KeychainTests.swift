@@ -6,6 +6,8 @@ import QuadStore
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// Every byte of every file under `dir` (recursively), but the keychain
 /// key files (random bytes, the key itself), by path.

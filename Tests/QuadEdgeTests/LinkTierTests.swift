@@ -5,6 +5,8 @@ import QuadTestSupport
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// A phone's link to two brokers, both serving: real brokers and a real
 /// worker as processes, the link on a loop the test turns. The link holds

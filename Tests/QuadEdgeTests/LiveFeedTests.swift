@@ -6,6 +6,8 @@ import QuadTestSupport
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// Live updates on the phone (issue 17, point 1), through a real broker's
 /// updates socket and a real reservations worker: the phone's saved copy

@@ -2,6 +2,8 @@ import Foundation
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// A notification read never shows unread again (issue 30 pt 1): the
 /// notifications service's version of a notification (its seq when made,

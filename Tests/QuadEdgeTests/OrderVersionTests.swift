@@ -2,6 +2,8 @@ import Foundation
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// A phone never shows an older order than one it held (issue 30 pt 1):
 /// the orders service's version of an order (the seq of its last event)

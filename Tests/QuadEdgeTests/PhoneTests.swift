@@ -5,6 +5,8 @@ import QuadStore
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// A broker stand-in on `inproc://`: a ROUTER that records every request it
 /// gets and answers with what the test says, after a delay. The phone and

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 @Suite("A phone's session on its own clock")
 struct SessionClockTests {

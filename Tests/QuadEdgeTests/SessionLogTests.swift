@@ -1,6 +1,8 @@
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// What the session log (`quad-edge run --record-views on`) takes for the
 /// versioned objects of a view or an answer: the checker's session

@@ -4,6 +4,8 @@ import QuadStore
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// Issue 17 point 4, SpendiQ's window on the phone: 7 days of details,
 /// 30 days of totals, queued purchases estimated, the stale notice, and a

@@ -1,5 +1,7 @@
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 @Suite("The spot search cache")
 struct SpotCacheTests {

@@ -4,6 +4,8 @@ import QuadStore
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// Issue 30 point 5 on the phone: a phone's file damaged (pages overwritten,
 /// cut short, not a database) or rolled back (its last writes lost) is

@@ -2,6 +2,8 @@ import Foundation
 import QuadWire
 import Testing
 @testable import QuadEdge
+@testable import QuadPhone
+@testable import QuadPhoneKit
 
 /// Issue 26 point 7: the campus day's students differ as the seeds' users
 /// do: semesters 1 to 10, different preferred categories, drivers and

@@ -140,6 +140,10 @@ struct LayeringTests {
         // The broker: no runtime, so no store.
         ("QuadBroker", ["Foundation", "QuadWire", "QuadMessaging", "QuadProcess", "QuadAuth", "QuadMetrics"]),
         ("quad-broker", ["Foundation", "QuadWire", "QuadProcess", "QuadAuth", "QuadBroker", "QuadMetrics"]),
+        // The phone client kit knows no phone app and no contract; the app
+        // knows no simulator.
+        ("QuadPhoneKit", ["Foundation", "QuadAuth", "QuadImages", "QuadMessaging", "QuadRuntime", "QuadStore", "QuadWire"]),
+        ("QuadPhone", ["Foundation", "QuadAuth", "QuadContract", "QuadMessaging", "QuadMetrics", "QuadPhoneKit", "QuadRuntime", "QuadStore", "QuadWire"]),
         // A service's domain: the contract, the runtime and its store; no other service.
         ("QuadNotifications", ["Foundation", "QuadContract", "QuadRuntime", "QuadStore", "QuadWire"]),
     ])

@@ -15,7 +15,7 @@ build), give or take a worker SIGKILLed between its commit and its log line.
 Then the session checks (issue 30): a second short run on the same broken
 build, with QUAD_FAULT_EDGE_SESSIONS=1 (quad-edge from the debug build: a
 third of the phones show stale views, a third keep their first saved copies,
-Sources/QuadEdge/SessionFaults.swift) and QUAD_FAULT_STALE_ANSWERS=1
+Sources/QuadPhone/SessionFaults.swift) and QUAD_FAULT_STALE_ANSWERS=1
 (orders.return answers the order as it was), must fail exactly the four
 session checks (monotonic, ryw, wfr, converged), each with examples from the
 phones its fault was given to.

@@ -1,6 +1,7 @@
 import Foundation
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// The phone's cart never goes back to an older version (issue 30, point
 /// 1). The orders service gives each user's cart a `version`, the number

@@ -30,7 +30,7 @@ enum ImageOrigin: String {
 }
 
 /// What a view shows for one image.
-struct ShownImage {
+package struct ShownImage {
     var url: String
     var origin: ImageOrigin
     var bytes: Int
@@ -39,7 +39,7 @@ struct ShownImage {
     /// An expired disk copy that the server confirmed (304) without sending it again.
     var revalidated = false
 
-    var json: JSON {
+    package var json: JSON {
         var f: [String: JSON] = ["url": .string(url), "source": .string(origin.rawValue), "bytes": .int(Int64(bytes))]
         if let reason { f["reason"] = .string(reason) }
         if revalidated { f["revalidated"] = true }
@@ -48,25 +48,27 @@ struct ShownImage {
 }
 
 /// A phone's image counters, for the campus-day report and /metrics.
-struct ImageStats {
-    var memoryHits = 0
-    var diskHits = 0
-    var misses = 0
+package struct ImageStats {
+    package var memoryHits = 0
+    package var diskHits = 0
+    package var misses = 0
     var fetched = 0
-    var bytesFetched = 0
-    var bytesFromCache = 0
-    var evictions = 0
-    var refused = 0
+    package var bytesFetched = 0
+    package var bytesFromCache = 0
+    package var evictions = 0
+    package var refused = 0
     var placeholders = 0
     var revalidated = 0
 
-    mutating func add(_ o: ImageStats) {
+    package init() {}
+
+    package mutating func add(_ o: ImageStats) {
         memoryHits += o.memoryHits; diskHits += o.diskHits; misses += o.misses; fetched += o.fetched
         bytesFetched += o.bytesFetched; bytesFromCache += o.bytesFromCache; evictions += o.evictions
         refused += o.refused; placeholders += o.placeholders; revalidated += o.revalidated
     }
 
-    var json: JSON {
+    package var json: JSON {
         [
             "hits": ["memory": .int(Int64(memoryHits)), "disk": .int(Int64(diskHits))], "misses": .int(Int64(misses)),
             "fetched": .int(Int64(fetched)), "bytes_fetched": .int(Int64(bytesFetched)), "bytes_from_cache": .int(Int64(bytesFromCache)),
@@ -89,16 +91,16 @@ struct ImageStats {
 /// a thousand phones' pictures, hashed and written on the loop, took a
 /// tenth of it in the 1,000-phone day. The answer is taken on the loop,
 /// which writes the index row.
-final class ImageCache {
-    enum Tier: String { case unitrade, parkwise }
+package final class ImageCache {
+    package enum Tier: String { case unitrade, parkwise }
 
     /// The phone's file; a new connection after the phone opened its file again (StorageFaults.swift).
-    var db: SQLiteDatabase
+    package var db: SQLiteDatabase
     let folder: String
     var limits: ImageCacheLimits
     /// Wall-clock milliseconds: tests move it to expire files without waiting 30 days.
     var clock: () -> Int64 = { Int64(Clock.nowMillis()) }
-    var stats = ImageStats()
+    package var stats = ImageStats()
     /// Called with each eviction and each fetch (quad-edge's /metrics).
     var onCount: (String, Int) -> Void = { _, _ in }
 
@@ -111,7 +113,7 @@ final class ImageCache {
 
     /// Its fetches wake `reactor`'s loop through two sockets of `context`,
     /// shared by every phone on that loop.
-    init(db: SQLiteDatabase, folder: String, reactor: Reactor, context: ZMQContext, limits: ImageCacheLimits) throws {
+    package init(db: SQLiteDatabase, folder: String, reactor: Reactor, context: ZMQContext, limits: ImageCacheLimits) throws {
         self.db = db
         self.folder = folder
         self.fetches = try ImageFetches.of(reactor, context: context)
@@ -119,7 +121,7 @@ final class ImageCache {
     }
 
     /// The SHA-256 a URL names (its last path segment, 64 lowercase hex digits), if any.
-    static func contentAddress(_ url: String) -> String? {
+    package static func contentAddress(_ url: String) -> String? {
         let last = url.split(separator: "?").first.map { $0.split(separator: "/").last.map(String.init) ?? "" } ?? ""
         guard last.utf8.count == 64, last.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else { return nil }
         return last
@@ -132,7 +134,7 @@ final class ImageCache {
 
     /// Shows the image at `url` through `tier`'s caches; `online` says
     /// whether the network may be asked. `done` runs on the loop.
-    func show(_ url: String, tier: Tier, online: Bool, _ done: @escaping (ShownImage) -> Void) {
+    package func show(_ url: String, tier: Tier, online: Bool, _ done: @escaping (ShownImage) -> Void) {
         guard !url.isEmpty else { done(placeholder(url, "no picture")); return }
         if tier == .parkwise, let bytes = memory[url] {
             touchMemory(url)
@@ -318,7 +320,7 @@ final class ImageCache {
         return q
     }()
     /// Set once before the first fetch (quad-edge's --image-fetch-window).
-    nonisolated(unsafe) static var fetchWindow = 8
+    package nonisolated(unsafe) static var fetchWindow = 8
 }
 
 /// The image fetches of every phone on one loop: one inbox the fetching
@@ -487,14 +489,5 @@ enum ImageHTTP {
             if p.count == 2, p[0].lowercased() == name { return p[1].trimmingCharacters(in: .whitespaces) }
         }
         return nil
-    }
-}
-
-extension EdgeSettings {
-    /// Pictures fetched at once by every phone of the process
-    /// (`image_fetch_window`, default 8); set before the first fetch.
-    public static var imageFetchWindow: Int {
-        get { ImageCache.fetchWindow }
-        set { ImageCache.fetchWindow = newValue }
     }
 }

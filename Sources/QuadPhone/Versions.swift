@@ -1,6 +1,7 @@
 import Foundation
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// A product's saved copies never go back to an older version (issue 30,
 /// point 1). The catalog gives each product a `version`, the seq of its

@@ -1,6 +1,7 @@
 import Foundation
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// A favorite's saved copies never go back to an older version (issue 30,
 /// point 1). The favorites service gives each favorite of a product a

@@ -1,6 +1,7 @@
 import Foundation
 import QuadRuntime
 import QuadWire
+import QuadPhoneKit
 
 /// Deliberately broken phones, so that each session check of the chaos
 /// checker is shown to fail on a real build (Tests/e2e/test_chaos_faults.py).

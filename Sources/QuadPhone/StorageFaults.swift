@@ -3,6 +3,7 @@ import QuadAuth
 import QuadRuntime
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 // Issue 30 point 5, the phone's half: a phone survives damage to its file,
 // as an app must after a power loss or a bad flash write. Found when the
@@ -100,15 +101,15 @@ struct StorageFault: Equatable {
 
 /// What a phone's file lost, over its life: kept in its keychain (a new
 /// file after a corruption, or a file rolled back, would lose the counts).
-struct StorageFaultCounts: Equatable {
+package struct StorageFaultCounts: Equatable {
     var corrupt: Int64 = 0
     var rolledBack: Int64 = 0
     var generationsLost: Int64 = 0
     var actionsLost: Int64 = 0
 
-    var any: Bool { corrupt + rolledBack > 0 }
+    package var any: Bool { corrupt + rolledBack > 0 }
 
-    init() {}
+    package init() {}
 
     init(_ text: String?) {
         let json = text.flatMap { try? JSON.parse($0) } ?? [:]
@@ -118,7 +119,7 @@ struct StorageFaultCounts: Equatable {
         actionsLost = json["actions_lost"]?.int ?? 0
     }
 
-    var json: JSON {
+    package var json: JSON {
         ["corrupt": .int(corrupt), "rolled_back": .int(rolledBack), "generations_lost": .int(generationsLost), "actions_lost": .int(actionsLost)]
     }
 
@@ -131,7 +132,7 @@ struct StorageFaultCounts: Equatable {
         actionsLost += fault.actionsLost
     }
 
-    static func + (a: StorageFaultCounts, b: StorageFaultCounts) -> StorageFaultCounts {
+    package static func + (a: StorageFaultCounts, b: StorageFaultCounts) -> StorageFaultCounts {
         var c = a
         c.corrupt += b.corrupt
         c.rolledBack += b.rolledBack
@@ -344,7 +345,7 @@ extension Phone {
     /// stops (nothing written on the way out), damages the file, and
     /// starts the phone again on it, which finds the fault. `done` gets
     /// the phone's state after.
-    func injectFault(_ kindName: String?, _ done: @escaping (Result<JSON, QuadError>) -> Void) throws(QuadError) {
+    package func injectFault(_ kindName: String?, _ done: @escaping (Result<JSON, QuadError>) -> Void) throws(QuadError) {
         // The process killed in the middle of this phone's next write (its
         // next commit, whatever it writes): answered at once, armed.
         if kindName == "crash" {

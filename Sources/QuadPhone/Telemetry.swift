@@ -2,6 +2,7 @@ import Foundation
 import QuadRuntime
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// The events of the business questions, each stored in the phone's file
 /// before it is sent, then sent in batches to `telemetry.ingest` while the
@@ -21,7 +22,7 @@ extension Phone {
     ]
 
     /// Records one event: stored at once, sent later.
-    func record(_ name: String, _ props: JSON, session: String? = nil) {
+    package func record(_ name: String, _ props: JSON, session: String? = nil) {
         assert(Phone.telemetryNames.contains(name), "unknown telemetry event \(name)")
         guard recording else { return }
         let id = MessageID.make()
@@ -36,7 +37,7 @@ extension Phone {
         }
     }
 
-    var telemetryQueued: Int {
+    package var telemetryQueued: Int {
         if let n = telemetryCount { return n }
         guard let n = try? db.count("SELECT COUNT(*) AS n FROM telemetry") else { return 0 }
         telemetryCount = n
@@ -54,7 +55,7 @@ extension Phone {
 
     /// Sends the oldest batch, unless one is in flight, the radio is off, or
     /// a backoff is running (`force` cuts it short: the network is back).
-    func flushTelemetry(force: Bool = false) {
+    package func flushTelemetry(force: Bool = false) {
         guard telemetryInFlight == nil, radioOn, !stopped else { return }
         guard force || Clock.monotonicMillis() >= telemetryRetryAt else { return }
         guard telemetryQueued > 0 else { return }

@@ -2,6 +2,7 @@ import Foundation
 import QuadRuntime
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// What starts the sender.
 enum Trigger: String {
@@ -36,7 +37,7 @@ enum Trigger: String {
 extension Phone {
     /// The user does something that changes something.
     @discardableResult
-    func act(_ type: String, _ body: JSON) -> ActOutcome {
+    package func act(_ type: String, _ body: JSON) -> ActOutcome {
         if let reason = Actions.onlineOnly[type] {
             guard isOnline else {
                 stats.refused[type, default: 0] += 1
@@ -91,7 +92,7 @@ extension Phone {
         return id
     }
 
-    var queueLength: Int {
+    package var queueLength: Int {
         if let n = outboxCount { return n }
         guard let n = try? db.count("SELECT COUNT(*) AS n FROM outbox") else { return 0 }
         outboxCount = n
@@ -434,7 +435,7 @@ extension Phone {
     }
 
     /// The messages left for the user, oldest first.
-    func messages(limit: Int = 100) -> [JSON] {
+    package func messages(limit: Int = 100) -> [JSON] {
         ((try? db.query("SELECT * FROM messages ORDER BY seq DESC LIMIT $1", .int(Int64(limit)))) ?? []).reversed().map { r in
             [
                 "ts": .int(r.int("ts")), "action": .string(r.string("action")), "type": .string(r.string("type")),

@@ -5,11 +5,11 @@ import QuadWire
 
 /// Why a keychain could not be opened or written. A tampered or cut file,
 /// a wrong PIN and an unreadable key file each say so; none is a crash.
-struct KeychainError: Error, CustomStringConvertible, Equatable {
-    enum Kind: String { case tampered, wrongPIN = "wrong_pin", locked, io }
-    let kind: Kind
-    let message: String
-    var description: String { message }
+package struct KeychainError: Error, CustomStringConvertible, Equatable {
+    package enum Kind: String { case tampered, wrongPIN = "wrong_pin", locked, io }
+    package let kind: Kind
+    package let message: String
+    package var description: String { message }
 }
 
 /// A phone's secrets at rest, the way ParkWise keeps its JWT in the iOS
@@ -25,9 +25,9 @@ struct KeychainError: Error, CustomStringConvertible, Equatable {
 /// (`<phone>.keychain-pin`, with a small sealed check that tells a wrong PIN
 /// from a changed keychain); no key file is kept then. The phone's SQLite
 /// file holds none of these.
-final class Keychain {
+package final class Keychain {
     /// What a phone keeps in it.
-    enum Item: String, CaseIterable {
+    package enum Item: String, CaseIterable {
         case sessionToken = "session_token"
         case refreshToken = "refresh_token"
         /// The phone's CURVE secret key, Z85 (its public key follows from it).
@@ -52,7 +52,7 @@ final class Keychain {
     static let pinCheck = Array("quad-keychain pin check".utf8)
 
     /// The keychain of the phone whose file is `phoneFile` (`x.db` → `x.keychain`).
-    static func path(forPhoneFile phoneFile: String) -> String {
+    package static func path(forPhoneFile phoneFile: String) -> String {
         (phoneFile.hasSuffix(".db") ? String(phoneFile.dropLast(3)) : phoneFile) + ".keychain"
     }
 
@@ -61,7 +61,7 @@ final class Keychain {
     /// not open is a ``KeychainError`` (`tampered`), a PIN that does not
     /// match one (`wrong_pin`), a keychain set with a PIN opened without
     /// one too (`locked`).
-    init(path: String, pin: String? = nil, strength: PasswordHash.Strength = .interactive) throws(KeychainError) {
+    package init(path: String, pin: String? = nil, strength: PasswordHash.Strength = .interactive) throws(KeychainError) {
         self.path = path
         if FileManager.default.fileExists(atPath: path + "-pin") {
             guard let pin else { throw KeychainError(kind: .locked, message: "the keychain \(path) is locked with a PIN: give the phone its PIN") }
@@ -82,7 +82,7 @@ final class Keychain {
         }
     }
 
-    subscript(_ item: Item) -> String? { items[item.rawValue] }
+    package subscript(_ item: Item) -> String? { items[item.rawValue] }
 
     /// Sets (nil: removes) items, in one write; `durable: false` skips the
     /// two fsyncs and writes in place (a killed process leaves the old
@@ -90,7 +90,7 @@ final class Keychain {
     /// leave a keychain that no longer opens, which the phone treats as
     /// tampered: it signs in again), for a figure written often that a lost
     /// write only makes less precise (the phone's write generation).
-    func set(_ changes: [Item: String?], durable: Bool = true) throws(KeychainError) {
+    package func set(_ changes: [Item: String?], durable: Bool = true) throws(KeychainError) {
         var next = items
         for (item, value) in changes { next[item.rawValue] = value }
         guard next != items || !FileManager.default.fileExists(atPath: path) else { return }
@@ -100,7 +100,7 @@ final class Keychain {
 
     /// Empties the keychain (a tampered one, before the phone signs in
     /// again), its PIN salt too when that is what was changed.
-    static func reset(path: String) {
+    package static func reset(path: String) {
         unlink(path)
         if (try? pinKeyFormat(at: path + "-pin")) == nil { unlink(path + "-pin") }
     }
@@ -226,23 +226,23 @@ final class Keychain {
 /// keychain of its own beside the phones' folder, never inside it
 /// (`<dir>.students`, with its `-key`). A phone asks for its student's
 /// password only to register or to sign in again.
-final class Students {
+package final class Students {
     let keychain: Keychain
 
     /// The students' keychain of the phones in folder `dir`.
-    static func path(forPhonesDir dir: String) -> String {
+    package static func path(forPhonesDir dir: String) -> String {
         var dir = dir
         while dir.count > 1 && dir.hasSuffix("/") { dir.removeLast() }
         return dir + ".students"
     }
 
-    init(path: String) throws(KeychainError) {
+    package init(path: String) throws(KeychainError) {
         keychain = try Keychain(path: path)
     }
 
     /// The password of the student whose email is `email`; a new one is
     /// made (and remembered) the first time.
-    func password(for email: String) throws(KeychainError) -> String {
+    package func password(for email: String) throws(KeychainError) -> String {
         if let known = keychain.items[email] { return known }
         let made = "pw-" + Base64URL.encode(SecretBox.randomBytes(24))
         try remember(email, made)
@@ -250,7 +250,7 @@ final class Students {
     }
 
     /// Remembers `password` (a phone's from before the keychain, moved out of its file).
-    func remember(_ email: String, _ password: String) throws(KeychainError) {
+    package func remember(_ email: String, _ password: String) throws(KeychainError) {
         try keychain.setRaw(email, password)
     }
 }
@@ -261,45 +261,5 @@ extension Keychain {
         guard items[name] != value else { return }
         items[name] = value
         try write()
-    }
-}
-
-/// The campus day's keychain check: each phone's files, read whole at the
-/// end of the day, hold none of the secrets the phone has in memory (its
-/// session and refresh tokens, its student's password, its CURVE secret
-/// key raw, in Z85, base64 or base64url). Its files are its SQLite file
-/// with `-wal`, `-shm` and `-journal`, its keychain and PIN salt; not its
-/// keychain key (random bytes, the key itself) nor its pictures (bytes
-/// from the image server, kept by their SHA-256: KeychainStackTests reads
-/// those too).
-enum KeychainCheck {
-    /// The files of `phone` that hold one of its secrets, with which.
-    static func leaks(_ phone: Phone) -> [String] {
-        var secrets: [(String, [UInt8])] = []
-        let named: [(String, String?)] = [("session token", phone.token), ("refresh token", phone.refreshToken), ("password", phone.password)]
-        for (name, value) in named {
-            if let value, !value.isEmpty { secrets.append((name, Array(value.utf8))) }
-        }
-        if let key = phone.link.clientKeys?.secretKey {
-            let forms = [key, Array(Data(key).base64EncodedString().utf8), Array(Base64URL.encode(key).utf8)] + (Z85.encode(key).map { [Array($0.utf8)] } ?? [])
-            secrets += forms.map { ("CURVE secret key", $0) }
-        }
-        let base = phone.file.hasSuffix(".db") ? String(phone.file.dropLast(3)) : phone.file
-        let files = ["", "-wal", "-shm", "-journal"].map { phone.file + $0 } + [base + ".keychain", base + ".keychain-pin"]
-        return files.flatMap { path -> [String] in
-            guard let data = FileManager.default.contents(atPath: path) else { return [] }
-            return secrets.filter { data.range(of: Data($0.1)) != nil }.map { "\(path): \($0.0)" }
-        }
-    }
-
-    /// The report's entry: phones clean and phones with a secret found (0).
-    static func report(_ phones: [Phone]) -> JSON {
-        let found = phones.map { ($0.name, leaks($0)) }.filter { !$0.1.isEmpty }
-        for (name, leaks) in found { Log.error("edge/\(name)", "keychain check: a secret in the phone's files: \(leaks.joined(separator: "; "))") }
-        return [
-            "phones_clean": .int(Int64(phones.count - found.count)),
-            "phones_with_secret": .int(Int64(found.count)),
-            "found": .array(found.prefix(10).flatMap { $0.1 }.map { .string($0) }),
-        ]
     }
 }

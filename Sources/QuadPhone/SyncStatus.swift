@@ -1,6 +1,7 @@
 import Foundation
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// "Synced" as the student sees it: every view says whether all of the
 /// student's changes are saved with the services or how many wait and
@@ -27,7 +28,7 @@ extension Phone {
         return try? JSON.parse(text)
     }
 
-    var syncStatus: JSON {
+    package var syncStatus: JSON {
         let waiting = queueLength
         let oldest = waiting == 0 ? nil : (try? db.queryOne("SELECT MIN(created_ms) AS t FROM outbox"))??["t"].int
         return [
@@ -76,5 +77,35 @@ extension Phone {
             for (k, v) in fields { if let s = summary(v) { made[k] = s } }
         }
         return ["action": .string(action.id), "type": .string(action.type), "at": .int(now), "made": .object(made)]
+    }
+}
+
+extension Phone {
+    /// What the control socket reports for a phone.
+    package var state: JSON {
+        let oldest = (try? db.queryOne("SELECT MIN(created_ms) AS t FROM outbox"))??["t"].int
+        let senderText: String = switch sender {
+        case .idle: "idle"
+        case .signingIn: "signing_in"
+        case .sending: "sending"
+        case .backingOff: "backing_off"
+        }
+        var state: JSON = [
+            "phone": .string(name), "user": user.map { .string($0) } ?? .null, "online": .bool(isOnline),
+            "airplane": .bool(airplane), "signal": .bool(signal), "reachable": .bool(reachable),
+            "pending": .int(Int64(queueLength)), "oldest_pending_age_ms": oldest.map { .int(max(0, now - $0)) } ?? .null,
+            "telemetry_queued": .int(Int64(telemetryQueued)), "last_sync": lastSyncMs.map { .int($0) } ?? .null,
+            "messages": .int(Int64((try? db.count("SELECT COUNT(*) AS n FROM messages")) ?? 0)),
+            "sender": .string(senderText), "session": .string(sessionID),
+            "catalog_saved_age_ms": catalogAgeMs.map { .int($0) } ?? .null,
+            // All changes saved, or how many wait and since when; the last acknowledged action.
+            "sync": syncStatus,
+            // This phone's own image counters (the report and /metrics sum them).
+            "images": images.stats.json,
+        ]
+        // What the phone's file lost (StorageFaults.swift), once it lost
+        // something: not in protos/edge/control.schema.json's phone_state yet.
+        if storageFaults.any { state = state.setting("storage_faults", storageFaults.json) }
+        return state
     }
 }

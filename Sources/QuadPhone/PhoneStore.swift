@@ -2,6 +2,7 @@ import Foundation
 import QuadRuntime
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// One phone's SQLite file: its session, its outbox of actions, its saved
 /// copies, its telemetry queue, its local history (favorites, cart, orders,
@@ -400,36 +401,4 @@ enum PhoneStore {
     /// the process before its first connection (SQLITE_CONFIG_PAGECACHE's N;
     /// SQLite refuses it once a connection is open, and the default stays).
     static let pageCacheUpFront: Bool = SQLiteDatabase.allocateNoPagesUpFront()
-}
-
-extension Database {
-    func meta(_ key: String) throws -> String? {
-        try queryOne("SELECT value FROM meta WHERE key = $1", .text(key))?.optionalString("value")
-    }
-
-    func setMeta(_ key: String, _ value: String?) throws {
-        if let value {
-            try execute("INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value", .text(key), .text(value))
-        } else {
-            try execute("DELETE FROM meta WHERE key = $1", .text(key))
-        }
-    }
-
-    func count(_ sql: String, _ params: SQLValue...) throws -> Int {
-        Int(try queryOne(sql, params)?.int("n") ?? 0)
-    }
-}
-
-extension JSON {
-    /// Parses stored JSON text; an object when the text is not JSON.
-    static func stored(_ text: String) -> JSON {
-        (try? JSON.parse(text)) ?? .object([:])
-    }
-
-    /// A copy with `key` set.
-    func setting(_ key: String, _ value: JSON) -> JSON {
-        var f = object ?? [:]
-        f[key] = value
-        return .object(f)
-    }
 }

@@ -1,6 +1,7 @@
 import QuadRuntime
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// The phone's news (its user's notifications): an inbox in the phone's
 /// file, filled from `notifications.since` after the cursor it keeps, when
@@ -12,7 +13,7 @@ extension Phone {
     /// Largest page asked of `notifications.since`; more pages follow at once.
     static let newsPage: Int64 = 100
     /// How often a campus day's phones ask for their news.
-    static let newsEveryMs: Int64 = 5000
+    package static let newsEveryMs: Int64 = 5000
 
     static let inboxMigration = Migration(40, """
         -- One row per notification received. user_id: whose the service
@@ -35,7 +36,7 @@ extension Phone {
     /// Asks for the news after the phone's cursor, page after page, and
     /// keeps it; nothing while offline, without a session, or while a fetch
     /// is in flight.
-    func fetchNews() {
+    package func fetchNews() {
         guard isOnline, hasValidToken, user != nil, !fetchingNews else { return }
         fetchingNews = true
         let after = Int64((try? db.meta("news_cursor")).flatMap { $0 }.flatMap { Int64($0) } ?? 0)
@@ -138,10 +139,10 @@ extension Phone {
 /// their user's: kept under another user, or about an order or a hold the
 /// phone never made (an order's and a hold's id is the envelope id of the
 /// phone's own `orders.place` or `reservations.hold`).
-enum NewsReport {
+package enum NewsReport {
     static let ownActionKinds = ["order_confirmed", "order_rejected", "hold_warning", "hold_expired", "rental_due", "rental_overdue"]
 
-    static func json(_ phones: [Phone]) -> JSON {
+    package static func json(_ phones: [Phone]) -> JSON {
         var received: Int64 = 0
         var foreign: Int64 = 0
         var unread: Int64 = 0

@@ -2,6 +2,7 @@ import Foundation
 import QuadMessaging
 import QuadRuntime
 import QuadWire
+import QuadPhoneKit
 
 /// What a phone hears without asking: ONE XSUB, to the updates socket of
 /// the broker its requests go to (CURVE with the phone's own key pair, as
@@ -18,7 +19,7 @@ import QuadWire
 /// heartbeat at least, every second) arrived within ``quietMs``; a phone
 /// whose feed is not live polls instead, and one whose feed stays quiet
 /// for ``moveAfterQuietMs`` moves to the next broker (Phone.liveTick).
-final class LiveFeed {
+package final class LiveFeed {
     let context: ZMQContext
     let endpoints: [String]
     let reactor: Reactor
@@ -39,10 +40,10 @@ final class LiveFeed {
     private(set) var lastHeardMs: Int64?
     /// Events received (heartbeats aside), and how long each took from its
     /// service's outbox to here (the envelope's `ts` to now, wall clock).
-    private(set) var received = 0
+    package private(set) var received = 0
     /// The same, by event type.
-    private(set) var receivedByType: [String: Int] = [:]
-    private(set) var latencies: [Int64] = []
+    package private(set) var receivedByType: [String: Int] = [:]
+    package private(set) var latencies: [Int64] = []
     var onEvent: (Envelope) -> Void = { _ in }
 
     static let quietMs: Int64 = 3_000
@@ -81,7 +82,7 @@ final class LiveFeed {
 
     var isUp: Bool { socket != nil }
     /// Heard from within ``quietMs``: updates arrive; no need to poll.
-    var isLive: Bool { isUp && lastHeardMs.map { Clock.monotonicMillis() - $0 < LiveFeed.quietMs } ?? false }
+    package var isLive: Bool { isUp && lastHeardMs.map { Clock.monotonicMillis() - $0 < LiveFeed.quietMs } ?? false }
     /// Heard from this broker since the socket opened, then nothing for
     /// ``moveAfterQuietMs``: the broker went away. A feed that never heard
     /// its first heartbeat (a handshake the broker holds back while a
@@ -225,21 +226,23 @@ final class LiveFeed {
 /// repeated update never shows a state older than the one on screen.
 extension Phone {
     /// Counters of what the feed did on this phone.
-    struct LiveStats {
-        var applied = 0
+    package struct LiveStats {
+        package var applied = 0
         /// Heard again (through the other broker): the seq already applied.
-        var duplicates = 0
+        package var duplicates = 0
         /// Older than the saved copy: dropped.
-        var stale = 0
-        var polls = 0
-        var catchUps = 0
-        var news = 0
-        var newsForOthers = 0
+        package var stale = 0
+        package var polls = 0
+        package var catchUps = 0
+        package var news = 0
+        package var newsForOthers = 0
         /// From a notification's creation to its arrival here, for those the feed brought first.
-        var newsLatencies: [Int64] = []
+        package var newsLatencies: [Int64] = []
+
+        package init() {}
 
         /// Another phone's counters added to these.
-        mutating func add(_ o: LiveStats) {
+        package mutating func add(_ o: LiveStats) {
             (applied, duplicates, stale, polls) = (applied + o.applied, duplicates + o.duplicates, stale + o.stale, polls + o.polls)
             (catchUps, news, newsForOthers) = (catchUps + o.catchUps, news + o.news, newsForOthers + o.newsForOthers)
             newsLatencies += o.newsLatencies

@@ -3,6 +3,7 @@ import QuadMessaging
 import QuadRuntime
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// How phones talk to the stack: deadlines, backoff, batch sizes, the ages
 /// at which saved copies are too old.
@@ -83,7 +84,7 @@ public struct EdgeSettings: Sendable {
 }
 
 /// What the phone answered to an action the user made.
-enum ActOutcome {
+package enum ActOutcome {
     /// Written to the outbox and shown as done, pending: its id.
     case queued(String)
     /// Online only, and online: sent at once; a refusal becomes a message.
@@ -95,45 +96,45 @@ enum ActOutcome {
 /// One emulated phone: its file, its connection, its outbox sender, its
 /// telemetry queue and its views. Everything runs on the edge's one loop;
 /// nothing here blocks.
-final class Phone {
-    let name: String
+package final class Phone {
+    package let name: String
     /// The phone's SQLite file.
-    let file: String
+    package let file: String
     /// Its connection; a new one when the phone opens its file again after
     /// damage to it (StorageFaults.swift).
-    var db: SQLiteDatabase
-    let link: Link
+    package var db: SQLiteDatabase
+    package let link: Link
     let agenda: Timers
-    let settings: EdgeSettings
+    package let settings: EdgeSettings
     var rng: SeededRandom
     /// Who its student is: the semester and categories it registers with,
     /// the habit the campus day follows.
-    let profile: StudentProfile
+    package let profile: StudentProfile
 
     // Session. The tokens live in the phone's keychain, never in its file;
     // the password only in its student's memory (``Students``).
     let keychain: Keychain
     let students: Students
     var email = ""
-    var displayName = ""
+    package var displayName = ""
     var registerID = ""
     var registered = false
     var user: String?
-    var token: String? {
+    package var token: String? {
         didSet {
             link.token = token
         }
     }
     /// What renews the session after its token expired (`accounts.refresh`
     /// with `refresh_token`); nil before the first sign-in.
-    var refreshToken: String?
+    package var refreshToken: String?
     var expiresAt: Int64 = 0
     var sessionID = MessageID.make()
-    var signingIn = false
+    package var signingIn = false
     /// Cleared once the day's report is taken: an activity's step that
     /// runs in the loop's last turn then writes no event that nothing
     /// would send.
-    var recording = true
+    package var recording = true
     /// A deliberately broken phone's first copies (SessionFaults.swift).
     var faultFirstShown: [String: JSON] = [:]
     var faultTurn = 0
@@ -145,7 +146,7 @@ final class Phone {
     var refreshTimer: Int?
 
     // Radio and reachability.
-    var airplane = false
+    package var airplane = false
     /// The scenario's "no signal here" (an underground level): the phone knows, as in airplane mode.
     var signal = true
     /// False after a request went unanswered, true again after any answer.
@@ -204,7 +205,7 @@ final class Phone {
     /// The copy of answers' generation to the keychain, soon (``keepWriteGeneration()``).
     var generationTimer: Int?
     /// What the phone's file lost so far, as its keychain counts it.
-    var storageFaults = StorageFaultCounts()
+    package var storageFaults = StorageFaultCounts()
     /// A fault was found at open: the saved copies are fetched again at start.
     var rebuildAfterFault = false
     var telemetryCount: Int?
@@ -212,7 +213,7 @@ final class Phone {
     var flowMarkKnown: JSON??
 
     // Telemetry.
-    var telemetryInFlight: String?
+    package var telemetryInFlight: String?
     /// The batch last sent, and whether it went without a session: its
     /// retries go the same way (the collector stores an event under the
     /// user its first delivery was sent as; a retry as another caller
@@ -221,24 +222,24 @@ final class Phone {
     var telemetryTimer: Int?
     var telemetryAttempt = 0
     var telemetryRetryAt: Int64 = 0
-    var lastTelemetryAnswerMs: Int64?
+    package var lastTelemetryAnswerMs: Int64?
     var catalogFetching = false
     /// Catalog downloads failed in a row (``catalogFailed(_:)``).
     var catalogFailures = 0
     var stopped = false
 
     // Counters for the report.
-    var stats = PhoneStats()
+    package var stats = PhoneStats()
     /// The process's Prometheus figures, when quad-edge serves `/metrics`.
-    var metrics: EdgeMetrics?
+    package var metrics: EdgeMetrics?
     let spotCache = SpotCache<JSON>(capacity: 16, ttlMs: 30_000)
     /// Product pictures (UniTrade's disk cache) and lot and building photos
     /// (ParkWise's memory cache before a disk cache), files beside the phone's file.
-    let images: ImageCache
+    package let images: ImageCache
     var onMessage: (Phone, JSON) -> Void = { _, _ in }
     /// The live feed (nil without updates sockets) and what it did here.
-    var live: LiveFeed?
-    var liveStats = LiveStats()
+    package var live: LiveFeed?
+    package var liveStats = LiveStats()
     var liveWasQuiet = true
     var liveTimer: Int?
     /// The last seq applied per product (the feed's products only).
@@ -261,11 +262,11 @@ final class Phone {
     var newsOpenedWithRadio = false
     /// A `*.news` event for this phone's user, as the feed heard it.
     var onNews: (Phone, Envelope) -> Void = { _, _ in }
-    var onDrained: (Phone) -> Void = { _ in }
+    package var onDrained: (Phone) -> Void = { _ in }
     /// A socket the phone needs could not be opened (descriptors, the
     /// context's socket limit): the process cannot run its day as asked,
     /// and ends it with the reason (Fleet).
-    var onFatal: (String) -> Void = { reason in Log.error("edge", reason) }
+    package var onFatal: (String) -> Void = { reason in Log.error("edge", reason) }
 
     /// Asks the broker the link talks to for this user's news on the
     /// link's connection (`sys.news` with the session token): the broker
@@ -287,7 +288,7 @@ final class Phone {
 
     /// Opens the phone in `path`, its keychain beside it. `students`
     /// remember the passwords (by default beside the folder of `path`).
-    init(name: String, path: String, context: ZMQContext, reactor: Reactor, settings: EdgeSettings, seed: UInt64, students: Students? = nil) throws {
+    package init(name: String, path: String, context: ZMQContext, reactor: Reactor, settings: EdgeSettings, seed: UInt64, students: Students? = nil) throws {
         self.name = name
         self.file = path
         self.agenda = reactor.timers
@@ -337,9 +338,9 @@ final class Phone {
         if live != nil { liveTimer = agenda.every(1000) { [weak self] in self?.liveTick() } }
     }
 
-    var isOnline: Bool { !airplane && signal && reachable }
+    package var isOnline: Bool { !airplane && signal && reachable }
     var radioOn: Bool { !airplane && signal }
-    var now: Int64 { Int64(Clock.nowMillis()) }
+    package var now: Int64 { Int64(Clock.nowMillis()) }
 
     // MARK: Session
 
@@ -411,7 +412,7 @@ final class Phone {
     }
 
     /// The student's password, asked for only to register or sign in again.
-    var password: String {
+    package var password: String {
         do { return try students.password(for: email) } catch {
             Log.error("edge/\(name)", "the student's password is not at hand: \(error)")
             return ""
@@ -426,7 +427,7 @@ final class Phone {
         stats.signInAgain += 1
     }
 
-    var hasValidToken: Bool { token != nil && expiresAt > now + 30_000 }
+    package var hasValidToken: Bool { token != nil && expiresAt > now + 30_000 }
 
     /// Registers once (under an id fixed in the file, so a retry cannot make
     /// two accounts); the registration's answer is the session, so a phone
@@ -434,7 +435,7 @@ final class Phone {
     /// `accounts.refresh` before it ends (``refreshIfDue()``) and logs in
     /// only when it has none left (expired, revoked, or a registration
     /// whose answer was lost). `done` gets nil when a token is in hand.
-    func signIn(_ done: @escaping (QuadError?) -> Void) {
+    package func signIn(_ done: @escaping (QuadError?) -> Void) {
         if hasValidToken { agenda.after(0) { done(nil) }; return }
         signInWaiters.append(done)
         guard !signingIn else { return }
@@ -658,7 +659,7 @@ final class Phone {
 
     /// Sends one request over the phone's link; a timeout marks the network
     /// unreachable, an answer marks it reachable again.
-    func request(_ type: String, _ body: JSON, id: String = MessageID.make(), timeoutMs: Int64, anonymous: Bool = false,
+    package func request(_ type: String, _ body: JSON, id: String = MessageID.make(), timeoutMs: Int64, anonymous: Bool = false,
                  _ completion: @escaping (Result<Envelope, LinkFailure>) -> Void) {
         var envelope = Envelope.request(type, body: body, id: id)
         let sentAt = Clock.monotonicMillis()
@@ -705,7 +706,7 @@ final class Phone {
     // MARK: Radio
 
     /// Airplane mode, as the harness switches it.
-    func setAirplane(_ on: Bool) {
+    package func setAirplane(_ on: Bool) {
         guard airplane != on else { return }
         airplane = on
         try? db.setMeta("airplane", on ? "on" : nil)
@@ -713,7 +714,7 @@ final class Phone {
     }
 
     /// No signal where the student is (underground): the phone knows, as in airplane mode.
-    func setSignal(_ on: Bool) {
+    package func setSignal(_ on: Bool) {
         guard signal != on else { return }
         signal = on
         applyRadio()
@@ -802,7 +803,7 @@ final class Phone {
 
     /// The app opens: a new session, a crash mark left by the last one
     /// reported, the sender and the telemetry started.
-    func start() {
+    package func start() {
         // The last session did not end normally: the app died (SIGKILL). It
         // is reported as a crash of that session, in the flow its mark names.
         if let open = try? db.meta("session_open") {
@@ -831,7 +832,7 @@ final class Phone {
 
     /// The app closes normally: the session ends (its last events are sent
     /// if the loop lingers a moment).
-    func end() {
+    package func end() {
         let flow = flowMark?["flow"] ?? "browse"
         leaveFlow()  // the app goes to the background: the mark goes
         record("session.ended", ["flow": flow])
@@ -840,7 +841,7 @@ final class Phone {
     }
 
     /// The phone is put away: no more sending, the file closed.
-    func close() {
+    package func close() {
         writeHeldLevels()
         writeGeneration()
         stopped = true
@@ -864,7 +865,7 @@ final class Phone {
     }
 
     /// Clears the mark, if one is set.
-    func leaveFlow() {
+    package func leaveFlow() {
         guard let mark = flowMark else { return }
         setFlowMark(nil)
         record("mark.cleared", ["view": mark["view"] ?? "reservation", "flow": mark["flow"] ?? "reservation"])
@@ -892,11 +893,11 @@ final class Phone {
 }
 
 /// What a phone counts for the campus day's report.
-struct PhoneStats {
-    var created = 0
-    var done = 0
-    var rejected = 0
-    var maxQueue = 0
+package struct PhoneStats {
+    package var created = 0
+    package var done = 0
+    package var rejected = 0
+    package var maxQueue = 0
     var drainStartMs: Int64?
     /// The drain began on a phone with no session: it waits for a first sign-in.
     var drainStartWithoutSession = false
@@ -905,26 +906,26 @@ struct PhoneStats {
     /// breakdown of drains (``DrainCause``).
     var drainBackoffs = 0
     var drainSent = 0
-    var drainCauses: [DrainCause] = []
+    package var drainCauses: [DrainCause] = []
     /// Of each drain that began before its socket had taken a request (the
     /// radio came back and the socket was opened anew), how long the socket took to connect (TCP and
     /// CURVE handshake) before it took the first action: the part of the
     /// drain spent before any service saw it.
-    var drainConnects: [Int64] = []
+    package var drainConnects: [Int64] = []
     /// The drain under way began before its socket took a request.
     var drainConnectPending = false
-    var drains: [Int64] = []
+    package var drains: [Int64] = []
     /// The drains (among ``drains``) that began without a session.
-    var drainsWithoutSession: [Int64] = []
-    var reads: [String: Int] = [:]
-    var refused: [String: Int] = [:]
-    var telemetrySent = 0
-    var telemetryAccepted = 0
-    var telemetryDuplicate = 0
-    var telemetryRejected = 0
-    var telemetryAnswers = 0
+    package var drainsWithoutSession: [Int64] = []
+    package var reads: [String: Int] = [:]
+    package var refused: [String: Int] = [:]
+    package var telemetrySent = 0
+    package var telemetryAccepted = 0
+    package var telemetryDuplicate = 0
+    package var telemetryRejected = 0
+    package var telemetryAnswers = 0
     /// How many answers the last drivers' answers view showed (DriverInsights.swift).
-    var driverAnswersLast = 0
+    package var driverAnswersLast = 0
     /// Sign-in requests sent: what a session saves shows here.
     /// Store transactions that confirmed answers (several answers each when they arrive together).
     var confirmTransactions = 0
@@ -933,4 +934,23 @@ struct PhoneStats {
     var refreshes = 0
     /// Sessions lost (a refresh refused, a keychain that did not open): "sign in again".
     var signInAgain = 0
+}
+
+extension EdgeSettings {
+    /// Pictures fetched at once by every phone of the process
+    /// (`image_fetch_window`, default 8); set before the first fetch.
+    public static var imageFetchWindow: Int {
+        get { ImageCache.fetchWindow }
+        set { ImageCache.fetchWindow = newValue }
+    }
+}
+
+/// One drain after reconnect and what it was made of: the actions sent
+/// until the outbox was empty (retries and actions made meanwhile
+/// included), and the backoffs it waited out (a timeout, a 429 or 503, a
+/// refused sign-in).
+package struct DrainCause: Sendable {
+    package var ms: Int64
+    package var sent: Int
+    package var backoffs: Int
 }

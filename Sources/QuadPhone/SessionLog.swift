@@ -2,6 +2,7 @@ import Foundation
 import QuadRuntime
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// What a phone showed, for the session guarantees the chaos checker holds
 /// each phone to (issue 30, point 3; deploy/checker.py's `sessions`).
@@ -125,7 +126,7 @@ extension Phone {
     }
 
     /// The products the phone saved a product view of.
-    func savedProductIDs() -> [String] {
+    package func savedProductIDs() -> [String] {
         let prefix = "catalog.product.get "
         let rows = (try? db.query("SELECT key FROM saved WHERE key LIKE 'catalog.product.get %'")) ?? []
         return rows.compactMap { r in

@@ -1,10 +1,11 @@
 import Foundation
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// What a view shows, and where it came from.
-struct ViewResult {
-    enum Source: String {
+package struct ViewResult {
+    package enum Source: String {
         /// The service answered just now.
         case network
         /// A saved copy the live feed keeps current (updates arrive).
@@ -20,11 +21,11 @@ struct ViewResult {
     }
 
     var view: String
-    var source: Source
+    package var source: Source
     var ageMs: Int64?
-    var body: JSON
-    var notice: String?
-    var error: QuadError?
+    package var body: JSON
+    package var notice: String?
+    package var error: QuadError?
     /// The pictures the view shows, each with where it came from (network,
     /// disk, memory, or placeholder with the reason).
     var images: [ShownImage]?
@@ -32,7 +33,7 @@ struct ViewResult {
     /// set on every view as it is shown.
     var sync: JSON?
 
-    var json: JSON {
+    package var json: JSON {
         var f: [String: JSON] = ["view": .string(view), "source": .string(source.rawValue), "body": body]
         if let sync { f["sync"] = sync }
         if let images { f["images"] = .array(images.map(\.json)) }
@@ -53,11 +54,11 @@ struct ViewResult {
 /// | spots | in-memory LRU (16 entries, 30 s) of server answers, then network, then saved copy |
 /// | search, cart, spending, reservation | computed on the phone over saved data and queued actions |
 extension Phone {
-    static let views = ["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels",
+    package static let views = ["home", "product", "search", "foryou", "favorites", "cart", "orders", "spending", "parking", "levels",
                                "forecast", "spots", "nearby", "reservation", "car", "messages", "rentals", "insights"]
 
     /// Opens a view; `done` runs once with what the user sees.
-    func open(_ view: String, _ params: JSON = [:], refresh: Bool = false, _ done: @escaping (ViewResult) -> Void) {
+    package func open(_ view: String, _ params: JSON = [:], refresh: Bool = false, _ done: @escaping (ViewResult) -> Void) {
         record("view.opened", ["view": .string(view)])
         // Another view on screen: the Reserve screen closed, its mark goes.
         if view != "reservation" { leaveFlow() }
@@ -174,7 +175,7 @@ extension Phone {
 
     /// The driver taps Navigate to a nearby lot: the app will ask them
     /// once, later, whether they parked there (the ParkWise seed's BQ9).
-    func navigate(toNearby lot: String) {
+    package func navigate(toNearby lot: String) {
         record("nearby.chosen", ["lot": .string(lot)])
         try? db.setMeta("nearby_question", lot)
     }
@@ -182,7 +183,7 @@ extension Phone {
     /// The driver answers the one question asked after Navigate; false
     /// when nothing was asked (or it was answered already).
     @discardableResult
-    func answerNearby(parked: Bool) -> Bool {
+    package func answerNearby(parked: Bool) -> Bool {
         guard let lot = try? db.meta("nearby_question") else { return false }
         try? db.setMeta("nearby_question", nil)
         record("nearby.confirmed", ["lot": .string(lot), "parked": .bool(parked)])
@@ -215,7 +216,7 @@ extension Phone {
     }
 
     /// Runs `then` once the phone holds a token (signing in first if it can).
-    func withToken(_ then: @escaping (QuadError?) -> Void) {
+    package func withToken(_ then: @escaping (QuadError?) -> Void) {
         if hasValidToken || !radioOn { then(nil); return }
         signIn(then)
     }

@@ -1,6 +1,7 @@
 import Foundation
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// A parking reservation's saved copy never goes back to an older version
 /// (issue 30, point 1). The reservations service gives each reservation a

@@ -1,6 +1,7 @@
 import Foundation
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// An order's saved copies never go back to an older version (issue 30,
 /// point 1). The orders service gives each order a `version`, the seq of

@@ -1,5 +1,6 @@
 import Foundation
 import QuadWire
+import QuadPhoneKit
 
 /// The drivers' answers: ParkWise's Type 2 questions (BQ2 how full each
 /// level is by hour, BQ6 the level to head for, BQ10 when each lot is

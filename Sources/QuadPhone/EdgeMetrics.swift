@@ -2,6 +2,7 @@ import QuadMessaging
 import QuadMetrics
 import QuadRuntime
 import QuadWire
+import QuadPhoneKit
 
 /// quad-edge's Prometheus figures (`--metrics HOST:PORT`): what the phones
 /// of this process see, from their side of the network. Counters are
@@ -57,7 +58,7 @@ public final class EdgeMetrics {
 
     /// Counts the phones' gauges, and the loop's when `timers` are given;
     /// runs on the edge's loop.
-    func update(_ phones: [Phone], timers: Timers? = nil) {
+    package func update(_ phones: [Phone], timers: Timers? = nil) {
         if let timers {
             registry.set("quad_edge_loop_timers_late_seconds", [:], Double(timers.takeLateMs()) / 1000)
             registry.set("quad_edge_loop_timer_overruns_total", [:], Double(timers.overran))
@@ -82,24 +83,5 @@ public final class EdgeMetrics {
         registry.set("quad_edge_phones_online", [:], Double(online))
         registry.set("quad_edge_actions_queued", [:], Double(queued))
         registry.set("quad_edge_telemetry_buffered", [:], Double(telemetry))
-    }
-}
-
-extension Fleet {
-    /// Serves `/metrics` at `address` (HOST:PORT; port 0: any free one)
-    /// until the process ends; returns where it serves.
-    public func serveMetrics(_ address: String) throws -> String {
-        let m = EdgeMetrics()
-        let server = MetricsServer(registry: m.registry)
-        try server.start(address)
-        metricsServer = server
-        for p in phones { p.metrics = m }
-        m.update(phones, timers: agenda)
-        agenda.repeating(every: 1000) { [unowned self] in
-            m.update(self.phones, timers: self.agenda)
-            return true
-        }
-        Log.info("edge", "metrics on \(server.url)")
-        return server.url
     }
 }

@@ -1,3 +1,4 @@
+import QuadPhoneKit
 /// Who the student behind a phone is, as the seeds' users differ: a
 /// semester from 1 to 10 (more in the first ones), one to three preferred
 /// categories (UniTrade's), and a habit on campus: some mostly drive and
@@ -7,8 +8,8 @@
 /// the same campus every run, and the phone's other draws stay as they were.
 /// The account is registered with the semester and categories; the
 /// campus day's ``Student`` chooses activities and products by them.
-struct StudentProfile: Equatable, Sendable {
-    enum Habit: String, CaseIterable, Sendable {
+package struct StudentProfile: Equatable, Sendable {
+    package enum Habit: String, CaseIterable, Sendable {
         /// Mostly parks: finds spots, holds, checks in, leaves; shops now and then.
         case driver
         /// Mostly shops: browses, searches, favorites, buys and rents; rarely parks.
@@ -18,8 +19,8 @@ struct StudentProfile: Equatable, Sendable {
     }
 
     var semester: Int64
-    var categories: [String]
-    var habit: Habit
+    package var categories: [String]
+    package var habit: Habit
 
     /// UniTrade's categories, and how many students prefer each (weights).
     static let categoryWeights: [(String, Int)] = [("Study", 30), ("Tech", 28), ("Creative", 12), ("Lab", 10), ("Personal", 14), ("Others", 6)]
@@ -45,7 +46,7 @@ struct StudentProfile: Equatable, Sendable {
     }
 
     /// An index drawn with the given weights.
-    static func pick(_ weights: [Int], _ rng: inout SeededRandom) -> Int {
+    package static func pick(_ weights: [Int], _ rng: inout SeededRandom) -> Int {
         var roll = Int.random(in: 0..<max(1, weights.reduce(0, +)), using: &rng)
         for (k, w) in weights.enumerated() {
             if roll < w { return k }

@@ -3,7 +3,7 @@ import QuadRuntime
 import QuadWire
 
 /// Why a request got no answer.
-enum LinkFailure: Error, Equatable {
+package enum LinkFailure: Error, Equatable {
     /// The phone knows it has no network (airplane mode, no signal): nothing was sent.
     case offline
     /// Sent, and nothing came back before the deadline: a cut the phone
@@ -32,8 +32,8 @@ enum LinkFailure: Error, Equatable {
 /// whatever the number of brokers. Which broker, when to move and when a
 /// request has timed out are the one requester's rules (``Requester``
 /// with `oneConnection`); this class carries them out on its socket.
-final class Link {
-    typealias Completion = (Result<Envelope, LinkFailure>) -> Void
+package final class Link {
+    package typealias Completion = (Result<Envelope, LinkFailure>) -> Void
 
     struct Call {
         var timer = 0
@@ -54,10 +54,10 @@ final class Link {
     /// The one socket while the radio is on; nil while it is off.
     private(set) var socket: Socket?
     /// The frontend the socket is connected to (an index of ``endpoints``).
-    private(set) var current = 0
+    package private(set) var current = 0
     /// Moves to another broker, and the requests sent again because of one.
-    private(set) var moves = 0
-    var failovers: Int { rules.failovers }
+    package private(set) var moves = 0
+    package var failovers: Int { rules.failovers }
     private var calls: [String: Call] = [:]
     /// Where requests go and when they are over: set at ``up()``.
     private var rules: Requester<String>
@@ -72,17 +72,17 @@ final class Link {
     /// it took its first request: its TCP connection and CURVE handshake,
     /// as the phone waited for them (nil until a request went on the wire).
     private(set) var openedMs: Int64 = 0
-    private(set) var connectMs: Int64?
+    package private(set) var connectMs: Int64?
     /// The phone's session token, put on every request.
-    var token: String?
+    package var token: String?
     /// Called for every answer that arrives, matched or not.
-    var onAnswer: () -> Void = {}
+    package var onAnswer: () -> Void = {}
     /// Called for an event the broker sends on this connection unasked
     /// (the user's news, once `sys.news` opened its channel).
-    var onEvent: (Envelope) -> Void = { _ in }
+    package var onEvent: (Envelope) -> Void = { _ in }
     /// Called after the link moved to another broker (its index), so that
     /// the phone's live feed follows.
-    var onMove: (Int) -> Void = { _ in }
+    package var onMove: (Int) -> Void = { _ in }
     private(set) var sent = 0
     static let graceMs: Int64 = 250
     private(set) var answered = 0
@@ -94,9 +94,9 @@ final class Link {
     /// anonymous request's idempotency record to it, so a retry after
     /// airplane mode, a restart or a move to another broker must come from
     /// the same key.
-    let clientKeys: CurveKeys?
+    package let clientKeys: CurveKeys?
 
-    init(context: ZMQContext, endpoint: String, source: String, reactor: Reactor, serverKey: [UInt8]? = nil,
+    package init(context: ZMQContext, endpoint: String, source: String, reactor: Reactor, serverKey: [UInt8]? = nil,
          clientSecretKey: String? = nil) {
         self.serverKey = serverKey
         clientKeys = serverKey == nil ? nil : Link.keyPair(clientSecretKey)
@@ -110,15 +110,15 @@ final class Link {
     }
 
     /// The key pair of `secretKey` (Z85), or a new one when it is nil or not a key.
-    static func keyPair(_ secretKey: String?) -> CurveKeys? {
+    package static func keyPair(_ secretKey: String?) -> CurveKeys? {
         secretKey.flatMap(CurveKeys.init(secretText:)) ?? (try? CurveKeys.generate())
     }
 
-    var isUp: Bool { socket != nil }
-    var inFlight: Int { calls.count }
+    package var isUp: Bool { socket != nil }
+    package var inFlight: Int { calls.count }
 
     /// Opens the socket (the radio is on), to a broker chosen at random.
-    func up() throws(ZMQError) {
+    package func up() throws(ZMQError) {
         guard socket == nil else { return }
         // Phones share the brokers' load: each starts on one at random.
         _ = rules.move(to: endpoints.count > 1 ? Int.random(in: 0..<endpoints.count) : 0)
@@ -153,7 +153,7 @@ final class Link {
 
     /// CURVE toward the broker with the phone's key pair (an ephemeral one
     /// without it); nothing without the broker's key.
-    static func secure(_ s: Socket, serverKey: [UInt8]?, clientKeys: CurveKeys?) throws(ZMQError) {
+    package static func secure(_ s: Socket, serverKey: [UInt8]?, clientKeys: CurveKeys?) throws(ZMQError) {
         guard let serverKey else { return }
         if let keys = clientKeys {
             try keys.connect(s, to: serverKey)
@@ -167,7 +167,7 @@ final class Link {
     /// request it answers is sent again), one is opened to the other
     /// frontend, and every waiting request goes again on it. A link with
     /// one frontend, or whose radio is off, stays where it is.
-    func move(to index: Int? = nil) throws(ZMQError) {
+    package func move(to index: Int? = nil) throws(ZMQError) {
         guard socket != nil, endpoints.count > 1 else { return }
         let target = index ?? (current + 1) % endpoints.count
         guard target != current else { return }
@@ -228,7 +228,7 @@ final class Link {
 
     /// Closes the socket (the radio is off): what was queued in it is
     /// dropped, and every waiting request fails as offline.
-    func down() {
+    package func down() {
         close()
         _ = rules.abandonAll()
         let waiting = calls
@@ -241,11 +241,11 @@ final class Link {
 
     /// Called when the link cannot open a socket after a move: the phone
     /// ends its day with the reason.
-    var onSocketError: (any Error) -> Void = { _ in }
+    package var onSocketError: (any Error) -> Void = { _ in }
 
     /// Sends `request` and calls `completion` once: with the answer, or with
     /// the failure. The completion never runs inside this call.
-    func send(_ request: Envelope, timeoutMs: Int64, completion: @escaping Completion) {
+    package func send(_ request: Envelope, timeoutMs: Int64, completion: @escaping Completion) {
         var request = request
         request.src = source
         request.token = token

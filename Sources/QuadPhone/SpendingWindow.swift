@@ -1,6 +1,7 @@
 import Foundation
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// SpendiQ's window (the SpendiQ seed, issue 17 point 4): the phone keeps
 /// the detailed records of the last 7 days (`spend_detail`: one row per

@@ -4,16 +4,21 @@ import QuadWire
 /// random time between half and all of `min(cap, base * 2^n)`, so phones
 /// that lost the network together do not all come back in the same
 /// millisecond.
-struct Backoff: Sendable {
+package struct Backoff: Sendable {
     var baseMs: Int64 = 250
     var capMs: Int64 = 8_000
 
+    package init(baseMs: Int64 = 250, capMs: Int64 = 8_000) {
+        self.baseMs = baseMs
+        self.capMs = capMs
+    }
+
     /// `min(cap, base * 2^attempt)`: the most the attempt waits.
-    func ceilingMs(attempt: Int) -> Int64 {
+    package func ceilingMs(attempt: Int) -> Int64 {
         min(capMs, baseMs << Int64(min(max(0, attempt), 20)))
     }
 
-    func delay<R: RandomNumberGenerator>(attempt: Int, using rng: inout R) -> Int64 {
+    package func delay<R: RandomNumberGenerator>(attempt: Int, using rng: inout R) -> Int64 {
         let exp = ceilingMs(attempt: attempt)
         return Int64.random(in: (exp / 2)...max(exp / 2, exp), using: &rng)
     }
@@ -21,12 +26,12 @@ struct Backoff: Sendable {
 
 /// A small seeded generator (SplitMix64), so a campus day with the same seed
 /// makes the same choices.
-struct SeededRandom: RandomNumberGenerator, Sendable {
+package struct SeededRandom: RandomNumberGenerator, Sendable {
     var state: UInt64
 
-    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+    package init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
 
-    mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9

@@ -5,7 +5,7 @@ import QuadWire
 /// miss. Sixteen entries hold every combination of the four filters of one
 /// destination (2⁴); thirty seconds, because spots change in minutes. Only
 /// answers from the server go in, never a copy read from disk.
-final class SpotCache<Value> {
+package final class SpotCache<Value> {
     let capacity: Int
     let ttlMs: Int64
     let now: () -> Int64
@@ -15,7 +15,7 @@ final class SpotCache<Value> {
     private(set) var hits = 0
     private(set) var misses = 0
 
-    init(capacity: Int, ttlMs: Int64, now: @escaping () -> Int64 = Clock.monotonicMillis) {
+    package init(capacity: Int, ttlMs: Int64, now: @escaping () -> Int64 = Clock.monotonicMillis) {
         self.capacity = capacity
         self.ttlMs = ttlMs
         self.now = now
@@ -25,7 +25,7 @@ final class SpotCache<Value> {
     var keys: [String] { order }
 
     /// The value of `key` if it is fresh; a use moves it to the most recent end.
-    func get(_ key: String) -> (value: Value, ageMs: Int64)? {
+    package func get(_ key: String) -> (value: Value, ageMs: Int64)? {
         guard let e = entries[key] else { misses += 1; return nil }
         let age = now() - e.at
         guard age <= ttlMs else {
@@ -38,7 +38,7 @@ final class SpotCache<Value> {
         return (e.value, age)
     }
 
-    func put(_ key: String, _ value: Value) {
+    package func put(_ key: String, _ value: Value) {
         if entries[key] != nil { touch(key) } else { order.append(key) }
         entries[key] = (value, now())
         while order.count > capacity {

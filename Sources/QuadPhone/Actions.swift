@@ -2,6 +2,7 @@ import Foundation
 import QuadContract
 import QuadStore
 import QuadWire
+import QuadPhoneKit
 
 /// One action waiting in a phone's outbox.
 struct QueuedAction {
@@ -32,7 +33,7 @@ struct QueuedAction {
 /// (the optimistic update, in the same transaction as the outbox row), and
 /// how the answer settles it: a reply confirms it, a refusal rolls it back
 /// and leaves a message with the service's reason.
-enum Actions {
+package enum Actions {
     /// Queued: written to the outbox, shown as done and pending, sent when
     /// the network allows.
     static let queued: Set<String> = [
@@ -421,7 +422,7 @@ enum Actions {
         return JSON.object(cart).text
     }
 
-    static func activeParking(_ db: Database) throws -> Row? {
+    package static func activeParking(_ db: Database) throws -> Row? {
         try db.queryOne("SELECT * FROM parking WHERE status IN ('held', 'checked_in') ORDER BY held_ms DESC LIMIT 1")
     }
 
