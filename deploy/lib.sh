@@ -208,15 +208,6 @@ quad_services_read() {
     eval "$assignments"
 }
 
-# The services of SERVICES whose faults include $1, in start order.
-quad_services_with_fault() {
-    local s
-    for s in "${SERVICES[@]}"; do
-        [[ ,${SERVICE_FAULTS[$s]}, == *,"$1",* ]] && printf '%s\n' "$s"
-    done
-    return 0
-}
-
 # The processes of the stack in $QUAD_HOME that are not of this shell's own
 # session: those with that QUAD_HOME in their environment or command line
 # (PostgreSQL on its data folder too). "pid program" lines, by pid; the

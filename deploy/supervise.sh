@@ -68,9 +68,6 @@ sup_running() { sup_pid >/dev/null; }
 
 sup_ctl() { supervisorctl -c "$SUP_CONF" "$@" 9>&-; }
 
-# The program name of worker $1/$2, or of 'broker' / 'postgres'.
-sup_name() { if (($# == 2)); then printf '%s-%s\n' "$1" "$2"; else printf '%s\n' "$1"; fi; }
-
 # Writes the config and starts supervisord, with no program yet.
 sup_start() {
     command -v supervisord >/dev/null && command -v supervisorctl >/dev/null ||
