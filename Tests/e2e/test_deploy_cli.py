@@ -43,6 +43,21 @@ def test_scale_takes_1_to_16_workers(tmp_path):
         assert p.returncode == 64 and "from 1 to 16" in p.stderr, (n, p.returncode, p.stderr)
 
 
+@pytest.mark.parametrize("env,code,said", [
+    ({"QUAD_START_SECS": "2s"}, 64, "QUAD_START_SECS must be a whole number, got '2s'"),
+    ({"QUAD_STOP_TIMEOUT": "-1"}, 64, "QUAD_STOP_TIMEOUT must be a whole number, got '-1'"),
+    ({"QUAD_HOME": "quad home"}, 1, "QUAD_HOME must not hold spaces"),
+])
+def test_up_refuses_what_supervisord_cannot_take_before_starting_anything(env, code, said, tmp_path):
+    home = str(tmp_path / env.get("QUAD_HOME", "home"))
+    full = {k: v for k, v in os.environ.items() if not k.startswith("QUAD_") or k in ("QUAD_BIN_DIR", "QUAD_BUILD_DIR")}
+    full.update(env, QUAD_HOME=home, QUAD_PORT_BASE="1200")
+    p = subprocess.run([os.path.join(ROOT, "deploy", "stack"), "up", "--no-build"], capture_output=True, text=True, timeout=120, env=full)
+    assert p.returncode == code and said in p.stderr, (env, p.returncode, p.stderr[-600:])
+    assert not os.path.exists(os.path.join(home, "run", "supervisor")), "supervisord's folder was made"
+    assert "Starting the Quad stack" not in p.stdout
+
+
 # The executables, as a user runs them: --help exits 0 with the usage on
 # stdout; a refused option exits 64 naming it, from the executable's main
 # (the libraries throw), and a worker refused so leaves no store behind.
