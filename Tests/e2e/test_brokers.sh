@@ -77,14 +77,27 @@ wait_for_progress() {
     fail "quad-bench said nothing of its progress in 60 s: $(tail -n 3 "$err")"
 }
 
+# Freezes broker $1 (SIGSTOP) under a running quad-bench, then has
+# deploy/stack kill it (SIGKILL). Frozen, the broker answers nothing, so the
+# requests dealt to it stay waiting there and the bench cannot end before the
+# kill: the kill always finds requests to resend, however slowly the
+# launcher starts on a loaded machine.
+freeze_and_kill() {
+    local k=$1 pid
+    pid=$(<"$QUAD_HOME/run/$( ((k == 1)) && printf broker || printf 'broker-%s' "$k").pid")
+    kill -STOP "$pid" || fail "could not freeze broker $k (pid $pid)"
+    "$STACK" kill broker "$k" >/dev/null || fail "deploy/stack kill broker $k exited $?"
+}
+
 # quad-bench with 200 in flight through both frontends; broker $1 is
-# killed once a tenth of its 40,000 requests are answered.
+# frozen and killed once a tenth of its 40,000 requests are answered. The
+# deadline (60 s) outlasts the launcher's kill on a loaded machine.
 bench_through_kill() {
     local k=$1 out=$QUAD_HOME/bench-$1.json
-    "$BIN/quad-bench" request --n 40000 --inflight 200 --warmup 0 --deadline 10000 >"$out" 2>"$QUAD_HOME/bench-$k.err" &
+    "$BIN/quad-bench" request --n 40000 --inflight 200 --warmup 0 --deadline 60000 >"$out" 2>"$QUAD_HOME/bench-$k.err" &
     local bench=$!
     wait_for_progress "$bench" "$QUAD_HOME/bench-$k.err"
-    "$STACK" kill broker "$k" >/dev/null || fail "deploy/stack kill broker $k exited $?"
+    freeze_and_kill "$k"
     wait "$bench" || fail "quad-bench exited $? after broker $k was killed: $(tail -n 3 "$QUAD_HOME/bench-$k.err")"
     python3 - "$out" <<'PY' || fail "quad-bench through the kill of broker $k: $(cat "$out")"
 import json, sys
@@ -119,10 +132,10 @@ events_held() {
 before=$(events_held) || fail "telemetry.stats did not answer"
 "$STACK" status >/dev/null
 out=$QUAD_HOME/bench-ingest.json
-"$BIN/quad-bench" ingest --n 10000 --batch 10 --inflight 200 --warmup 0 --deadline 10000 >"$out" 2>"$QUAD_HOME/bench-ingest.err" &
+"$BIN/quad-bench" ingest --n 10000 --batch 10 --inflight 200 --warmup 0 --deadline 60000 >"$out" 2>"$QUAD_HOME/bench-ingest.err" &
 bench=$!
 wait_for_progress "$bench" "$QUAD_HOME/bench-ingest.err"
-"$STACK" kill broker 1 >/dev/null || fail "deploy/stack kill broker 1 exited $?"
+freeze_and_kill 1
 wait "$bench" || fail "quad-bench ingest exited $? after broker 1 was killed: $(tail -n 3 "$QUAD_HOME/bench-ingest.err")"
 after=$(events_held) || fail "telemetry.stats did not answer after the kill"
 python3 - "$out" "$before" "$after" <<'PY' || fail "quad-bench ingest through the kill of broker 1: $(cat "$out")"
