@@ -68,7 +68,9 @@ sup_running() { sup_pid >/dev/null; }
 
 sup_ctl() { supervisorctl -c "$SUP_CONF" "$@" 9>&-; }
 
-# Writes the config and starts supervisord, with no program yet.
+# Writes the config $1 (deploy/quaddeploy/generate.py's supervisord, which
+# deploy/stack up renders before anything starts) and starts supervisord,
+# with no program yet.
 sup_start() {
     command -v supervisord >/dev/null && command -v supervisorctl >/dev/null ||
         quad_die "the stack runs under supervisord, which is not installed (apt-get install supervisor; deploy/quickstart and .ci/run install it)"
@@ -76,7 +78,7 @@ sup_start() {
     chmod 700 "$SUP_DIR" "$SUP_PROGRAMS"
     rm -f "$SUP_PROGRAMS"/*
     [[ -f $SUP_LOG ]] && mv -f "$SUP_LOG" "$SUP_LOG.prev"
-    quad_generate supervisord --home "$QUAD_HOME" >"$SUP_CONF" || quad_die "cannot write supervisord's config $SUP_CONF (see above)"
+    printf '%s\n' "$1" >"$SUP_CONF" || quad_die "cannot write supervisord's config $SUP_CONF"
     supervisord -c "$SUP_CONF" </dev/null >>"$LOGS/supervisord.out" 2>&1 9>&- ||
         fail_with_log "supervisord did not start" "$SUP_LOG"
     local deadline=$((SECONDS + 10))

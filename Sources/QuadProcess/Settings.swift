@@ -197,6 +197,7 @@ public struct Flags {
                 }
                 values[name] = value
             } else {
+                if let value { throw UsageError("option --\(name) takes no value, got '\(value)'", usage: usage) }
                 values[name] = "true"
             }
         }

@@ -83,6 +83,8 @@ public enum ServiceMain {
             flags.option(name, help + " [\(variable)]", default: env[variable] ?? d)
         }
         for (name, help, d) in D.options { flags.option(name, help, default: d) }
+        flags.flag("migrate", "create or upgrade the store's tables (the service's migrations) and exit, without a broker: "
+                   + "what an upgrade or a Kubernetes init container runs before the workers start")
         try flags.parse(arguments)
 
         let endpoints = Endpoints(frontend: flags["frontend"]!, backend: flags["backend"]!, eventsIn: flags["events-in"]!, eventsOut: flags["events-out"]!, internal: flags["internal"]!)
@@ -128,8 +130,13 @@ public enum ServiceMain {
                 if !dir.isEmpty { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
             }
             let db = try openDatabase(location, settings: store)
-            try Migrations.apply(db, ServiceTables.migrations, scope: "quad")
-            try Migrations.apply(db, D.migrations, scope: D.name)
+            let ran = try Migrations.apply(db, ServiceTables.migrations, scope: "quad") + Migrations.apply(db, D.migrations, scope: D.name)
+            if flags.bool("migrate") {
+                let total = ServiceTables.migrations.count + D.migrations.count
+                print("quad-\(D.name): store \(location.contains("://") ? "postgres" : location) is at its latest schema: "
+                      + "\(ran) of its \(total) migrations applied now, \(total - ran) were already")
+                return 0
+            }
             let handlers = Handlers(service: D.name, instance: instance, db: db)
             let worker = try Worker(handlers: handlers, endpoints: endpoints, heartbeatMs: Int64(heartbeat))
             worker.maxMessageBytes = maxBytes

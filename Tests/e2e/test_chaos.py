@@ -37,8 +37,7 @@ CREATE TABLE chaos_telemetry (id TEXT PRIMARY KEY, name TEXT NOT NULL, ts BIGINT
 
 SERVICE_SCHEMA = """
 CREATE TABLE idempotency (id TEXT PRIMARY KEY, type TEXT NOT NULL, reply TEXT NOT NULL, created_ms BIGINT NOT NULL);
-CREATE TABLE outbox (seq BIGINT PRIMARY KEY, id TEXT NOT NULL, type TEXT NOT NULL, ts BIGINT NOT NULL, body TEXT NOT NULL,
-                     published INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE outbox (seq BIGINT PRIMARY KEY, id TEXT NOT NULL, type TEXT NOT NULL, ts BIGINT NOT NULL, body TEXT NOT NULL);
 """
 
 EXTRA = {
@@ -61,6 +60,18 @@ EXTRA = {
         CREATE TABLE ingest_totals (one INTEGER PRIMARY KEY, conflicting BIGINT NOT NULL);
         INSERT INTO ingest_totals VALUES (1, 0);
     """,
+}
+
+# What some worlds add to the tables above, each statement used where a
+# world needs it (the checks that read these run only when they are there).
+LATER = {
+    "catalog": {"listings": "CREATE TABLE listings (id TEXT PRIMARY KEY, quantity BIGINT NOT NULL, unlisted BIGINT NOT NULL)",
+                "products.version": "ALTER TABLE products ADD COLUMN version BIGINT NOT NULL DEFAULT 0"},
+    "orders": {"orders.mode": "ALTER TABLE orders ADD COLUMN mode TEXT NOT NULL DEFAULT 'buy'",
+               "orders.version": "ALTER TABLE orders ADD COLUMN version BIGINT NOT NULL DEFAULT 0"},
+    "telemetry": {"events.payload": ";".join("ALTER TABLE events ADD COLUMN " + c
+                                             for c in ("session TEXT", "name TEXT", "ts BIGINT", "offline INTEGER", "props TEXT")),
+                  "event_conflicts": "CREATE TABLE event_conflicts (id TEXT, digest TEXT, payload TEXT, first_ms BIGINT, last_ms BIGINT, times BIGINT)"},
 }
 
 
@@ -130,7 +141,7 @@ class World:
     def event(self, service, type, body):
         c = self.db[service]
         seq = c.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM outbox").fetchone()[0]
-        c.execute("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, 1)", (seq, "ev%d" % seq, type, self.t, json.dumps(body)))
+        c.execute("INSERT INTO outbox VALUES (?, ?, ?, ?, ?)", (seq, "ev%d" % seq, type, self.t, json.dumps(body)))
 
     def commit(self):
         for c in self.db.values():
@@ -153,6 +164,44 @@ def world(tmp_path):
 
 def failed(verdict):
     return sorted(c["name"] for c in verdict["checks"] if not c["ok"])
+
+
+def bin_dir():
+    """Where the services' executables are: QUAD_BIN_DIR (deploy/test sets
+    it), else the release build (QUAD_BUILD_DIR or .build)."""
+    return os.environ.get("QUAD_BIN_DIR") or os.path.join(os.environ.get("QUAD_BUILD_DIR") or os.path.join(ROOT, ".build"), "release")
+
+
+def columns(db, table):
+    return {row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", (table,))}
+
+
+@pytest.mark.parametrize("service", sorted(set(SERVICES)))
+def test_the_worlds_tables_are_in_the_store_the_service_migrates(tmp_path, service):
+    """The worlds here are built from tables written in this file (EXTRA,
+    LATER), the columns the checker reads. Each of those tables, and each of its
+    columns, is in the store the service's own migrations make (quad-NAME
+    --migrate, as an upgrade runs them): a table or column a migration
+    renames or drops fails here, not in a chaos run whose checker finds
+    nothing to read."""
+    exe = os.path.join(bin_dir(), "quad-" + service)
+    assert os.access(exe, os.X_OK), "no %s: build with swift build -c release (or set QUAD_BIN_DIR)" % exe
+    path = str(tmp_path / (service + ".db"))
+    r = subprocess.run([exe, "--db", path, "--migrate"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "is at its latest schema" in r.stdout, r.stdout + r.stderr
+    again = subprocess.run([exe, "--db", path, "--migrate"], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and " 0 of its " in again.stdout, again.stdout + again.stderr
+    real = sqlite3.connect(path)
+    mine = sqlite3.connect(":memory:")
+    mine.executescript(SERVICE_SCHEMA + EXTRA.get(service, "") + "".join(";" + x for x in LATER.get(service, {}).values()))
+    tables = [t for (t,) in mine.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    assert "idempotency" in tables and "outbox" in tables
+    for t in tables:
+        have = columns(real, t)
+        assert have, "the worlds' table %s is not in %s's store (its migrations make: %s)" % (
+            t, service, ", ".join(sorted(n for (n,) in real.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))))
+        missing = columns(mine, t) - have
+        assert not missing, "%s.%s has no column %s (its columns: %s)" % (service, t, ", ".join(sorted(missing)), ", ".join(sorted(have)))
 
 
 def test_a_consistent_history_passes(world):
@@ -602,7 +651,7 @@ def rent_and_return(world, order="r1", product="p-0004", returned=True):
     confirmed then released, one unit out and back."""
     orders, cat = world.db["orders"], world.db["catalog"]
     if "mode" not in [c[1] for c in orders.execute("PRAGMA table_info(orders)")]:
-        orders.execute("ALTER TABLE orders ADD COLUMN mode TEXT NOT NULL DEFAULT 'buy'")
+        orders.execute(LATER["orders"]["orders.mode"])
     world.act("orders.place", order, body={"source": "buy_now", "product": product, "mode": "rent"})
     orders.execute("INSERT INTO orders (id, user_id, status, source, items, updated_ms, mode) VALUES (?, 'u1', ?, 'buy_now', ?, ?, 'rent')",
                    (order, "returned" if returned else "confirmed", json.dumps([{"product": product, "quantity": 1}]), world.t))
@@ -669,7 +718,8 @@ def test_a_release_for_an_order_still_rented_is_caught(world):
 def listed(world, lid, quantity, unlisted, stock):
     """A student's listing as catalog keeps it: a product, and its row in listings."""
     cat = world.db["catalog"]
-    cat.execute("CREATE TABLE IF NOT EXISTS listings (id TEXT PRIMARY KEY, quantity BIGINT NOT NULL, unlisted BIGINT NOT NULL)")
+    if not cat.execute("SELECT 1 FROM sqlite_master WHERE name = 'listings'").fetchone():
+        cat.execute(LATER["catalog"]["listings"])
     cat.execute("INSERT INTO listings VALUES (?, ?, ?)", (lid, quantity, unlisted))
     cat.execute("INSERT INTO products VALUES (?, ?)", (lid, stock))
 
@@ -699,7 +749,7 @@ def test_a_listing_sold_twice_is_caught(world):
 
 
 def test_a_listing_product_without_its_listing_row_is_caught(world):
-    world.db["catalog"].execute("CREATE TABLE listings (id TEXT PRIMARY KEY, quantity BIGINT NOT NULL, unlisted BIGINT NOT NULL)")
+    world.db["catalog"].execute(LATER["catalog"]["listings"])
     world.db["catalog"].execute("INSERT INTO products VALUES ('l-0190f4c4', 3)")
     rc, out, verdict = world.check()
     assert rc == 1 and "stock" in failed(verdict), out
@@ -742,10 +792,10 @@ def with_sessions(world):
     listed, returned rental o9 read at version 4 (answered at 6), and keeps
     o1, o9 and p-0002 at the stores' versions."""
     world.phone.executescript(SESSION_SCHEMA)
-    world.db["orders"].executescript("ALTER TABLE orders ADD COLUMN version BIGINT NOT NULL DEFAULT 0;"
+    world.db["orders"].executescript(LATER["orders"]["orders.version"] + ";"
                                      "INSERT INTO orders VALUES ('o9', 'u1', 'returned', 'buy_now', '[]', 1, 6);"
                                      "UPDATE orders SET version = 7 WHERE id = 'o1';")
-    world.db["catalog"].executescript("ALTER TABLE products ADD COLUMN version BIGINT NOT NULL DEFAULT 0;"
+    world.db["catalog"].executescript(LATER["catalog"]["products.version"] + ";"
                                       "UPDATE products SET version = 5 WHERE id = 'p-0002';"
                                       "INSERT INTO holds VALUES ('o9', 'released', 1, 2);")
     rows = [(10, "view", "product", "product:p-0002", 3, None), (11, "view", "home", "product:p-0002", 5, None),
@@ -887,10 +937,9 @@ def conflict_after_rollback(world, props_sent):
     """e5 stored as the lost file sent it; the rolled-back phone sends it
     again in a batch formed anew: a delivery the collector kept aside."""
     t = world.db["telemetry"]
-    for col in ("session TEXT", "name TEXT", "ts BIGINT", "offline INTEGER", "props TEXT"):
-        t.execute("ALTER TABLE events ADD COLUMN " + col)
+    t.executescript(LATER["telemetry"]["events.payload"])
     t.execute("UPDATE events SET session = 's1', name = 'view.opened', ts = 5, offline = 0, props = '{\"view\":\"home\"}'")
-    t.execute("CREATE TABLE event_conflicts (id TEXT, digest TEXT, payload TEXT, first_ms BIGINT, last_ms BIGINT, times BIGINT)")
+    t.execute(LATER["telemetry"]["event_conflicts"])
     payload = {"id": "e5", "phone": "phone-001", "session": "s1", "name": "view.opened", "ts": 5, "offline": False,
                "queued_ms": 900, "props": props_sent}
     t.execute("INSERT INTO event_conflicts VALUES ('e5', 'd2', ?, 1, 1, 1)", (json.dumps(payload),))

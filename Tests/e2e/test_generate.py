@@ -88,6 +88,11 @@ def test_supervisord_reads_the_config_and_every_program(tmp_path, changed):
     assert conf["unix_http_server"]["file"] == paths["sock"] and conf["unix_http_server"]["chmod"] == "0700"
     assert conf["include"]["files"] == paths["programs"] + "/*.conf"
     assert conf["supervisord"]["logfile"] == paths["log"] and conf["supervisord"]["logfile_maxbytes"] == "0"
+    # deploy/supervise.sh finds supervisord where the config puts it.
+    got = bash('source "$QUAD_ROOT/deploy/supervise.sh"; printf "%s\\n" "$SUP_DIR" "$SUP_CONF" "$SUP_SOCK" "$SUP_PROGRAMS" "$SUP_LOG"',
+               QUAD_HOME=home)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == [paths[k] for k in ("dir", "conf", "sock", "programs", "log")], got.stdout
     # A program of each, written by sup_add's generator with the settings deploy/stack takes.
     for name in generate.programs(3, file=changed):
         r = gen(["program", name, "--command", f"{paths['programs']}/{name}.sh", "--priority", "10" if name.startswith("broker") else "100",

@@ -126,10 +126,6 @@ def programs(brokers, workers=None, file=None):
 
 # ---------------------------------------------------------------------- hosts
 
-# A service's workers that have a host: deploy/stack scale's maximum.
-MAX_ADDRESSED_WORKERS = 16
-
-
 def hosts(subnet, brokers, file=None):
     """Every --hosts host of a stack on net subnet ("10.77.K"), name ->
     address, no two alike: broker .2, pg .3, phones .4, broker-K .(100+K),
@@ -138,11 +134,13 @@ def hosts(subnet, brokers, file=None):
     .172). The root namespace is .1."""
     if not re.fullmatch(r"10\.77\.([0-9]|[1-9][0-9]|1[0-9][0-9]|2[0-4][0-9]|25[0-5])", subnet):
         raise ValueError(f"the hosts' net is 10.77.K with K from 0 to 255, got '{subnet}'")
+    if services_list.MAX_WORKERS > 16:
+        raise ValueError(f"the hosts' addresses have room for 16 workers of a service, the schema allows {services_list.MAX_WORKERS}")
     out = {"broker": f"{subnet}.2", "pg": f"{subnet}.3", "phones": f"{subnet}.4"}
     for k in range(2, brokers + 1):
         out[f"broker-{k}"] = f"{subnet}.{100 + k}"
     for s in services_list.load(file).values():
-        for n in range(1, MAX_ADDRESSED_WORKERS + 1):
+        for n in range(1, services_list.MAX_WORKERS + 1):
             last = 10 * s.host + n if n <= 9 else 110 + 7 * (s.host - 1) + n - 10
             out[f"{s.name}-{n}"] = f"{subnet}.{last}"
     return out

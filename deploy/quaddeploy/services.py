@@ -33,6 +33,12 @@ SCHEMA_FILE = os.path.join(DEPLOY, "stack.schema.json")
 COLUMNS = ("name", "exe", "store", "host", "workers", "faults")
 STORES = ("sqlite", "postgres")
 FAULTS = ("kill", "pause", "partition", "pg", "clock")
+# The most workers of one service (the schema's maximum of `workers`): what
+# a service's default, up and scale accept and what --hosts gives an address
+# (deploy/stack gets it as QUAD_MAX_WORKERS). Past it the workers only share
+# the same cores.
+with open(SCHEMA_FILE) as _f:
+    MAX_WORKERS = json.load(_f)["properties"]["services"]["items"]["properties"]["workers"]["maximum"]
 PORT_FIELDS = ("base", "broker_stride", "internal", "updates", "dashboard", "catalog_images", "reservations_images", "edge_control",
                "prometheus", "postgres_first", "postgres_tries", "metrics", "metrics_edge", "metrics_workers", "metrics_workers_per_service")
 
@@ -109,8 +115,8 @@ def check(doc, where="deploy/stack.json"):
             raise ServicesError("%s: the host of %s must be 1 to 9, got %s" % (at, name, json.dumps(host)))
         if host in hosts:
             raise ServicesError("%s: host %d is taken by %s" % (at, host, hosts[host]))
-        if not (_int(workers) and 1 <= workers <= 16):
-            raise ServicesError("%s: the workers of %s must be 1 to 16, got %s" % (at, name, json.dumps(workers)))
+        if not (_int(workers) and 1 <= workers <= MAX_WORKERS):
+            raise ServicesError("%s: the workers of %s must be 1 to %d, got %s" % (at, name, MAX_WORKERS, json.dumps(workers)))
         if not (isinstance(faults, list) and all(isinstance(f, str) for f in faults)):
             raise ServicesError("%s: the faults of %s must be a list of %s, got %s" % (at, name, ", ".join(FAULTS), json.dumps(faults)))
         for f in faults:
@@ -170,7 +176,7 @@ def shell(file=None):
     """The description as bash assignments, for deploy/lib.sh's
     quad_services_read to eval: SERVICES, SERVICE_EXE, SERVICE_STORE,
     SERVICE_HOST, SERVICE_WORKERS, SERVICE_FAULTS (comma-separated) and
-    QUAD_DEFAULT_BROKERS, QUAD_MAX_BROKERS."""
+    QUAD_DEFAULT_BROKERS, QUAD_MAX_BROKERS, QUAD_MAX_WORKERS."""
     import shlex
     services, b, _ = description(file)
     out = ["SERVICES=(%s)" % " ".join(shlex.quote(n) for n in services)]
@@ -181,7 +187,7 @@ def shell(file=None):
             v = getattr(s, column)
             pairs.append("[%s]=%s" % (shlex.quote(s.name), shlex.quote(",".join(v) if isinstance(v, tuple) else str(v))))
         out.append("declare -gA %s=(%s)" % (var, " ".join(pairs)))
-    out.append("QUAD_DEFAULT_BROKERS=%d QUAD_MAX_BROKERS=%d" % (b["default"], b["max"]))
+    out.append("QUAD_DEFAULT_BROKERS=%d QUAD_MAX_BROKERS=%d QUAD_MAX_WORKERS=%d" % (b["default"], b["max"], MAX_WORKERS))
     return "\n".join(out)
 
 
