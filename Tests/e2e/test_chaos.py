@@ -63,13 +63,15 @@ EXTRA = {
 }
 
 # What some worlds add to the tables above, each statement used where a
-# world needs it (the checks that read these run only when they are there).
+# world needs it (the checks that read these run only when they are there);
+# keys are "table" or "table/column" (a dotted key would read as a type to
+# test_protos.py's check of the types named here).
 LATER = {
     "catalog": {"listings": "CREATE TABLE listings (id TEXT PRIMARY KEY, quantity BIGINT NOT NULL, unlisted BIGINT NOT NULL)",
-                "products.version": "ALTER TABLE products ADD COLUMN version BIGINT NOT NULL DEFAULT 0"},
-    "orders": {"orders.mode": "ALTER TABLE orders ADD COLUMN mode TEXT NOT NULL DEFAULT 'buy'",
-               "orders.version": "ALTER TABLE orders ADD COLUMN version BIGINT NOT NULL DEFAULT 0"},
-    "telemetry": {"events.payload": ";".join("ALTER TABLE events ADD COLUMN " + c
+                "products/version": "ALTER TABLE products ADD COLUMN version BIGINT NOT NULL DEFAULT 0"},
+    "orders": {"orders/mode": "ALTER TABLE orders ADD COLUMN mode TEXT NOT NULL DEFAULT 'buy'",
+               "orders/version": "ALTER TABLE orders ADD COLUMN version BIGINT NOT NULL DEFAULT 0"},
+    "telemetry": {"events/payload": ";".join("ALTER TABLE events ADD COLUMN " + c
                                              for c in ("session TEXT", "name TEXT", "ts BIGINT", "offline INTEGER", "props TEXT")),
                   "event_conflicts": "CREATE TABLE event_conflicts (id TEXT, digest TEXT, payload TEXT, first_ms BIGINT, last_ms BIGINT, times BIGINT)"},
 }
@@ -651,7 +653,7 @@ def rent_and_return(world, order="r1", product="p-0004", returned=True):
     confirmed then released, one unit out and back."""
     orders, cat = world.db["orders"], world.db["catalog"]
     if "mode" not in [c[1] for c in orders.execute("PRAGMA table_info(orders)")]:
-        orders.execute(LATER["orders"]["orders.mode"])
+        orders.execute(LATER["orders"]["orders/mode"])
     world.act("orders.place", order, body={"source": "buy_now", "product": product, "mode": "rent"})
     orders.execute("INSERT INTO orders (id, user_id, status, source, items, updated_ms, mode) VALUES (?, 'u1', ?, 'buy_now', ?, ?, 'rent')",
                    (order, "returned" if returned else "confirmed", json.dumps([{"product": product, "quantity": 1}]), world.t))
@@ -792,10 +794,10 @@ def with_sessions(world):
     listed, returned rental o9 read at version 4 (answered at 6), and keeps
     o1, o9 and p-0002 at the stores' versions."""
     world.phone.executescript(SESSION_SCHEMA)
-    world.db["orders"].executescript(LATER["orders"]["orders.version"] + ";"
+    world.db["orders"].executescript(LATER["orders"]["orders/version"] + ";"
                                      "INSERT INTO orders VALUES ('o9', 'u1', 'returned', 'buy_now', '[]', 1, 6);"
                                      "UPDATE orders SET version = 7 WHERE id = 'o1';")
-    world.db["catalog"].executescript(LATER["catalog"]["products.version"] + ";"
+    world.db["catalog"].executescript(LATER["catalog"]["products/version"] + ";"
                                       "UPDATE products SET version = 5 WHERE id = 'p-0002';"
                                       "INSERT INTO holds VALUES ('o9', 'released', 1, 2);")
     rows = [(10, "view", "product", "product:p-0002", 3, None), (11, "view", "home", "product:p-0002", 5, None),
@@ -937,7 +939,7 @@ def conflict_after_rollback(world, props_sent):
     """e5 stored as the lost file sent it; the rolled-back phone sends it
     again in a batch formed anew: a delivery the collector kept aside."""
     t = world.db["telemetry"]
-    t.executescript(LATER["telemetry"]["events.payload"])
+    t.executescript(LATER["telemetry"]["events/payload"])
     t.execute("UPDATE events SET session = 's1', name = 'view.opened', ts = 5, offline = 0, props = '{\"view\":\"home\"}'")
     t.execute(LATER["telemetry"]["event_conflicts"])
     payload = {"id": "e5", "phone": "phone-001", "session": "s1", "name": "view.opened", "ts": 5, "offline": False,
