@@ -561,15 +561,26 @@ public final class Broker {
         Log.hold()
         defer { Log.flush() }
         var n = 0
-        // The routing id and the MDP frames; frames past them are counted, not copied.
-        while n < 1000, let (frames, count, metadata) = try? socket.receiveWithMetadata(dontWait: true, keepingAtMost: Majordomo.framesToKeep) {
+        // The routing id and the MDP frames are copied; the envelope's
+        // frames stay libzmq's messages (read below only when they must be);
+        // frames past them are counted, not copied.
+        while n < 1000, let (head, tail, count, metadata) = try? socket.receiveWithTail(
+            dontWait: true, keepingAtMost: Majordomo.framesToKeep, copying: Majordomo.frontendLead, readingMetadata: true)
+        {
             n += 1
             requestsIn += 1
-            guard let identity = frames.first else { continue }
+            guard let identity = head.first else { continue }
+            // The envelope's frames are read by their place, not their bytes.
+            let frames = head + tail.map { _ in [UInt8]() }
             switch Majordomo.parseRequest(frames.dropFirst(), count: count - 1) {
             case let .success(request):
                 let client = [origin | (request.form == .delimited ? Broker.delimited : 0)] + identity
-                accept(client: client, service: request.service, bytes: request.body, metadata: metadata)
+                if tail.count == 2 {
+                    // Header and body: the header is read and rewritten, the body passed on as it came.
+                    accept(client: client, service: request.service, bytes: tail[0].bytes, body: tail[1], metadata: metadata)
+                } else {
+                    accept(client: client, service: request.service, bytes: tail.first?.bytes ?? [], metadata: metadata)
+                }
             case let .failure(refusal):
                 let client = [origin | (refusal.form == .delimited ? Broker.delimited : 0)] + identity
                 refuseFrames(client, refusal, count: count - 1, metadata: metadata, origin: origin)
@@ -577,7 +588,7 @@ public final class Broker {
         }
     }
 
-    /// A message that is not an MDP/0.2 REQUEST with one envelope frame:
+    /// A message that is not an MDP/0.2 REQUEST with its envelope in one or two frames:
     /// 400, and its client key may not connect again for `malformed_ban_ms`.
     func refuseFrames(_ client: [UInt8], _ refusal: Majordomo.Refusal, count: Int, metadata: MessageMetadata, origin: UInt8) {
         malformed += 1
@@ -592,16 +603,20 @@ public final class Broker {
     }
 
     /// Sends `bytes` to the client at `route`, as an MDP FINAL (or PARTIAL)
-    /// from `service`.
-    func deliver(_ route: [UInt8], _ bytes: [UInt8], service: some StringProtocol, partial: Bool = false) {
+    /// from `service`: the envelope, or its header followed by the body's
+    /// frame `body`, passed on as the worker sent it.
+    func deliver(_ route: [UInt8], _ bytes: [UInt8], body: Frame? = nil, service: some StringProtocol, partial: Bool = false) {
         let origin = Broker.origin(route)
         if origin == Broker.own {
-            if !partial { ownReply(bytes) }
+            if !partial {
+                if let body { (try? Envelope.decode(header: bytes, body: body.bytes, maxBytes: .max)).map { ownReply($0.encoded()) } } else { ownReply(bytes) }
+            }
             return
         }
         let socket = origin == Broker.internal ? internalFrontend : frontend
         let form: Majordomo.Form = (route.first ?? 0) & Broker.delimited != 0 ? .delimited : .bare
-        try? socket.send([Array(route.dropFirst())] + Majordomo.reply(service: service, bytes, partial: partial, form: form), dontWait: true)
+        try? socket.send([Array(route.dropFirst())] + Majordomo.reply(service: service, bytes, partial: partial, form: form),
+                         then: body.map { [$0] } ?? [], dontWait: true)
     }
 
     /// An error envelope from the broker; its FINAL names `service`, or
@@ -615,8 +630,9 @@ public final class Broker {
     }
 
     /// A REQUEST to `service` (its own frame) with the envelope `bytes`,
-    /// whose header alone is read.
-    func accept(client: [UInt8], service frame: String, bytes: [UInt8], metadata: MessageMetadata = MessageMetadata()) {
+    /// whose header alone is read; or, with `body`, the envelope's header
+    /// `bytes` and its body's frame, passed on without being read or copied.
+    func accept(client: [UInt8], service frame: String, bytes: [UInt8], body: Frame? = nil, metadata: MessageMetadata = MessageMetadata()) {
         var envelope: Envelope
         do { envelope = try Envelope.decodeHeader(bytes, maxBytes: settings.maxMessageBytes) } catch {
             replyError(client, error, corr: Envelope.salvageID(bytes), service: frame)
@@ -627,6 +643,11 @@ public final class Broker {
         let span = Span.child(of: envelope.traceparent)
         openSpans[SpanKey(route: client, id: envelope.id)] = OpenSpan(span: span, type: envelope.type, startMicros: Clock.nowMicros(),
                                                                       started: Clock.monotonicMicros())
+        if body != nil && Envelope.headerCarriesBody(bytes) {
+            replyError(client, .badRequest("the header frame carries 'body': an envelope in two frames is its header (every field but body), "
+                                           + "then its body; in one frame it is the whole envelope"), corr: envelope.id, type: envelope.type, service: frame)
+            return
+        }
         guard envelope.kind == .request else {
             replyError(client, .badRequest("expected kind 'request', got '\(envelope.kind.rawValue)'"), corr: envelope.id, type: envelope.type, service: frame)
             return
@@ -720,8 +741,8 @@ public final class Broker {
         if metricsServer != nil { metrics.add("quad_broker_service_requests_total", ["service": service]) }
         header["traceparent"] = span.traceparent
         let spliced = Envelope.rewritingHeader(bytes, set: header)
-        feed(.clientRequest(Routing.Request(client: client, id: envelope.id, type: envelope.type, bytes: spliced, deadlineMs: envelope.deadline,
-                                            owner: RequestOwner.of(envelope))))
+        feed(.clientRequest(Routing.Request(client: client, id: envelope.id, type: envelope.type, bytes: spliced, body: body,
+                                            deadlineMs: envelope.deadline, owner: RequestOwner.of(envelope))))
     }
 
     func refuseRate(_ client: [UInt8], _ envelope: Envelope, _ error: QuadError, key: String) {
@@ -767,13 +788,13 @@ public final class Broker {
                 if let failed = sendToWorker(identity, request) {
                     actions += routing.handle(.workerUnreachable(identity: identity, reason: "send failed: \(failed)"), now: Clock.monotonicMillis())
                 }
-            case let .sendToClient(route, bytes, service, corr):
+            case let .sendToClient(route, bytes, body, service, corr):
                 // A FINAL addressed to no client answers no one: the worker
                 // took that request on, to answer it later (a deferred reply).
                 if !route.isEmpty {
                     let ended = Clock.monotonicMicros()
-                    deliver(route, bytes, service: service ?? Broker.service(of: bytes))
-                    answered(route, bytes, corr: corr, ended: ended)
+                    deliver(route, bytes, body: body, service: service ?? Broker.service(of: bytes))
+                    answered(route, bytes, body: body, corr: corr, ended: ended)
                 }
             case let .replyError(route, error, corr, type):
                 replyError(route, error, corr: corr, type: type)
@@ -797,7 +818,8 @@ public final class Broker {
     /// Sends a request to a worker; the error when it could not be sent.
     func sendToWorker(_ identity: [UInt8], _ request: Routing.Request) -> Error? {
         do {
-            try backend.send([identity] + Majordomo.frames(.request(client: request.client, bodies: [request.bytes]), form: workerForm(identity)))
+            try backend.send([identity] + Majordomo.frames(.request(client: request.client, bodies: [request.bytes]), form: workerForm(identity)),
+                             then: request.body.map { [$0] } ?? [])
             return nil
         } catch {
             return error
@@ -838,8 +860,11 @@ public final class Broker {
         Log.hold()
         defer { Log.flush() }
         var n = 0
-        while n < 1000, let frames = try? backend.receive(dontWait: true) {
+        // The MDP frames are copied; an answer's envelope frames stay
+        // libzmq's messages, read below only when they must be.
+        while n < 1000, let (head, tail, _, _) = try? backend.receiveWithTail(dontWait: true, copying: Majordomo.backendLead) {
             n += 1
+            let frames = head + tail.map { _ in [UInt8]() }  // read by their place, not their bytes
             guard let identity = frames.first, let (form, message) = Majordomo.parseWorker(frames.dropFirst()) else { continue }
             if form == .delimited { delimitedWorkers.insert(identity) } else { delimitedWorkers.remove(identity) }
             let event: Routing.Event
@@ -856,19 +881,22 @@ public final class Broker {
                                      pid: details["pid"]?.int ?? 0)
             case let .partial(client, bodies):
                 // More of the answer follows: the request stays the worker's.
-                guard let w = routing.workers[identity], bodies.count == 1 else { continue }
-                deliver(client, bodies[0], service: w.service, partial: true)
+                guard let w = routing.workers[identity], bodies.count == tail.count, (1...2).contains(tail.count) else { continue }
+                deliver(client, tail[0].bytes, body: tail.count == 2 ? tail[1] : nil, service: w.service, partial: true)
                 continue
             case let .final(client, bodies):
-                // Quad's envelope is one frame; a FINAL of another shape
-                // still ends the request, with an error the client can read.
-                let bytes = bodies.count == 1 ? bodies[0] : Envelope.error(
-                    .internal("the worker answered with \(bodies.count) body frames; an answer is one envelope frame"),
-                    corr: bodies.first.flatMap { Envelope.salvageID($0) }, src: name).encoded()
+                // An envelope is one frame, or a header and a body; a FINAL
+                // of another shape still ends the request, with an error the
+                // client can read.
+                let fits = bodies.count == tail.count && (1...2).contains(tail.count)
+                let bytes = fits ? tail[0].bytes : Envelope.error(
+                    .internal("the worker answered with \(bodies.count) body frames; an answer is one envelope frame, or a header and a body"),
+                    corr: tail.first.flatMap { Envelope.salvageID($0.bytes) }, src: name).encoded()
+                let body = fits && tail.count == 2 ? tail[1] : nil
                 // Whose answer it is, read from its header only when the
                 // worker holds deferred requests (one may share a client).
                 let corr = routing.workers[identity]?.deferred.isEmpty == false ? (try? Envelope.decodeHeader(bytes, maxBytes: .max))?.corr : nil
-                event = .workerReply(identity: identity, client: client, bytes: bytes, corr: corr)
+                event = .workerReply(identity: identity, client: client, bytes: bytes, body: body, corr: corr)
             case let .deferral(client):
                 event = .workerDefer(identity: identity, client: client)
             case .heartbeat:
@@ -982,7 +1010,7 @@ extension Broker {
     /// is taken before the answer is sent: once sent, the client may log
     /// its own span's end before this process runs again, and a child span
     /// must end inside its parent's.
-    func answered(_ route: [UInt8], _ bytes: [UInt8], corr: String?, ended: Int64) {
+    func answered(_ route: [UInt8], _ bytes: [UInt8], body: Frame? = nil, corr: String?, ended: Int64) {
         guard !openSpans.isEmpty else { return }
         var corr = corr
         var status = 200
@@ -992,7 +1020,10 @@ extension Broker {
         // reply's body, and then the header read says it is a reply.
         if corr == nil || Broker.mayBeError(bytes), let header = try? Envelope.decodeHeader(bytes, maxBytes: .max) {
             if corr == nil { corr = header.corr }
-            if header.kind == .error { status = (try? JSON.parse(bytes))?["body"]?["status"]?.int.map { Int($0) } ?? 500 }
+            if header.kind == .error {
+                let errorBody = body.flatMap { try? JSON.parse($0.bytes) } ?? (try? JSON.parse(bytes))?["body"]
+                status = errorBody?["status"]?.int.map { Int($0) } ?? 500
+            }
         }
         guard let corr else { return }
         closeSpan(route, corr: corr, status: status, ended: ended)

@@ -1,4 +1,5 @@
 import QuadWire
+import QuadMessaging
 
 /// The broker's routing rules as a value: it takes events (a worker is
 /// ready, a worker replied, a client asked, time passed) and returns the
@@ -62,22 +63,30 @@ struct Routing {
         var client: [UInt8]
         var id: String
         var type: String
-        /// The envelope, with the header the broker set, forwarded untouched.
+        /// The envelope, with the header the broker set, forwarded untouched;
+        /// or, with `body`, its header alone.
         var bytes: [UInt8]
+        /// The body's frame of an envelope in two frames, as the client sent
+        /// it: passed on, never read.
+        var body: Frame?
         /// The deadline the client asked for, if any.
         var deadlineMs: Int64?
         /// Who asked (`user:<id>`, else the broker-set caller): only the same
         /// owner's retry may replace a queued request.
         var owner: String
 
-        init(client: [UInt8], id: String, type: String, bytes: [UInt8], deadlineMs: Int64? = nil, owner: String) {
+        init(client: [UInt8], id: String, type: String, bytes: [UInt8], body: Frame? = nil, deadlineMs: Int64? = nil, owner: String) {
             self.client = client
             self.id = id
             self.type = type
             self.bytes = bytes
+            self.body = body
             self.deadlineMs = deadlineMs
             self.owner = owner
         }
+
+        /// Its size: the envelope's, in one frame or two.
+        var size: Int { bytes.count + (body?.count ?? 0) }
 
         /// A signed-in user's or one of Quad's services' request: served
         /// before anonymous ones.
@@ -91,7 +100,9 @@ struct Routing {
         /// REPLY: a worker answered the client at `client`; `corr`, when
         /// the broker read it from the answer's header, is the id of the
         /// request it answers (read when the worker holds deferred requests).
-        case workerReply(identity: [UInt8], client: [UInt8], bytes: [UInt8], corr: String? = nil)
+        /// `bytes` is the answer's envelope, or its header when `body` (the
+        /// body's frame, passed on unread) is set.
+        case workerReply(identity: [UInt8], client: [UInt8], bytes: [UInt8], body: Frame? = nil, corr: String? = nil)
         /// DEFER: a worker took the request it holds for `client` and will
         /// answer it later; it is free for its next request meanwhile.
         case workerDefer(identity: [UInt8], client: [UInt8])
@@ -115,7 +126,7 @@ struct Routing {
         /// A worker's reply, to the client at `route`; `corr` is the id of
         /// the request it answers when the routing knows it (a worker it
         /// knows answering the request it holds).
-        case sendToClient(route: [UInt8], bytes: [UInt8], service: String?, corr: String?)
+        case sendToClient(route: [UInt8], bytes: [UInt8], body: Frame? = nil, service: String?, corr: String?)
         case replyError(route: [UInt8], error: QuadError, corr: String?, type: String)
         case sendHeartbeat(identity: [UInt8])
         /// Tells a worker the broker does not know it (DISCONNECT).
@@ -158,14 +169,14 @@ struct Routing {
             } else {
                 items.append(p)
             }
-            bytes += p.request.bytes.count
+            bytes += p.request.size
         }
 
         mutating func dequeue() -> Pending? {
             guard !items.isEmpty else { return nil }
             let p = items.removeFirst()
             if p.request.isFirstClass { firstClass -= 1 }
-            bytes -= p.request.bytes.count
+            bytes -= p.request.size
             return p
         }
 
@@ -174,7 +185,7 @@ struct Routing {
         /// Puts `p` in the place of the queued request at `k`, the same
         /// owner's (so of the same class).
         mutating func replace(at k: Int, with p: Pending) {
-            bytes += p.request.bytes.count - items[k].request.bytes.count
+            bytes += p.request.size - items[k].request.size
             items[k] = p
         }
 
@@ -182,7 +193,7 @@ struct Routing {
         /// make room for a first-class one; nil when every request is first class.
         mutating func evictNewestAnonymous() -> Pending? {
             guard items.count > firstClass, let p = items.popLast() else { return nil }
-            bytes -= p.request.bytes.count
+            bytes -= p.request.size
             return p
         }
 
@@ -192,7 +203,7 @@ struct Routing {
             guard !gone.isEmpty else { return [] }
             items.removeAll(where: matching)
             firstClass -= gone.filter(\.request.isFirstClass).count
-            bytes -= gone.reduce(0) { $0 + $1.request.bytes.count }
+            bytes -= gone.reduce(0) { $0 + $1.request.size }
             return gone
         }
     }
@@ -255,8 +266,8 @@ struct Routing {
         switch event {
         case let .workerReady(identity, service, instance, pid):
             register(identity, service: service, instance: instance, pid: pid, now: now, &out)
-        case let .workerReply(identity, client, bytes, corr):
-            reply(identity, client: client, bytes: bytes, corr: corr, now: now, &out)
+        case let .workerReply(identity, client, bytes, body, corr):
+            reply(identity, client: client, bytes: bytes, body: body, corr: corr, now: now, &out)
         case let .workerDefer(identity, client):
             deferCurrent(identity, client: client, now: now, &out)
         case let .workerHeartbeat(identity):
@@ -308,10 +319,10 @@ struct Routing {
         dispatch(name, &out)
     }
 
-    private mutating func reply(_ identity: [UInt8], client: [UInt8], bytes: [UInt8], corr: String?, now: Int64, _ out: inout [Action]) {
+    private mutating func reply(_ identity: [UInt8], client: [UInt8], bytes: [UInt8], body: Frame?, corr: String?, now: Int64, _ out: inout [Action]) {
         guard var w = workers[identity], services[w.service] != nil else {
             // A reply from a worker we dropped: still deliver it.
-            out.append(.sendToClient(route: client, bytes: bytes, service: nil, corr: nil))
+            out.append(.sendToClient(route: client, bytes: bytes, body: body, service: nil, corr: nil))
             out.append(.disconnectWorker(identity: identity))
             return
         }
@@ -325,7 +336,7 @@ struct Routing {
                 out.append(.log(["level": "info", "msg": "late reply dropped", "service": .string(w.service), "instance": .string(w.instance),
                                  "id": .string(p.request.id), "type": .string(p.request.type), "late_ms": .int(now - p.expires)]))
             } else {
-                out.append(.sendToClient(route: client, bytes: bytes, service: w.service, corr: p.request.id))
+                out.append(.sendToClient(route: client, bytes: bytes, body: body, service: w.service, corr: p.request.id))
             }
             casualties[p.request.id] = nil
             w.served += 1
@@ -335,7 +346,7 @@ struct Routing {
         if w.current == nil {
             // Nothing of this worker's answers it: delivered as it is.
             workers[identity] = w
-            out.append(.sendToClient(route: client, bytes: bytes, service: w.service, corr: nil))
+            out.append(.sendToClient(route: client, bytes: bytes, body: body, service: w.service, corr: nil))
             return
         }
         if let p = w.current, p.timedOut {
@@ -345,7 +356,7 @@ struct Routing {
             out.append(.log(["level": "info", "msg": "late reply dropped", "service": .string(w.service), "instance": .string(w.instance),
                              "id": .string(p.request.id), "type": .string(p.request.type), "late_ms": .int(now - p.expires)]))
         } else {
-            out.append(.sendToClient(route: client, bytes: bytes, service: w.service, corr: w.current?.request.id))
+            out.append(.sendToClient(route: client, bytes: bytes, body: body, service: w.service, corr: w.current?.request.id))
         }
         if let id = w.current?.request.id { casualties[id] = nil }
         w.current = nil
@@ -448,9 +459,9 @@ struct Routing {
             refuse(.notFound("no service named \(name): no worker of it ever registered with this broker"))
             return
         }
-        if r.bytes.count > limits.maxMessageBytes {
-            refuse(.tooLarge("message is \(r.bytes.count) bytes with the header the broker sets, over the limit max_message_bytes=\(limits.maxMessageBytes)",
-                             details: ["limit": "max_message_bytes", "max": .int(Int64(limits.maxMessageBytes)), "actual": .int(Int64(r.bytes.count))]))
+        if r.size > limits.maxMessageBytes {
+            refuse(.tooLarge("message is \(r.size) bytes with the header the broker sets, over the limit max_message_bytes=\(limits.maxMessageBytes)",
+                             details: ["limit": "max_message_bytes", "max": .int(Int64(limits.maxMessageBytes)), "actual": .int(Int64(r.size))]))
             return
         }
         let deadline = min(r.deadlineMs ?? limits.defaultDeadlineMs, limits.maxDeadlineMs)
@@ -471,7 +482,7 @@ struct Routing {
             // anonymous requests make room for them, the newest first, and
             // are answered 503 naming the limit.
             if r.isFirstClass {
-                while queue.count >= limits.maxQueue || queue.bytes + r.bytes.count > limits.maxQueueBytes,
+                while queue.count >= limits.maxQueue || queue.bytes + r.size > limits.maxQueueBytes,
                       let p = queue.evictNewestAnonymous() {
                     evicted.append(p)
                 }
@@ -479,7 +490,7 @@ struct Routing {
             if queue.count >= limits.maxQueue {
                 return .unavailable("\(what) has \(queue.count) requests queued, the limit max_queue=\(limits.maxQueue)")
             }
-            if queue.bytes + r.bytes.count > limits.maxQueueBytes {
+            if queue.bytes + r.size > limits.maxQueueBytes {
                 return .unavailable("\(what) has \(queue.bytes) bytes of requests queued, the limit max_queue_bytes=\(limits.maxQueueBytes)")
             }
             queue.enqueue(pending)

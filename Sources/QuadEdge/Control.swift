@@ -29,8 +29,10 @@ extension Fleet {
             // An MDP/0.2 REQUEST (what ``Client`` sends) is answered with a
             // FINAL; a bare envelope (a REQ socket, a script) with a bare one.
             let reply: (Envelope) -> Void
+            var header: [UInt8]?
             if case let .success(mdp) = Majordomo.parseRequest(frames.dropFirst(), count: frames.count - 1) {
                 bytes = mdp.body
+                header = mdp.header
                 let route = [frames[0]]
                 reply = { envelope in
                     try? control.send(route + Majordomo.reply(service: mdp.service, envelope.encoded(), form: mdp.form), dontWait: true)
@@ -40,8 +42,10 @@ extension Fleet {
                 reply = { envelope in try? control.send(route + [envelope.encoded()], dontWait: true) }
             }
             let request: Envelope
-            do { request = try Envelope.decode(bytes) } catch {
-                reply(.error(error, corr: Envelope.salvageID(bytes), src: "edge"))
+            do throws(QuadError) {
+                if let header { request = try Envelope.decode(header: header, body: bytes) } else { request = try Envelope.decode(bytes) }
+            } catch {
+                reply(.error(error, corr: Envelope.salvageID(header ?? bytes), src: "edge"))
                 continue
             }
             let answer: (Result<JSON, QuadError>) -> Void = { result in

@@ -218,9 +218,16 @@ public final class Socket {
     /// Sends a multipart message. Each frame is copied into a `zmq_msg_t` of
     /// its exact size; frames may hold any bytes.
     public func send(_ frames: [[UInt8]], dontWait: Bool = false) throws(ZMQError) {
+        try send(frames, then: [], dontWait: dontWait)
+    }
+
+    /// Sends `frames` (copied) and then `tail`, each a frame received
+    /// before, without copying its bytes: libzmq shares its buffer.
+    public func send(_ frames: [[UInt8]], then tail: [Frame], dontWait: Bool = false) throws(ZMQError) {
         defer { onTouch?(self) }
+        let last = frames.count + tail.count - 1
         for (n, frame) in frames.enumerated() {
-            var flags: Int32 = n < frames.count - 1 ? ZMQ_SNDMORE : 0
+            var flags: Int32 = n < last ? ZMQ_SNDMORE : 0
             if dontWait { flags |= ZMQ_DONTWAIT }
             var msg = zmq_msg_t()
             zmq_msg_init_size(&msg, frame.count)
@@ -229,6 +236,19 @@ public final class Socket {
                     zmq_msg_data(&msg).copyMemory(from: src.baseAddress!, byteCount: src.count)
                 }
             }
+            while zmq_msg_send(&msg, handle, flags) < 0 {
+                let e = ZMQError("zmq_msg_send")
+                if e.interrupted { continue }
+                zmq_msg_close(&msg)
+                throw e
+            }
+        }
+        for (k, frame) in tail.enumerated() {
+            var flags: Int32 = frames.count + k < last ? ZMQ_SNDMORE : 0
+            if dontWait { flags |= ZMQ_DONTWAIT }
+            var msg = zmq_msg_t()
+            zmq_msg_init(&msg)
+            zmq_msg_copy(&msg, frame.msg)
             while zmq_msg_send(&msg, handle, flags) < 0 {
                 let e = ZMQError("zmq_msg_send")
                 if e.interrupted { continue }
@@ -250,8 +270,21 @@ public final class Socket {
     func receiveMessage(dontWait: Bool, keepingAtMost: Int, readingMetadata: Bool) throws(ZMQError)
         -> (frames: [[UInt8]], count: Int, metadata: MessageMetadata)?
     {
+        try receiveMessage(dontWait: dontWait, keepingAtMost: keepingAtMost, readingMetadata: readingMetadata, copying: .max)
+            .map { ($0.frames, $0.count, $0.metadata) }
+    }
+
+    /// The receive loop with a tail: the first `copying` frames (one more
+    /// when the second is empty, an MDP peer's REQ-style delimiter) copied
+    /// into `frames`, the next ones, up to `keepingAtMost` in all, kept as
+    /// libzmq's messages in `tail` (``Frame``), the rest counted.
+    func receiveMessage(dontWait: Bool, keepingAtMost: Int, readingMetadata: Bool, copying: Int) throws(ZMQError)
+        -> (frames: [[UInt8]], tail: [Frame], count: Int, metadata: MessageMetadata)?
+    {
         defer { onTouch?(self) }
         var frames: [[UInt8]] = []
+        var tail: [Frame] = []
+        var copying = copying
         var count = 0
         var metadata = MessageMetadata()
         while true {
@@ -277,14 +310,18 @@ public final class Socket {
                 metadata = MessageMetadata(userID: property("User-Id"), peerAddress: property("Peer-Address"))
             }
             let size = zmq_msg_size(&msg)
-            if frames.count >= keepingAtMost {
+            let more = zmq_msg_more(&msg) != 0  // read before the message moves into a Frame
+            if count == 2 && size == 0 && copying < .max { copying += 1 }
+            if frames.count + tail.count >= keepingAtMost {
+            } else if frames.count >= copying {
+                tail.append(Frame(moving: &msg))
             } else if size == 0 {
                 frames.append([])
             } else {
                 let data = zmq_msg_data(&msg)!
                 frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))
             }
-            if zmq_msg_more(&msg) == 0 { return (frames, count, metadata) }
+            if !more { return (frames, tail, count, metadata) }
         }
     }
 }
@@ -313,6 +350,16 @@ extension Socket {
         -> (frames: [[UInt8]], count: Int, metadata: MessageMetadata)?
     {
         try receiveMessage(dontWait: dontWait, keepingAtMost: keepingAtMost, readingMetadata: true)
+    }
+
+    /// Like ``receiveWithMetadata(dontWait:keepingAtMost:)``, with the
+    /// frames from the `copying`-th on (one further when the second frame
+    /// is empty: a REQ-style delimiter) kept as libzmq's messages, not
+    /// copied: what a router passes on untouched (``Frame``).
+    public func receiveWithTail(dontWait: Bool = false, keepingAtMost: Int = .max, copying: Int, readingMetadata: Bool = false) throws(ZMQError)
+        -> (frames: [[UInt8]], tail: [Frame], count: Int, metadata: MessageMetadata)?
+    {
+        try receiveMessage(dontWait: dontWait, keepingAtMost: keepingAtMost, readingMetadata: readingMetadata, copying: copying)
     }
 }
 

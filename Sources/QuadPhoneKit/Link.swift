@@ -309,7 +309,7 @@ package final class Link {
     func receive(_ socket: Socket) {
         if !unsent.isEmpty && self.socket === socket { flush() }
         while self.socket === socket, let frames = try? socket.receive(dontWait: true) {
-            guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max) else { continue }
+            guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? answer.envelope() else { continue }
             onAnswer()
             if reply.kind == .event {
                 onEvent(reply)

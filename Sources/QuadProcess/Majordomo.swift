@@ -8,13 +8,20 @@ import QuadWire
 /// Client and broker (frontend):
 ///
 ///     client -> broker  ["MDPC02", 0x01 REQUEST, service, envelope]
-///     broker -> client  ["MDPC02", 0x03 PARTIAL | 0x04 FINAL, service, envelope]
+///                       ["MDPC02", 0x01 REQUEST, service, header, body]  (Quad's peers)
+///     broker -> client  ["MDPC02", 0x03 PARTIAL | 0x04 FINAL, service, envelope | header, body]
 ///
 /// Worker and broker (backend):
 ///
 ///     worker -> broker  ["MDPW02", 0x01 READY, service (, info-json)]
-///     broker -> worker  ["MDPW02", 0x02 REQUEST, client, "", envelope]
-///     worker -> broker  ["MDPW02", 0x03 PARTIAL | 0x04 FINAL, client, "", envelope]
+///     broker -> worker  ["MDPW02", 0x02 REQUEST, client, "", envelope | header, body]
+///     worker -> broker  ["MDPW02", 0x03 PARTIAL | 0x04 FINAL, client, "", envelope | header, body]
+///
+/// An envelope travels as one frame (what a foreign MDP peer sends) or as
+/// two, its header and its body (``Envelope/encodedParts()``, what Quad's
+/// peers send): the broker then reads and rewrites the header alone and
+/// passes the body's frame on as it came. A worker answers in the form it
+/// was asked in, so a one-frame client gets one-frame answers.
 ///     either way        ["MDPW02", 0x05 HEARTBEAT], ["MDPW02", 0x06 DISCONNECT]
 ///     worker -> broker  ["MDPW02", 0x07 DEFER, client]   (Quad's extension: answered later)
 ///
@@ -52,9 +59,11 @@ public enum Majordomo {
         [clientHeader, [Command.clientRequest], Array(service.utf8), bytes]
     }
 
-    /// A client's REQUEST for `envelope`, to the service its type names.
+    /// A client's REQUEST for `envelope`, to the service its type names:
+    /// its header and its body in frames of their own.
     public static func request(_ envelope: Envelope) -> [[UInt8]] {
-        request(service: envelope.service, envelope.encoded())
+        let parts = envelope.encodedParts()
+        return [clientHeader, [Command.clientRequest], Array(envelope.service.utf8), parts.header, parts.body]
     }
 
     /// The broker's answer to a client: FINAL, or PARTIAL (more follows).
@@ -66,28 +75,69 @@ public enum Majordomo {
     public struct Reply: Equatable, Sendable {
         public var isFinal: Bool
         public var service: [UInt8]
+        /// The envelope's one frame, or its body's when `header` is set.
         public var body: [UInt8]
+        /// The header's frame of an envelope in two frames.
+        public var header: [UInt8]?
+
+        public init(isFinal: Bool, service: [UInt8], body: [UInt8], header: [UInt8]? = nil) {
+            self.isFinal = isFinal
+            self.service = service
+            self.body = body
+            self.header = header
+        }
+
+        /// The envelope, in whichever form it came.
+        public func envelope(maxBytes: Int = .max) throws(QuadError) -> Envelope {
+            if let header { return try Envelope.decode(header: header, body: body, maxBytes: maxBytes) }
+            return try Envelope.decode(body, maxBytes: maxBytes)
+        }
     }
 
-    /// The broker's PARTIAL or FINAL to a client; nil for anything else.
+    /// The broker's PARTIAL or FINAL to a client, its envelope in one frame
+    /// or two; nil for anything else.
     public static func parseReply(_ frames: [[UInt8]]) -> Reply? {
         let f = frames.first == [] ? Array(frames.dropFirst()) : frames
-        guard f.count == 4, f[0] == clientHeader, f[1].count == 1,
+        guard f.count == 4 || f.count == 5, f[0] == clientHeader, f[1].count == 1,
               f[1][0] == Command.final.rawValue || f[1][0] == Command.partial.rawValue else { return nil }
-        return Reply(isFinal: f[1][0] == Command.final.rawValue, service: f[2], body: f[3])
+        return Reply(isFinal: f[1][0] == Command.final.rawValue, service: f[2], body: f[f.count - 1], header: f.count == 5 ? f[3] : nil)
+    }
+
+    /// The envelope a message ends with, in whichever form it came: its
+    /// last two frames when they are a header (a JSON object without
+    /// `body`) and a body, else its last frame. For tools and fakes that
+    /// read any peer's message without knowing its command.
+    public static func envelope(endingFrames frames: [[UInt8]], maxBytes: Int = .max) throws(QuadError) -> Envelope {
+        guard let last = frames.last else { throw .badRequest("an empty message carries no envelope") }
+        if frames.count >= 2, frames[frames.count - 2].first == UInt8(ascii: "{"),
+           let e = try? Envelope.decode(header: frames[frames.count - 2], body: last, maxBytes: maxBytes) {
+            return e
+        }
+        return try Envelope.decode(last, maxBytes: maxBytes)
     }
 
     /// A client's REQUEST as the broker reads it, after the routing id.
     public struct Request: Equatable, Sendable {
         public var form: Form
         public var service: String
+        /// The envelope's one frame, or its body's when `header` is set.
         public var body: [UInt8]
+        /// The header's frame of an envelope in two frames.
+        public var header: [UInt8]?
     }
 
     /// How many frames of a client's message the broker needs to read it
-    /// (routing id, delimiter, header, command, service, body); the broker
-    /// counts the rest without copying them.
-    public static let framesToKeep = 6
+    /// (routing id, delimiter, header, command, service, envelope header,
+    /// body); the broker counts the rest without copying them.
+    public static let framesToKeep = 7
+
+    /// How many frames of a message to the frontend come before the
+    /// envelope's (routing id, header, command, service; one more after a
+    /// delimiter): the broker copies these and keeps the rest as they came.
+    public static let frontendLead = 4
+
+    /// The same on the backend (routing id, header, command, client, empty).
+    public static let backendLead = 5
 
     /// Reads a client's message to the frontend: `frames` after the routing
     /// id (at most ``framesToKeep`` minus one of them kept), `count` how
@@ -100,7 +150,8 @@ public enum Majordomo {
         let n = delimited ? count - 1 : count
         func refuse(_ why: String, service: [UInt8] = []) -> Result<Request, Refusal> {
             .failure(Refusal(form: form, service: String(decoding: service.prefix(64), as: UTF8.self),
-                             error: .badRequest(why + "; a request is MDP/0.2 (RFC 18): [\"MDPC02\", 0x01, service, one envelope frame], "
+                             error: .badRequest(why + "; a request is MDP/0.2 (RFC 18): [\"MDPC02\", 0x01, service, envelope] "
+                                                + "or [\"MDPC02\", 0x01, service, header, body], "
                                                 + "after an optional empty delimiter frame")))
         }
         guard let header = f.first, header == clientHeader else {
@@ -120,10 +171,11 @@ public enum Majordomo {
             return refuse("the service frame must be a service name (lower-case letters, digits, '_' or '-'), got \(service.count) bytes")
         }
         let bodies = n - 3
-        guard bodies == 1 else {
-            return refuse("a REQUEST carries exactly one envelope frame after the service, got \(bodies)", service: service)
+        guard bodies == 1 || bodies == 2 else {
+            return refuse("a REQUEST carries its envelope after the service in one frame, or in two (header, body), got \(bodies) frames",
+                          service: service)
         }
-        return .success(Request(form: form, service: name, body: rest[2]))
+        return .success(Request(form: form, service: name, body: rest[rest.count - 1], header: bodies == 2 ? rest[2] : nil))
     }
 
     /// A message the broker refuses, with what to answer in.

@@ -25,7 +25,9 @@ import QuadWire
 final class ServiceCalls {
     struct Call {
         let type: String
-        let bytes: [UInt8]
+        /// The REQUEST's frames (the envelope's header and body), sent again
+        /// as they are on a retry or a failover.
+        let frames: [[UInt8]]
         let timeoutMs: Int64
         let attempts: Int
         /// The call's one timer: its attempt's deadline, or a refused
@@ -90,7 +92,7 @@ final class ServiceCalls {
             return
         }
         let attempts = max(1, attempts)
-        pending[request.id] = Call(type: request.type, bytes: request.encoded(), timeoutMs: timeoutMs, attempts: attempts, span: span, done: done)
+        pending[request.id] = Call(type: request.type, frames: Majordomo.request(request), timeoutMs: timeoutMs, attempts: attempts, span: span, done: done)
         carry(rules.start(request.id, timeoutMs: timeoutMs, attempts: attempts))
     }
 
@@ -104,7 +106,7 @@ final class ServiceCalls {
                 guard let call = pending[id] else { continue }
                 timers.cancel(call.timer)
                 do {
-                    try sockets[broker].send(Majordomo.request(service: call.type.prefix { $0 != "." }, call.bytes), dontWait: true)
+                    try sockets[broker].send(call.frames, dontWait: true)
                     carry(rules.taken(id, now: Clock.monotonicMillis()))
                 } catch where error.wouldBlock {
                     carry(rules.refused(id, now: Clock.monotonicMillis()))
@@ -157,7 +159,7 @@ final class ServiceCalls {
 
     func receive(_ socket: Socket, index: Int) {
         while let frames = try? socket.receive(dontWait: true) {
-            guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? Envelope.decode(answer.body, maxBytes: .max),
+            guard let answer = Majordomo.parseReply(frames), answer.isFinal, let reply = try? answer.envelope(),
                   let corr = reply.corr, pending[corr] != nil else { continue }
             // The broker's 503 (no worker in time) and 504 (a worker held it
             // past its deadline) are retried like no answer, as Client does.

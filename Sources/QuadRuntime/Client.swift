@@ -103,12 +103,12 @@ public final class Client {
         if request.token == nil { request.token = token }
         if request.src == nil { request.src = source }
         request.deadline = timeoutMs
-        let bytes = request.encoded()
-        if bytes.count > maxMessageBytes {
-            throw .tooLarge("request is \(bytes.count) bytes, over the limit max_message_bytes=\(maxMessageBytes)")
+        let frames = Majordomo.request(request)  // the envelope's header and body
+        let size = frames[3].count + frames[4].count
+        if size > maxMessageBytes {
+            throw .tooLarge("request is \(size) bytes, over the limit max_message_bytes=\(maxMessageBytes)")
         }
         let id = request.id
-        let frames = Majordomo.request(service: request.service, bytes)
         // The call's one timer: its attempt's deadline, or a refused send's
         // next try (with several frontends, one not connected yet).
         var timer: (at: Int64, expiry: Bool)?
@@ -175,7 +175,7 @@ public final class Client {
         var actions: [Requester<String>.Action] = []
         while let frames = try? sockets[i].receive(dontWait: true) {
             guard let answer = Majordomo.parseReply(frames), answer.isFinal,
-                  let reply = try? Envelope.decode(answer.body, maxBytes: .max), reply.corr == id else { continue }
+                  let reply = try? answer.envelope(), reply.corr == id else { continue }
             // The broker's 503 (no worker in time) and 504 (a worker held
             // it past its deadline) are retried like no answer.
             let status = reply.quadError?.status

@@ -231,13 +231,14 @@ public final class Handlers {
             let reply = try db.transaction { () throws -> Reply in
                 if !Faults.skipIdempotency,
                    let stored = try Idempotency.claimEncoded(db, id: envelope.id, type: envelope.type, owner: owner) { return Reply(stored: stored) }
-                let reply = Reply(envelope.reply(try handler(request), src: src))
+                let answer = envelope.reply(try handler(request), src: src)
+                let encoded = answer.encoded()
                 if Faults.skipIdempotency {
-                    try Faults.storeSkippingCheck(db, id: envelope.id, type: envelope.type, owner: owner, reply: reply.envelope)
+                    try Faults.storeSkippingCheck(db, id: envelope.id, type: envelope.type, owner: owner, reply: answer)
                 } else {
-                    try Idempotency.store(db, id: envelope.id, type: envelope.type, owner: owner, encoded: reply.bytes)
+                    try Idempotency.store(db, id: envelope.id, type: envelope.type, owner: owner, encoded: encoded)
                 }
-                return reply
+                return Reply(answer, encoded: encoded)
             }
             outboxWritten = true
             return reply
@@ -335,50 +336,83 @@ extension Handlers {
 /// stored one (a repeated id) is only bytes, decoded when someone asks for
 /// the value (tests, metrics), never to be sent.
 public struct Reply: Sendable {
-    public let bytes: [UInt8]
-    let value: Envelope?
-    /// Built by ``init(_:body:)`` from a reply envelope and an encoded body.
-    let prebuilt: Bool
-
-    public init(_ envelope: Envelope) {
-        value = envelope
-        bytes = envelope.encoded()
-        prebuilt = false
+    /// What the reply was built from; it is encoded once, in the form it
+    /// goes out in (one frame, or a header and a body: ``frames(split:)``).
+    enum Storage: Sendable {
+        /// An envelope not encoded yet.
+        case envelope(Envelope)
+        /// An envelope and its one-frame encoding (a stored record's).
+        case encoded(Envelope?, [UInt8])
+        /// A header and a body encoded apart (``init(_:body:)``).
+        case parts(header: [UInt8], body: [UInt8], isReply: Bool)
     }
+    let storage: Storage
 
-    public init(stored bytes: [UInt8]) {
-        self.bytes = bytes
-        value = nil
-        prebuilt = false
-    }
+    public init(_ envelope: Envelope) { storage = .envelope(envelope) }
+
+    public init(stored bytes: [UInt8]) { storage = .encoded(nil, bytes) }
+
+    /// `envelope` with its one-frame encoding `bytes`, already made (to be
+    /// stored): sent as it is, never encoded again.
+    init(_ envelope: Envelope, encoded bytes: [UInt8]) { storage = .encoded(envelope, bytes) }
 
     /// A reply whose body is JSON bytes already encoded: `envelope`'s
-    /// fields with `body` in place of its own, copied as they are. The
-    /// bytes are those `envelope.encoded()` would write with that body
-    /// decoded: keys sorted, and `body` sorts before every other key of
-    /// an envelope, so it comes first.
+    /// fields with `body` in place of its own, copied as they are.
     public init(_ envelope: Envelope, body: [UInt8]) {
         var fields = envelope.json.object ?? [:]
         fields["body"] = nil
-        let header = JSON.object(fields).encoded()
-        var out = Array(#"{"body":"#.utf8)
-        out.reserveCapacity(body.count + header.count + 8)
-        out.append(contentsOf: body)
-        if header.count > 2 { out.append(UInt8(ascii: ",")) }
-        out.append(contentsOf: header.dropFirst())
-        bytes = out
-        value = nil
-        prebuilt = envelope.kind == .reply
+        storage = .parts(header: JSON.object(fields).encoded(), body: body, isReply: envelope.kind == .reply)
+    }
+
+    /// The envelope in one frame. With ``init(_:body:)`` the bytes are
+    /// those `envelope.encoded()` would write with that body decoded: keys
+    /// sorted, and `body` sorts before every other key of an envelope, so
+    /// it comes first.
+    public var bytes: [UInt8] {
+        switch storage {
+        case let .envelope(e): return e.encoded()
+        case let .encoded(_, b): return b
+        case let .parts(header, body, _):
+            var out = Array(#"{"body":"#.utf8)
+            out.reserveCapacity(body.count + header.count + 8)
+            out.append(contentsOf: body)
+            if header.count > 2 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: header.dropFirst())
+            return out
+        }
+    }
+
+    /// The frames of the answer to a request that came in one frame or,
+    /// `split`, in two: a one-frame client gets one frame; a split one gets
+    /// the header and the body apart, or one frame when the reply was
+    /// encoded whole already (clients read both).
+    public func frames(split: Bool) -> [[UInt8]] {
+        guard split else { return [bytes] }
+        switch storage {
+        case let .envelope(e):
+            let parts = e.encodedParts()
+            return [parts.header, parts.body]
+        case let .encoded(_, b): return [b]
+        case let .parts(header, body, _): return [header, body]
+        }
     }
 
     /// The error this reply carries, if any; a reply built from an
     /// encoded body is never one (not decoded to find out).
-    public var quadError: QuadError? { prebuilt ? nil : envelope.quadError }
+    public var quadError: QuadError? {
+        if case let .parts(_, _, isReply) = storage, isReply { return nil }
+        return envelope.quadError
+    }
 
     public var envelope: Envelope {
-        if let value { return value }
-        do { return try Envelope.decode(bytes, maxBytes: .max) } catch {
-            return .error(.internal("stored reply unreadable: \(error.message)"), corr: Envelope.salvageID(bytes))
+        switch storage {
+        case let .envelope(e): return e
+        case let .encoded(e?, _): return e
+        default:
+            let b = bytes
+            do { return try Envelope.decode(b, maxBytes: .max) } catch {
+                return .error(.internal("stored reply unreadable: \(error.message)"), corr: Envelope.salvageID(b))
+            }
         }
     }
 }

@@ -311,9 +311,9 @@ public final class Worker {
             guard let (_, message) = Majordomo.parseWorker(frames[...]) else { continue }
             switch message {
             case let .request(client, bodies):
-                // Quad's broker sends one envelope frame; a request of
+                // One envelope frame, or a header and a body; a request of
                 // another shape still gets an answer (a 400), never silence.
-                serve(client: client, bytes: bodies.count == 1 ? bodies[0] : [], link: link)
+                serve(client: client, bodies: bodies, link: link)
             case .disconnect:
                 if leaving { return false }
                 // The broker forgot us (it restarted, or we were silent).
@@ -330,19 +330,31 @@ public final class Worker {
     /// Answers one request that came from `link`'s broker (the first
     /// broker by default), on that broker's socket.
     func serve(client: [UInt8], bytes: [UInt8], link: BrokerLink? = nil) {
+        serve(client: client, bodies: [bytes], link: link)
+    }
+
+    /// Answers a request whose envelope came in `bodies`: one frame, or its
+    /// header and its body (the answer goes back in the same form).
+    func serve(client: [UInt8], bodies: [[UInt8]], link: BrokerLink? = nil) {
         let link = link ?? brokers[0]
         let reply: Reply
-        do {
-            let request = try Envelope.decode(bytes, maxBytes: maxMessageBytes)
+        do throws(QuadError) {
+            let request: Envelope
+            switch bodies.count {
+            case 1: request = try Envelope.decode(bodies[0], maxBytes: maxMessageBytes)
+            case 2: request = try Envelope.decode(header: bodies[0], body: bodies[1], maxBytes: maxMessageBytes)
+            default:
+                throw .badRequest("a request's envelope is one frame, or two (header, body), after the empty frame; got \(bodies.count) frames")
+            }
             if request.kind == .request, handlers.later[request.type] != nil {
                 serveLater(client: client, request: request, link: link)
                 return
             }
             reply = handlers.reply(to: request)
         } catch {
-            reply = Reply(.error(error, corr: Envelope.salvageID(bytes), src: handlers.instance))
+            reply = Reply(.error(error, corr: bodies.first.flatMap { Envelope.salvageID($0) }, src: handlers.instance))
         }
-        try? link.socket.send(Majordomo.frames(.final(client: client, bodies: [reply.bytes])), dontWait: true)
+        try? link.socket.send(Majordomo.frames(.final(client: client, bodies: reply.frames(split: bodies.count == 2))), dontWait: true)
         // The events of a mutation go out after its reply: the caller does
         // not wait for the relay.
         if handlers.outboxWritten {

@@ -118,6 +118,16 @@ public struct Envelope: Sendable, Equatable {
 
     public func encoded() -> [UInt8] { json.encoded() }
 
+    /// The envelope in two frames, as Quad's own peers send it: the header
+    /// (every field but `body`, a JSON object) and the body's JSON. The
+    /// broker reads and rewrites only the first and passes the second on
+    /// as it came (protos/README.md, Framing).
+    public func encodedParts() -> (header: [UInt8], body: [UInt8]) {
+        var f = json.object ?? [:]
+        f["body"] = nil
+        return (JSON.object(f).encoded(), body.encoded())
+    }
+
     // MARK: Decoding
 
     /// Decodes and validates one envelope. Every failure is a ``QuadError``
@@ -127,6 +137,27 @@ public struct Envelope: Sendable, Equatable {
         try checkFrame(bytes, maxBytes: maxBytes)
         let value = try JSON.parse(bytes)
         return try decode(value)
+    }
+
+    /// Decodes an envelope sent in two frames (``encodedParts()``): the
+    /// header as ``decode(_:maxBytes:)`` checks it (a `body` in it is
+    /// refused: the body is the second frame), then the body's JSON. The two
+    /// together are held to `maxBytes`.
+    public static func decode(header: [UInt8], body: [UInt8], maxBytes: Int = Envelope.defaultMaxBytes) throws(QuadError) -> Envelope {
+        try checkFrame(header, maxBytes: maxBytes)
+        if header.count + body.count > maxBytes {
+            let n = header.count + body.count
+            throw .tooLarge("message is \(n) bytes, over the limit max_message_bytes=\(maxBytes)",
+                            details: ["limit": "max_message_bytes", "max": .int(Int64(maxBytes)), "actual": .int(Int64(n))])
+        }
+        guard String(validating: body, as: UTF8.self) != nil else { throw .badRequest("not UTF-8: the body frame must be UTF-8 JSON text") }
+        let value = try JSON.parse(header)
+        if value["body"] != nil { throw .badRequest("the header frame must not carry 'body': the body is the frame after it") }
+        var envelope = try decode(value)
+        do { envelope.body = body.isEmpty ? .object([:]) : try JSON.parse(body) } catch {
+            throw .badRequest("the body frame is not JSON: \(error.message)")
+        }
+        return envelope
     }
 
     /// What every envelope frame must be before it is read: at most
@@ -287,6 +318,15 @@ extension Envelope {
             fields[m.key] = try parser.parseValue()
         }
         return try decode(.object(fields))
+    }
+}
+
+extension Envelope {
+    /// Whether a JSON object's text has a top-level `body` member: what
+    /// the header frame of an envelope in two frames must not have.
+    public static func headerCarriesBody(_ bytes: [UInt8]) -> Bool {
+        var scanner = HeaderScanner(bytes: bytes)
+        return scanner.members()?.contains { $0.key == "body" } ?? false
     }
 }
 

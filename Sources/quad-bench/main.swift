@@ -179,7 +179,7 @@ func percentile(_ sorted: [Int64], _ q: Double) -> Int64 {
         guard ready.contains(true) else { throw QuadError.timeout("no reply in \(waitMs) ms after \(done) replies") }
         try readMonitors()
         for socket in sockets { while let frames = try socket.receive(dontWait: true) {
-            guard let last = frames.last, let reply = try? Envelope.decode(last, maxBytes: .max), let corr = reply.corr,
+            guard let answer = Majordomo.parseReply(frames), let reply = try? answer.envelope(), let corr = reply.corr,
                   let t0 = sentAt.removeValue(forKey: corr) else { continue }
             via[corr] = nil
             done += 1

@@ -76,7 +76,7 @@ extension [Routing.Action] {
         compactMap { if case let .replyError(_, error, corr, _) = $0 { (error.code, corr, error) } else { nil } }
     }
     var delivered: [String] {
-        compactMap { if case let .sendToClient(_, bytes, _, _) = $0 { String(decoding: bytes, as: UTF8.self) } else { nil } }
+        compactMap { if case let .sendToClient(_, bytes, _, _, _) = $0 { String(decoding: bytes, as: UTF8.self) } else { nil } }
     }
     var heartbeats: [String] {
         compactMap { if case let .sendHeartbeat(identity) = $0 { String(decoding: identity, as: UTF8.self) } else { nil } }
@@ -102,7 +102,7 @@ struct RoutingTests {
         // The same client has two requests at A: each answer goes by its id.
         let later = h.answerLater("A", to: "phone", id: "saga", "saga done")
         #expect(later.delivered == ["saga done"])
-        #expect(later.contains { if case let .sendToClient(_, _, _, corr) = $0 { corr == "saga" } else { false } })
+        #expect(later.contains { if case let .sendToClient(_, _, _, _, corr) = $0 { corr == "saga" } else { false } })
         #expect(h.routing.workers[Array("A".utf8)]?.current?.request.id == "next", "the deferred answer is not the one A holds")
         #expect(h.answerLater("A", to: "phone", id: "next", "next done").delivered == ["next done"])
         #expect(h.routing.workers[Array("A".utf8)]?.deferred.isEmpty == true)

@@ -65,7 +65,7 @@ final class FakeBroker {
         // CI machine, and answers meant to arrive together did not).
         let due = Clock.monotonicMillis() + delayMs
         while let frames = try? socket.receive(dontWait: true) {
-            guard let last = frames.last, let request = try? Envelope.decode(last) else { continue }
+            guard let request = try? Majordomo.envelope(endingFrames: frames) else { continue }
             if blackout { seen.append(Seen(id: request.id, type: request.type, body: request.body, at: Clock.monotonicMillis(), sentAt: request.ts)); continue }
             seen.append(Seen(id: request.id, type: request.type, body: request.body, at: Clock.monotonicMillis(), sentAt: request.ts))
             tokens[request.id] = request.token

@@ -125,5 +125,26 @@ struct EventEnvelopeTests {
         #expect(frames.count == 6 && frames[2] == [0x04] && frames[3] == Array("client-1".utf8))
         #expect(try Envelope.decode(frames[5]).corr == request.id)
         #expect(try unpublished() == 0)
+
+        // A request in two frames (header, body): a mutation's answer was
+        // encoded whole for its idempotency record, and goes as that one
+        // frame (clients read both forms), never encoded twice.
+        let split = Envelope.request("ev.say", body: ["word": "three"], user: "alice")
+        let parts = split.encodedParts()
+        worker.serve(client: Array("client-2".utf8), bodies: [parts.header, parts.body])
+        let answer = try #require(try broker.receive())
+        #expect(answer.count == 6 && answer[3] == Array("client-2".utf8))
+        let reply = try Envelope.decode(answer[5])
+        #expect(reply.corr == split.id && reply.kind == .reply)
+        // A header that carries a body too, or a body that is not JSON: a 400 naming why.
+        let both = Array(#"{"v":1,"id":"x1","type":"ev.say","kind":"request","body":{}}"#.utf8)
+        worker.serve(client: Array("client-3".utf8), bodies: [both, parts.body])
+        let refusal = try Majordomo.envelope(endingFrames: try #require(try broker.receive()))
+        #expect(refusal.quadError?.status == 400 && refusal.quadError?.message.contains("must not carry 'body'") == true)
+        worker.serve(client: Array("client-4".utf8), bodies: [parts.header, Array("{nope".utf8)])
+        let brokenFrames = try #require(try broker.receive())
+        #expect(brokenFrames.count == 7, "an answer not encoded before goes in two frames, as it was asked")
+        let broken = try Majordomo.envelope(endingFrames: brokenFrames)
+        #expect(broken.quadError?.status == 400 && broken.corr == split.id, "\(broken)")
     }
 }

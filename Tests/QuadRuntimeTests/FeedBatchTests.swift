@@ -86,7 +86,7 @@ struct FeedBatchTests {
         #expect(feed.applied == 5)
         #expect(try db.query("SELECT seq FROM seen ORDER BY seq").map { $0.int("seq") } == [1, 2, 3, 4, 5])
         let frames = try #require(try bus.source.receive())
-        let request = try Envelope.decode(try #require(frames.last))
+        let request = try Majordomo.envelope(endingFrames: frames)
         #expect(request.type == "src.events.since" && request.body["after"] == .int(5))
     }
 
@@ -122,7 +122,7 @@ struct FeedBatchTests {
         // Silent for longer than quietMs (0 here): asked, from the cursor.
         feed.catchUpSilent(quietMs: 0)
         let frames = try #require(try bus.source.receive())
-        let request = try Envelope.decode(try #require(frames.last))
+        let request = try Majordomo.envelope(endingFrames: frames)
         #expect(request.type == "src.events.since" && request.body["after"] == .int(4))
         #expect(try bus.source.receive(dontWait: true) == nil)
         // A feed that never heard of its source asks at once.
@@ -130,7 +130,7 @@ struct FeedBatchTests {
         let fresh = try EventFeed(db: other, sources: ["src"], wants: { _ in true }, ask: bus.ask, name: "feed/2") { _ in }
         fresh.catchUpSilent(quietMs: 60_000)
         let asked = try #require(try bus.source.receive())
-        let first = try Envelope.decode(try #require(asked.last))
+        let first = try Majordomo.envelope(endingFrames: asked)
         #expect(first.body["after"] == .int(0))
     }
 

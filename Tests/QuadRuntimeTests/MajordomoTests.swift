@@ -28,6 +28,29 @@ struct MajordomoFrameTests {
         #expect(Majordomo.request(Envelope.request("orders.cart.view"))[2] == Array("orders".utf8))
     }
 
+    /// Quad's peers send an envelope as its header and its body; a foreign
+    /// peer's one frame is read as before; both read back the same envelope.
+    @Test func anEnvelopeInTwoFramesReadsAsInOne() throws {
+        let e = Envelope.request("orders.cart.add", body: ["product": "p-0001", "quantity": 2], src: "phone-1", deadline: 5000)
+        let frames = Majordomo.request(e)
+        #expect(frames.count == 5 && frames[4] == e.body.encoded())
+        guard case let .success(read) = Majordomo.parseRequest(frames[...], count: frames.count) else { Issue.record("refused"); return }
+        #expect(read.header == frames[3] && read.body == frames[4])
+        let two = try Envelope.decode(header: frames[3], body: frames[4])
+        let one = try Envelope.decode(e.encoded())
+        #expect(two == e && one == two)
+        #expect(try Majordomo.envelope(endingFrames: frames) == e)
+        #expect(try Majordomo.envelope(endingFrames: Majordomo.request(service: "orders", e.encoded())) == e)
+        // Replies in either form.
+        let reply = e.reply(["lines": 1], src: "orders/1")
+        let parts = reply.encodedParts()
+        let split = try #require(Majordomo.parseReply(Majordomo.reply(service: "orders", parts.header) + [parts.body]))
+        #expect(try split.envelope() == reply)
+        #expect(try #require(Majordomo.parseReply(Majordomo.reply(service: "orders", reply.encoded()))).envelope() == reply)
+        // The two frames are held to the limit together.
+        #expect(throws: QuadError.self) { try Envelope.decode(header: frames[3], body: frames[4], maxBytes: frames[3].count + 1) }
+    }
+
     static let h = Array("MDPC02".utf8), catalog = Array("catalog".utf8), json = Array("{}".utf8)
     static let wrongRequests: [([[UInt8]], String)] = [
         ([], "do not start with it"),
@@ -36,7 +59,7 @@ struct MajordomoFrameTests {
         ([h, [0x04], catalog, json], "0x01 (REQUEST"),
         ([h, [0x01]], "without a service frame"),
         ([h, [0x01], catalog], "got 0"),
-        ([h, [0x01], catalog, json, json], "exactly one envelope frame after the service, got 2"),
+        ([h, [0x01], catalog, json, json, json], "in one frame, or in two (header, body), got 3 frames"),
         ([h, [0x01], Array("Catalog".utf8), json], "must be a service name"),
         ([h, [0x01], Array("catalog.search".utf8), json], "must be a service name"),
         ([h, [0x01], [0xFF], json], "must be a service name"),
@@ -56,7 +79,7 @@ struct MajordomoFrameTests {
     }
 
     @Test func aRefusalOfADelimitedRequestIsAnsweredDelimited() {
-        let frames: [[UInt8]] = [[], Array("MDPC02".utf8), [0x01], Array("echo".utf8), [1], [2]]
+        let frames: [[UInt8]] = [[], Array("MDPC02".utf8), [0x01], Array("echo".utf8), [1], [2], [3]]
         guard case let .failure(refusal) = Majordomo.parseRequest(frames[...], count: frames.count) else {
             Issue.record("accepted")
             return
@@ -136,7 +159,8 @@ struct MajordomoPeerTests {
         try client.setCurveClient(serverKey: try #require(stack.brokerKey))
         try client.connect(stack.endpoints.frontend)
         let request = Envelope.request("echo.say", body: ["s": "hi"])
-        try client.send([[]] + Majordomo.request(request))
+        // A foreign client: its envelope in one frame.
+        try client.send([[]] + Majordomo.request(service: "echo", request.encoded()))
 
         // The worker gets the request in its own form: delimiter, header,
         // REQUEST, the client's route, an empty frame, the envelope.
@@ -159,7 +183,7 @@ struct MajordomoPeerTests {
 
         // The worker is idle again: a second request reaches it.
         let second = Envelope.request("echo.say")
-        try client.send(Majordomo.request(second))
+        try client.send(Majordomo.request(service: "echo", second.encoded()))
         got = try #require(try worker.receive())
         while got.count == 3 { got = try #require(try worker.receive()) }
         #expect((try? Envelope.decode(got[5]))?.id == second.id)

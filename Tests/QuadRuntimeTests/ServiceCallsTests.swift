@@ -43,10 +43,10 @@ final class CallRig {
 
     /// The next request the callee got, with its route.
     func request() throws -> (route: [UInt8], bytes: [UInt8], envelope: Envelope) {
-        // An MDP REQUEST: route, "MDPC02", 0x01, service, envelope.
+        // An MDP REQUEST: route, "MDPC02", 0x01, service, the envelope's header, its body.
         let frames = try #require(try callee.receive())
-        #expect(frames.count == 5 && frames[1] == Array("MDPC02".utf8))
-        return (frames[0], frames[4], try Envelope.decode(frames[4]))
+        #expect(frames.count == 6 && frames[1] == Array("MDPC02".utf8))
+        return (frames[0], frames[4] + frames[5], try Envelope.decode(header: frames[4], body: frames[5]))
     }
 
     func answer(_ route: [UInt8], _ reply: Envelope) throws { try callee.send([route] + Majordomo.reply(service: reply.service, reply.encoded())) }

@@ -15,6 +15,8 @@ final class FakeWorker: @unchecked Sendable {
     // `received` and `stopped` are shared with the worker's thread under `lock`.
     let lock = NSLock()
     var received: [[UInt8]] = []
+    /// Every request's envelope frames, as they came.
+    var receivedFrames: [[[UInt8]]] = []
     var stopped = false
     let done = DispatchSemaphore(value: 0)
 
@@ -32,10 +34,13 @@ final class FakeWorker: @unchecked Sendable {
                     while let frames = try? socket.receive(dontWait: true) {
                         guard let (_, message) = Majordomo.parseWorker(frames[...]) else { continue }
                         if message == .disconnect { ready(); continue }
-                        guard case let .request(client, bodies) = message, bodies.count == 1 else { continue }
-                        lock.withLock { received.append(bodies[0]) }
-                        guard let request = try? Envelope.decode(bodies[0]) else { continue }
-                        try? socket.send(Majordomo.frames(.final(client: client, bodies: [request.reply(answer(request), src: "fake/1").encoded()])))
+                        // One envelope frame, or a header and a body (answered in the same form).
+                        guard case let .request(client, bodies) = message, (1...2).contains(bodies.count) else { continue }
+                        lock.withLock { received.append(bodies.count == 1 ? bodies[0] : []); receivedFrames.append(bodies) }
+                        guard let request = try? Majordomo.envelope(endingFrames: bodies) else { continue }
+                        let reply = request.reply(answer(request), src: "fake/1")
+                        let parts = reply.encodedParts()
+                        try? socket.send(Majordomo.frames(.final(client: client, bodies: bodies.count == 1 ? [reply.encoded()] : [parts.header, parts.body])))
                     }
                 }
                 if Clock.monotonicMillis() >= beat {
@@ -48,6 +53,7 @@ final class FakeWorker: @unchecked Sendable {
     }
 
     var requests: [[UInt8]] { lock.withLock { received } }
+    var requestFrames: [[[UInt8]]] { lock.withLock { receivedFrames } }
 
     func stop() {
         lock.withLock { stopped = true }
@@ -102,6 +108,31 @@ struct BrokerLimitsTests {
         #expect(!deliveredText.contains("forged") && !deliveredText.contains("service:orders"))
         // Only the header grew: by the caller the broker set, less what it dropped.
         #expect(delivered.count <= text.utf8.count + 60, "\(delivered.count) bytes from \(text.utf8.count)")
+    }
+
+    @Test func aBodyInAFrameOfItsOwnReachesTheWorkerAsItWasSent() throws {
+        let stack = try TestStack(name: "bodyframe")
+        try stack.startBroker()
+        let worker = FakeWorker(service: "echo", backend: stack.endpoints.backend) { request in ["got": request.body["s"] ?? .null] }
+        defer { worker.stop() }
+        try waitFor(stack, "echo")
+        let pair = try curveKeyPair()
+        let peer = try RawPeer(ZMQContext(), stack.endpoints.frontend, serverKey: stack.brokerKey, clientKeys: (pair.publicKey, pair.secretKey))
+        // A header with forged user and role; a body the broker must not
+        // touch (escapes a re-encoder would rewrite, spacing, a "user" key).
+        let id = MessageID.make()
+        let header = Array(#"{"v":1,"id":"\#(id)","type":"echo.say","kind":"request","user":"forged","role":"admin"}"#.utf8)
+        let body = Array(#"{ "s" : "\b\u00e9\/" , "user":"inside the body" }"#.utf8)
+        try peer.socket.send([Majordomo.clientHeader, [Majordomo.Command.clientRequest], Array("echo".utf8), header, body])
+        let answer = try #require(peer.receive(within: 5000), "no answer")
+        let reply = try #require(Majordomo.parseReply(answer))
+        #expect(reply.header != nil, "a request in two frames is answered in two")
+        let envelope = try reply.envelope()
+        #expect(envelope.kind == .reply && envelope.corr == id && envelope.body["got"] == .string("\u{8}é/"))
+        let frames = try #require(worker.requestFrames.first)
+        #expect(frames.count == 2 && frames[1] == body, "the body frame was not passed on as it was sent")
+        let seen = try Envelope.decode(JSON.parse(frames[0]))
+        #expect(seen.user == nil && seen.role == nil && seen.caller == "key:" + pair.publicText && seen.traceparent != nil)
     }
 
     @Test func aBodyOfEscapesDoesNotGrowOverTheWorkersLimit() throws {
@@ -174,7 +205,7 @@ struct BrokerLimitsTests {
         for _ in 0..<4 {
             try peer.socket.send(Majordomo.request(Envelope.request("tally.whoami", body: ["pad": pad], deadline: 10_000)))
         }
-        if let frames = peer.receive(within: 2000) { refusal = try? Envelope.decode(frames.last ?? []) }
+        if let frames = peer.receive(within: 2000) { refusal = try? Majordomo.envelope(endingFrames: frames) }
         let error = try #require(refusal?.quadError, "no refusal while the queue held 4 requests of 3 KB")
         #expect(error.status == 503 && error.message.contains("max_queue_bytes=8192"), "\(error)")
     }
@@ -198,7 +229,7 @@ struct BrokerLimitsTests {
         // Alice's own retry still replaces hers, and she gets her reply.
         try alice.socket.send(Majordomo.request(request))
         var replies: [Envelope] = []
-        while let frames = alice.receive(within: 4000), let e = try? Envelope.decode(frames.last ?? []) { replies.append(e) }
+        while let frames = alice.receive(within: 4000), let e = try? Majordomo.envelope(endingFrames: frames) { replies.append(e) }
         #expect(replies.count == 1 && replies.first?.body["total"]?.int == 7, "\(replies.map { $0.body.text })")
     }
 

@@ -117,8 +117,8 @@ final class RawPeer {
         try socket.send(Majordomo.request(envelope))
         let until = Clock.monotonicMillis() + Int64(ms)
         while case let left = until - Clock.monotonicMillis(), left > 0 {
-            guard let frames = receive(within: Int(left)), let last = frames.last else { return nil }
-            if let answer = try? Envelope.decode(last, maxBytes: .max), answer.corr == envelope.id { return answer }
+            guard let frames = receive(within: Int(left)) else { return nil }
+            if let answer = try? Majordomo.envelope(endingFrames: frames), answer.corr == envelope.id { return answer }
         }
         return nil
     }
