@@ -247,30 +247,25 @@ public final class Handlers {
             // (a client's retry and the broker's redelivery): its stored
             // reply is the answer, and this attempt's failure is not.
             // Someone else's record is a 409, whichever attempt saw it.
+            // A refusal (4xx) is the request's answer too, stored in the
+            // transaction of that one claim: a retry of the same id gets
+            // the same refusal. Failures (5xx) are not kept, so a retry runs
+            // again; nor is a 401, so an anonymous stranger cannot fill the
+            // store with records of requests that did nothing.
+            let quadError = Handlers.quadError(error)
+            let answer = envelope.error(quadError, src: src)
+            let kept = quadError.status < 500 && quadError.status != 401 ? answer.encoded() : nil
             do {
-                if let stored = try Idempotency.claimEncoded(db, id: envelope.id, type: envelope.type, owner: owner) { return Reply(stored: stored) }
+                let earlier = try db.transaction { () throws -> [UInt8]? in
+                    if let earlier = try Idempotency.claimEncoded(db, id: envelope.id, type: envelope.type, owner: owner) { return earlier }
+                    if let kept { try Idempotency.store(db, id: envelope.id, type: envelope.type, owner: owner, encoded: kept) }
+                    return nil
+                }
+                if let earlier { return Reply(stored: earlier) }
             } catch let taken as QuadError {
                 return Reply(envelope.error(taken, src: src))
             } catch {}
-            let quadError = Handlers.quadError(error)
-            let reply = Reply(envelope.error(quadError, src: src))
-            // A refusal (4xx) is the request's answer too: a retry of the
-            // same id gets the same refusal. Failures (5xx) are not kept, so
-            // a retry runs again; nor is a 401, so an anonymous stranger
-            // cannot fill the store with records of requests that did nothing.
-            if quadError.status < 500 && quadError.status != 401 {
-                do {
-                    let earlier = try db.transaction { () throws -> [UInt8]? in
-                        if let earlier = try Idempotency.claimEncoded(db, id: envelope.id, type: envelope.type, owner: owner) { return earlier }
-                        try Idempotency.store(db, id: envelope.id, type: envelope.type, owner: owner, encoded: reply.bytes)
-                        return nil
-                    }
-                    if let earlier { return Reply(stored: earlier) }
-                } catch let taken as QuadError {
-                    return Reply(envelope.error(taken, src: src))
-                } catch {}
-            }
-            return reply
+            return kept.map { Reply(answer, encoded: $0) } ?? Reply(answer)
         }
     }
 
