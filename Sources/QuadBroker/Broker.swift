@@ -521,8 +521,8 @@ public final class Broker {
     }
 
     /// The answer to ``askRevocations()``.
-    func ownReply(_ bytes: [UInt8]) {
-        guard let answer = try? Envelope.decode(bytes, maxBytes: .max), answer.corr == revocationQuery?.id else { return }
+    func ownReply(_ answer: Envelope) {
+        guard answer.corr == revocationQuery?.id else { return }
         revocationQuery = nil
         if let error = answer.quadError {
             throttled.error("revocations-error", "accounts.revocations failed: \(error.message); revocations known so far stay in force")
@@ -609,7 +609,8 @@ public final class Broker {
         let origin = Broker.origin(route)
         if origin == Broker.own {
             if !partial {
-                if let body { (try? Envelope.decode(header: bytes, body: body.bytes, maxBytes: .max)).map { ownReply($0.encoded()) } } else { ownReply(bytes) }
+                let answer = body.map { try? Envelope.decode(header: bytes, body: $0.bytes, maxBytes: .max) } ?? (try? Envelope.decode(bytes, maxBytes: .max))
+                if let answer { ownReply(answer) }
             }
             return
         }

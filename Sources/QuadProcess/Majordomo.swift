@@ -63,7 +63,12 @@ public enum Majordomo {
     /// its header and its body in frames of their own.
     public static func request(_ envelope: Envelope) -> [[UInt8]] {
         let parts = envelope.encodedParts()
-        return [clientHeader, [Command.clientRequest], Array(envelope.service.utf8), parts.header, parts.body]
+        return request(service: envelope.service, header: parts.header, body: parts.body)
+    }
+
+    /// A client's REQUEST of an envelope already encoded as its header and body.
+    public static func request(service: some StringProtocol, header: [UInt8], body: [UInt8]) -> [[UInt8]] {
+        [clientHeader, [Command.clientRequest], Array(service.utf8), header, body]
     }
 
     /// The broker's answer to a client: FINAL, or PARTIAL (more follows).

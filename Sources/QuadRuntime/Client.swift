@@ -103,12 +103,13 @@ public final class Client {
         if request.token == nil { request.token = token }
         if request.src == nil { request.src = source }
         request.deadline = timeoutMs
-        let frames = Majordomo.request(request)  // the envelope's header and body
-        let size = frames[3].count + frames[4].count
+        let parts = request.encodedParts()
+        let size = parts.header.count + parts.body.count
         if size > maxMessageBytes {
             throw .tooLarge("request is \(size) bytes, over the limit max_message_bytes=\(maxMessageBytes)")
         }
         let id = request.id
+        let frames = Majordomo.request(service: request.service, header: parts.header, body: parts.body)
         // The call's one timer: its attempt's deadline, or a refused send's
         // next try (with several frontends, one not connected yet).
         var timer: (at: Int64, expiry: Bool)?

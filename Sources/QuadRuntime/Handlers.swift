@@ -354,9 +354,7 @@ public struct Reply: Sendable {
     /// A reply whose body is JSON bytes already encoded: `envelope`'s
     /// fields with `body` in place of its own, copied as they are.
     public init(_ envelope: Envelope, body: [UInt8]) {
-        var fields = envelope.json.object ?? [:]
-        fields["body"] = nil
-        storage = .parts(header: JSON.object(fields).encoded(), body: body, isReply: envelope.kind == .reply)
+        storage = .parts(header: envelope.encodedHeader(), body: body, isReply: envelope.kind == .reply)
     }
 
     /// The envelope in one frame. With ``init(_:body:)`` the bytes are

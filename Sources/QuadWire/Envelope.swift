@@ -122,10 +122,13 @@ public struct Envelope: Sendable, Equatable {
     /// (every field but `body`, a JSON object) and the body's JSON. The
     /// broker reads and rewrites only the first and passes the second on
     /// as it came (protos/README.md, Framing).
-    public func encodedParts() -> (header: [UInt8], body: [UInt8]) {
+    public func encodedParts() -> (header: [UInt8], body: [UInt8]) { (encodedHeader(), body.encoded()) }
+
+    /// The header frame alone: every field but `body`, a JSON object.
+    public func encodedHeader() -> [UInt8] {
         var f = json.object ?? [:]
         f["body"] = nil
-        return (JSON.object(f).encoded(), body.encoded())
+        return JSON.object(f).encoded()
     }
 
     // MARK: Decoding
@@ -145,11 +148,7 @@ public struct Envelope: Sendable, Equatable {
     /// together are held to `maxBytes`.
     public static func decode(header: [UInt8], body: [UInt8], maxBytes: Int = Envelope.defaultMaxBytes) throws(QuadError) -> Envelope {
         try checkFrame(header, maxBytes: maxBytes)
-        if header.count + body.count > maxBytes {
-            let n = header.count + body.count
-            throw .tooLarge("message is \(n) bytes, over the limit max_message_bytes=\(maxBytes)",
-                            details: ["limit": "max_message_bytes", "max": .int(Int64(maxBytes)), "actual": .int(Int64(n))])
-        }
+        if header.count + body.count > maxBytes { throw tooLarge(header.count + body.count, maxBytes: maxBytes) }
         guard String(validating: body, as: UTF8.self) != nil else { throw .badRequest("not UTF-8: the body frame must be UTF-8 JSON text") }
         let value = try JSON.parse(header)
         if value["body"] != nil { throw .badRequest("the header frame must not carry 'body': the body is the frame after it") }
@@ -163,14 +162,17 @@ public struct Envelope: Sendable, Equatable {
     /// What every envelope frame must be before it is read: at most
     /// `max_message_bytes`, not empty, UTF-8.
     static func checkFrame(_ bytes: [UInt8], maxBytes: Int) throws(QuadError) {
-        if bytes.count > maxBytes {
-            throw .tooLarge("message is \(bytes.count) bytes, over the limit max_message_bytes=\(maxBytes)",
-                            details: ["limit": "max_message_bytes", "max": .int(Int64(maxBytes)), "actual": .int(Int64(bytes.count))])
-        }
+        if bytes.count > maxBytes { throw tooLarge(bytes.count, maxBytes: maxBytes) }
         if bytes.isEmpty { throw .badRequest("empty message: expected a JSON envelope") }
         guard String(validating: bytes, as: UTF8.self) != nil else {
             throw .badRequest("not UTF-8: the envelope must be UTF-8 JSON text")
         }
+    }
+
+    /// A message of `n` bytes over `max_message_bytes`.
+    static func tooLarge(_ n: Int, maxBytes: Int) -> QuadError {
+        .tooLarge("message is \(n) bytes, over the limit max_message_bytes=\(maxBytes)",
+                  details: ["limit": "max_message_bytes", "max": .int(Int64(maxBytes)), "actual": .int(Int64(n))])
     }
 
     public static func decode(_ value: JSON) throws(QuadError) -> Envelope {
