@@ -358,6 +358,7 @@ public final class Broker {
             Log.info(name, "updates \(settings.updatesEndpoint ?? ""): public events and each user's news to phones (\(publicKey == nil ? "no CURVE" : "CURVE as the frontend"))")
         }
         reactor.register(eventsOut) { [unowned self] _ in self.relay(from: self.eventsOut, to: self.eventsIn, events: false) }
+        Memory.releaseFree()
         do { try reactor.run(until: { Shutdown.isRequested || shouldStop() }) } catch {
             Log.error(name, "poll: \(error)")
             return 1

@@ -50,6 +50,8 @@ public final class Worker {
     /// Set by ``leave()``: the periodic timers (heartbeats, sweeps, catch-ups)
     /// stop, the answers owed still come in.
     var leaving = false
+    /// The heap's free pages go back once the worker is quiet after work.
+    var idleTrim = IdleTrim()
     /// The brokers of `endpoints.backend` (a comma-separated list), in order.
     var brokers: [BrokerLink] = []
     var publisher: Socket?
@@ -288,6 +290,11 @@ public final class Worker {
         }
         timers.every(100) { [unowned self] in if !self.leaving { self.relayOutbox() } }
         if handlers.db != nil { timers.every(retention.everyMs) { [unowned self] in if !self.leaving { self.prune() } } }
+        // Start-up's garbage (migrations, seeds, the contract's first
+        // build) and the store's cache go back before the first request;
+        // then after each busy spell, a second or two after its last request.
+        releaseMemory()
+        timers.every(1000) { [unowned self] in if self.idleTrim.tick() { self.releaseMemory() } }
 
         do { try reactor.run(timeoutCap: 200, until: { Shutdown.isRequested }) } catch {
             Log.error(handlers.instance, "poll: \(error)")
@@ -337,6 +344,7 @@ public final class Worker {
     /// header and its body (the answer goes back in the same form).
     func serve(client: [UInt8], bodies: [[UInt8]], link: BrokerLink? = nil) {
         let link = link ?? brokers[0]
+        idleTrim.note()
         let reply: Reply
         do throws(QuadError) {
             let request: Envelope
@@ -361,6 +369,12 @@ public final class Worker {
             handlers.outboxWritten = false
             relayOutbox()
         }
+    }
+
+    /// The store's idle cache, then the heap's free pages, back to the system.
+    func releaseMemory() {
+        handlers.db?.releaseMemory()
+        Memory.releaseFree()
     }
 
     /// Graceful exit: tell the broker, answer the requests it sent before it

@@ -104,6 +104,9 @@ public protocol Database: AnyObject {
     /// BEGIN IMMEDIATE), so concurrent workers serialize instead of failing.
     func transaction<T>(immediate: Bool, _ body: () throws -> T) throws -> T
     func close()
+    /// Gives back the memory the connection holds and is not using now (a
+    /// quiet worker's page cache); what it needs again is read again.
+    func releaseMemory()
 }
 
 extension Database {
@@ -112,6 +115,9 @@ extension Database {
         get { nil }
         set {}
     }
+
+    /// A store that keeps no cache of its own in the process has none to give back.
+    public func releaseMemory() {}
 
     @discardableResult
     public func execute(_ sql: String, _ params: SQLValue...) throws -> Int { try execute(sql, params) }

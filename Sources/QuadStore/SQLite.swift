@@ -99,6 +99,21 @@ public final class SQLiteDatabase: Database {
         }
     }
 
+    /// The page cache's pages no statement holds go back to the heap
+    /// (`sqlite3_db_release_memory`): up to 2 MB of an idle service's
+    /// private memory, read again from the file (the system's cache) when
+    /// next needed.
+    public func releaseMemory() {
+        if !closed { sqlite3_db_release_memory(db) }
+    }
+
+    /// The bytes the connection's page cache holds now (`SQLITE_DBSTATUS_CACHE_USED`).
+    public var cacheBytes: Int {
+        var now: Int32 = 0, highest: Int32 = 0
+        guard !closed, sqlite3_db_status(db, SQLITE_DBSTATUS_CACHE_USED, &now, &highest, 0) == SQLITE_OK else { return 0 }
+        return Int(now)
+    }
+
     /// Whether ``close()`` ran: every statement after it is an error.
     public private(set) var closed = false
     public func close() {

@@ -17,6 +17,24 @@ struct StatementCacheTests {
         #expect(try db.queryOne("SELECT v FROM k WHERE id = $1", .int(9))?.string("v") == "back")
     }
 
+    @Test func aQuietConnectionGivesItsPageCacheBackAndReadsAgainWhatItNeeds() throws {
+        let path = temporaryPath("release.db")
+        let writer = try SQLiteDatabase(path: path)
+        try writer.executeScript("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        try writer.transaction {
+            for n in 0..<4000 { try writer.execute("INSERT INTO t (id, v) VALUES ($1, $2)", .int(Int64(n)), .text(String(repeating: "x", count: 200))) }
+        }
+        writer.close()
+        let db = try SQLiteDatabase(path: path)
+        func total() throws -> Int64? { try db.queryOne("SELECT SUM(LENGTH(v)) AS n FROM t")?.int("n") }
+        #expect(try total() == 800_000)
+        let warm = db.cacheBytes
+        #expect(warm > 400_000, "reading 800 KB of rows fills the page cache: \(warm) bytes")
+        db.releaseMemory()
+        #expect(db.cacheBytes < warm / 4, "released: \(db.cacheBytes) of \(warm) bytes kept")
+        #expect(try total() == 800_000)
+    }
+
     @Test func sqliteReusedStatementsKeepTextByByteLength() throws {
         let db = try SQLiteDatabase(path: temporaryPath("nul.db"))
         try db.executeScript("CREATE TABLE t (v TEXT)")
