@@ -44,8 +44,10 @@ public final class Worker {
     public let endpoints: Endpoints
     let context: ZMQContext
     /// The worker's one loop: the broker socket, the feeds', the calls' and
-    /// the late replies' sockets, and the timers beside them.
-    let reactor = Reactor(now: Clock.monotonicMillis)
+    /// the late replies' sockets, and the timers beside them. Scalable
+    /// (epoll), as the broker's: a turn looks only at the sockets that are
+    /// ready or were used, not at every one.
+    let reactor = Reactor(now: Clock.monotonicMillis, scalable: true)
     var timers: Timers { reactor.timers }
     /// Set by ``leave()``: the periodic timers (heartbeats, sweeps, catch-ups)
     /// stop, the answers owed still come in.
