@@ -195,6 +195,25 @@ quad_install_deps() {
     fi
 }
 
+# `TOOL COMMAND --help` for a tool whose usage lists its commands under
+# "Commands:", two spaces in: quad_help_asked ARGS says whether --help or -h
+# is among a command's arguments; `usage | quad_command_usage COMMAND TOOL`
+# prints that command's lines of it, then where the rest is.
+quad_help_asked() {
+    local arg
+    for arg in "$@"; do [[ $arg == --help || $arg == -h ]] && return 0; done
+    return 1
+}
+
+quad_command_usage() {
+    awk -v cmd="$1" '
+        /^Commands:/ { inside = 1; next }
+        inside && /^[^ ]/ { exit }
+        inside && /^  [a-z]/ { showing = ($1 == cmd) }
+        inside && showing { print }'
+    printf '\nThe environment and every other command: %s --help\n' "$2"
+}
+
 # The services of deploy/stack.json (QUAD_STACK_FILE for tests), read by its
 # one reader (deploy/quaddeploy/stack.json.py, which refuses a malformed
 # description naming the service and the field) into SERVICES (start order)

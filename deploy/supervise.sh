@@ -45,20 +45,20 @@
 # shellcheck source=deploy/clock.sh
 source "$(dirname "${BASH_SOURCE[0]}")/clock.sh"
 
-# Where supervisord's files are, for the stack in $QUAD_HOME.
+# Where supervisord's files are, for the stack in $QUAD_HOME: SUP_DIR,
+# SUP_CONF, SUP_SOCK, SUP_PROGRAMS, SUP_LOG, SUP_PID, as the generator of
+# its config names them (deploy/quaddeploy/generate.py, supervisor_paths).
 sup_paths() {
-    SUP_DIR=$QUAD_HOME/run/supervisor
-    SUP_CONF=$SUP_DIR/supervisord.conf
-    SUP_SOCK=$SUP_DIR/supervisor.sock
-    SUP_PROGRAMS=$SUP_DIR/programs
-    SUP_LOG=$QUAD_HOME/logs/supervisord.log
+    local assignments
+    assignments=$(quad_generate paths --home "$QUAD_HOME") || quad_die "cannot name supervisord's files under $QUAD_HOME"
+    eval "$assignments"
 }
 sup_paths
 
 sup_pid() {
     local pid
-    [[ -f $SUP_DIR/supervisord.pid ]] || return 1
-    pid=$(<"$SUP_DIR/supervisord.pid")
+    [[ -f $SUP_PID ]] || return 1
+    pid=$(<"$SUP_PID")
     quad_alive "$pid" || return 1
     [[ $(quad_program_of "$pid" 2>/dev/null) == supervisord || $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == *supervisord* ]] || return 1
     printf '%s\n' "$pid"

@@ -36,6 +36,38 @@ def test_an_unknown_option_is_a_usage_error_64(tool, tmp_path):
     assert "usage" in p.stderr.lower() or "--help" in p.stderr, (tool, p.stderr[-500:])
 
 
+def commands(tool, tmp_path):
+    """The commands a tool's usage lists under "Commands:" (two spaces in)."""
+    usage = run(tool, "--help", tmp_path).stdout
+    block = usage.split("Commands:", 1)[1]
+    names = []
+    for line in block.splitlines()[1:]:
+        if line and not line.startswith(" "):
+            break
+        if line.startswith("  ") and line[2:3].isalpha():
+            name = line.split()[0]
+            if name not in names:
+                names.append(name)
+    return names
+
+
+@pytest.mark.parametrize("tool", ["stack", "chaos", "kube"])
+def test_each_commands_help_exits_0_says_that_command_and_does_nothing(tool, tmp_path):
+    names = commands(tool, tmp_path)
+    assert len(names) >= 5, (tool, names)
+    for name in names:
+        work = tmp_path / name
+        work.mkdir()
+        p = subprocess.run([os.path.join(ROOT, "deploy", tool), name, "--help"], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, QUAD_HOME=str(tmp_path / "home")), cwd=str(work))
+        assert p.returncode == 0, (tool, name, p.returncode, p.stderr[-500:])
+        assert name in p.stdout and "Traceback" not in p.stderr, (tool, name, p.stdout[:300], p.stderr[-300:])
+        # Asking is all it does: no file written where it ran (kube's
+        # 'manifests --help' once wrote 13 manifests into a folder '--help').
+        assert os.listdir(work) == [], (tool, name, os.listdir(work))
+    assert not os.path.exists(tmp_path / "home" / "run"), "a command's --help started something"
+
+
 def test_scale_takes_1_to_16_workers(tmp_path):
     for n in ("0", "17", "99"):
         p = subprocess.run([os.path.join(ROOT, "deploy", "stack"), "scale", "catalog", n], capture_output=True, text=True,

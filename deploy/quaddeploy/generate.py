@@ -39,7 +39,8 @@ SOCKET_MAX = 107  # a Unix socket's path, in bytes
 
 
 def supervisor_paths(home):
-    """Where a stack's supervisord keeps its files (deploy/supervise.sh's sup_paths)."""
+    """Where a stack's supervisord keeps its files: the one place they are
+    named (deploy/supervise.sh reads them through `generate paths`)."""
     d = os.path.join(home, "run", "supervisor")
     return {"dir": d, "conf": os.path.join(d, "supervisord.conf"), "sock": os.path.join(d, "supervisor.sock"),
             "programs": os.path.join(d, "programs"), "log": os.path.join(home, "logs", "supervisord.log"),
@@ -208,6 +209,8 @@ def _main(argv):
     sub = ap.add_subparsers(dest="what", required=True, parser_class=cli.Parser)
     p = sub.add_parser("supervisord", help="a stack's supervisord.conf")
     p.add_argument("--home", required=True)
+    p = sub.add_parser("paths", help="where supervisord's files are, as shell assignments (SUP_DIR=...; deploy/supervise.sh)")
+    p.add_argument("--home", required=True)
     p = sub.add_parser("program", help="one [program:NAME] of supervisord")
     p.add_argument("name")
     p.add_argument("--command", required=True, help="the program's launcher")
@@ -231,6 +234,10 @@ def _main(argv):
     try:
         if a.what == "supervisord":
             sys.stdout.write(supervisord(a.home))
+        elif a.what == "paths":
+            import shlex
+            for key, path in supervisor_paths(a.home).items():
+                print(f"SUP_{key.upper()}={shlex.quote(path)}")
         elif a.what == "program":
             sys.stdout.write(program(a.name, a.command, a.priority, a.directory, a.user, a.signal))
         elif a.what == "hosts":
