@@ -301,7 +301,7 @@ struct Routing {
     }
 
     private mutating func register(_ identity: [UInt8], service name: String, instance: String, pid: Int64, now: Int64, _ out: inout [Action]) {
-        guard !name.isEmpty, name != "sys", Envelope.isValidType(name), !name.contains(".") else {
+        guard !name.isEmpty, name != "sys", Envelope.isValidType(name), !name.utf8.contains(UInt8(ascii: ".")) else {
             out.append(.disconnectWorker(identity: identity))
             return
         }

@@ -232,6 +232,9 @@ extension Contract {
 extension Contract {
     /// The request checker of `type`, compiled on its first request.
     static func compiledRequest(_ type: String) -> (Validator, Checker)? {
+        // Asked on every request: the cache first, the declaration and its
+        // schema's path (two strings built) only to compile it.
+        if let known = CheckerCache.shared.known(type) { return known }
         guard let op = operation(type), let path = schemaPaths(type)?.request else { return nil }
         return CheckerCache.shared.checker(type) {
             var v = Validator.contract.of(type)

@@ -90,14 +90,16 @@ public final class MetricsRegistry: @unchecked Sendable {
 
     func update(_ name: String, _ labels: KeyValuePairs<String, String>, _ change: (inout Series, [Double]) -> Void) {
         lock.withLock {
-            guard var f = families[name] else { return }
+            // Changed in place: a copy of the family taken out and put back
+            // copied all its series on every request (copy on write).
+            guard families[name] != nil else { return }
             var key = Self.labelText(labels.map { ($0.key, $0.value) })
-            if f.series[key] == nil {
-                if f.series.count >= maxSeries { key = Self.labelText(labels.map { ($0.key, "other") }) }
-                if f.series[key] == nil { f.order.append(key) }
+            if families[name]!.series[key] == nil {
+                if families[name]!.series.count >= maxSeries { key = Self.labelText(labels.map { ($0.key, "other") }) }
+                if families[name]!.series[key] == nil { families[name]!.order.append(key) }
             }
-            change(&f.series[key, default: Series()], f.buckets)
-            families[name] = f
+            let bounds = families[name]!.buckets
+            change(&families[name]!.series[key, default: Series()], bounds)
         }
     }
 
@@ -108,6 +110,8 @@ public final class MetricsRegistry: @unchecked Sendable {
     }
 
     static func escape(_ value: String) -> String {
+        // Most values (types, services, statuses) have nothing to escape.
+        if !value.utf8.contains(where: { $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\n") }) { return value }
         var out = ""
         for c in value.unicodeScalars {
             switch c {

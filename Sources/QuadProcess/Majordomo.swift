@@ -192,7 +192,7 @@ public enum Majordomo {
 
     /// One segment of a type: what a service frame and a READY may carry.
     public static func isServiceName(_ name: String) -> Bool {
-        !name.isEmpty && !name.contains(".") && Envelope.isValidType(name)
+        !name.isEmpty && !name.utf8.contains(UInt8(ascii: ".")) && Envelope.isValidType(name)
     }
 
     // MARK: Worker side

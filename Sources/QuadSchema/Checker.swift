@@ -330,6 +330,13 @@ package final class CheckerCache: @unchecked Sendable {
     private var byKey: [String: (Validator, Checker)] = [:]
     private let lock = NSLock()
 
+    /// The checker compiled under `key`, if it was.
+    package func known(_ key: String) -> (Validator, Checker)? {
+        lock.lock()
+        defer { lock.unlock() }
+        return byKey[key]
+    }
+
     package func checker(_ key: String, make: () -> (Validator, Checker)) -> (Validator, Checker) {
         lock.lock()
         defer { lock.unlock() }
