@@ -102,7 +102,7 @@ public enum Catalog: ServiceDomain {
             // A listing's units add up (listed = in stock + held + sold): an
             // adjust lists or unlists them; a closed listing takes none.
             if let l = try db.queryOne("SELECT status FROM listings WHERE id = $1", .text(id)) {
-                guard l.string("status") == "active" else { throw QuadError.conflict("listing '\(id)' is \(l.string("status")): its stock stays 0") }
+                guard try Catalog.listingStatus(l, id) == .active else { throw QuadError.conflict("listing '\(id)' is \(l.string("status")): its stock stays 0") }
                 try db.execute("UPDATE listings SET quantity = quantity + $1, unlisted = unlisted + $3 WHERE id = $2 AND quantity + $1 >= 0",
                                .int(delta), .text(id), .int(max(0, -delta)))
             }

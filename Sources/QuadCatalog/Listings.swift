@@ -406,11 +406,11 @@ extension Catalog {
             """, .text(id))
         for u in units {
             let n = u.int("n")
-            switch (u.string("status"), u.string("mode"), u.int("was_confirmed")) {
-            case ("held", _, _): out.held += n
-            case ("confirmed", "rent", _): out.rented += n
-            case ("confirmed", _, _): out.sold += n
-            case ("released", "rent", 1): out.returned += n
+            switch (HoldStatus(rawValue: u.string("status")), u.string("mode"), u.int("was_confirmed")) {
+            case (.held?, _, _): out.held += n
+            case (.confirmed?, "rent", _): out.rented += n
+            case (.confirmed?, _, _): out.sold += n
+            case (.released?, "rent", 1): out.returned += n
             default: break
             }
         }

@@ -3,6 +3,9 @@ import QuadRuntime
 import QuadStore
 import QuadWire
 
+/// A stock hold's state, as the contract names it (the store keeps its raw value).
+typealias HoldStatus = Contract.Catalog.Stock.Hold.Status
+
 /// Stock holds for orders. A hold takes all its items or none, with the
 /// capacity checked inside the store (`UPDATE ... WHERE stock >= q`), so a
 /// unit is never sold twice. Each call is idempotent by order id; a hold
@@ -87,7 +90,7 @@ extension Catalog {
             // With confirm, held and confirmed at once: the saga's one call when it needs no pause between the two.
             let confirmed = body.confirm == true
             try db.execute("INSERT INTO holds (order_id, status, created_ms, expires_ms, user_id, mode, confirmed_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                           .text(order), .text(confirmed ? "confirmed" : "held"), .int(now), .int(now + holdTTLms), .text(req.user ?? ""), .text(mode),
+                           .text(order), .text((confirmed ? HoldStatus.confirmed : .held).rawValue), .int(now), .int(now + holdTTLms), .text(req.user ?? ""), .text(mode),
                            confirmed ? .int(now) : .null)
             for (product, q) in wanted {
                 let row = try db.queryOne("SELECT price_value, category, stock, trade_mode, rent_rate FROM products WHERE id = $1", .text(product))!
@@ -120,7 +123,7 @@ extension Catalog {
             let order = body.order
             try checkHolder(db, req, order: order)
             guard try holdState(db, order) != nil else { throw QuadError.notFound("no stock hold for order '\(order)'") }
-            try returnStock(db, order: order, from: ["held", "confirmed"], to: "released")
+            try returnStock(db, order: order, from: [.held, .confirmed], to: .released)
             return try holdState(db, order)!
         }
 
@@ -136,7 +139,7 @@ extension Catalog {
     static func holdState(_ db: Database, _ order: String) throws -> Contract.Catalog.Stock.Hold? {
         guard let hold = try db.queryOne("SELECT status, expires_ms FROM holds WHERE order_id = $1", .text(order)) else { return nil }
         let items = try db.query("SELECT product, quantity, price, category, rent_rate FROM hold_items WHERE order_id = $1 ORDER BY product", .text(order))
-        guard let status = Contract.Catalog.Stock.Hold.Status(rawValue: hold.string("status")) else {
+        guard let status = HoldStatus(rawValue: hold.string("status")) else {
             throw QuadError.internal("the stock hold of order '\(order)' has the status '\(hold.string("status"))' in the store, which this build does not know")
         }
         return .init(order: order, status: status, expiresAt: hold.int("expires_ms"), items: items.map {
@@ -147,17 +150,17 @@ extension Catalog {
 
     /// Moves a hold from one of `from` to `to` and gives its units back, in
     /// the caller's transaction. The conditional UPDATE makes a second call a no-op.
-    static func returnStock(_ db: Database, order: String, from: [String], to: String) throws {
+    static func returnStock(_ db: Database, order: String, from: [HoldStatus], to: HoldStatus) throws {
         let placeholders = from.indices.map { "$\($0 + 3)" }.joined(separator: ", ")
         let changed = try db.execute("UPDATE holds SET status = $1 WHERE order_id = $2 AND status IN (\(placeholders))",
-                                     [.text(to), .text(order)] + from.map { .text($0) })
+                                     [.text(to.rawValue), .text(order)] + from.map { .text($0.rawValue) })
         guard changed == 1 else { return }
         for item in try db.query("SELECT product, quantity FROM hold_items WHERE order_id = $1", .text(order)) {
             let q = item.int("quantity")
             // A closed listing's units that come back are unlisted: its stock stays 0.
             if item.string("product").hasPrefix("l-"), try unlistReturned(db, product: item.string("product"), quantity: q) { continue }
             let row = try db.queryOne("UPDATE products SET stock = stock + $1 WHERE id = $2 RETURNING stock", .int(q), .text(item.string("product")))
-            try stockChanged(db, product: item.string("product"), stock: row?.int("stock") ?? 0, delta: q, reason: to, order: order)
+            try stockChanged(db, product: item.string("product"), stock: row?.int("stock") ?? 0, delta: q, reason: to.rawValue, order: order)
         }
     }
 
@@ -166,7 +169,7 @@ extension Catalog {
         let now = Int64(Clock.nowMillis())
         let due = try db.query("SELECT order_id FROM holds WHERE status = 'held' AND expires_ms <= $1 AND ($2 = '' OR order_id = $2) LIMIT 200",
                                .int(now), .text(order ?? ""))
-        for row in due { try returnStock(db, order: row.string("order_id"), from: ["held"], to: "expired") }
+        for row in due { try returnStock(db, order: row.string("order_id"), from: [.held], to: .expired) }
     }
 
     static func stockChanged(_ db: Database, product: String, stock: Int64, delta: Int64, reason: String, order: String?) throws {

@@ -60,7 +60,7 @@ enum Holds {
                 """, .text(req.id), .text(user), .text(spot), .int(now), .int(deadline)) != nil else {
                 // Rolled back with the claim above when this throws.
                 if let mine = try db.queryOne("SELECT id, spot, status, deadline_ms FROM reservations WHERE user_id = $1 AND status IN \(active)", .text(user)) {
-                    let what = mine.string("status") == "held" ? "a hold on spot \(mine.string("spot")) until \(clock.iso(mine.int("deadline_ms")))"
+                    let what = C.Reservation.Status(rawValue: mine.string("status")) == .held ? "a hold on spot \(mine.string("spot")) until \(clock.iso(mine.int("deadline_ms")))"
                         : "your car on spot \(mine.string("spot"))"
                     throw QuadError.conflict("you already have an active reservation (\(what)): one at a time; check in, check out or cancel it first",
                                              details: ["reservation": .string(mine.string("id"))])
@@ -125,8 +125,10 @@ enum Holds {
             let limit = body.limit
             let now = Int64(Clock.nowMillis())
             let rows = try db.query("\(selectSQL) WHERE r.user_id = $1 ORDER BY r.held_ms DESC, r.id DESC LIMIT $2", .text(user), .int(limit + 1))
-            let active = rows.first { ["held", "checked_in"].contains($0.string("status")) }
-            let history = rows.filter { !["held", "checked_in"].contains($0.string("status")) }.prefix(Int(limit))
+            let ongoing: Set<C.Reservation.Status> = [.held, .checkedIn]
+            func isOngoing(_ row: Row) -> Bool { C.Reservation.Status(rawValue: row.string("status")).map(ongoing.contains) ?? false }
+            let active = rows.first(where: isOngoing)
+            let history = rows.filter { !isOngoing($0) }.prefix(Int(limit))
             let stays = try db.queryOne("""
                 SELECT COUNT(*) AS n, COALESCE(SUM(ended_ms - checked_in_ms), 0) AS ms FROM reservations WHERE user_id = $1 AND status = 'checked_out'
                 """, .text(user))
@@ -175,18 +177,19 @@ enum Holds {
     static func refusal(_ row: Row, doing: String, clock: CampusTime) -> QuadError {
         let spot = row.string("spot")
         let details: JSON = ["reservation": .string(row.string("id")), "status": .string(row.string("status"))]
-        switch row.string("status") {
-        case "held", "expired":
-            if doing == "check out" && row.string("status") == "held" {
+        let status = C.Reservation.Status(rawValue: row.string("status"))
+        switch status {
+        case .held?, .expired?:
+            if doing == "check out" && status == .held {
                 return .conflict("you have not checked in at spot \(spot) yet: check in first, or cancel the hold", details: details)
             }
             return .conflict("the hold on spot \(spot) expired at \(clock.iso(row.int("deadline_ms"))): the spot is free again; hold a spot again",
-                             details: ["reservation": .string(row.string("id")), "status": "expired"])
-        case "checked_in":
+                             details: ["reservation": .string(row.string("id")), "status": .string(C.Reservation.Status.expired.rawValue)])
+        case .checkedIn?:
             return doing == "cancel"
                 ? .conflict("you are already parked at spot \(spot): check out instead", details: details)
                 : .conflict("you already checked in at spot \(spot)", details: details)
-        case "checked_out": return .conflict("you already left spot \(spot): this reservation is over", details: details)
+        case .checkedOut?: return .conflict("you already left spot \(spot): this reservation is over", details: details)
         default: return .conflict("the hold on spot \(spot) was cancelled", details: details)
         }
     }
