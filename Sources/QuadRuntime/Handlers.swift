@@ -119,7 +119,7 @@ public final class Handlers {
     /// a publisher's time while a subscriber caught up. The bytes are
     /// what `JSON.encoded()` writes for the same value: keys sorted
     /// (`events` comes before the others), compact.
-    static func eventsPage(_ events: [[UInt8]], _ rest: [String: JSON]) -> [UInt8] {
+    public static func eventsPage(_ events: [[UInt8]], _ rest: [String: JSON]) -> [UInt8] {
         var out = Array(#"{"events":["#.utf8)
         out.reserveCapacity(events.reduce(64) { $0 + $1.count + 1 })
         for (n, e) in events.enumerated() {
